@@ -1,0 +1,46 @@
+# The same commands locally and in CI. `make test` builds .venv from nothing.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install test test-fast check fmt demo sim bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# mypy cannot follow setuptools' package-dir mapping, so it checks a symlinked view of the
+# one namespace that the wheel builds (build/typecheck/raftlog/...).
+check: $(STAMP)
+	$(BIN)/ruff format --check .
+	$(BIN)/ruff check .
+	$(BIN)/python tools/typecheck_view.py build/typecheck
+	cd build/typecheck && ../../$(BIN)/mypy --strict -p raftlog
+
+fmt: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+demo: $(STAMP)
+	$(BIN)/python -m raftlog.demo
+
+sim: $(STAMP)
+	$(BIN)/python -m raftlog.sim --seeds 1-2000
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py --suite quick --out bench-out
+
+clean:
+	rm -rf build dist bench-out .mypy_cache .ruff_cache .pytest_cache

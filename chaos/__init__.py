@@ -1,0 +1,1 @@
+"""Jepsen-style fault injection: clients, generators, nemeses, checkers (raftlog.chaos)."""

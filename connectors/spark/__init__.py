@@ -1,0 +1,1 @@
+"""PySpark data source and sink for raftlog (raftlog.connectors.spark)."""

@@ -1,0 +1,1 @@
+"""The metadata quorum: a Raft-replicated controller (raftlog.metadata)."""

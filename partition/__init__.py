@@ -1,0 +1,1 @@
+"""Partition replicas: produce, fetch, high watermark, idempotence (raftlog.partition)."""

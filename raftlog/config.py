@@ -1,0 +1,134 @@
+"""Every bound in raftlog, in one place, validated together.
+
+Each queue, batch, in-flight window and buffer has a limit, and it lives here. `validate()`
+checks each value and how values relate (a heartbeat interval shorter than the election
+timeout, a batch smaller than a segment, ...). Sections are frozen dataclasses with
+keyword-only fields; `NodeConfig` aggregates them. Names put units last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from raftlog.errors import ConfigError
+
+__all__ = ["LogConfig", "NodeConfig", "RaftConfig", "PLANTED_BUGS"]
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+
+# Deliberate defects the simulator can switch on to prove its checkers can fail
+# (`python -m raftlog.sim --bug NAME`). Production configs must leave `planted_bugs` empty.
+PLANTED_BUGS: dict[str, str] = {
+    "commit-old-term": "leader commits an entry of an earlier term by counting replicas (§5.4.2)",
+    "vote-not-persisted": "a vote is granted (message released) before the vote is durable",
+    "ack-before-durable": "a follower acknowledges an append before it is durable",
+    "truncate-matching": "a follower truncates entries that match the leader's",
+}
+
+
+def _require(condition: bool, setting: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"{setting}: {message}")
+
+
+def _require_positive_ints(section: object) -> None:
+    for f in fields(section):  # type: ignore[arg-type]
+        value = getattr(section, f.name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            continue
+        _require(value > 0, f.name, f"must be positive, got {value}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RaftConfig:
+    """Bounds and switches of one Raft group (the pure core reads only this section)."""
+
+    election_timeout_ticks: int = 10
+    heartbeat_interval_ticks: int = 2
+    pre_vote: bool = True
+    check_quorum: bool = True
+    # Pipelining: a leader keeps at most this many AppendEntries, and this many bytes of
+    # entries, in flight to one follower before it waits for acknowledgements.
+    inflight_messages_max: int = 64
+    inflight_bytes_max: int = 16 * MIB
+    append_bytes_max: int = 1 * MIB
+    # A leader refuses proposals while this many bytes are appended but not committed.
+    uncommitted_bytes_max: int = 64 * MIB
+    apply_bytes_max: int = 16 * MIB
+    read_index_requests_max: int = 1024
+    proposals_max: int = 4096
+    planted_bugs: frozenset[str] = field(default_factory=frozenset)
+
+    def validate(self) -> RaftConfig:
+        _require_positive_ints(self)
+        _require(
+            self.heartbeat_interval_ticks < self.election_timeout_ticks,
+            "heartbeat_interval_ticks",
+            f"must be below election_timeout_ticks ({self.heartbeat_interval_ticks} >= "
+            f"{self.election_timeout_ticks})",
+        )
+        _require(
+            self.append_bytes_max <= self.inflight_bytes_max,
+            "append_bytes_max",
+            "must not exceed inflight_bytes_max",
+        )
+        unknown = sorted(self.planted_bugs - PLANTED_BUGS.keys())
+        _require(not unknown, "planted_bugs", f"unknown bug names {unknown}")
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogConfig:
+    """Bounds of one segmented log."""
+
+    segment_bytes_max: int = 128 * MIB
+    segment_age_ms_max: int = 7 * 24 * 3600 * 1000
+    # One sparse index entry per this many bytes of batches.
+    index_interval_bytes: int = 4 * KIB
+    # Index files are preallocated to hold this many entries (Kafka's segment.index.bytes).
+    index_entries_max: int = 1 << 20
+    batch_bytes_max: int = 1 * MIB
+    read_bytes_max: int = 64 * MIB
+    retention_bytes: int | None = None
+    retention_ms: int | None = None
+
+    def validate(self) -> LogConfig:
+        _require_positive_ints(self)
+        _require(
+            self.batch_bytes_max <= self.segment_bytes_max,
+            "batch_bytes_max",
+            f"must not exceed segment_bytes_max ({self.batch_bytes_max} > {self.segment_bytes_max})",
+        )
+        _require(
+            self.retention_bytes is None or self.retention_bytes >= 0,
+            "retention_bytes",
+            "must be None or non-negative",
+        )
+        _require(
+            self.retention_ms is None or self.retention_ms >= 0,
+            "retention_ms",
+            "must be None or non-negative",
+        )
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeConfig:
+    """Everything a node runs with; sections are validated together."""
+
+    raft: RaftConfig = field(default_factory=RaftConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    tick_interval_ms: int = 50
+
+    def validate(self) -> NodeConfig:
+        self.raft.validate()
+        self.log.validate()
+        _require(self.tick_interval_ms > 0, "tick_interval_ms", "must be positive")
+        _require(
+            self.raft.append_bytes_max >= self.log.batch_bytes_max,
+            "raft.append_bytes_max",
+            "must hold at least one batch of log.batch_bytes_max",
+        )
+        return self

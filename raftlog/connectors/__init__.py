@@ -1,0 +1,1 @@
+"""Connectors to other systems (raftlog.connectors.spark)."""

@@ -1,0 +1,120 @@
+"""The exception tree of raftlog.
+
+Every error raftlog raises on purpose derives from `RaftlogError` and carries machine-readable
+attributes: `retriable` says whether the same request may succeed later unchanged, and
+`leader_hint` (where present) says where to retry. gRPC status codes appear only in
+`raftlog.rpc`, which maps this tree onto them.
+
+    RaftlogError
+    ├── ConfigError                 a setting is out of range or contradicts another
+    ├── StorageError                the log or hard state on disk
+    │   ├── CorruptBatchError       bytes that are not a valid record batch (names file, position)
+    │   │   └── CrcMismatchError    the CRC32C does not cover the bytes it claims to
+    │   ├── OffsetOutOfRangeError   an offset below the log start or above the log end
+    │   ├── BatchTooLargeError      a batch over `batch_bytes_max`
+    │   └── LogClosedError          use after close()
+    └── RaftError                   the consensus layer
+        ├── NotLeaderError          retriable, with leader_hint
+        └── ProposalDroppedError    retriable: the leader changed or a transfer is under way
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BatchTooLargeError",
+    "ConfigError",
+    "CorruptBatchError",
+    "CrcMismatchError",
+    "LogClosedError",
+    "NotLeaderError",
+    "OffsetOutOfRangeError",
+    "ProposalDroppedError",
+    "RaftError",
+    "RaftlogError",
+    "StorageError",
+]
+
+
+class RaftlogError(Exception):
+    """Root of every error raftlog raises on purpose."""
+
+    retriable: bool = False
+
+
+class ConfigError(RaftlogError, ValueError):
+    """A configuration value is invalid; the message names the setting."""
+
+
+class StorageError(RaftlogError):
+    """A failure of the on-disk log or hard state."""
+
+
+class CorruptBatchError(StorageError):
+    """Bytes that are not a valid record batch.
+
+    `path` and `position` say where (path is None for bytes that came off the wire).
+    """
+
+    def __init__(self, reason: str, *, path: str | None = None, position: int | None = None):
+        where = ""
+        if path is not None:
+            where = f" in {path}"
+        if position is not None:
+            where += f" at byte {position}"
+        super().__init__(f"corrupt record batch{where}: {reason}")
+        self.reason = reason
+        self.path = path
+        self.position = position
+
+
+class CrcMismatchError(CorruptBatchError):
+    """The stored CRC32C does not match the bytes it covers."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """An offset outside `[log_start_offset, log_end_offset]`."""
+
+    def __init__(self, offset: int, *, log_start_offset: int, log_end_offset: int):
+        super().__init__(
+            f"offset {offset} is out of range: the log holds offsets "
+            f"[{log_start_offset}, {log_end_offset})"
+        )
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class BatchTooLargeError(StorageError):
+    """A record batch larger than the configured maximum."""
+
+    def __init__(self, size_bytes: int, *, batch_bytes_max: int):
+        super().__init__(
+            f"record batch of {size_bytes} bytes exceeds batch_bytes_max={batch_bytes_max}"
+        )
+        self.size_bytes = size_bytes
+        self.batch_bytes_max = batch_bytes_max
+
+
+class LogClosedError(StorageError):
+    """The log was used after close()."""
+
+
+class RaftError(RaftlogError):
+    """A failure of the consensus layer."""
+
+
+class NotLeaderError(RaftError):
+    """This node is not the leader of the group; retry at `leader_hint` if known."""
+
+    retriable = True
+
+    def __init__(self, *, leader_hint: int | None):
+        hint = f"node {leader_hint}" if leader_hint is not None else "unknown"
+        super().__init__(f"not the leader (leader: {hint})")
+        self.leader_hint = leader_hint
+
+
+class ProposalDroppedError(RaftError):
+    """The proposal was not appended (leadership changing); safe to retry."""
+
+    retriable = True

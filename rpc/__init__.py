@@ -1,0 +1,1 @@
+"""Wire protocols: protobuf/gRPC client API and node-to-node transport (raftlog.rpc)."""
