@@ -90,6 +90,9 @@ class LogConfig:
     # Index files are preallocated to hold this many entries (Kafka's segment.index.bytes).
     index_entries_max: int = 1 << 20
     batch_bytes_max: int = 1 * MIB
+    # A compressed batch may expand to at most this many bytes of records when a client
+    # decodes it (a bound against decompression bombs; the broker path never decompresses).
+    decompressed_bytes_max: int = 64 * MIB
     read_bytes_max: int = 64 * MIB
     retention_bytes: int | None = None
     retention_ms: int | None = None
@@ -100,6 +103,12 @@ class LogConfig:
             self.batch_bytes_max <= self.segment_bytes_max,
             "batch_bytes_max",
             f"must not exceed segment_bytes_max ({self.batch_bytes_max} > {self.segment_bytes_max})",
+        )
+        _require(
+            self.decompressed_bytes_max >= self.batch_bytes_max,
+            "decompressed_bytes_max",
+            f"must be at least batch_bytes_max ({self.decompressed_bytes_max} < "
+            f"{self.batch_bytes_max})",
         )
         _require(
             self.retention_bytes is None or self.retention_bytes >= 0,

@@ -1,0 +1,168 @@
+"""Compression codecs of Kafka RecordBatch v2: what the records section of a batch may hold.
+
+Theory of operation. When a batch's codec bits (attributes & 0x07) are not NONE, everything
+after the 61-byte header is one compressed stream of the records, with no length prefix. We
+write and read the same streams as Kafka clients:
+
+    codec   stream                                   written with
+    GZIP    RFC 1952 members (concatenation allowed)  stdlib zlib, mtime 0 (deterministic)
+    SNAPPY  xerial-framed snappy                     not supported: an error names the codec
+    LZ4     LZ4 *frame* format, independent blocks   lz4.frame, as kafka-python writes it
+    ZSTD    zstd frames                              zstandard, as kafka-python writes it
+
+Decompression is bounded: a batch is at most `batch_bytes_max` on disk but could expand to
+anything (a "zip bomb"), so every decoder stops after `decompressed_bytes_max + 1` bytes of
+output and reports the excess instead of allocating it. Trailing bytes after the compressed
+stream and truncated streams are corruption. Errors are raised as `CompressionError`, which
+carries no position: `raftlog.storage.records` knows where the batch lies and re-raises it as
+a `CorruptBatchError` naming the file and position.
+
+Codec objects are created per call: they are cheap next to the data they process and this
+keeps the module free of shared mutable state (safe from any thread).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import lz4.frame as _lz4_frame
+import zstandard as _zstd
+
+from raftlog.storage.batch import Compression
+
+__all__ = ["CompressionError", "compress", "decompress"]
+
+# Kafka's record batches use independent LZ4 blocks (the JVM client cannot read linked ones).
+_LZ4_BLOCK_LINKED = False
+# gzip's level as kafka-python writes it; zlib's own default (6) would be faster but the
+# bytes would differ from what the reference client builds.
+_GZIP_LEVEL = 9
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+# Bound the loops that stitch together concatenated gzip members and zstd output chunks.
+_ZSTD_READ_CHUNK_BYTES = 1 << 20
+
+
+class CompressionError(ValueError):
+    """A compressed records section that cannot be decompressed within its bound."""
+
+
+def compress(codec: Compression, data: bytes) -> bytes:
+    """Compress a records section with `codec` (not NONE, not SNAPPY)."""
+    assert codec is not Compression.NONE, "NONE is not a compression codec"
+    if codec is Compression.LZ4:
+        result: bytes = _lz4_frame.compress(data, block_linked=_LZ4_BLOCK_LINKED)
+    elif codec is Compression.ZSTD:
+        result = _zstd.ZstdCompressor().compress(data)
+    elif codec is Compression.GZIP:
+        result = _gzip_compress(data)
+    else:
+        raise ValueError(f"compression codec {codec.name} is not supported by raftlog")
+    assert len(result) > 0, codec
+    return result
+
+
+def decompress(codec: Compression, data: bytes | memoryview, *, bytes_max: int) -> bytes:
+    """Decompress a records section, refusing to produce more than `bytes_max` bytes.
+
+    Raises `CompressionError` for a damaged, truncated or oversized stream, or a codec
+    raftlog cannot read (SNAPPY).
+    """
+    assert codec is not Compression.NONE, "NONE is not a compression codec"
+    assert bytes_max >= 0, bytes_max
+    try:
+        if codec is Compression.LZ4:
+            result = _lz4_decompress(data, bytes_max)
+        elif codec is Compression.ZSTD:
+            result = _zstd_decompress(data, bytes_max)
+        elif codec is Compression.GZIP:
+            result = _gzip_decompress(data, bytes_max)
+        else:
+            raise CompressionError(
+                f"compression codec {codec.name} ({int(codec)}) is not supported by raftlog"
+            )
+    except (RuntimeError, zlib.error, _zstd.ZstdError) as error:
+        raise CompressionError(f"{codec.name} stream is damaged: {error}") from None
+    assert len(result) <= bytes_max, (len(result), bytes_max)
+    return result
+
+
+def _too_large(codec: str, bytes_max: int) -> CompressionError:
+    return CompressionError(
+        f"{codec} records expand past decompressed_bytes_max={bytes_max} bytes"
+    )
+
+
+def _gzip_compress(data: bytes) -> bytes:
+    # zlib with gzip wrapping writes mtime 0 and no file name: the same input always
+    # gives the same bytes (gzip.compress would stamp the current time).
+    compressor = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, _GZIP_WBITS)
+    return compressor.compress(data) + compressor.flush()
+
+
+def _gzip_decompress(data: bytes | memoryview, bytes_max: int) -> bytes:
+    chunks: list[bytes] = []
+    produced_bytes = 0
+    remaining = bytes(data)
+    # Each member consumes at least its 18-byte header and trailer, so the loop is bounded
+    # by the input size.
+    while remaining:
+        decompressor = zlib.decompressobj(_GZIP_WBITS)
+        chunk = decompressor.decompress(remaining, bytes_max - produced_bytes + 1)
+        produced_bytes += len(chunk)
+        if produced_bytes > bytes_max:
+            raise _too_large("GZIP", bytes_max)
+        if not decompressor.eof:
+            raise CompressionError("GZIP stream is truncated")
+        chunks.append(chunk)
+        assert len(decompressor.unused_data) < len(remaining)
+        remaining = decompressor.unused_data
+    if not chunks:
+        raise CompressionError("GZIP stream is empty")
+    return b"".join(chunks)
+
+
+def _lz4_decompress(data: bytes | memoryview, bytes_max: int) -> bytes:
+    decompressor = _lz4_frame.LZ4FrameDecompressor()
+    result: bytes = decompressor.decompress(data, max_length=bytes_max + 1)
+    if len(result) > bytes_max:
+        raise _too_large("LZ4", bytes_max)
+    if not decompressor.eof:
+        raise CompressionError("LZ4 frame is truncated (no end mark)")
+    if decompressor.unused_data:
+        raise CompressionError(
+            f"{len(decompressor.unused_data)} bytes follow the end of the LZ4 frame"
+        )
+    return result
+
+
+def _zstd_decompress(data: bytes | memoryview, bytes_max: int) -> bytes:
+    if len(data) == 0:
+        raise CompressionError("ZSTD stream is empty")
+    # Two passes. The first only measures, with bounded reads: a frame need not record its
+    # content size (the JVM client's streaming encoder leaves it out), so this is the one
+    # way to refuse a bomb before allocating it. The second decompresses frame by frame
+    # with an object that reports truncation (`eof`) and trailing bytes, which the bounded
+    # reader silently ignores; it is safe now that the total is known to be within bounds.
+    _zstd_check_size(data, bytes_max)
+    chunks: list[bytes] = []
+    remaining = bytes(data)
+    while remaining:
+        decompressor = _zstd.ZstdDecompressor().decompressobj()
+        chunks.append(decompressor.decompress(remaining))
+        if not decompressor.eof:
+            raise CompressionError("ZSTD frame is truncated")
+        assert len(decompressor.unused_data) < len(remaining)
+        remaining = decompressor.unused_data
+    return b"".join(chunks)
+
+
+def _zstd_check_size(data: bytes | memoryview, bytes_max: int) -> None:
+    produced_bytes = 0
+    reader = _zstd.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+    with reader:
+        while produced_bytes <= bytes_max:
+            chunk = reader.read(min(_ZSTD_READ_CHUNK_BYTES, bytes_max - produced_bytes + 1))
+            if not chunk:
+                return
+            produced_bytes += len(chunk)
+    raise _too_large("ZSTD", bytes_max)
