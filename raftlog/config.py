@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 
 from raftlog.errors import ConfigError
 
-__all__ = ["LogConfig", "NodeConfig", "RaftConfig", "PLANTED_BUGS"]
+__all__ = ["PLANTED_BUGS", "LogConfig", "NodeConfig", "RaftConfig", "TransportConfig"]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -124,16 +124,65 @@ class LogConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TransportConfig:
+    """Bounds of the node-to-node Raft transport (raftlog.rpc.peer_transport)."""
+
+    # One frame carries many (group, message) pairs; a frame never exceeds this, header included.
+    frame_bytes_max: int = 32 * MIB
+    frame_messages_max: int = 4096
+    # Bytes accepted by send() for one peer and not yet handed to the socket; beyond it send()
+    # drops the message (Raft retries) rather than block the event loop.
+    peer_queue_bytes_max: int = 64 * MIB
+    # The socket's write buffer high-water mark: above it frames wait in the peer queue.
+    write_buffer_bytes_max: int = 4 * MIB
+    receive_buffer_bytes: int = 256 * KIB
+    connect_timeout_ms: int = 3000
+    hello_timeout_ms: int = 3000
+    reconnect_backoff_ms_min: int = 50
+    reconnect_backoff_ms_max: int = 2000
+
+    def validate(self) -> TransportConfig:
+        _require_positive_ints(self)
+        _require(
+            self.frame_bytes_max <= self.peer_queue_bytes_max,
+            "frame_bytes_max",
+            f"must not exceed peer_queue_bytes_max ({self.frame_bytes_max} > "
+            f"{self.peer_queue_bytes_max})",
+        )
+        _require(
+            self.receive_buffer_bytes <= self.frame_bytes_max,
+            "receive_buffer_bytes",
+            "must not exceed frame_bytes_max",
+        )
+        _require(
+            self.reconnect_backoff_ms_min <= self.reconnect_backoff_ms_max,
+            "reconnect_backoff_ms_min",
+            f"must not exceed reconnect_backoff_ms_max ({self.reconnect_backoff_ms_min} > "
+            f"{self.reconnect_backoff_ms_max})",
+        )
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
     """Everything a node runs with; sections are validated together."""
 
     raft: RaftConfig = field(default_factory=RaftConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    transport: TransportConfig = field(default_factory=TransportConfig)
     tick_interval_ms: int = 50
 
     def validate(self) -> NodeConfig:
         self.raft.validate()
         self.log.validate()
+        self.transport.validate()
+        # An append holds up to append_bytes_max of entries plus always at least one batch,
+        # so twice that bounds it; it must fit in one frame.
+        _require(
+            self.transport.frame_bytes_max > 2 * self.raft.append_bytes_max,
+            "transport.frame_bytes_max",
+            "must exceed twice raft.append_bytes_max so any AppendRequest fits in one frame",
+        )
         _require(self.tick_interval_ms > 0, "tick_interval_ms", "must be positive")
         _require(
             self.raft.append_bytes_max >= self.log.batch_bytes_max,

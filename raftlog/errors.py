@@ -13,9 +13,12 @@ attributes: `retriable` says whether the same request may succeed later unchange
     │   ├── OffsetOutOfRangeError   an offset below the log start or above the log end
     │   ├── BatchTooLargeError      a batch over `batch_bytes_max`
     │   └── LogClosedError          use after close()
-    └── RaftError                   the consensus layer
-        ├── NotLeaderError          retriable, with leader_hint
-        └── ProposalDroppedError    retriable: the leader changed or a transfer is under way
+    ├── RaftError                   the consensus layer
+    │   ├── NotLeaderError          retriable, with leader_hint
+    │   └── ProposalDroppedError    retriable: the leader changed or a transfer is under way
+    └── TransportError              node-to-node connections (raftlog.rpc.peer_transport)
+        ├── FrameError              bytes off the wire that are not a valid frame (names what)
+        └── HandshakeError          a HELLO from another cluster or an unknown node
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ __all__ = [
     "ConfigError",
     "CorruptBatchError",
     "CrcMismatchError",
+    "FrameError",
+    "HandshakeError",
     "LogClosedError",
     "NotLeaderError",
     "OffsetOutOfRangeError",
@@ -32,6 +37,7 @@ __all__ = [
     "RaftError",
     "RaftlogError",
     "StorageError",
+    "TransportError",
 ]
 
 
@@ -118,3 +124,25 @@ class ProposalDroppedError(RaftError):
     """The proposal was not appended (leadership changing); safe to retry."""
 
     retriable = True
+
+
+class TransportError(RaftlogError):
+    """A failure of a node-to-node connection; the transport reconnects, Raft retries."""
+
+    retriable = True
+
+
+class FrameError(TransportError):
+    """Bytes that are not a valid transport frame; `position` is the byte offset in the frame."""
+
+    retriable = False  # the same bytes will never decode; the connection is dropped
+
+    def __init__(self, reason: str, *, position: int | None = None):
+        where = f" at byte {position}" if position is not None else ""
+        super().__init__(f"malformed frame{where}: {reason}")
+        self.reason = reason
+        self.position = position
+
+
+class HandshakeError(TransportError):
+    """A peer's HELLO named another cluster, an unknown node, or came out of order."""
