@@ -87,9 +87,7 @@ def decompress(codec: Compression, data: bytes | memoryview, *, bytes_max: int) 
 
 
 def _too_large(codec: str, bytes_max: int) -> CompressionError:
-    return CompressionError(
-        f"{codec} records expand past decompressed_bytes_max={bytes_max} bytes"
-    )
+    return CompressionError(f"{codec} records expand past decompressed_bytes_max={bytes_max} bytes")
 
 
 def _gzip_compress(data: bytes) -> bytes:

@@ -1,0 +1,516 @@
+"""Kafka RecordBatch v2 records: build batches from records and read records back out.
+
+Theory of operation. `raftlog.storage.batch` owns the 61-byte header and the CRC; this module
+owns what follows it. Clients call it (producers encode, consumers decode); the broker path
+never does, it only verifies and patches headers. After the header come `record_count`
+records, compressed as one stream when the codec bits say so (`raftlog.storage.compression`).
+Each record is, with zig-zag varints (varint: int32, at most 5 bytes; varlong: int64, 10):
+
+    length          varint   bytes of the record after this field
+    attributes      int8     unused in v2, written as 0
+    timestampDelta  varlong  timestamp - batch first_timestamp
+    offsetDelta     varint   offset - batch base_offset
+    keyLength       varint   -1 = null key
+    key             bytes
+    valueLength     varint   -1 = null value
+    value           bytes
+    headersCount    varint
+    headers         headersCount x (keyLength varint, key utf-8,
+                                    valueLength varint (-1 = null), value)
+
+Encoding gives record i the offset delta i, so `last_offset_delta = count - 1`; the batch's
+first_timestamp is the *smallest* record timestamp (deltas are never negative) and
+max_timestamp the largest. A worked example: records at 1000, 990 and 1005 ms encode
+first_timestamp 990, max_timestamp 1005 and deltas 10, 0, 15.
+
+Decoding trusts nothing: after `verify_batch` (length, magic, CRC) every varint is bounded in
+size and range, every length is checked against the end of its record, a record's fields must
+fill exactly its length, the header's `record_count` must match the records present with no
+trailing bytes, offset deltas must rise within `[0, last_offset_delta]` (compaction may leave
+gaps) and a compressed section may expand to at most `decompressed_bytes_max` bytes. Every
+rejection is a `CorruptBatchError` whose `position` is the absolute byte in the buffer where the
+fault lies, or, for a compressed batch, the batch's own position, the reason then naming the
+byte within the decompressed records. Under LOG_APPEND_TIME (timestamp type 1) every record
+reads as the batch's max_timestamp, as Kafka defines it.
+
+Control batches (attribute bit 5) carry one record whose key is version int16 + type int16,
+big-endian, and whose value is the type's payload: a new Raft leader's no-op is a
+LEADER_CHANGE batch, a membership change a VOTERS batch (as in Kafka's KRaft).
+
+Speed: varints of one byte take a fast path, records are gathered as a list of parts joined
+once (each key and value is copied once), and values are sliced straight out of the section.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from raftlog.config import LogConfig
+from raftlog.errors import CorruptBatchError
+from raftlog.storage.batch import (
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    ATTR_TRANSACTIONAL,
+    BATCH_HEADER_BYTES,
+    CRC_START,
+    LOG_OVERHEAD_BYTES,
+    MAGIC_V2,
+    BatchHeader,
+    Compression,
+    crc32c,
+    parse_header,
+    verify_batch,
+)
+from raftlog.storage.compression import CompressionError, compress, decompress
+
+__all__ = [
+    "CONTROL_ABORT",
+    "CONTROL_COMMIT",
+    "CONTROL_KEY_VERSION",
+    "CONTROL_LEADER_CHANGE",
+    "CONTROL_VOTERS",
+    "DecodedBatch",
+    "Headers",
+    "Record",
+    "RecordInput",
+    "decode_batch",
+    "decode_control_batch",
+    "decode_varint",
+    "encode_batch",
+    "encode_control_batch",
+    "encode_varint",
+]
+
+CONTROL_ABORT = 0
+CONTROL_COMMIT = 1
+CONTROL_LEADER_CHANGE = 2  # a new Raft leader's no-op (Raft §8)
+CONTROL_VOTERS = 6  # a membership change (Raft dissertation §4.1)
+CONTROL_KEY_VERSION = 0
+_CONTROL_KEY = struct.Struct(">hh")
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+_INT16 = (-(2**15), 2**15 - 1)
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+_VARINT_BYTES_MAX = 5
+_VARLONG_BYTES_MAX = 10
+# length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headersCount:
+# seven fields of at least one byte each.
+_RECORD_BYTES_MIN = 7
+_DEFAULT_DECOMPRESSED_BYTES_MAX = LogConfig().decompressed_bytes_max
+
+# The header split at the CRC: the prefix lies outside the CRC's range, the tail inside it.
+_HEADER_PREFIX = struct.Struct(">qiibI")
+_HEADER_TAIL = struct.Struct(">hiqqqhii")
+assert _HEADER_PREFIX.size == CRC_START
+assert _HEADER_PREFIX.size + _HEADER_TAIL.size == BATCH_HEADER_BYTES
+
+# Zig-zag values 0..127 (numbers -64..63) encode as one byte; most lengths and deltas do.
+_ONE_BYTE_VARINTS = tuple(bytes((zigzag,)) for zigzag in range(0x80))
+_NULL_LENGTH = _ONE_BYTE_VARINTS[1]  # zig-zag(-1)
+_RECORD_ATTRIBUTES = b"\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordInput:
+    """A record to encode; its offset is its place in the batch."""
+
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    headers: Headers = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded record, with its absolute offset and timestamp."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: Headers
+
+    def as_input(self) -> RecordInput:
+        return RecordInput(self.key, self.value, self.timestamp_ms, self.headers)
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedBatch:
+    header: BatchHeader
+    records: tuple[Record, ...]
+
+
+class _Malformed(Exception):
+    """A fault at byte `at` of a records section; decode_batch turns it into an absolute one."""
+
+    def __init__(self, reason: str, at: int):
+        super().__init__(reason)
+        self.reason = reason
+        self.at = at
+
+
+# --- varints ---------------------------------------------------------------------------------
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag varint of a signed 64-bit integer (Kafka's varint and varlong)."""
+    assert _INT64[0] <= value <= _INT64[1], value
+    zigzag = (value << 1) ^ (value >> 63)
+    if zigzag < 0x80:
+        return _ONE_BYTE_VARINTS[zigzag]
+    if zigzag < 0x4000:
+        return bytes((zigzag & 0x7F | 0x80, zigzag >> 7))
+    out = bytearray()
+    while zigzag >= 0x80:
+        out.append(zigzag & 0x7F | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def decode_varint(
+    data: bytes, position: int = 0, *, bytes_max: int = _VARLONG_BYTES_MAX
+) -> tuple[int, int]:
+    """Decode a zig-zag varint at `position`: `(value, next_position)`.
+
+    Raises `CorruptBatchError` naming the position for a truncated or over-long varint.
+    """
+    assert bytes_max in (_VARINT_BYTES_MAX, _VARLONG_BYTES_MAX), bytes_max
+    try:
+        return _read_varint(data, position, bytes_max)
+    except IndexError:
+        raise CorruptBatchError("truncated varint", position=position) from None
+    except _Malformed as error:
+        raise CorruptBatchError(error.reason, position=error.at) from None
+
+
+def _read_varint(data: bytes, pos: int, bytes_max: int) -> tuple[int, int]:
+    # An IndexError here means the varint runs off the end of `data`; callers catch it.
+    byte = data[pos]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), pos + 1
+    return _read_varint_multibyte(data, pos, bytes_max)
+
+
+def _read_varint_multibyte(data: bytes, start: int, bytes_max: int) -> tuple[int, int]:
+    zigzag = 0
+    shift = 0
+    pos = start
+    while True:
+        if pos - start == bytes_max:
+            raise _Malformed(f"varint longer than {bytes_max} bytes", start)
+        byte = data[pos]
+        zigzag |= (byte & 0x7F) << shift
+        pos += 1
+        if byte < 0x80:
+            break
+        shift += 7
+    bits = 32 if bytes_max == _VARINT_BYTES_MAX else 64
+    if zigzag >> bits:
+        raise _Malformed(f"varint overflows {bits} bits", start)
+    assert pos - start <= bytes_max
+    return (zigzag >> 1) ^ -(zigzag & 1), pos
+
+
+# --- encoding --------------------------------------------------------------------------------
+
+
+def encode_batch(
+    records: Sequence[RecordInput],
+    *,
+    base_offset: int = 0,
+    leader_epoch: int = 0,
+    compression: Compression = Compression.NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    timestamp_type: int = 0,
+    is_transactional: bool = False,
+) -> bytes:
+    """Build one RecordBatch v2 holding `records` at offsets `base_offset + i`.
+
+    Raises `ValueError` naming the argument for an empty batch, a value out of its field's
+    range, or a codec raftlog cannot write (SNAPPY).
+    """
+    _require_range("producer_id", producer_id, _INT64)
+    _require_range("producer_epoch", producer_epoch, _INT16)
+    _require_range("base_sequence", base_sequence, _INT32)
+    if timestamp_type not in (0, 1):
+        raise ValueError(
+            f"timestamp_type must be 0 (create) or 1 (log append), got {timestamp_type}"
+        )
+    attributes = int(compression)
+    attributes |= ATTR_TIMESTAMP_TYPE if timestamp_type else 0
+    attributes |= ATTR_TRANSACTIONAL if is_transactional else 0
+    return _build_batch(
+        records,
+        attributes=attributes,
+        base_offset=base_offset,
+        leader_epoch=leader_epoch,
+        producer=(producer_id, producer_epoch, base_sequence),
+    )
+
+
+def encode_control_batch(
+    control_type: int,
+    value: bytes,
+    *,
+    timestamp_ms: int,
+    base_offset: int = 0,
+    leader_epoch: int = 0,
+) -> bytes:
+    """A control batch of one record: key = (CONTROL_KEY_VERSION, control_type), the value."""
+    _require_range("control_type", control_type, _INT16)
+    key = _CONTROL_KEY.pack(CONTROL_KEY_VERSION, control_type)
+    record = RecordInput(key, value, timestamp_ms)
+    return _build_batch(
+        (record,),
+        attributes=ATTR_CONTROL,
+        base_offset=base_offset,
+        leader_epoch=leader_epoch,
+        producer=(-1, -1, -1),
+    )
+
+
+def _build_batch(
+    records: Sequence[RecordInput],
+    *,
+    attributes: int,
+    base_offset: int,
+    leader_epoch: int,
+    producer: tuple[int, int, int],
+) -> bytes:
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    _require_range("base_offset", base_offset, (0, _INT64[1]))
+    _require_range("leader_epoch", leader_epoch, (-1, _INT32[1]))
+    _require_range("record count", len(records), (1, _INT32[1]))
+    timestamps_ms = [record.timestamp_ms for record in records]
+    first_timestamp_ms = min(timestamps_ms)
+    max_timestamp_ms = max(timestamps_ms)
+    _require_range("smallest timestamp_ms", first_timestamp_ms, _INT64)
+    _require_range("largest timestamp_ms", max_timestamp_ms, _INT64)
+    _require_range("timestamp spread", max_timestamp_ms - first_timestamp_ms, _INT64)
+    section = _encode_records(records, first_timestamp_ms)
+    codec = Compression(attributes & 0x07)
+    if codec is not Compression.NONE:
+        section = compress(codec, section)
+    tail = _HEADER_TAIL.pack(
+        attributes, len(records) - 1, first_timestamp_ms, max_timestamp_ms, *producer, len(records)
+    )
+    crc = crc32c(tail + section)
+    batch_length = BATCH_HEADER_BYTES + len(section) - LOG_OVERHEAD_BYTES
+    _require_range("batch_length", batch_length, (0, _INT32[1]))
+    prefix = _HEADER_PREFIX.pack(base_offset, batch_length, leader_epoch, MAGIC_V2, crc)
+    batch = b"".join((prefix, tail, section))
+    assert parse_header(batch).record_count == len(records)
+    return batch
+
+
+def _encode_records(records: Sequence[RecordInput], first_timestamp_ms: int) -> bytes:
+    # Gather every record's parts in one list and join once: a record's length prefix is
+    # the sum of its parts' lengths, so no record body is built and copied on its own.
+    parts: list[bytes] = []
+    append = parts.append
+    for offset_delta, record in enumerate(records):
+        length_slot = len(parts)
+        append(b"")  # the record's length, filled in below
+        append(_RECORD_ATTRIBUTES)
+        append(encode_varint(record.timestamp_ms - first_timestamp_ms))
+        append(encode_varint(offset_delta))
+        _append_nullable(parts, record.key)
+        _append_nullable(parts, record.value)
+        append(encode_varint(len(record.headers)))
+        for header_key, header_value in record.headers:
+            key_utf8 = header_key.encode("utf-8")
+            append(encode_varint(len(key_utf8)))
+            append(key_utf8)
+            _append_nullable(parts, header_value)
+        record_bytes = sum(map(len, parts[length_slot + 1 :]))
+        _require_range("record size", record_bytes, (0, _INT32[1]))
+        parts[length_slot] = encode_varint(record_bytes)
+    return b"".join(parts)
+
+
+def _append_nullable(parts: list[bytes], data: bytes | None) -> None:
+    if data is None:
+        parts.append(_NULL_LENGTH)
+        return
+    parts.append(encode_varint(len(data)))
+    parts.append(data)
+
+
+def _require_range(name: str, value: int, bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    if not low <= value <= high:
+        raise ValueError(f"{name} {value} is outside [{low}, {high}]")
+
+
+# --- decoding --------------------------------------------------------------------------------
+
+
+def decode_batch(
+    buf: bytes | bytearray | memoryview,
+    position: int = 0,
+    *,
+    path: str | None = None,
+    batch_bytes_max: int | None = None,
+    decompressed_bytes_max: int = _DEFAULT_DECOMPRESSED_BYTES_MAX,
+) -> DecodedBatch:
+    """Verify the batch at `position` (length, magic, CRC) and decode its records.
+
+    Raises `CrcMismatchError` or `CorruptBatchError` naming `path` and the position of the
+    fault (see the module docstring); nothing is returned from a batch that fails.
+    """
+    header = verify_batch(buf, position, batch_bytes_max=batch_bytes_max, path=path)
+    start = position + BATCH_HEADER_BYTES
+    section = memoryview(buf)[start : position + header.size_bytes]
+    codec = header.compression
+    try:
+        if codec is Compression.NONE:
+            data = bytes(section)
+        else:
+            data = decompress(codec, section, bytes_max=decompressed_bytes_max)
+        records = _decode_records(data, header)
+    except CompressionError as error:
+        raise CorruptBatchError(str(error), path=path, position=position) from None
+    except _Malformed as error:
+        if codec is Compression.NONE:
+            raise CorruptBatchError(error.reason, path=path, position=start + error.at) from None
+        reason = f"{error.reason} (at byte {error.at} of the {codec.name}-decompressed records)"
+        raise CorruptBatchError(reason, path=path, position=position) from None
+    assert len(records) == header.record_count
+    return DecodedBatch(header, records)
+
+
+def decode_control_batch(
+    buf: bytes | bytearray | memoryview, position: int = 0, *, path: str | None = None
+) -> tuple[int, bytes]:
+    """The `(control_type, value)` of the control batch at `position`.
+
+    Raises `CorruptBatchError` if it is not a control batch of one well-formed control record.
+    """
+    batch = decode_batch(buf, position, path=path)
+    if not batch.header.is_control or batch.header.record_count != 1:
+        raise CorruptBatchError(
+            f"not a control batch of one record (control={batch.header.is_control}, "
+            f"record_count={batch.header.record_count})",
+            path=path,
+            position=position,
+        )
+    record = batch.records[0]
+    if record.key is None or len(record.key) != _CONTROL_KEY.size or record.value is None:
+        raise CorruptBatchError(
+            f"control record needs a {_CONTROL_KEY.size}-byte key and a value, got key "
+            f"{record.key!r} and {'no' if record.value is None else 'a'} value",
+            path=path,
+            position=position,
+        )
+    version, control_type = _CONTROL_KEY.unpack(record.key)
+    if version < 0:
+        raise CorruptBatchError(
+            f"control record key version {version} is negative", path=path, position=position
+        )
+    return control_type, record.value
+
+
+def _decode_records(data: bytes, header: BatchHeader) -> tuple[Record, ...]:
+    count = header.record_count
+    if count > len(data) // _RECORD_BYTES_MIN:
+        raise _Malformed(f"record_count {count} cannot fit in {len(data)} bytes of records", 0)
+    records: list[Record] = []
+    pos = 0
+    previous_delta = -1
+    for index in range(count):
+        if pos == len(data):
+            raise _Malformed(f"record_count is {count} but the records end after {index}", pos)
+        try:
+            offset_delta, timestamp_delta, key, value, headers, end = _decode_record(data, pos)
+        except IndexError:
+            raise _Malformed(f"record {index} runs past the end of the records", pos) from None
+        if not previous_delta < offset_delta <= header.last_offset_delta:
+            raise _Malformed(
+                f"record {index} has offset delta {offset_delta}, outside "
+                f"({previous_delta}, {header.last_offset_delta}]",
+                pos,
+            )
+        previous_delta = offset_delta
+        records.append(
+            Record(
+                header.base_offset + offset_delta,
+                _timestamp_ms(header, timestamp_delta),
+                key,
+                value,
+                headers,
+            )
+        )
+        pos = end
+    if pos != len(data):
+        raise _Malformed(
+            f"{len(data) - pos} trailing bytes after the {count} records of record_count", pos
+        )
+    return tuple(records)
+
+
+def _timestamp_ms(header: BatchHeader, timestamp_delta: int) -> int:
+    if header.attributes & ATTR_TIMESTAMP_TYPE:
+        return header.max_timestamp
+    return header.first_timestamp + timestamp_delta
+
+
+def _decode_record(
+    data: bytes, start: int
+) -> tuple[int, int, bytes | None, bytes | None, Headers, int]:
+    """`(offset_delta, timestamp_delta, key, value, headers, end)` of the record at `start`."""
+    length, pos = _read_varint(data, start, _VARINT_BYTES_MAX)
+    end = pos + length
+    if length < 0 or end > len(data):
+        raise _Malformed(
+            f"record length {length} does not fit the {len(data) - pos} bytes left", start
+        )
+    body = pos
+    pos += 1  # attributes: unused in v2 (Kafka ignores them too)
+    timestamp_delta, pos = _read_varint(data, pos, _VARLONG_BYTES_MAX)
+    offset_delta, pos = _read_varint(data, pos, _VARINT_BYTES_MAX)
+    key, pos = _read_nullable(data, pos, end, "key")
+    value, pos = _read_nullable(data, pos, end, "value")
+    header_count, pos = _read_varint(data, pos, _VARINT_BYTES_MAX)
+    headers: Headers = ()
+    if header_count:
+        headers, pos = _read_headers(data, pos, end, header_count)
+    if pos != end:
+        raise _Malformed(f"record length is {length} but its fields take {pos - body}", start)
+    return offset_delta, timestamp_delta, key, value, headers, end
+
+
+def _read_nullable(data: bytes, pos: int, end: int, field: str) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(data, pos, _VARINT_BYTES_MAX)
+    if length < 0:
+        if length == -1:
+            return None, pos
+        raise _Malformed(f"{field} length {length} is negative", pos)
+    if pos + length > end:
+        raise _Malformed(f"{field} length {length} runs past the end of its record", pos)
+    return data[pos : pos + length], pos + length
+
+
+def _read_headers(data: bytes, pos: int, end: int, count: int) -> tuple[Headers, int]:
+    # Each header takes at least two bytes (two lengths), which bounds the loop.
+    if not 0 <= count <= (end - pos) // 2:
+        raise _Malformed(f"header count {count} does not fit the {end - pos} bytes left", pos)
+    headers: list[tuple[str, bytes | None]] = []
+    for _ in range(count):
+        key_utf8, pos = _read_nullable(data, pos, end, "header key")
+        if key_utf8 is None:
+            raise _Malformed("header key is null", pos - 1)
+        try:
+            key = key_utf8.decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Malformed(f"header key {key_utf8!r} is not UTF-8", pos - len(key_utf8)) from None
+        value, pos = _read_nullable(data, pos, end, "header value")
+        headers.append((key, value))
+    return tuple(headers), pos
