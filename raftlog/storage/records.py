@@ -193,6 +193,11 @@ def _read_varint(data: bytes, pos: int, bytes_max: int) -> tuple[int, int]:
     byte = data[pos]
     if byte < 0x80:
         return (byte >> 1) ^ -(byte & 1), pos + 1
+    # Two bytes hold zig-zag values below 16384: KiB-sized lengths and most deltas.
+    second = data[pos + 1]
+    if second < 0x80:
+        zigzag = (byte & 0x7F) | (second << 7)
+        return (zigzag >> 1) ^ -(zigzag & 1), pos + 2
     return _read_varint_multibyte(data, pos, bytes_max)
 
 
@@ -478,35 +483,41 @@ def _decode_record(
     offset_delta, pos = _read_varint(data, pos, _VARINT_BYTES_MAX)
     key, pos = _read_nullable(data, pos, end, "key")
     value, pos = _read_nullable(data, pos, end, "value")
+    header_count_at = pos
     header_count, pos = _read_varint(data, pos, _VARINT_BYTES_MAX)
     headers: Headers = ()
     if header_count:
+        # Each header takes at least two bytes (two lengths), which bounds the loop.
+        if not 0 <= header_count <= (end - pos) // 2:
+            raise _Malformed(
+                f"header count {header_count} does not fit the {end - pos} bytes left",
+                header_count_at,
+            )
         headers, pos = _read_headers(data, pos, end, header_count)
     if pos != end:
         raise _Malformed(f"record length is {length} but its fields take {pos - body}", start)
     return offset_delta, timestamp_delta, key, value, headers, end
 
 
-def _read_nullable(data: bytes, pos: int, end: int, field: str) -> tuple[bytes | None, int]:
-    length, pos = _read_varint(data, pos, _VARINT_BYTES_MAX)
+def _read_nullable(data: bytes, at: int, end: int, field: str) -> tuple[bytes | None, int]:
+    length, pos = _read_varint(data, at, _VARINT_BYTES_MAX)
     if length < 0:
         if length == -1:
             return None, pos
-        raise _Malformed(f"{field} length {length} is negative", pos)
+        raise _Malformed(f"{field} length {length} is negative", at)
     if pos + length > end:
-        raise _Malformed(f"{field} length {length} runs past the end of its record", pos)
+        raise _Malformed(f"{field} length {length} runs past the end of its record", at)
     return data[pos : pos + length], pos + length
 
 
 def _read_headers(data: bytes, pos: int, end: int, count: int) -> tuple[Headers, int]:
-    # Each header takes at least two bytes (two lengths), which bounds the loop.
-    if not 0 <= count <= (end - pos) // 2:
-        raise _Malformed(f"header count {count} does not fit the {end - pos} bytes left", pos)
+    assert 0 < count <= (end - pos) // 2, (count, end, pos)
     headers: list[tuple[str, bytes | None]] = []
     for _ in range(count):
+        key_at = pos
         key_utf8, pos = _read_nullable(data, pos, end, "header key")
         if key_utf8 is None:
-            raise _Malformed("header key is null", pos - 1)
+            raise _Malformed("header key is null", key_at)
         try:
             key = key_utf8.decode("utf-8")
         except UnicodeDecodeError:
