@@ -94,6 +94,9 @@ class LogConfig:
     # decodes it (a bound against decompression bombs; the broker path never decompresses).
     decompressed_bytes_max: int = 64 * MIB
     read_bytes_max: int = 64 * MIB
+    # Appends wait in user space until a flush, or until this many bytes are pending, and are
+    # then handed to the OS in one writev (durable only after the flush's fdatasync).
+    append_buffer_bytes_max: int = 4 * MIB
     retention_bytes: int | None = None
     retention_ms: int | None = None
 
@@ -109,6 +112,12 @@ class LogConfig:
             "decompressed_bytes_max",
             f"must be at least batch_bytes_max ({self.decompressed_bytes_max} < "
             f"{self.batch_bytes_max})",
+        )
+        _require(
+            self.segment_bytes_max < 2**32 and self.index_entries_max >= 2,
+            "segment_bytes_max",
+            "index entries hold u32 positions: need segment_bytes_max < 2**32 and "
+            f"index_entries_max >= 2 (got {self.segment_bytes_max}, {self.index_entries_max})",
         )
         _require(
             self.retention_bytes is None or self.retention_bytes >= 0,

@@ -1,0 +1,436 @@
+"""The segmented log: an append-only sequence of record batches in offset order.
+
+Theory of operation. A partition's (and a Raft group's) log lives in one directory as
+segments named by base offset (see `raftlog.storage.segment`). Offsets are dense: each batch
+starts where the previous one ended, so `log_end_offset` (the next offset to assign) is the
+active segment's end, and a closed segment ends where the next one begins.
+
+Durability is explicit. `append` only buffers; `flush` hands everything to the OS and runs
+one fdatasync for all of it (group commit), then `durable_end_offset == log_end_offset`.
+Everything below `durable_end_offset` survives any crash; appends above it may be lost or
+torn, and recovery cuts them. The invariant is
+
+    log_start_offset <= durable_end_offset <= log_end_offset
+
+Rolling (by size `segment_bytes_max`, age `segment_age_ms_max`, or a full index) syncs the
+old segment and writes its index files *before* creating the next file, so only the last
+segment can ever hold a torn tail. Opening therefore trusts closed segments (their indexes
+load lazily), and scans only the last: open time depends on the active segment, not the log.
+
+Removing data.
+* `truncate_from(offset)` drops the suffix at offsets >= `offset` (Raft §5.3: a follower
+  drops a conflicting suffix). Later segments go newest first, then the segment holding
+  `offset` is cut and synced, so a crash part-way leaves a log between the old and the new.
+* `delete_segments_before(offset)` drops whole segments whose every offset is below
+  `offset` (snapshots, §7). The log start becomes the first kept segment's base offset: it
+  is derived from the directory alone, never from a separate checkpoint that could disagree
+  with it, so it may stay below `offset`. Worked example: segments at 0, 100, 200 (end 250);
+  `delete_segments_before(150)` deletes segment 0 only and `log_start_offset` is 100;
+  offsets 100..149 stay readable, which is harmless (they are valid, committed batches). A
+  caller with a logical start (the Raft adapter's snapshot offset + 1) keeps it itself. When
+  `offset >= log_end_offset` every batch goes and the log restarts empty at `offset`: closed
+  segments are deleted oldest first, the active one is emptied and synced, an empty segment
+  at `offset` is created, then the old one deleted. A crash at any point leaves a contiguous
+  log whose end is the old active base or `offset` (opening drops an empty segment that is
+  not the last, as it holds nothing); a caller that must not regress (Raft, whose snapshot
+  says where the log starts) persists its snapshot first and repeats the call after a crash.
+* `apply_retention(now_ms)` deletes a prefix of closed segments by bytes and age
+  (`raftlog.storage.retention`).
+
+Reads return raw bytes of whole, CRC-verified batches from one segment, with the segment's
+path and the file position (a server could sendfile them). A batch whose CRC fails is never
+returned: the read stops before it, or raises `CrcMismatchError` naming file and position.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import os
+from dataclasses import dataclass, replace
+
+from raftlog.config import LogConfig
+from raftlog.errors import (
+    BatchTooLargeError,
+    CorruptBatchError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    StorageError,
+)
+from raftlog.storage.batch import BatchHeader, patch_base_offset_and_epoch, verify_batch
+from raftlog.storage.files import Clock, FileSystem, OsFileSystem, SystemClock
+from raftlog.storage.retention import SegmentSummary, expired_segment_count
+from raftlog.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    Segment,
+    parse_segment_name,
+)
+
+__all__ = ["AppendInfo", "ReadResult", "SegmentedLog"]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    base_offset: int
+    last_offset: int
+    size_bytes: int
+    max_timestamp_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Whole batches from one segment: `data` is the file's bytes at `position`."""
+
+    data: bytes
+    segment_path: str
+    position: int
+    headers: tuple[BatchHeader, ...]
+
+    @property
+    def base_offset(self) -> int:
+        """First offset of the first batch (at or below the offset asked for)."""
+        return self.headers[0].base_offset if self.headers else -1
+
+    @property
+    def next_offset(self) -> int:
+        """The offset after the last batch returned."""
+        return self.headers[-1].last_offset + 1 if self.headers else -1
+
+
+class SegmentedLog:
+    def __init__(self, directory: str, config: LogConfig, files: FileSystem, clock: Clock) -> None:
+        # Use SegmentedLog.open(); this only sets fields.
+        self.directory = directory
+        self.config = config
+        self.files = files
+        self.clock = clock
+        self._segments: list[Segment] = []
+        self._base_offsets: list[int] = []
+        self._durable_end_offset = 0
+        self._directory_dirty = False
+        self._closed = False
+
+    # --- opening ------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        config: LogConfig,
+        files: FileSystem | None = None,
+        clock: Clock | None = None,
+    ) -> SegmentedLog:
+        """Open (or create) the log in `directory`, recovering from a crash if needed."""
+        config.validate()
+        log = cls(os.fspath(directory), config, files or OsFileSystem(), clock or SystemClock())
+        log.files.make_directory(log.directory)
+        base_offsets = log._list_segments()
+        if not base_offsets:
+            log._segments = [Segment.create(log.files, log.directory, 0, config)]
+            log.files.sync_directory(log.directory)
+        else:
+            log._open_segments(base_offsets)
+        log._base_offsets = [s.base_offset for s in log._segments]
+        log._durable_end_offset = log.log_end_offset  # recovery synced what it kept
+        log._check_invariants()
+        return log
+
+    def _list_segments(self) -> list[int]:
+        """Base offsets of the segments present; removes leftovers of interrupted writes
+        (temporary files, index files whose segment is gone)."""
+        names = self.files.list_directory(self.directory)
+        bases = sorted(
+            base for name in names if (base := parse_segment_name(name, LOG_SUFFIX)) is not None
+        )
+        present = set(bases)
+        stale = [
+            name
+            for name in names
+            if any(
+                (base := parse_segment_name(name, suffix)) is not None and base not in present
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            )
+        ]
+        for name in stale:
+            self.files.remove(os.path.join(self.directory, name))
+        if stale:
+            self.files.sync_directory(self.directory)
+        return bases
+
+    def _open_segments(self, base_offsets: list[int]) -> None:
+        for base, next_base in itertools.pairwise(base_offsets):
+            segment = Segment.open_closed(self.files, self.directory, base, next_base, self.config)
+            if segment.size_bytes == 0:
+                # Only an interrupted restart (see delete_segments_before) leaves an empty
+                # segment before the last; it holds no offsets.
+                segment.delete()
+                self.files.sync_directory(self.directory)
+                continue
+            segment.ensure_index_files()
+            self._segments.append(segment)
+        now_ms = self.clock.now_ms()
+        last = Segment.recover(self.files, self.directory, base_offsets[-1], self.config, now_ms)
+        self._segments.append(last)
+
+    # --- state --------------------------------------------------------------------------
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended batch gets."""
+        return self._segments[-1].end_offset
+
+    @property
+    def durable_end_offset(self) -> int:
+        """Every offset below this one is on disk (fsynced)."""
+        return self._durable_end_offset
+
+    @property
+    def segment_base_offsets(self) -> tuple[int, ...]:
+        return tuple(self._base_offsets)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size_bytes for segment in self._segments)
+
+    def _active(self) -> Segment:
+        return self._segments[-1]
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"the log in {self.directory} is closed")
+
+    def _check_invariants(self) -> None:
+        assert self._base_offsets == [s.base_offset for s in self._segments]
+        assert self.log_start_offset <= self._durable_end_offset <= self.log_end_offset, (
+            self.log_start_offset,
+            self._durable_end_offset,
+            self.log_end_offset,
+        )
+
+    # --- appending ----------------------------------------------------------------------
+
+    def append(
+        self,
+        batch: bytes | bytearray | memoryview,
+        *,
+        leader_epoch: int,
+        base_offset: int | None = None,
+    ) -> AppendInfo:
+        """Verify one batch, give it `base_offset` (default: `log_end_offset`; a follower
+        passes the leader's, which must equal `log_end_offset`) and `leader_epoch`, and
+        buffer it. Durable only after `flush`."""
+        self._check_open()
+        if len(batch) > self.config.batch_bytes_max:
+            raise BatchTooLargeError(len(batch), batch_bytes_max=self.config.batch_bytes_max)
+        if base_offset is not None and base_offset != self.log_end_offset:
+            raise StorageError(
+                f"append at base_offset {base_offset} to {self.directory}, but the log ends "
+                f"at {self.log_end_offset}: truncate first or append at the end"
+            )
+        copy = bytearray(batch)  # the one copy: patched here, written from here
+        header = verify_batch(copy)
+        if header.size_bytes != len(copy):
+            raise CorruptBatchError(
+                f"{len(copy) - header.size_bytes} bytes after the batch", position=header.size_bytes
+            )
+        offset = self.log_end_offset
+        patch_base_offset_and_epoch(copy, 0, base_offset=offset, leader_epoch=leader_epoch)
+        last_offset = offset + header.last_offset_delta
+        self._maybe_roll(len(copy), last_offset)
+        patched = replace(header, base_offset=offset, partition_leader_epoch=leader_epoch)
+        self._active().append(copy, patched, self.clock.now_ms())
+        assert self.log_end_offset == last_offset + 1
+        return AppendInfo(offset, last_offset, len(copy), header.max_timestamp)
+
+    def _maybe_roll(self, batch_bytes: int, last_offset: int) -> None:
+        active = self._active()
+        too_old = (
+            active.size_bytes > 0
+            and self.clock.now_ms() - active.rolling_base_ms >= self.config.segment_age_ms_max
+        )
+        if too_old or active.is_full_for(batch_bytes, last_offset):
+            self.roll()
+
+    def roll(self) -> None:
+        """Close the active segment and start a new one at `log_end_offset` (no-op if the
+        active segment is empty)."""
+        self._check_open()
+        active = self._active()
+        if active.size_bytes == 0:
+            return
+        active.close_for_roll()
+        # Everything up to here is synced: the closed segment and all before it.
+        self._durable_end_offset = active.end_offset
+        segment = Segment.create(self.files, self.directory, active.end_offset, self.config)
+        self._segments.append(segment)
+        self._base_offsets.append(segment.base_offset)
+        self._directory_dirty = True
+        self._check_invariants()
+
+    def flush(self) -> int:
+        """Make every append so far durable with one fdatasync; returns durable_end_offset."""
+        self._check_open()
+        for segment in self._segments[-2:]:
+            segment.sync()  # only the active one has unsynced appends (rolls sync)
+        if self._directory_dirty:
+            self.files.sync_directory(self.directory)
+            self._directory_dirty = False
+        self._durable_end_offset = self.log_end_offset
+        self._check_invariants()
+        return self._durable_end_offset
+
+    # --- reading ------------------------------------------------------------------------
+
+    def _segment_for(self, offset: int) -> Segment:
+        if not self.log_start_offset <= offset < self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                offset, log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset
+            )
+        segment = self._segments[bisect.bisect_right(self._base_offsets, offset) - 1]
+        assert segment.base_offset <= offset < segment.end_offset, (offset, segment.base_offset)
+        return segment
+
+    def read(self, offset: int, *, bytes_max: int) -> ReadResult:
+        """Raw bytes of whole batches from the one containing `offset`, within one segment,
+        up to `bytes_max` (capped by `read_bytes_max`) but always at least one batch.
+        At `log_end_offset` the result is empty; outside the log, OffsetOutOfRangeError."""
+        self._check_open()
+        assert bytes_max > 0, bytes_max
+        if offset == self.log_end_offset and offset >= self.log_start_offset:
+            return ReadResult(b"", self._active().path, self._active().size_bytes, ())
+        segment = self._segment_for(offset)
+        position, header = segment.locate(offset)
+        bytes_max = min(bytes_max, self.config.read_bytes_max)
+        result = segment.read(position, header, bytes_max)
+        assert result.headers[0].base_offset <= offset <= result.headers[0].last_offset
+        return ReadResult(result.data, segment.path, position, result.headers)
+
+    def batches(self, start_offset: int, *, bytes_max: int) -> list[tuple[BatchHeader, memoryview]]:
+        """The batches of `read(start_offset)`, each with a view of its bytes."""
+        result = self.read(start_offset, bytes_max=bytes_max)
+        view = memoryview(result.data)
+        batches: list[tuple[BatchHeader, memoryview]] = []
+        position = 0
+        for header in result.headers:
+            batches.append((header, view[position : position + header.size_bytes]))
+            position += header.size_bytes
+        assert position == len(view)
+        return batches
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """Base offset of the first batch whose max_timestamp >= `timestamp_ms` (batch
+        granularity, as the broker never decodes records), or None when there is none."""
+        self._check_open()
+        for segment in self._segments:
+            if segment.size_bytes and segment.max_timestamp_ms >= timestamp_ms:
+                offset = segment.offset_for_timestamp(timestamp_ms)
+                if offset is not None:
+                    return offset
+        return None
+
+    # --- removing -----------------------------------------------------------------------
+
+    def truncate_from(self, offset: int) -> None:
+        """Drop every batch at offsets >= `offset`, a batch boundary; durable on return."""
+        self._check_open()
+        if offset == self.log_end_offset:
+            return
+        segment = self._segment_for(offset)
+        index = self._segments.index(segment)
+        doomed = self._segments[index + 1 :]
+        if offset == segment.base_offset and index > 0:
+            doomed.insert(0, segment)  # the whole segment goes; the one before becomes active
+            segment = self._segments[index - 1]
+        for dropped in reversed(doomed):  # newest first: a crash leaves a prefix
+            dropped.delete()
+        self._segments = self._segments[: self._segments.index(segment) + 1]
+        self._base_offsets = [s.base_offset for s in self._segments]
+        if doomed:
+            self.files.sync_directory(self.directory)
+        segment.truncate_from(min(offset, segment.end_offset), self.clock.now_ms())
+        self._durable_end_offset = min(self._durable_end_offset, offset)
+        self._check_invariants()
+        assert self.log_end_offset == offset, (self.log_end_offset, offset)
+
+    def delete_segments_before(self, offset: int) -> int:
+        """Delete whole segments whose offsets are all below `offset`; returns how many.
+        See the module docstring for where the log start ends up."""
+        self._check_open()
+        assert offset >= 0, offset
+        if offset >= self.log_end_offset and (
+            self._active().size_bytes or offset > self._active().base_offset
+        ):
+            return self._restart_at(offset)
+        count = 0
+        while count < len(self._segments) - 1 and self._segments[count].end_offset <= offset:
+            count += 1
+        self._delete_oldest(count)
+        return count
+
+    def _delete_oldest(self, count: int) -> None:
+        assert 0 <= count < len(self._segments), count
+        if count == 0:
+            return
+        for segment in self._segments[:count]:  # oldest first: a crash leaves a suffix
+            segment.delete()
+        self.files.sync_directory(self.directory)
+        del self._segments[:count]
+        del self._base_offsets[:count]
+        self._durable_end_offset = max(self._durable_end_offset, self.log_start_offset)
+        self._check_invariants()
+
+    def _restart_at(self, offset: int) -> int:
+        """Drop every batch and restart the log, empty, at `offset` (>= log_end_offset)."""
+        count = len(self._segments)
+        self._delete_oldest(count - 1)
+        old = self._active()
+        old.truncate_from(old.base_offset, self.clock.now_ms())  # emptied and synced
+        fresh = Segment.create(self.files, self.directory, offset, self.config)
+        fresh.sync()
+        self.files.sync_directory(self.directory)
+        # A crash before the next line leaves two empty segments; open drops the older.
+        old.delete()
+        self.files.sync_directory(self.directory)
+        self._segments, self._base_offsets = [fresh], [offset]
+        self._durable_end_offset = offset
+        self._check_invariants()
+        return count
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete the oldest closed segments beyond `retention_bytes` or older than
+        `retention_ms`; never the active segment. Returns how many were deleted."""
+        self._check_open()
+        closed = self._segments[:-1]
+        count = expired_segment_count(
+            [SegmentSummary(s.base_offset, s.size_bytes) for s in closed],
+            total_bytes=self.size_bytes,
+            now_ms=now_ms,
+            retention_bytes=self.config.retention_bytes,
+            retention_ms=self.config.retention_ms,
+            max_timestamp_ms=lambda i: closed[i].max_timestamp_ms,
+        )
+        self._delete_oldest(count)
+        return count
+
+    def close(self) -> None:
+        """Flush and release the files; further use raises LogClosedError."""
+        if self._closed:
+            return
+        self.flush()
+        for segment in self._segments:
+            segment.close()
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return (
+            f"SegmentedLog({self.directory!r}, start={self.log_start_offset}, "
+            f"durable_end={self._durable_end_offset}, end={self.log_end_offset}, "
+            f"segments={len(self._segments)})"
+        )
