@@ -1,0 +1,169 @@
+"""Everything one simulator run does, derived from its seed and printed before it starts.
+
+Theory of operation. A run is a pure function of `(seed, nodes, steps, bugs)`: `derive_options`
+draws every fault rate, tick skew and Raft timing from `random.Random(seed)` and returns one
+frozen `SimOptions`; the run then draws every later choice from the same generator. Printing
+`SimOptions.describe()` first means a failing seed can be replayed and read exactly.
+
+Seeds pick a *fault profile* (calm, lossy, crashy, partitioned, mixed) so that within a few
+hundred seeds every kind of fault gets runs where it dominates: a bug that needs a crash right
+after a vote shows in crashy runs, one that needs reordered appends in lossy ones.
+
+The simulator's own bounds (in-flight messages, trace length, ready rounds) live here rather
+than in `raftlog.config`: they bound the test harness, not a production node.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, fields
+
+from raftlog.config import PLANTED_BUGS, RaftConfig
+from raftlog.errors import ConfigError
+
+__all__ = ["PROFILES", "SimOptions", "derive_options", "parse_seed_range"]
+
+PROFILES = ("calm", "lossy", "crashy", "partitioned", "mixed")
+
+# Bounds of the harness itself.
+MESSAGES_IN_FLIGHT_MAX = 4096
+TRACE_EVENTS_MAX = 30
+READY_ROUNDS_MAX = 16
+PROPOSAL_OFFSETS_MAX = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimOptions:
+    """One run's knobs. Rates are per step (one virtual tick) unless the name says otherwise."""
+
+    seed: int
+    nodes: int
+    steps: int
+    profile: str
+    bugs: frozenset[str]
+    election_timeout_ticks: int
+    heartbeat_interval_ticks: int
+    pre_vote: bool
+    check_quorum: bool
+    tick_rates: tuple[float, ...]  # ticks per step for each node: uneven clocks
+    drop_rate: float  # per message
+    duplicate_rate: float  # per message
+    delay_ticks_max: int  # each message waits 1..delay_ticks_max steps: reordering
+    partition_rate: float  # chance per step that the partition changes
+    crash_rate: float  # chance per step that an up node crashes between steps
+    io_crash_rate: float  # chance per disk call (append, save, sync) that the node dies there
+    torn_writes: bool  # a crash may keep part of the last unsynced append
+    restart_delay_ticks_max: int
+    propose_rate: float
+    membership_rate: float
+    compaction_rate: float
+    transfer_rate: float
+    read_rate: float
+    campaign_rate: float
+    checkpoint_applied: bool  # restart with applied_offset = the durably applied offset
+    heal_ticks_max: int
+    messages_in_flight_max: int = MESSAGES_IN_FLIGHT_MAX
+    trace_events_max: int = TRACE_EVENTS_MAX
+
+    def __post_init__(self) -> None:
+        if self.nodes not in (3, 5):
+            raise ConfigError(f"nodes: must be 3 or 5, got {self.nodes}")
+        if self.steps < 1:
+            raise ConfigError(f"steps: must be positive, got {self.steps}")
+        unknown = sorted(self.bugs - PLANTED_BUGS.keys())
+        if unknown:
+            raise ConfigError(f"bugs: unknown planted bug names {unknown}")
+        assert len(self.tick_rates) == self.nodes, self.tick_rates
+        assert self.profile in PROFILES, self.profile
+
+    def raft_config(self) -> RaftConfig:
+        # Small byte bounds so pipelining, batching and flow control are exercised.
+        return RaftConfig(
+            election_timeout_ticks=self.election_timeout_ticks,
+            heartbeat_interval_ticks=self.heartbeat_interval_ticks,
+            pre_vote=self.pre_vote,
+            check_quorum=self.check_quorum,
+            inflight_messages_max=8,
+            inflight_bytes_max=4096,
+            append_bytes_max=1024,
+            uncommitted_bytes_max=16384,
+            apply_bytes_max=2048,
+            planted_bugs=self.bugs,
+        ).validate()
+
+    def describe(self) -> str:
+        parts = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float):
+                value = f"{value:.3f}"
+            elif isinstance(value, tuple):
+                value = ",".join(f"{v:.2f}" for v in value)
+            elif isinstance(value, frozenset):
+                value = ",".join(sorted(value)) or "-"
+            parts.append(f"{f.name}={value}")
+        return " ".join(parts)
+
+
+def _fault_rates(rng: random.Random, profile: str) -> dict[str, float | int | bool]:
+    """Draw the network, crash and disk fault mix of one profile."""
+    lossy = profile in ("lossy", "mixed")
+    crashy = profile in ("crashy", "mixed")
+    parted = profile in ("partitioned", "mixed")
+    calm = profile == "calm"
+    return {
+        "drop_rate": rng.uniform(0.05, 0.3) if lossy else rng.uniform(0.0, 0.03),
+        "duplicate_rate": rng.uniform(0.02, 0.2) if lossy else rng.uniform(0.0, 0.02),
+        "delay_ticks_max": rng.randint(3, 12) if lossy else rng.randint(1, 4),
+        "partition_rate": rng.uniform(0.02, 0.08) if parted else (0.0 if calm else 0.005),
+        "crash_rate": rng.uniform(0.01, 0.04) if crashy else (0.0 if calm else 0.003),
+        "io_crash_rate": rng.uniform(0.005, 0.03) if crashy else (0.0 if calm else 0.001),
+        "torn_writes": rng.random() < 0.7,
+        "restart_delay_ticks_max": rng.randint(1, 40),
+    }
+
+
+def derive_options(
+    seed: int, *, nodes: int | None, steps: int, bugs: frozenset[str] = frozenset()
+) -> tuple[SimOptions, random.Random]:
+    """Draw a run's options from `seed`; return them with the generator the run continues on."""
+    rng = random.Random(seed)
+    node_count = nodes if nodes is not None else (3 if seed % 2 else 5)
+    profile = rng.choice(PROFILES)
+    election_timeout_ticks = rng.randint(8, 20)
+    skew = rng.choice((0.0, 0.1, 0.3))
+    options = SimOptions(
+        seed=seed,
+        nodes=node_count,
+        steps=steps,
+        profile=profile,
+        bugs=bugs,
+        election_timeout_ticks=election_timeout_ticks,
+        heartbeat_interval_ticks=rng.randint(1, max(1, election_timeout_ticks // 4)),
+        pre_vote=rng.random() < 0.75,
+        check_quorum=rng.random() < 0.75,
+        tick_rates=tuple(rng.uniform(1.0 - skew, 1.0 + skew) for _ in range(node_count)),
+        propose_rate=rng.uniform(0.1, 0.6),
+        membership_rate=rng.choice((0.0, 0.01, 0.03)),
+        compaction_rate=rng.choice((0.0, 0.01, 0.05)),
+        transfer_rate=rng.choice((0.0, 0.005, 0.02)),
+        read_rate=rng.choice((0.0, 0.02, 0.1)),
+        campaign_rate=rng.choice((0.0, 0.005)),
+        checkpoint_applied=rng.random() < 0.5,
+        heal_ticks_max=40 * election_timeout_ticks,
+        **_fault_rates(rng, profile),  # type: ignore[arg-type]
+    )
+    return options, rng
+
+
+def parse_seed_range(text: str) -> range:
+    """`"7"` -> range(7, 8); `"1-2000"` -> range(1, 2001)."""
+    first, _, last = text.partition("-")
+    try:
+        start = int(first)
+        stop = int(last) if last else start
+    except ValueError:
+        raise ConfigError(f"--seeds: expected N or A-B, got {text!r}") from None
+    if stop < start or start < 0:
+        raise ConfigError(f"--seeds: empty or negative range {text!r}")
+    return range(start, stop + 1)
