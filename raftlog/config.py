@@ -59,6 +59,9 @@ class RaftConfig:
     apply_bytes_max: int = 16 * MIB
     read_index_requests_max: int = 1024
     proposals_max: int = 4096
+    # Messages a node queues between two Readys; beyond it, new ones are dropped (Raft
+    # tolerates loss) so a driver that stalls cannot grow the outbox without bound.
+    outbox_messages_max: int = 4096
     planted_bugs: frozenset[str] = field(default_factory=frozenset)
 
     def validate(self) -> RaftConfig:

@@ -16,6 +16,12 @@ attributes: `retriable` says whether the same request may succeed later unchange
     ├── RaftError                   the consensus layer
     │   ├── NotLeaderError          retriable, with leader_hint
     │   └── ProposalDroppedError    retriable: the leader changed or a transfer is under way
+    ├── PartitionError              produce/fetch on one partition (raftlog.partition)
+    │   ├── UnknownTopicOrPartitionError
+    │   ├── LeaderNotReadyError     retriable: a new leader has not committed its term yet
+    │   ├── RequestTimedOutError    retriable; a produce's outcome is unknown
+    │   ├── OutOfOrderSequenceError an idempotent producer skipped sequence numbers
+    │   └── ProducerFencedError     a producer epoch older than the one on record
     └── TransportError              node-to-node connections (raftlog.rpc.peer_transport)
         ├── FrameError              bytes off the wire that are not a valid frame (names what)
         └── HandshakeError          a HELLO from another cluster or an unknown node
@@ -24,6 +30,12 @@ attributes: `retriable` says whether the same request may succeed later unchange
 from __future__ import annotations
 
 __all__ = [
+    "LeaderNotReadyError",
+    "OutOfOrderSequenceError",
+    "PartitionError",
+    "ProducerFencedError",
+    "RequestTimedOutError",
+    "UnknownTopicOrPartitionError",
     "BatchTooLargeError",
     "ConfigError",
     "CorruptBatchError",
@@ -31,6 +43,7 @@ __all__ = [
     "FrameError",
     "HandshakeError",
     "LogClosedError",
+    "MembershipChangeError",
     "NotLeaderError",
     "OffsetOutOfRangeError",
     "ProposalDroppedError",
@@ -146,3 +159,47 @@ class FrameError(TransportError):
 
 class HandshakeError(TransportError):
     """A peer's HELLO named another cluster, an unknown node, or came out of order."""
+
+
+class MembershipChangeError(RaftError):
+    """A membership change was refused: more than one voter changed, or (retriable) another
+    change is still uncommitted, or the leader has not yet committed an entry of its term."""
+
+    def __init__(self, reason: str, *, retriable: bool = False):
+        super().__init__(f"membership change refused: {reason}")
+        self.reason = reason
+        self.retriable = retriable
+
+
+class PartitionError(RaftlogError):
+    """A produce, fetch or offset lookup on one partition failed."""
+
+
+class UnknownTopicOrPartitionError(PartitionError):
+    def __init__(self, topic: str, partition: int):
+        super().__init__(f"unknown topic or partition {topic}-{partition} on this node")
+        self.topic = topic
+        self.partition = partition
+
+
+class LeaderNotReadyError(PartitionError, NotLeaderError):
+    """This node leads the partition but has not committed an entry of its term, so its
+    high watermark may still lag the previous leader's; the client retries shortly."""
+
+    retriable = True
+
+    def __init__(self, *, leader_hint: int | None):
+        NotLeaderError.__init__(self, leader_hint=leader_hint)
+        self.args = ("leader elected but not ready: its term's first entry is not committed",)
+
+
+class RequestTimedOutError(PartitionError):
+    retriable = True
+
+
+class OutOfOrderSequenceError(PartitionError):
+    pass
+
+
+class ProducerFencedError(PartitionError):
+    pass

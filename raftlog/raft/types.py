@@ -24,6 +24,7 @@ from typing import TypeAlias
 from raftlog.types import NodeId, Offset, Term
 
 __all__ = [
+    "NO_OFFSET",
     "AppendRequest",
     "AppendResponse",
     "Entry",
@@ -43,7 +44,6 @@ __all__ = [
     "TimeoutNow",
     "VoteRequest",
     "VoteResponse",
-    "NO_OFFSET",
 ]
 
 # The offset "before the first": last_offset of an empty log, prev_offset of the first append.
@@ -110,7 +110,8 @@ class Membership:
 
     def encode(self) -> bytes:
         return json.dumps(
-            {"voters": sorted(self.voters), "learners": sorted(self.learners)}, separators=(",", ":")
+            {"voters": sorted(self.voters), "learners": sorted(self.learners)},
+            separators=(",", ":"),
         ).encode()
 
     @classmethod
@@ -126,7 +127,7 @@ class Membership:
 class HardState:
     """What must be durable before a node answers: Raft §5.1 (currentTerm, votedFor)."""
 
-    term: Term = Term(0)
+    term: Term = Term(0)  # noqa: RUF009 (NewType: an identity call)
     vote: NodeId | None = None
 
 
@@ -208,7 +209,7 @@ class AppendResponse:
     # min(prev_offset, last_offset) with the first offset it holds of that term, so the leader
     # can skip a whole conflicting term per round trip (dissertation §5.3 optimisation).
     reject_offset: Offset = NO_OFFSET
-    conflict_term: Term = Term(0)
+    conflict_term: Term = Term(0)  # noqa: RUF009 (NewType: an identity call)
     conflict_offset: Offset = NO_OFFSET
 
 

@@ -1,1 +1,1 @@
-"""runtime."""
+"""runtime: the shells that drive the pure Raft core (ready processing, asyncio host)."""

@@ -1,0 +1,248 @@
+"""Elections, pre-vote, check-quorum, leases and leadership transfer.
+
+Theory of operation.
+
+- Randomized timeouts (Raft §5.2): a follower that hears nothing from a leader for its
+  randomized timeout, drawn from [election_timeout_ticks, 2 * election_timeout_ticks) with
+  the injected rng at every reset, starts an election.
+- Pre-vote (Raft dissertation §9.6): first it asks, without changing its term, whether the
+  voters would vote for it at term + 1; only with a majority of yeses does it bump its term
+  and campaign for real. A partitioned node therefore cannot inflate terms and depose a
+  healthy leader when it rejoins.
+- Check-quorum and leases (§6.2, §9.6): a leader that has not heard from a majority within an
+  election timeout steps down; a node that heard from a leader within the election timeout
+  rejects (pre-)votes unless the request comes from a leadership transfer.
+- Votes (§5.2, §5.4.1): one per term, only for a candidate whose log is at least as
+  up-to-date (last term, then last offset); the grant leaves only after the vote is durable.
+- Leadership transfer (dissertation §3.10): the leader stops taking proposals, brings the
+  target up to date, and sends TimeoutNow; the target campaigns at once, skipping pre-vote
+  and with `transfer` set to override leases. The transfer aborts after an election timeout.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from raftlog.raft import quorum, replication
+from raftlog.raft.quorum import VoteResult
+from raftlog.raft.types import (
+    AppendRequest,
+    AppendResponse,
+    HeartbeatRequest,
+    Message,
+    Role,
+    SnapshotRequest,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from raftlog.types import NodeId, Term
+
+if TYPE_CHECKING:
+    from raftlog.raft.node import RaftNode
+
+__all__ = [
+    "check_term",
+    "on_timeout_now",
+    "on_vote_request",
+    "on_vote_response",
+    "start_election",
+    "start_transfer",
+    "tick_election",
+    "tick_leader",
+]
+
+
+def tick_election(node: RaftNode) -> None:
+    """Follower, learner and candidate tick: campaign after the randomized timeout."""
+    assert node.current_role is not Role.LEADER
+    node.election_elapsed_ticks += 1
+    if node.is_voter() and node.election_elapsed_ticks >= node.randomized_election_timeout_ticks:
+        start_election(node, transfer=False)
+    assert node.election_elapsed_ticks <= 2 * node.config.election_timeout_ticks
+
+
+def tick_leader(node: RaftNode) -> None:
+    """Leader tick: heartbeats (§5.2), check-quorum (§6.2), transfer timeout (§3.10)."""
+    assert node.current_role is Role.LEADER
+    node.heartbeat_elapsed_ticks += 1
+    node.election_elapsed_ticks += 1
+    if node.election_elapsed_ticks >= node.config.election_timeout_ticks:
+        node.election_elapsed_ticks = 0
+        if node.config.check_quorum and not _quorum_active(node):
+            node.become_follower(node.current_term, None)
+            return
+        node.lead_transferee = None  # §3.10: a transfer that took an election timeout failed
+    replication.tick_snapshots(node)
+    if node.heartbeat_elapsed_ticks >= node.config.heartbeat_interval_ticks:
+        node.heartbeat_elapsed_ticks = 0
+        replication.bcast_heartbeat(node, node.reads.latest_context())
+
+
+def _quorum_active(node: RaftNode) -> bool:
+    """Whether a majority of voters was heard from since the last check; resets the marks."""
+    active = {node.node_id}
+    for member, progress in node.progress.items():
+        if progress.recent_active:
+            active.add(member)
+        progress.recent_active = False
+    return quorum.has_quorum(node.configs.current.voters, active)
+
+
+def start_election(node: RaftNode, *, transfer: bool) -> None:
+    """Campaign: pre-vote first unless disabled or transferring (§9.6, §3.10)."""
+    assert node.is_voter(), "only voters campaign"
+    if node.config.pre_vote and not transfer:
+        node.become_pre_candidate()
+        _request_votes(node, Term(node.current_term + 1), pre_vote=True, transfer=False)
+    else:
+        _campaign_for_real(node, transfer=transfer)
+
+
+def _campaign_for_real(node: RaftNode, *, transfer: bool) -> None:
+    node.become_candidate()
+    _request_votes(node, node.current_term, pre_vote=False, transfer=transfer)
+
+
+def _request_votes(node: RaftNode, term: Term, *, pre_vote: bool, transfer: bool) -> None:
+    node.votes[node.node_id] = True
+    if _tally(node, pre_vote=pre_vote):
+        return  # a single voter wins at once
+    last_offset, last_term = node.log.last_offset(), node.log.last_term()
+    for voter in sorted(node.configs.current.voters - {node.node_id}):
+        request = VoteRequest(
+            term, node.node_id, voter, last_offset, last_term, pre_vote=pre_vote, transfer=transfer
+        )
+        # A real request vouches for our own vote, so it waits for it to be durable.
+        node.send(request, persisted=not pre_vote)
+
+
+def _tally(node: RaftNode, *, pre_vote: bool) -> bool:
+    """Act on the votes so far; True once the election ended."""
+    result = quorum.vote_result(node.configs.current.voters, node.votes)
+    if result is VoteResult.WON:
+        if pre_vote:
+            _campaign_for_real(node, transfer=False)
+        else:
+            node.become_leader()
+    elif result is VoteResult.LOST:
+        node.become_follower(node.current_term, None)
+    return result is not VoteResult.PENDING
+
+
+def in_lease(node: RaftNode) -> bool:
+    """Heard from a leader within the election timeout (with check-quorum): §4.2.3/§9.6."""
+    return (
+        node.config.check_quorum
+        and node.current_leader is not None
+        and node.election_elapsed_ticks < node.config.election_timeout_ticks
+    )
+
+
+def check_term(node: RaftNode, message: Message) -> bool:
+    """Apply Raft §5.1's term rules to an incoming message; False when it is dropped."""
+    if message.term > node.current_term:
+        match message:
+            case VoteRequest() if in_lease(node) and not message.transfer:
+                _reject_vote(node, message)
+                return False
+            case VoteRequest(pre_vote=True):
+                pass  # a pre-vote never changes our term
+            case VoteResponse(pre_vote=True, granted=True):
+                pass  # granted pre-votes carry the term we would campaign in
+            case AppendRequest() | HeartbeatRequest() | SnapshotRequest():
+                node.become_follower(message.term, message.sender)
+            case _:
+                node.become_follower(message.term, None)
+        return True
+    if message.term < node.current_term:
+        match message:
+            case AppendRequest() | HeartbeatRequest():
+                # An old leader cut off by a partition: tell it our term so it steps down
+                # (otherwise, with pre-vote, it could keep its followers' leases forever).
+                reply = AppendResponse(
+                    node.current_term, node.node_id, message.sender, False, node.last_offset
+                )
+                node.send(reply)
+            case VoteRequest(pre_vote=True):
+                _reject_vote(node, message)
+        return False
+    return True
+
+
+def _reject_vote(node: RaftNode, message: VoteRequest) -> None:
+    reply = VoteResponse(
+        node.current_term, node.node_id, message.sender, False, pre_vote=message.pre_vote
+    )
+    node.send(reply)
+
+
+def _log_up_to_date(node: RaftNode, message: VoteRequest) -> bool:
+    """Raft §5.4.1: compare last terms, then last offsets."""
+    mine = (node.log.last_term(), node.log.last_offset())
+    return (message.last_term, message.last_offset) >= mine
+
+
+def on_vote_request(node: RaftNode, message: VoteRequest) -> None:
+    can_vote = (
+        node.voted_for == message.sender
+        or (node.voted_for is None and node.current_leader is None)
+        or (message.pre_vote and message.term > node.current_term)
+    )
+    # Learners never vote (dissertation §4.2.1); rejecting is always safe.
+    grant = can_vote and node.is_voter() and _log_up_to_date(node, message)
+    if not grant:
+        _reject_vote(node, message)
+        return
+    if message.pre_vote:
+        reply = VoteResponse(message.term, node.node_id, message.sender, True, pre_vote=True)
+        node.send(reply)
+        return
+    assert message.term == node.current_term, (message.term, node.current_term)
+    assert node.voted_for in (None, message.sender), "one vote per term (Raft §5.2)"
+    node.voted_for = message.sender
+    node.election_elapsed_ticks = 0
+    reply = VoteResponse(node.current_term, node.node_id, message.sender, True)
+    # Raft §5.1: the vote must be durable before the candidate may count it.
+    node.send(reply, persisted="vote-not-persisted" not in node.config.planted_bugs)
+
+
+def on_vote_response(node: RaftNode, message: VoteResponse) -> None:
+    if message.pre_vote:
+        expected_role, expected_term = Role.PRE_CANDIDATE, node.current_term + 1
+    else:
+        expected_role, expected_term = Role.CANDIDATE, node.current_term
+    if node.current_role is not expected_role:
+        return
+    if message.granted and message.term != expected_term:
+        return  # a stale answer from an earlier campaign
+    node.votes.setdefault(message.sender, message.granted)
+    _tally(node, pre_vote=message.pre_vote)
+
+
+def on_timeout_now(node: RaftNode, message: TimeoutNow) -> None:
+    """§3.10: the leader asks us to campaign at once, overriding leases."""
+    if not node.is_voter() or node.current_role is Role.LEADER:
+        return
+    assert message.term == node.current_term
+    start_election(node, transfer=True)
+
+
+def start_transfer(node: RaftNode, to: NodeId) -> None:
+    """§3.10: stop proposals, catch `to` up, then send it TimeoutNow."""
+    assert node.current_role is Role.LEADER
+    if to == node.node_id or node.lead_transferee == to:
+        return
+    node.lead_transferee = to
+    node.election_elapsed_ticks = 0  # the transfer aborts after one election timeout
+    maybe_send_timeout_now(node, to)
+
+
+def maybe_send_timeout_now(node: RaftNode, to: NodeId) -> None:
+    progress = node.progress.get(to)
+    if progress is None:
+        return
+    if progress.match == node.log.last_offset():
+        node.send(TimeoutNow(node.current_term, node.node_id, to))
+    else:
+        replication.send_append(node, to)

@@ -1,0 +1,395 @@
+"""RaftNode: a pure, deterministic Raft state machine for one group (etcd raft's design).
+
+Theory of operation. The node owns no socket, clock, file or thread. Inputs are `tick()`,
+`step(message)`, `propose(...)`, `propose_membership(...)`, `campaign()`,
+`transfer_leadership(to)` and `read_index(...)`; every effect they cause is queued and handed
+out by `ready()`: entries and hard state to persist, messages to send (those that vouch for
+local durability, votes and append acknowledgements, wait in `persisted_messages` until the
+driver has synced), committed entries to apply, read states to deliver. The driver processes
+the Ready in the documented order and calls `advance(ready)`, which is how the node learns
+what is durable (a leader counts its own log towards a quorum only then: Raft §5.3 via
+etcd's rule).
+
+This module holds the state, the dispatch of messages (`match` over the message types) and
+the role transitions (Raft §5.2, Figure 4 plus pre-candidate, §9.6). The flows live in
+`election.py` (§5.2, §9.6, §3.10), `replication.py` (§5.3, §5.4, §7), `read_index.py` (§6.4)
+and `membership.py` (dissertation §4). The offset space is the Raft index space: an entry
+covers `[offset, last_offset]`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+
+from raftlog.config import RaftConfig
+from raftlog.errors import MembershipChangeError, NotLeaderError, ProposalDroppedError, RaftError
+from raftlog.raft import election, follower, read_index, replication
+from raftlog.raft.membership import ConfigHistory, validate_change
+from raftlog.raft.ports import LogStorage
+from raftlog.raft.progress import Progress
+from raftlog.raft.raft_log import RaftLog
+from raftlog.raft.types import (
+    NO_OFFSET,
+    AppendRequest,
+    AppendResponse,
+    Entry,
+    EntryKind,
+    HardState,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    Membership,
+    Message,
+    ReadState,
+    Ready,
+    Role,
+    SnapshotRequest,
+    SoftState,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from raftlog.types import NodeId, Offset, Term
+
+__all__ = ["RaftNode"]
+
+assert __debug__, "raftlog refuses to run under python -O: its assertions guard safety"
+
+
+class RaftNode:
+    def __init__(
+        self,
+        *,
+        node_id: NodeId,
+        config: RaftConfig,
+        storage: LogStorage,
+        hard_state: HardState,
+        rng: random.Random,
+        bootstrap_membership: Membership | None = None,
+        applied_offset: Offset = NO_OFFSET,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config.validate()
+        self.rng = rng
+        self.log = RaftLog(storage)
+        self.current_term: Term = hard_state.term
+        self.voted_for: NodeId | None = hard_state.vote
+        self.current_role = Role.FOLLOWER
+        self.current_leader: NodeId | None = None
+        snapshot = storage.snapshot()
+        snapshot_offset = NO_OFFSET if snapshot is None else snapshot.meta.offset
+        assert applied_offset <= storage.last_offset(), (applied_offset, storage.last_offset())
+        # A durably checkpointed commit (or the snapshot) is where commit and apply restart.
+        self.commit: Offset = max(snapshot_offset, applied_offset)
+        self.applied: Offset = self.commit
+        self.commit_target: Offset = self.commit  # follower: what the leader let it commit
+        base = bootstrap_membership or Membership(voters=frozenset())
+        if snapshot is not None:
+            base = snapshot.meta.membership
+        self.configs = ConfigHistory(base, snapshot_offset)
+        self.configs.on_append(storage.config_entries())
+        self.configs.on_commit(self.commit)
+        self.election_elapsed_ticks = 0
+        self.heartbeat_elapsed_ticks = 0
+        self.randomized_election_timeout_ticks = 0
+        self.votes: dict[NodeId, bool] = {}
+        self.progress: dict[NodeId, Progress] = {}
+        self.lead_transferee: NodeId | None = None
+        self.term_start_offset: Offset = NO_OFFSET  # offset of this leader's NOOP
+        self.uncommitted: deque[tuple[Offset, int]] = deque()  # (last offset, bytes)
+        self.uncommitted_bytes = 0
+        self.reads = read_index.ReadIndexQueue()
+        self.outbox: list[Message] = []
+        self.persisted_outbox: list[Message] = []
+        self.outbox_dropped_count = 0
+        self.read_states: list[ReadState] = []
+        self.persisted_hard_state = hard_state
+        self.reported_soft_state: SoftState | None = None
+        self.ready_pending = False
+        self.become_follower(self.current_term, None)
+
+    # --- read-only views ---
+
+    @property
+    def role(self) -> Role:
+        return self.current_role
+
+    @property
+    def term(self) -> Term:
+        return self.current_term
+
+    @property
+    def leader_id(self) -> NodeId | None:
+        return self.current_leader
+
+    @property
+    def commit_offset(self) -> Offset:
+        return self.commit
+
+    @property
+    def last_offset(self) -> Offset:
+        return self.log.last_offset()
+
+    @property
+    def membership(self) -> Membership:
+        return self.configs.current
+
+    def is_voter(self) -> bool:
+        return self.node_id in self.configs.current.voters
+
+    def soft_state(self) -> SoftState:
+        return SoftState(leader_id=self.current_leader, role=self.current_role, term=self.term)
+
+    def hard_state(self) -> HardState:
+        return HardState(term=self.current_term, vote=self.voted_for)
+
+    def committed_in_term(self) -> bool:
+        """Whether this leader has committed an entry of its own term (Raft §5.4.2, §8)."""
+        return self.term_start_offset != NO_OFFSET and self.commit >= self.term_start_offset
+
+    # --- outbox ---
+
+    def send(self, message: Message, *, persisted: bool = False) -> None:
+        """Queue `message`; `persisted` ones go out only after the Ready's sync."""
+        assert message.sender == self.node_id and message.receiver != self.node_id, message
+        if len(self.outbox) + len(self.persisted_outbox) >= self.config.outbox_messages_max:
+            self.outbox_dropped_count += 1  # Raft tolerates message loss; memory must not grow
+            return
+        (self.persisted_outbox if persisted else self.outbox).append(message)
+
+    # --- role transitions (Raft §5.2 Figure 4; pre-candidate from §9.6) ---
+
+    def reset(self, term: Term) -> None:
+        assert term >= self.current_term, f"term went back from {self.current_term} to {term}"
+        if term != self.current_term:
+            self.current_term = term
+            self.voted_for = None
+        self.current_leader = None
+        self.election_elapsed_ticks = 0
+        self.heartbeat_elapsed_ticks = 0
+        timeout = self.config.election_timeout_ticks
+        self.randomized_election_timeout_ticks = timeout + self.rng.randrange(timeout)
+        self.votes = {}
+        self.progress = {}
+        self.lead_transferee = None
+        self.term_start_offset = NO_OFFSET
+        self.uncommitted.clear()
+        self.uncommitted_bytes = 0
+        self.reads = read_index.ReadIndexQueue()
+
+    def become_follower(self, term: Term, leader: NodeId | None) -> None:
+        self.reset(term)
+        self.current_leader = leader
+        self.current_role = Role.FOLLOWER if self.is_voter() else Role.LEARNER
+        assert self.current_term == term
+
+    def become_pre_candidate(self) -> None:
+        assert self.current_role is not Role.LEADER and self.is_voter()
+        # A pre-candidate keeps its term and vote: pre-votes change nothing durable (§9.6).
+        term = self.current_term
+        self.reset(term)
+        self.current_role = Role.PRE_CANDIDATE
+        assert self.current_term == term
+
+    def become_candidate(self) -> None:
+        assert self.current_role is not Role.LEADER and self.is_voter()
+        self.reset(Term(self.current_term + 1))
+        self.voted_for = self.node_id
+        self.current_role = Role.CANDIDATE
+
+    def become_leader(self) -> None:
+        assert self.current_role is Role.CANDIDATE, self.current_role
+        term = self.current_term
+        self.reset(term)
+        self.current_role = Role.LEADER
+        self.current_leader = self.node_id
+        for member in self.configs.current.members:
+            self.add_progress(member)
+        # Raft §8: a NOOP of the new term lets the leader learn what is committed.
+        noop = Entry(term, Offset(self.last_offset + 1), 1, EntryKind.NOOP, b"")
+        self.term_start_offset = noop.offset
+        self.append_as_leader(noop)
+        assert self.current_term == term and self.lead_transferee is None
+
+    def add_progress(self, member: NodeId) -> None:
+        progress = Progress(next_offset=Offset(self.last_offset + 1))
+        if member == self.node_id:
+            progress.match = self.log.durable_last_offset()
+            progress.become_replicate()
+        self.progress[member] = progress
+
+    def on_membership_changed(self) -> None:
+        """A CONFIG entry was appended or truncated: it takes effect now (§4.1)."""
+        members = self.configs.current.members
+        if self.current_role is Role.LEADER:
+            for member in members - self.progress.keys():
+                self.add_progress(member)
+            for gone in self.progress.keys() - members - {self.node_id}:
+                del self.progress[gone]
+            if self.lead_transferee not in self.configs.current.voters:
+                self.lead_transferee = None
+        elif self.current_role in (Role.FOLLOWER, Role.LEARNER):
+            self.current_role = Role.FOLLOWER if self.is_voter() else Role.LEARNER
+        elif not self.is_voter():
+            self.become_follower(self.current_term, None)  # a removed candidate gives up
+
+    def append_as_leader(self, entry: Entry) -> None:
+        assert self.current_role is Role.LEADER and entry.term == self.current_term
+        assert entry.offset == self.last_offset + 1, (entry.offset, self.last_offset)
+        self.log.append([entry])
+        if entry.kind is EntryKind.CONFIG and self.configs.on_append([entry]):
+            self.on_membership_changed()
+        replication.bcast_append(self)
+
+    # --- inputs ---
+
+    def tick(self) -> None:
+        if self.current_role is Role.LEADER:
+            election.tick_leader(self)
+        else:
+            election.tick_election(self)
+
+    def step(self, message: Message) -> None:
+        assert message.receiver == self.node_id, (message, self.node_id)
+        if not election.check_term(self, message):
+            return
+        match message:
+            case VoteRequest():
+                election.on_vote_request(self, message)
+            case VoteResponse():
+                election.on_vote_response(self, message)
+            case AppendRequest():
+                follower.on_append_request(self, message)
+            case AppendResponse():
+                replication.on_append_response(self, message)
+            case HeartbeatRequest():
+                follower.on_heartbeat_request(self, message)
+            case HeartbeatResponse():
+                replication.on_heartbeat_response(self, message)
+            case SnapshotRequest():
+                follower.on_snapshot_request(self, message)
+            case TimeoutNow():
+                election.on_timeout_now(self, message)
+
+    def check_proposal(self, size_bytes: int) -> None:
+        if self.current_role is not Role.LEADER:
+            raise NotLeaderError(leader_hint=self.current_leader)
+        if self.lead_transferee is not None:
+            raise ProposalDroppedError(
+                f"leadership transfer to node {self.lead_transferee} under way (Raft §3.10)"
+            )
+        if len(self.uncommitted) >= self.config.proposals_max:
+            raise ProposalDroppedError(
+                f"{len(self.uncommitted)} uncommitted proposals reach proposals_max"
+            )
+        over = self.uncommitted_bytes + size_bytes > self.config.uncommitted_bytes_max
+        if over and self.uncommitted_bytes > 0:
+            raise ProposalDroppedError(
+                f"{self.uncommitted_bytes} uncommitted bytes + {size_bytes} exceed "
+                f"uncommitted_bytes_max={self.config.uncommitted_bytes_max}"
+            )
+
+    def propose(self, data: bytes, *, offset_count: int) -> Offset:
+        """Append a DATA batch of `offset_count` records; returns its base offset."""
+        if offset_count < 1:
+            raise ValueError(f"offset_count must be >= 1, got {offset_count}")
+        return self._propose(EntryKind.DATA, data, offset_count)
+
+    def _propose(self, kind: EntryKind, data: bytes, offset_count: int) -> Offset:
+        entry = Entry(self.current_term, Offset(self.last_offset + 1), offset_count, kind, data)
+        self.check_proposal(entry.size_bytes)
+        self.uncommitted.append((entry.last_offset, entry.size_bytes))
+        self.uncommitted_bytes += entry.size_bytes
+        self.append_as_leader(entry)
+        assert self.last_offset == entry.last_offset
+        return entry.offset
+
+    def propose_membership(self, membership: Membership) -> Offset:
+        """Propose a one-node membership change (dissertation §4.1, with the 2015 fix)."""
+        if self.current_role is not Role.LEADER:
+            raise NotLeaderError(leader_hint=self.current_leader)
+        validate_change(self.configs.current, membership)
+        if not self.committed_in_term():
+            raise MembershipChangeError(
+                f"leader of term {self.current_term} has not committed an entry of its term",
+                retriable=True,
+            )
+        if self.configs.last_offset > self.commit:
+            raise MembershipChangeError(
+                f"the change at offset {self.configs.last_offset} is not committed yet "
+                f"(commit {self.commit})",
+                retriable=True,
+            )
+        return self._propose(EntryKind.CONFIG, membership.encode(), 1)
+
+    def campaign(self) -> None:
+        """Start an election now; a no-op for a leader or a node that is not a voter."""
+        if self.current_role is Role.LEADER or not self.is_voter():
+            return
+        election.start_election(self, transfer=False)
+
+    def transfer_leadership(self, to: NodeId) -> None:
+        if self.current_role is not Role.LEADER:
+            raise NotLeaderError(leader_hint=self.current_leader)
+        if to not in self.configs.current.voters:
+            raise RaftError(f"cannot transfer leadership to node {to}: not a voter")
+        election.start_transfer(self, to)
+
+    def read_index(self, request_id: int) -> None:
+        """Ask for a linearizable read point; the answer comes in Ready.read_states."""
+        if self.current_role is not Role.LEADER:
+            raise NotLeaderError(leader_hint=self.current_leader)
+        read_index.request(self, request_id)
+
+    # --- output ---
+
+    def has_ready(self) -> bool:
+        return (
+            self.soft_state() != self.reported_soft_state
+            or self.hard_state() != self.persisted_hard_state
+            or self.log.pending_snapshot is not None
+            or bool(self.log.unstable or self.outbox or self.persisted_outbox)
+            or bool(self.read_states)
+            or self.commit > self.applied
+        )
+
+    def ready(self) -> Ready:
+        assert not self.ready_pending, "ready() called twice without advance()"
+        soft = self.soft_state()
+        hard = self.hard_state()
+        hard_changed = hard != self.persisted_hard_state
+        snapshot = self.log.pending_snapshot
+        entries = tuple(self.log.unstable)
+        result = Ready(
+            soft_state=soft if soft != self.reported_soft_state else None,
+            hard_state=hard if hard_changed else None,
+            snapshot=snapshot,
+            entries=entries,
+            must_sync=bool(entries) or hard_changed or snapshot is not None,
+            messages=tuple(self.outbox),
+            persisted_messages=tuple(self.persisted_outbox),
+            committed_entries=replication.committed_entries(self),
+            read_states=tuple(self.read_states),
+            commit_offset=self.commit,
+        )
+        self.reported_soft_state = soft
+        self.outbox, self.persisted_outbox, self.read_states = [], [], []
+        self.ready_pending = True
+        return result
+
+    def advance(self, ready: Ready) -> None:
+        assert self.ready_pending, "advance() without ready()"
+        self.ready_pending = False
+        if ready.hard_state is not None:
+            self.persisted_hard_state = ready.hard_state
+        self.log.stable_to(snapshot=ready.snapshot, entries=ready.entries)
+        if ready.committed_entries:
+            applied = ready.committed_entries[-1].last_offset
+            assert applied <= self.commit, (applied, self.commit)
+            self.applied = max(self.applied, applied)
+        replication.on_durable(self)
+        assert self.applied <= self.commit <= self.log.last_offset(), (
+            self.applied,
+            self.commit,
+            self.log.last_offset(),
+        )

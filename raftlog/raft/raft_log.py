@@ -1,0 +1,181 @@
+"""The node's view of its log: durable storage plus an unstable suffix (etcd's raftLog).
+
+Theory of operation. `storage` holds what earlier Readys persisted; the core only reads it.
+New entries (a leader's proposals, a follower's appends) first go into `unstable`, which
+covers offsets `[unstable_offset, last_offset]`; the next Ready hands them to the driver and
+`stable_to` moves them into storage once it has written them. Entries of storage at or above
+`unstable_offset` are being replaced by the unstable ones and are hidden from every read: that
+is how a follower truncates a conflicting suffix (Raft §5.3) before the driver has done it.
+A snapshot received from a leader (Raft §7) waits in `pending_snapshot` the same way.
+
+Offsets are ranges: an entry covers `[offset, last_offset]`, and `term_at(o)` is the term of
+the entry containing `o`. Terms never decrease along the log, so the first offset of a term
+is found by binary search over `term_at` (Kafka's leader-epoch lookup, without a cache).
+
+Worked example: storage holds [0..2]@1 [3..3]@1 [4..6]@2, a new leader of term 3 sends
+prev=3@1 with [4..5]@3. term_at(4) is 2 != 3, so the conflict starts at 4: unstable becomes
+[4..5]@3, unstable_offset 4, and the storage entry [4..6]@2 is hidden until the driver
+appends (dropping every stored entry at offset >= 4).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from raftlog.raft.ports import LogStorage
+from raftlog.raft.types import NO_OFFSET, Entry, Snapshot
+from raftlog.types import Offset, Term
+
+__all__ = ["RaftLog"]
+
+
+class RaftLog:
+    __slots__ = ("pending_snapshot", "storage", "unstable", "unstable_offset")
+
+    def __init__(self, storage: LogStorage) -> None:
+        self.storage = storage
+        self.unstable: list[Entry] = []
+        self.unstable_offset = Offset(storage.last_offset() + 1)
+        self.pending_snapshot: Snapshot | None = None
+        assert self.unstable_offset >= storage.first_offset(), (
+            "storage.last_offset() is below storage.first_offset() - 1"
+        )
+
+    # --- reads ---
+
+    def first_offset(self) -> Offset:
+        if self.pending_snapshot is not None:
+            return Offset(self.pending_snapshot.meta.offset + 1)
+        return self.storage.first_offset()
+
+    def last_offset(self) -> Offset:
+        if self.unstable:
+            return self.unstable[-1].last_offset
+        return Offset(self.unstable_offset - 1)
+
+    def durable_last_offset(self) -> Offset:
+        """Last offset that storage holds and no unstable entry replaces."""
+        return Offset(self.unstable_offset - 1)
+
+    def last_term(self) -> Term:
+        term = self.term_at(self.last_offset())
+        assert term is not None, "the last offset always has a term"
+        return term
+
+    def snapshot(self) -> Snapshot | None:
+        if self.pending_snapshot is not None:
+            return self.pending_snapshot
+        return self.storage.snapshot()
+
+    def _unstable_index(self, offset: Offset) -> int | None:
+        """Index in `unstable` of the entry containing `offset`, if any."""
+        index = bisect.bisect_right(self.unstable, offset, key=lambda e: e.offset) - 1
+        if index < 0 or self.unstable[index].last_offset < offset:
+            return None
+        return index
+
+    def term_at(self, offset: Offset) -> Term | None:
+        """Term of the entry containing `offset` (0 at -1); None if compacted or beyond."""
+        if offset >= self.unstable_offset:
+            index = self._unstable_index(offset)
+            return None if index is None else self.unstable[index].term
+        if self.pending_snapshot is not None:
+            meta = self.pending_snapshot.meta
+            return meta.term if offset == meta.offset else None
+        if offset == NO_OFFSET:
+            return Term(0)
+        return self.storage.term_at(offset)
+
+    def matches(self, offset: Offset, term: Term) -> bool:
+        return self.term_at(offset) == term
+
+    def entries(self, start: Offset, *, bytes_max: int) -> list[Entry]:
+        """Entries from the one based at `start`, up to `bytes_max` but at least one."""
+        assert self.first_offset() <= start <= self.last_offset(), (start, self.last_offset())
+        result: list[Entry] = []
+        size_bytes = 0
+        if start < self.unstable_offset:
+            for entry in self.storage.entries(start, bytes_max=bytes_max):
+                if entry.offset >= self.unstable_offset:
+                    break
+                result.append(entry)
+                size_bytes += entry.size_bytes
+            assert result and result[0].offset == start, f"storage has no entry based at {start}"
+            stopped_early = result[-1].last_offset + 1 < self.unstable_offset
+            if size_bytes >= bytes_max or stopped_early or not self.unstable:
+                return result
+            start = Offset(result[-1].last_offset + 1)
+        index = self._unstable_index(start)
+        assert index is not None and self.unstable[index].offset == start, start
+        for entry in self.unstable[index:]:
+            if result and size_bytes + entry.size_bytes > bytes_max:
+                break
+            result.append(entry)
+            size_bytes += entry.size_bytes
+        assert result, "entries() returns at least one entry"
+        return result
+
+    def first_offset_of_term_at_least(self, term: Term) -> Offset:
+        """Smallest offset in [first - 1, last] whose term is >= `term` (an entry's base, or
+        first - 1 when the snapshot already has such a term); last + 1 when none has."""
+        low, high = Offset(self.first_offset() - 1), Offset(self.last_offset() + 1)
+        while low < high:
+            middle = Offset((low + high) // 2)
+            middle_term = self.term_at(middle)
+            assert middle_term is not None, middle
+            if middle_term >= term:
+                high = middle
+            else:
+                low = Offset(middle + 1)
+        assert low <= self.last_offset() + 1
+        return low
+
+    # --- writes ---
+
+    def find_conflict(self, entries: Sequence[Entry]) -> int | None:
+        """Index of the first entry that this log does not hold (Raft §5.3): two entries
+        with the same base offset and term are the same batch, by log matching."""
+        for index, entry in enumerate(entries):
+            if self.term_at(entry.offset) != entry.term:
+                return index
+        return None
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        """Append `entries`, replacing whatever this log holds from entries[0].offset on."""
+        assert entries, "append needs entries"
+        first = entries[0].offset
+        assert first <= self.last_offset() + 1, (first, self.last_offset())
+        assert first >= self.first_offset(), (first, self.first_offset())
+        if first < self.unstable_offset:
+            self.unstable = list(entries)
+            self.unstable_offset = first
+        else:
+            index = bisect.bisect_left(self.unstable, first, key=lambda e: e.offset)
+            del self.unstable[index:]
+            self.unstable.extend(entries)
+        assert self.last_offset() == entries[-1].last_offset
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the whole log with `snapshot` (Raft §7 InstallSnapshot)."""
+        self.pending_snapshot = snapshot
+        self.unstable = []
+        self.unstable_offset = Offset(snapshot.meta.offset + 1)
+        assert self.last_offset() == snapshot.meta.offset
+
+    def stable_to(self, *, snapshot: Snapshot | None, entries: Sequence[Entry]) -> None:
+        """The driver persisted a Ready's `snapshot` and `entries`: move them to storage."""
+        if snapshot is not None and self.pending_snapshot is snapshot:
+            self.pending_snapshot = None
+        if not entries:
+            return
+        last = entries[-1]
+        index = self._unstable_index(last.offset)
+        if index is None or self.unstable[index] != last:
+            return  # replaced since that Ready: the newer entries go out in the next one
+        del self.unstable[: index + 1]
+        self.unstable_offset = Offset(last.last_offset + 1)
+        assert self.storage.last_offset() >= self.durable_last_offset(), (
+            f"storage ends at {self.storage.last_offset()} after persisting up to "
+            f"{self.durable_last_offset()}"
+        )
