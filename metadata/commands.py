@@ -1,0 +1,496 @@
+"""The metadata log's vocabulary: the commands the controller proposes and every node applies.
+
+Theory of operation. The metadata quorum is Raft group 0; each of its DATA entries carries one
+command, encoded here. Every node applies the same committed commands in the same order, so the
+encoding is deterministic (equal commands give equal bytes) and decoding is strict: a command
+may come from an older or a buggy node, and a node that guessed at its meaning would diverge.
+
+Encoding (format version 1): one version byte, then UTF-8 JSON with sorted keys and no
+whitespace: `{"type": "<class name>", "<field>": <value>, ...}`. Each command type lists its
+fields and their kinds in `_FIELD_KINDS` (a table, not code): `int` is a JSON integer in
+[0, 2**63) and never a boolean, `str` a string, `ints` a list of them, `int_lists` a list of
+lists, `str_map` an object of strings. Decode demands exactly the listed fields; anything else
+raises `MetadataDecodeError` naming the field and value, and `MetadataState.apply` turns that
+into an `INVALID_REQUEST` result instead of guessing.
+
+Time is an input: commands that need it carry `now_ms`, read by the proposing controller from
+its clock, so every node applies the same instant.
+
+This module also holds the checks that depend on a command alone and not on the state (Kafka's
+topic-name rule, topic config keys and values, addresses) and the protocol limits every node
+enforces identically. The controller's own, tighter limits live in `MetadataConfig`: those
+gate what it proposes, while these decide what every node applies, so they must never differ
+between nodes (changing one means a new format version).
+
+    RaftlogError (raftlog.errors)
+    └── MetadataError
+        ├── MetadataDecodeError     bytes that are not a command or snapshot (names the field)
+        └── AssignmentError         replicas cannot be placed (e.g. too few live nodes)
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeAlias
+
+from raftlog.errors import RaftlogError
+from raftlog.types import GroupId, NodeId, PartitionId
+
+__all__ = [
+    "COMMAND_BYTES_MAX",
+    "COMMAND_FORMAT_VERSION",
+    "PARTITIONS_PER_TOPIC_MAX",
+    "PRODUCER_ID_BLOCK_MAX",
+    "REPLICATION_FACTOR_MAX",
+    "TOPIC_CONFIG_KEYS",
+    "TOPIC_NAME_CHARS_MAX",
+    "AllocateProducerIds",
+    "ApplyResult",
+    "AssignmentError",
+    "Command",
+    "CreatePartitions",
+    "CreateTopic",
+    "DeleteTopic",
+    "ErrorCode",
+    "FenceNode",
+    "MetadataDecodeError",
+    "MetadataError",
+    "NodeHeartbeat",
+    "ReassignPartition",
+    "RegisterNode",
+    "ReportLeader",
+    "check_address",
+    "check_topic_config",
+    "check_topic_name",
+    "decode_command",
+    "encode_command",
+]
+
+COMMAND_FORMAT_VERSION = 1
+# Protocol limits: every node enforces them when applying, so they are constants, not config.
+COMMAND_BYTES_MAX = 1024 * 1024  # one metadata entry fits in the default batch_bytes_max
+TOPIC_NAME_CHARS_MAX = 249  # Kafka's limit: leaves room for ".partition" in file names
+PARTITIONS_PER_TOPIC_MAX = 10_000
+REPLICATION_FACTOR_MAX = 15
+PRODUCER_ID_BLOCK_MAX = 1 << 20
+ADDRESS_CHARS_MAX = 255
+TOPIC_ID_CHARS_MAX = 64
+GROUP_ID_LIMIT = 1 << 31  # group ids travel as 32-bit values between nodes
+INT_LIMIT = 1 << 63  # every integer field is a non-negative signed 64-bit value
+
+
+class MetadataError(RaftlogError):
+    """A failure of the metadata layer (raftlog.metadata)."""
+
+
+class MetadataDecodeError(MetadataError, ValueError):
+    """Bytes that are not a valid metadata command or snapshot; the message names what."""
+
+
+class AssignmentError(MetadataError, ValueError):
+    """Replicas cannot be placed as asked (for example more replicas than live nodes)."""
+
+
+class ErrorCode(enum.Enum):
+    """Why a command was rejected. Names follow the raftlog.v1 API's ErrorCode where it has
+    one; the rpc layer maps the others (INVALID_TOPIC_NAME, ...) onto INVALID_REQUEST."""
+
+    NONE = "NONE"
+    INVALID_REQUEST = "INVALID_REQUEST"  # malformed bytes, bad address, out-of-range value
+    TOPIC_ALREADY_EXISTS = "TOPIC_ALREADY_EXISTS"
+    UNKNOWN_TOPIC = "UNKNOWN_TOPIC"
+    UNKNOWN_PARTITION = "UNKNOWN_PARTITION"  # no such index, or a report from an older group
+    INVALID_TOPIC_NAME = "INVALID_TOPIC_NAME"
+    INVALID_PARTITIONS = "INVALID_PARTITIONS"
+    INVALID_REPLICATION_FACTOR = "INVALID_REPLICATION_FACTOR"
+    INVALID_REPLICA_ASSIGNMENT = "INVALID_REPLICA_ASSIGNMENT"
+    INVALID_CONFIG = "INVALID_CONFIG"
+    INVALID_GROUP_ID = "INVALID_GROUP_ID"  # group ids already handed out: the plan is stale
+    UNKNOWN_NODE = "UNKNOWN_NODE"
+    STALE_INCARNATION = "STALE_INCARNATION"  # an older process of a node that restarted
+    LEASE_NOT_EXPIRED = "LEASE_NOT_EXPIRED"  # a heartbeat was applied after the fence was planned
+    STALE_LEADER_EPOCH = "STALE_LEADER_EPOCH"
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """The outcome of one command. `producer_id_first` is set by AllocateProducerIds only."""
+
+    code: ErrorCode
+    message: str = ""
+    producer_id_first: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code is ErrorCode.NONE
+
+
+OK = ApplyResult(ErrorCode.NONE)
+
+
+def reject(code: ErrorCode, message: str) -> ApplyResult:
+    assert code is not ErrorCode.NONE and message, (code, message)
+    return ApplyResult(code, message)
+
+
+# ---- commands ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterNode:
+    """A node (re)starting: its addresses and incarnation (higher on every restart)."""
+
+    node_id: NodeId
+    client_address: str  # host:port of the client API
+    raft_address: str  # host:port of the node-to-node transport
+    incarnation: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHeartbeat:
+    """Renews a node's lease; also unfences a node that was fenced and came back."""
+
+    node_id: NodeId
+    incarnation: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class FenceNode:
+    """The node's lease expired. `lease_ms` travels with it so apply re-checks the expiry
+    against the latest heartbeat: one applied after the controller decided wins."""
+
+    node_id: NodeId
+    now_ms: int
+    lease_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    """A new topic with its replica assignment (first replica = preferred leader) and one
+    fresh Raft group id per partition."""
+
+    name: str
+    topic_id: str
+    partition_count: int
+    replication_factor: int
+    config: Mapping[str, str] = field(hash=False)
+    assignments: tuple[tuple[NodeId, ...], ...]
+    group_ids: tuple[GroupId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreatePartitions:
+    """Appends partitions to a topic: one replica list and one fresh group id each."""
+
+    name: str
+    assignments: tuple[tuple[NodeId, ...], ...]
+    group_ids: tuple[GroupId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReassignPartition:
+    """New replicas (the target; the runtime reaches it by membership changes of the group)."""
+
+    topic: str
+    partition: PartitionId
+    replicas: tuple[NodeId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportLeader:
+    """A partition leader announcing itself. `group_id` tells a late report from a deleted
+    topic's group apart from the same-named topic that replaced it."""
+
+    topic: str
+    partition: PartitionId
+    group_id: GroupId
+    leader_id: NodeId
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class AllocateProducerIds:
+    """Hands out the next `count` producer ids (Kafka KRaft's AllocateProducerIds)."""
+
+    count: int
+
+
+Command: TypeAlias = (
+    RegisterNode
+    | NodeHeartbeat
+    | FenceNode
+    | CreateTopic
+    | DeleteTopic
+    | CreatePartitions
+    | ReassignPartition
+    | ReportLeader
+    | AllocateProducerIds
+)
+
+# The wire schema, as data: command type -> field -> kind.
+_FIELD_KINDS: dict[type[Any], dict[str, str]] = {
+    RegisterNode: {
+        "node_id": "int",
+        "client_address": "str",
+        "raft_address": "str",
+        "incarnation": "int",
+        "now_ms": "int",
+    },
+    NodeHeartbeat: {"node_id": "int", "incarnation": "int", "now_ms": "int"},
+    FenceNode: {"node_id": "int", "now_ms": "int", "lease_ms": "int"},
+    CreateTopic: {
+        "name": "str",
+        "topic_id": "str",
+        "partition_count": "int",
+        "replication_factor": "int",
+        "config": "str_map",
+        "assignments": "int_lists",
+        "group_ids": "ints",
+    },
+    DeleteTopic: {"name": "str"},
+    CreatePartitions: {"name": "str", "assignments": "int_lists", "group_ids": "ints"},
+    ReassignPartition: {"topic": "str", "partition": "int", "replicas": "ints"},
+    ReportLeader: {
+        "topic": "str",
+        "partition": "int",
+        "group_id": "int",
+        "leader_id": "int",
+        "epoch": "int",
+    },
+    AllocateProducerIds: {"count": "int"},
+}
+_TYPES_BY_NAME: dict[str, type[Any]] = {t.__name__: t for t in _FIELD_KINDS}
+assert all(tuple(f.name for f in fields(t)) == tuple(k) for t, k in _FIELD_KINDS.items())
+
+
+def encode_command(command: Command) -> bytes:
+    """The canonical bytes of `command` (equal commands give equal bytes)."""
+    kinds = _FIELD_KINDS[type(command)]
+    body: dict[str, Any] = {"type": type(command).__name__}
+    for name, kind in kinds.items():
+        value = getattr(command, name)
+        if kind == "int_lists":
+            value = [list(replicas) for replicas in value]
+        elif kind == "ints":
+            value = list(value)
+        elif kind == "str_map":
+            value = dict(value)
+        body[name] = value
+    data = bytes([COMMAND_FORMAT_VERSION]) + canonical_json(body)
+    assert data[0] == COMMAND_FORMAT_VERSION and len(data) > 1
+    return data
+
+
+def canonical_json(value: object) -> bytes:
+    """Deterministic JSON: sorted keys, no whitespace, ASCII only."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def decode_command(data: bytes) -> Command:
+    """Parses bytes made by `encode_command`; raises MetadataDecodeError on anything else."""
+    if len(data) > COMMAND_BYTES_MAX:
+        raise MetadataDecodeError(f"command of {len(data)} bytes exceeds {COMMAND_BYTES_MAX}")
+    if not data or data[0] != COMMAND_FORMAT_VERSION:
+        version = data[0] if data else None
+        raise MetadataDecodeError(f"unknown command format version {version}")
+    body = parse_json_object(data[1:], what="command")
+    type_name = body.pop("type", None)
+    command_type = _TYPES_BY_NAME.get(type_name) if isinstance(type_name, str) else None
+    if command_type is None:
+        raise MetadataDecodeError(f"unknown command type {type_name!r}")
+    kinds = _FIELD_KINDS[command_type]
+    if set(body) != set(kinds):
+        raise MetadataDecodeError(f"{type_name} needs fields {sorted(kinds)}, got {sorted(body)}")
+    values = {
+        name: _decode_field(f"{type_name}.{name}", kind, body[name]) for name, kind in kinds.items()
+    }
+    command: Command = command_type(**values)
+    return command
+
+
+def parse_json_object(data: bytes, *, what: str) -> dict[str, Any]:
+    """Strict JSON: UTF-8, no NaN/Infinity, a top-level object."""
+
+    def no_constants(token: str) -> None:
+        raise MetadataDecodeError(f"{what}: {token} is not a number")
+
+    try:
+        body = json.loads(data.decode("utf-8"), parse_constant=no_constants)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+        raise MetadataDecodeError(f"{what}: not UTF-8 JSON ({error})") from None
+    if not isinstance(body, dict):
+        raise MetadataDecodeError(f"{what}: expected a JSON object, got {type(body).__name__}")
+    return body
+
+
+def decode_int(where: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < INT_LIMIT:
+        raise MetadataDecodeError(f"{where}: expected an integer in [0, 2**63), got {value!r}")
+    return value
+
+
+def decode_str(where: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise MetadataDecodeError(f"{where}: expected a string, got {value!r}")
+    return value
+
+
+def decode_list(where: str, value: object) -> list[object]:
+    if not isinstance(value, list):
+        raise MetadataDecodeError(f"{where}: expected a list, got {value!r}")
+    return value
+
+
+def _decode_ints(where: str, value: object) -> tuple[int, ...]:
+    return tuple(
+        decode_int(f"{where}[{i}]", item) for i, item in enumerate(decode_list(where, value))
+    )
+
+
+def _decode_str_map(where: str, value: object) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise MetadataDecodeError(f"{where}: expected an object, got {value!r}")
+    return {
+        decode_str(f"{where} key", k): decode_str(f"{where}[{k!r}]", v) for k, v in value.items()
+    }
+
+
+def _decode_field(where: str, kind: str, value: object) -> object:
+    decoders: dict[str, Callable[[str, object], object]] = {
+        "int": decode_int,
+        "str": decode_str,
+        "ints": _decode_ints,
+        "int_lists": lambda w, v: tuple(
+            _decode_ints(f"{w}[{i}]", item) for i, item in enumerate(decode_list(w, v))
+        ),
+        "str_map": _decode_str_map,
+    }
+    return decoders[kind](where, value)
+
+
+# ---- checks that depend on a command alone -------------------------------------------------
+
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+_TOPIC_ID = re.compile(r"[a-zA-Z0-9_-]+")
+_CANONICAL_INT = re.compile(r"-?(0|[1-9][0-9]*)")
+_INT32_MAX = (1 << 31) - 1
+
+
+def check_topic_name(name: str) -> ApplyResult | None:
+    """Kafka's rule: 1-249 characters of [a-zA-Z0-9._-], and not "." or ".."."""
+    if not 1 <= len(name) <= TOPIC_NAME_CHARS_MAX:
+        return reject(
+            ErrorCode.INVALID_TOPIC_NAME,
+            f"topic name must be 1-{TOPIC_NAME_CHARS_MAX} characters, got {len(name)}",
+        )
+    if name in (".", "..") or not _TOPIC_NAME.fullmatch(name):
+        return reject(
+            ErrorCode.INVALID_TOPIC_NAME,
+            f"topic name {name!r} must use only [a-zA-Z0-9._-] and not be '.' or '..'",
+        )
+    return None
+
+
+def check_topic_id(topic_id: str) -> ApplyResult | None:
+    if not 1 <= len(topic_id) <= TOPIC_ID_CHARS_MAX or not _TOPIC_ID.fullmatch(topic_id):
+        return reject(
+            ErrorCode.INVALID_REQUEST,
+            f"topic id {topic_id!r} must be 1-{TOPIC_ID_CHARS_MAX} characters of [a-zA-Z0-9_-]",
+        )
+    return None
+
+
+def topic_name_collision_key(name: str) -> str:
+    """Kafka refuses topics that differ only in '.' versus '_' (their metric names collide)."""
+    return name.replace(".", "_")
+
+
+def _int_in(low: int, high: int) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        if not _CANONICAL_INT.fullmatch(value) or value == "-0":
+            return "must be a decimal integer without sign '+', spaces or leading zeros"
+        if not low <= int(value) <= high:
+            return f"must be in [{low}, {high}]"
+        return None
+
+    return check
+
+
+def _one_of(*allowed: str) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return None if value in allowed else f"must be one of {list(allowed)}"
+
+    return check
+
+
+# Topic config keys and their value checks (Kafka's names). -1 means "unlimited" for
+# retention. min.insync.replicas is refused on purpose: a Raft group commits on a majority,
+# so acks=all already means "a majority"; a second, different quorum knob would mislead.
+# cleanup.policy accepts "delete" only (no compaction).
+TOPIC_CONFIG_KEYS: dict[str, Callable[[str], str | None]] = {
+    "retention.bytes": _int_in(-1, INT_LIMIT - 1),
+    "retention.ms": _int_in(-1, INT_LIMIT - 1),
+    "segment.bytes": _int_in(1024, _INT32_MAX),
+    "segment.ms": _int_in(1, INT_LIMIT - 1),
+    "max.message.bytes": _int_in(1, _INT32_MAX),
+    "cleanup.policy": _one_of("delete"),
+}
+_REFUSED_CONFIG_KEYS = {
+    "min.insync.replicas": "not supported: a Raft group commits on a majority of its replicas",
+}
+
+
+def check_topic_config(config: Mapping[str, str]) -> ApplyResult | None:
+    """Known keys with typed values; a batch must fit in a segment when both are set."""
+    for key in sorted(config):
+        value = config[key]
+        if key in _REFUSED_CONFIG_KEYS:
+            return reject(
+                ErrorCode.INVALID_CONFIG, f"config {key}={value!r}: {_REFUSED_CONFIG_KEYS[key]}"
+            )
+        check = TOPIC_CONFIG_KEYS.get(key)
+        if check is None:
+            return reject(
+                ErrorCode.INVALID_CONFIG,
+                f"unknown config key {key!r} (known: {sorted(TOPIC_CONFIG_KEYS)})",
+            )
+        problem = check(value)
+        if problem is not None:
+            return reject(ErrorCode.INVALID_CONFIG, f"config {key}={value!r}: {problem}")
+    if "segment.bytes" in config and "max.message.bytes" in config:
+        segment_bytes, message_bytes = (
+            int(config["segment.bytes"]),
+            int(config["max.message.bytes"]),
+        )
+        if message_bytes > segment_bytes:
+            return reject(
+                ErrorCode.INVALID_CONFIG,
+                f"config max.message.bytes={message_bytes} exceeds segment.bytes={segment_bytes}",
+            )
+    return None
+
+
+def check_address(what: str, address: str) -> ApplyResult | None:
+    """host:port with a port in 1-65535 (IPv6 hosts in brackets)."""
+    host, colon, port = address.rpartition(":")
+    problem = None
+    if len(address) > ADDRESS_CHARS_MAX:
+        problem = f"longer than {ADDRESS_CHARS_MAX} characters"
+    elif not colon or not host or any(c.isspace() for c in address):
+        problem = "expected host:port"
+    elif not port.isascii() or not port.isdigit() or not 1 <= int(port) <= 65535:
+        problem = "port must be 1-65535"
+    if problem is None:
+        return None
+    return reject(ErrorCode.INVALID_REQUEST, f"{what} {address!r}: {problem}")
