@@ -1,0 +1,600 @@
+"""Node-to-node Raft transport: length-prefixed frames over asyncio TCP (optionally TLS).
+
+Theory of operation. Chosen by measurement over a grpc.aio stream (benchmarks/suites/
+transport.py, docs/transport.md): frames are written with `Transport.write` under the
+socket's pause/resume flow control and read by a `BufferedProtocol` straight into a reusable
+buffer (a frame too large for it gets a buffer of its own that the kernel fills directly).
+
+Connections. Each node dials one outbound connection per peer and sends all its Raft traffic,
+for every group, over it; a peer's messages arrive over the connection *it* dialed. Both ends
+send a HELLO (cluster id, node id) first and check the other's: a node never accepts Raft
+traffic from another cluster, from a node it does not know, or from a dialed address that
+turned out to be someone else. Every message's sender and receiver must match the HELLO.
+
+Sending never blocks. `send()` appends to the peer's pending list; one callback per event-loop
+iteration seals everything pending for that peer into one frame (split at `frame_bytes_max`
+and `frame_messages_max`). Frames wait in a per-peer queue bounded in bytes
+(`peer_queue_bytes_max`, counting pending, queued and fault-delayed bytes) until the socket's
+write buffer is below `write_buffer_bytes_max`. A message that does not fit is dropped and
+counted: Raft tolerates loss and resends. While a peer is down (between a failed attempt and
+the next one, with exponential backoff and jitter) messages to it are dropped at once, and
+frames queued when a connection breaks are discarded, so a peer never receives a flood of
+stale traffic when it comes back.
+
+Receiving calls `on_messages(sender, items)` synchronously, once per frame, with every
+(group, message) pair of that frame. An exception it raises closes that connection and goes
+to the event loop's exception handler (the node's runtime stops on assertion failures).
+Malformed frames and refused HELLOs close the connection and are counted.
+
+Faults. With a `FaultInjector` (only when the node runs with the chaos flag) every outgoing
+frame gets a fate (drop, duplicate, delay, hold back to reorder) and every incoming frame may
+be blocked; without one the path is a single `is None` test per frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import random
+import ssl
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+
+from raftlog.rpc.codec import (
+    FRAME_HEADER,
+    FrameKind,
+    Hello,
+    Item,
+    decode_frame_header,
+    decode_hello,
+    decode_messages,
+    encode_hello,
+    encode_messages,
+    item_size_bytes,
+)
+from raftlog.rpc.faults import FaultInjector, FrameFate
+
+from raftlog.config import TransportConfig
+from raftlog.errors import FrameError, HandshakeError, TransportError
+from raftlog.raft.types import Message
+from raftlog.types import GroupId, NodeId
+
+__all__ = ["OnMessages", "PeerTransport", "TransportCounters"]
+
+log = logging.getLogger(__name__)
+
+OnMessages = Callable[[NodeId, list[Item]], None]
+Address = tuple[str, int]
+# Bytes of a MESSAGES frame around its items: the frame header and the item count.
+FRAME_OVERHEAD_BYTES = FRAME_HEADER.size + 4
+
+
+@dataclass(slots=True)
+class TransportCounters:
+    """Totals since start; `PeerTransport.counters()` hands out copies."""
+
+    frames_sent: int = 0
+    bytes_sent: int = 0
+    messages_sent: int = 0
+    frames_received: int = 0
+    bytes_received: int = 0
+    messages_received: int = 0
+    messages_dropped_queue_full: int = 0
+    messages_dropped_peer_down: int = 0
+    messages_dropped_unknown_peer: int = 0
+    frames_dropped_disconnected: int = 0
+    frames_dropped_fault: int = 0
+    frames_blocked_incoming: int = 0
+    connects: int = 0
+    connect_failures: int = 0
+    handshakes_refused: int = 0
+    frame_errors: int = 0
+
+
+class _Phase(enum.Enum):
+    CONNECTING = "connecting"  # queue: the first attempt or a retry is under way
+    CONNECTED = "connected"
+    DOWN = "down"  # backing off after a failure: drop at once
+
+
+class _Peer:
+    """Outbound state for one peer node."""
+
+    __slots__ = (
+        "address",
+        "connected",
+        "connection",
+        "flush_scheduled",
+        "frames",
+        "held",
+        "node_id",
+        "pending",
+        "pending_bytes",
+        "phase",
+        "queued_bytes",
+        "removed",
+        "space",
+        "task",
+    )
+
+    def __init__(self, node_id: NodeId, address: Address) -> None:
+        self.node_id = node_id
+        self.address = address
+        self.phase = _Phase.CONNECTING
+        self.connection: _Connection | None = None
+        self.pending: list[Item] = []
+        self.pending_bytes = 0
+        self.frames: deque[bytearray] = deque()
+        self.queued_bytes = 0  # pending + frames + frames delayed or held by faults
+        self.flush_scheduled = False
+        self.held: bytearray | None = None  # a frame held back to be reordered
+        self.connected = asyncio.Event()
+        self.space = asyncio.Event()  # set whenever queued_bytes goes down
+        self.task: asyncio.Task[None] | None = None
+        self.removed = False
+
+
+class PeerTransport:
+    """One node's end of the node-to-node transport. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        node_id: NodeId,
+        cluster_id: str,
+        config: TransportConfig,
+        on_messages: OnMessages,
+        ssl_server: ssl.SSLContext | None = None,
+        ssl_client: ssl.SSLContext | None = None,
+        faults: FaultInjector | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.config = config.validate()
+        self._hello = encode_hello(Hello(cluster_id, node_id))
+        self.cluster_id = cluster_id
+        self._on_messages = on_messages
+        self._ssl_server = ssl_server
+        self._ssl_client = ssl_client
+        self._faults = faults
+        self._rng = rng if rng is not None else random.Random()
+        self._peers: dict[NodeId, _Peer] = {}
+        self._inbound: dict[NodeId, _Connection] = {}
+        self._connections: set[_Connection] = set()
+        self._server: asyncio.Server | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
+        self._counters = TransportCounters()
+
+    # --- lifecycle ---
+
+    async def start(self, host: str, port: int) -> Address:
+        """Listen for peers; returns the bound (host, port) (port 0 picks a free one)."""
+        assert self._server is None and not self._closed, "start() is called once"
+        self._loop = asyncio.get_running_loop()
+        self._server = await self._loop.create_server(
+            lambda: _Connection(self, expected=None), host, port, ssl=self._ssl_server
+        )
+        bound = self._server.sockets[0].getsockname()
+        return (bound[0], bound[1])
+
+    async def close(self) -> None:
+        """Stop listening, drop every connection and queue; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        for peer in list(self._peers.values()):
+            self._remove_peer(peer)
+        for connection in list(self._connections):
+            connection.abort()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        tasks = [peer.task for peer in self._peers.values() if peer.task is not None]
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._peers.clear()
+
+    def update_peers(self, peers: Mapping[NodeId, Address]) -> None:
+        """Make the peer set exactly `peers` (this node excluded); changed addresses redial."""
+        assert self._loop is not None and not self._closed, "update_peers() between start and close"
+        assert self.node_id not in peers, f"node {self.node_id} is not its own peer"
+        for node_id, peer in list(self._peers.items()):
+            if peers.get(node_id) != peer.address:
+                self._remove_peer(peer)
+                del self._peers[node_id]
+        for node_id, address in peers.items():
+            if node_id not in self._peers:
+                peer = _Peer(node_id, address)
+                peer.task = self._loop.create_task(self._connect_loop(peer))
+                self._peers[node_id] = peer
+        assert set(self._peers) == set(peers)
+
+    def _remove_peer(self, peer: _Peer) -> None:
+        peer.removed = True
+        if peer.task is not None:
+            peer.task.cancel()
+        if peer.connection is not None:
+            peer.connection.abort()
+        inbound = self._inbound.pop(peer.node_id, None)
+        if inbound is not None:
+            inbound.abort()
+        self._discard_queue(peer)
+
+    # --- sending ---
+
+    def send(self, peer_id: NodeId, group: GroupId, message: Message) -> None:
+        """Queue `message` for `peer_id`; never blocks, drops (and counts) when it cannot queue.
+
+        Raises FrameError for a message that could never fit in a frame: that is a bug in the
+        caller's bounds (NodeConfig.validate keeps appends well below frame_bytes_max)."""
+        peer = self._peers.get(peer_id)
+        if peer is None:
+            self._counters.messages_dropped_unknown_peer += 1
+            return
+        size = item_size_bytes(message)
+        if size + FRAME_OVERHEAD_BYTES > self.config.frame_bytes_max:
+            raise FrameError(
+                f"{type(message).__name__} of {size} bytes for node {peer_id} cannot fit in "
+                f"frame_bytes_max={self.config.frame_bytes_max}"
+            )
+        if peer.phase is _Phase.DOWN:
+            self._counters.messages_dropped_peer_down += 1
+            return
+        if peer.queued_bytes + size > self.config.peer_queue_bytes_max:
+            self._counters.messages_dropped_queue_full += 1
+            return
+        if (
+            peer.pending_bytes + size + FRAME_OVERHEAD_BYTES > self.config.frame_bytes_max
+            or len(peer.pending) >= self.config.frame_messages_max
+        ):
+            self._seal(peer)
+        peer.pending.append((group, message))
+        peer.pending_bytes += size
+        peer.queued_bytes += size
+        if not peer.flush_scheduled:
+            peer.flush_scheduled = True
+            assert self._loop is not None
+            self._loop.call_soon(self._flush, peer)
+
+    def _flush(self, peer: _Peer) -> None:
+        peer.flush_scheduled = False
+        if peer.pending and not peer.removed:
+            self._seal(peer)
+
+    def _seal(self, peer: _Peer) -> None:
+        """Encode everything pending for `peer` into one frame and route it."""
+        assert peer.pending, "sealing an empty frame"
+        frame = encode_messages(peer.pending, size_bytes=peer.pending_bytes)
+        peer.queued_bytes += FRAME_OVERHEAD_BYTES
+        self._counters.messages_sent += len(peer.pending)
+        peer.pending = []
+        peer.pending_bytes = 0
+        if self._faults is None or not self._faults.active:
+            self._enqueue(peer, frame)
+        else:
+            self._route_with_faults(peer, frame, self._faults.outgoing(peer.node_id))
+
+    def _enqueue(self, peer: _Peer, frame: bytearray) -> None:
+        if peer.removed or peer.phase is _Phase.DOWN:
+            self._release(peer, len(frame))
+            self._counters.frames_dropped_disconnected += 1
+            return
+        peer.frames.append(frame)
+        if peer.held is not None:  # a reordered frame goes right after this one
+            peer.frames.append(peer.held)
+            peer.held = None
+        self._pump(peer)
+
+    def _pump(self, peer: _Peer) -> None:
+        """Hand queued frames to the socket while its write buffer has room."""
+        connection = peer.connection
+        if connection is None or peer.phase is not _Phase.CONNECTED:
+            return
+        while peer.frames and connection.writable:
+            frame = peer.frames.popleft()
+            connection.write(frame)
+            self._release(peer, len(frame))
+            self._counters.frames_sent += 1
+            self._counters.bytes_sent += len(frame)
+
+    def _release(self, peer: _Peer, size_bytes: int) -> None:
+        peer.queued_bytes -= size_bytes
+        assert peer.queued_bytes >= 0, (peer.node_id, peer.queued_bytes)
+        peer.space.set()
+
+    def _discard_queue(self, peer: _Peer) -> None:
+        """Forget framed traffic for a peer whose connection broke: it would arrive stale."""
+        self._counters.frames_dropped_disconnected += len(peer.frames)
+        for frame in peer.frames:
+            self._release(peer, len(frame))
+        peer.frames.clear()
+        if peer.held is not None:
+            self._release(peer, len(peer.held))
+            peer.held = None
+
+    # --- faults (only with a FaultInjector) ---
+
+    def _route_with_faults(self, peer: _Peer, frame: bytearray, fate: FrameFate) -> None:
+        if fate.copies == 0:
+            self._release(peer, len(frame))
+            self._counters.frames_dropped_fault += 1
+            return
+        if fate.copies == 2:
+            peer.queued_bytes += len(frame)  # the duplicate is the same immutable bytes
+        assert self._loop is not None
+        for _ in range(fate.copies):
+            if fate.delay_s > 0:
+                self._loop.call_later(fate.delay_s, self._enqueue, peer, frame)
+            elif fate.hold_back_s is not None and peer.held is None:
+                peer.held = frame
+                self._loop.call_later(fate.hold_back_s, self._release_held, peer, frame)
+            else:
+                self._enqueue(peer, frame)
+
+    def _release_held(self, peer: _Peer, frame: bytearray) -> None:
+        # No later frame came within the reorder window: send the held one anyway.
+        if peer.held is frame:
+            peer.held = None
+            self._enqueue(peer, frame)
+
+    # --- connecting ---
+
+    async def _connect_loop(self, peer: _Peer) -> None:
+        failures = 0
+        while not peer.removed:
+            peer.phase = _Phase.CONNECTING
+            try:
+                connection = await self._dial(peer)
+            except (TimeoutError, OSError, TransportError) as error:
+                self._counters.connect_failures += 1
+                failures += 1
+                log.debug("node %s: dialing node %s failed: %s", self.node_id, peer.node_id, error)
+            else:
+                failures = 0
+                await self._run_connection(peer, connection)
+            peer.phase = _Phase.DOWN
+            self._discard_queue(peer)
+            await asyncio.sleep(self._backoff_s(failures))
+
+    async def _dial(self, peer: _Peer) -> _Connection:
+        assert self._loop is not None
+        host, port = peer.address
+        server_hostname = host if self._ssl_client is not None else None
+        connect = self._loop.create_connection(
+            lambda: _Connection(self, expected=peer.node_id),
+            host,
+            port,
+            ssl=self._ssl_client,
+            server_hostname=server_hostname,
+        )
+        config = self.config
+        _, connection = await asyncio.wait_for(connect, config.connect_timeout_ms / 1000)
+        try:
+            await asyncio.wait_for(connection.hello_done, config.hello_timeout_ms / 1000)
+        except BaseException:
+            connection.abort()
+            raise
+        return connection
+
+    async def _run_connection(self, peer: _Peer, connection: _Connection) -> None:
+        self._counters.connects += 1
+        peer.connection = connection
+        peer.phase = _Phase.CONNECTED
+        peer.connected.set()
+        try:
+            self._pump(peer)
+            await connection.closed
+        finally:
+            peer.connection = None
+            peer.connected.clear()
+
+    def _backoff_s(self, failures: int) -> float:
+        low, high = self.config.reconnect_backoff_ms_min, self.config.reconnect_backoff_ms_max
+        ceiling_ms: int = min(high, low << min(failures, 30))
+        # Jitter in [ceiling/2, ceiling] so restarted peers do not redial in lockstep.
+        backoff_s = ceiling_ms * (0.5 + self._rng.random() / 2) / 1000
+        assert 0 < backoff_s <= high / 1000, backoff_s
+        return backoff_s
+
+    # --- receiving (called by _Connection) ---
+
+    def _check_hello(self, connection: _Connection, hello: Hello) -> None:
+        if hello.cluster_id != self.cluster_id:
+            raise HandshakeError(
+                f"node {hello.node_id} is in cluster {hello.cluster_id!r}, "
+                f"this node in {self.cluster_id!r}"
+            )
+        expected = connection.expected
+        if expected is not None and hello.node_id != expected:
+            raise HandshakeError(f"dialed node {expected} but node {hello.node_id} answered")
+        if expected is None and (hello.node_id not in self._peers or hello.node_id == self.node_id):
+            raise HandshakeError(f"node {hello.node_id} is not a known peer of node {self.node_id}")
+
+    def _accept_inbound(self, connection: _Connection, node_id: NodeId) -> None:
+        older = self._inbound.get(node_id)
+        if older is not None and older is not connection:
+            older.abort()  # the peer redialed: its old connection is dead or half-open
+        self._inbound[node_id] = connection
+
+    def _deliver(self, sender: NodeId, body: memoryview, frame_bytes: int) -> None:
+        self._counters.frames_received += 1
+        self._counters.bytes_received += frame_bytes
+        if self._faults is not None and not self._faults.allow_incoming(sender):
+            self._counters.frames_blocked_incoming += 1
+            return
+        items = decode_messages(body, messages_max=self.config.frame_messages_max)
+        for _, message in items:
+            if message.sender != sender or message.receiver != self.node_id:
+                raise FrameError(
+                    f"{type(message).__name__} from node {message.sender} to node "
+                    f"{message.receiver} arrived from node {sender} at node {self.node_id}"
+                )
+        self._counters.messages_received += len(items)
+        self._on_messages(sender, items)
+
+    def _forget(self, connection: _Connection) -> None:
+        self._connections.discard(connection)
+        if connection.peer_id is not None and self._inbound.get(connection.peer_id) is connection:
+            del self._inbound[connection.peer_id]
+
+    # --- observation ---
+
+    def counters(self) -> TransportCounters:
+        values = {f.name: getattr(self._counters, f.name) for f in fields(TransportCounters)}
+        return TransportCounters(**values)
+
+    def is_connected(self, peer_id: NodeId) -> bool:
+        peer = self._peers.get(peer_id)
+        return peer is not None and peer.phase is _Phase.CONNECTED
+
+    async def wait_connected(self, peer_id: NodeId) -> None:
+        """Wait until the outbound connection to `peer_id` has exchanged HELLOs."""
+        await self._peers[peer_id].connected.wait()
+
+    def queued_bytes(self, peer_id: NodeId) -> int:
+        return self._peers[peer_id].queued_bytes
+
+    async def wait_queue_below(self, peer_id: NodeId, size_bytes: int) -> None:
+        """Wait until fewer than `size_bytes` are queued for `peer_id` (for bulk senders that
+        prefer to pace themselves rather than have messages dropped)."""
+        peer = self._peers[peer_id]
+        while peer.queued_bytes >= size_bytes and not peer.removed:
+            peer.space.clear()
+            await peer.space.wait()
+
+
+class _Connection(asyncio.BufferedProtocol):
+    """One TCP (or TLS) connection: HELLO exchange, frame parsing, write flow control."""
+
+    def __init__(self, owner: PeerTransport, *, expected: NodeId | None) -> None:
+        self.owner = owner
+        self.expected = expected  # the peer we dialed; None for an inbound connection
+        self.peer_id: NodeId | None = None  # set once its HELLO checked out
+        self.transport: asyncio.Transport | None = None
+        self.writable = True
+        loop = asyncio.get_running_loop()
+        self.hello_done: asyncio.Future[None] = loop.create_future()
+        self.closed: asyncio.Future[None] = loop.create_future()
+        size = owner.config.receive_buffer_bytes
+        self.buffer = bytearray(size)
+        self.view = memoryview(self.buffer)
+        self.filled = 0
+        self.large: bytearray | None = None  # a frame bigger than the buffer, filled in place
+        self.large_kind = FrameKind.MESSAGES
+        self.large_filled = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.owner._connections.add(self)
+        transport.set_write_buffer_limits(high=self.owner.config.write_buffer_bytes_max)
+        if self.expected is not None:
+            # The dialer speaks first; the listener answers only a HELLO it accepts, so a
+            # refused dialer never believes it is connected.
+            transport.write(self.owner._hello)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner._forget(self)
+        self.writable = False
+        if not self.hello_done.done():
+            self.hello_done.set_exception(TransportError(f"connection lost before HELLO: {exc}"))
+            self.hello_done.exception()  # retrieved here so an unawaited future stays quiet
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        peer = self.owner._peers.get(self.expected) if self.expected is not None else None
+        if peer is not None and peer.connection is self:
+            self.owner._pump(peer)
+
+    def write(self, frame: bytearray) -> None:
+        assert self.transport is not None and self.peer_id is not None
+        self.transport.write(frame)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    # --- reading: frames are parsed out of `buffer`; large ones land in their own buffer ---
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.large is not None:
+            return memoryview(self.large)[self.large_filled :]
+        return self.view[self.filled :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self.large is not None:
+                self.large_filled += nbytes
+                if self.large_filled == len(self.large):
+                    large, self.large = self.large, None
+                    self.on_frame(self.large_kind, memoryview(large))
+                return
+            self.filled += nbytes
+            self.parse()
+        except TransportError as error:
+            self.fail(error)
+
+    def parse(self) -> None:
+        start, header_bytes = 0, FRAME_HEADER.size
+        frame_bytes_max = self.owner.config.frame_bytes_max
+        while self.filled - start >= header_bytes and self.transport is not None:
+            header = self.view[start : start + header_bytes]
+            kind, length = decode_frame_header(header, frame_bytes_max=frame_bytes_max)
+            body_start = start + header_bytes
+            if self.filled - body_start >= length:
+                self.on_frame(kind, self.view[body_start : body_start + length])
+                start = body_start + length
+                continue
+            if header_bytes + length > len(self.buffer):
+                # Too big for the shared buffer: its own buffer, filled by the kernel directly.
+                self.large = bytearray(length)
+                self.large_kind = kind
+                self.large_filled = self.filled - body_start
+                self.large[: self.large_filled] = self.view[body_start : self.filled]
+                start = self.filled
+            break
+        remaining = self.filled - start
+        self.buffer[:remaining] = self.view[start : self.filled]
+        self.filled = remaining
+        assert 0 <= self.filled < len(self.buffer), (self.filled, len(self.buffer))
+
+    def on_frame(self, kind: FrameKind, body: memoryview) -> None:
+        if self.peer_id is None:
+            self.on_hello(kind, body)
+        elif kind is not FrameKind.MESSAGES or self.expected is not None:
+            # Peers send Raft traffic only over connections they dialed.
+            raise FrameError(f"unexpected {kind.name} frame from node {self.peer_id}")
+        else:
+            self.owner._deliver(self.peer_id, body, FRAME_HEADER.size + len(body))
+
+    def on_hello(self, kind: FrameKind, body: memoryview) -> None:
+        if kind is not FrameKind.HELLO:
+            raise HandshakeError(f"{kind.name} frame before HELLO")
+        hello = decode_hello(body)
+        self.owner._check_hello(self, hello)
+        self.peer_id = hello.node_id
+        if self.expected is None:
+            self.owner._accept_inbound(self, hello.node_id)
+            assert self.transport is not None
+            self.transport.write(self.owner._hello)
+        if not self.hello_done.done():
+            self.hello_done.set_result(None)
+
+    def fail(self, error: TransportError) -> None:
+        counters = self.owner._counters
+        if isinstance(error, HandshakeError):
+            counters.handshakes_refused += 1
+        else:
+            counters.frame_errors += 1
+        log.warning("node %s: closing connection: %s", self.owner.node_id, error)
+        if not self.hello_done.done():
+            self.hello_done.set_exception(error)
+            self.hello_done.exception()
+        self.abort()
