@@ -12,7 +12,14 @@ from dataclasses import dataclass, field, fields
 
 from raftlog.errors import ConfigError
 
-__all__ = ["PLANTED_BUGS", "LogConfig", "NodeConfig", "RaftConfig", "TransportConfig"]
+__all__ = [
+    "PLANTED_BUGS",
+    "LogConfig",
+    "MetadataConfig",
+    "NodeConfig",
+    "RaftConfig",
+    "TransportConfig",
+]
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -176,18 +183,61 @@ class TransportConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MetadataConfig:
+    """Bounds of the controller's decisions (raftlog.metadata.controller).
+
+    These gate what the controller proposes; what every node accepts when it applies a
+    metadata command is fixed by the protocol (raftlog.metadata.commands), never by config,
+    since nodes with different configs must still apply identically."""
+
+    # A node whose last heartbeat is this old is fenced; nodes heartbeat several times a lease.
+    node_lease_ms: int = 6000
+    node_heartbeat_interval_ms: int = 1500
+    topics_max: int = 10_000
+    partitions_per_topic_max: int = 1000
+    replication_factor_max: int = 7
+    # Producer ids handed to a node in one AllocateProducerIds.
+    producer_id_block_size: int = 1000
+    # Replica moves and preferred-leader swaps in one rebalance plan.
+    rebalance_moves_max: int = 64
+
+    def validate(self) -> MetadataConfig:
+        _require_positive_ints(self)
+        _require(
+            self.node_heartbeat_interval_ms < self.node_lease_ms,
+            "node_heartbeat_interval_ms",
+            f"must be below node_lease_ms ({self.node_heartbeat_interval_ms} >= "
+            f"{self.node_lease_ms})",
+        )
+        # The protocol caps of raftlog.metadata.commands (10,000 partitions, 15 replicas).
+        _require(
+            self.partitions_per_topic_max <= 10_000,
+            "partitions_per_topic_max",
+            f"must not exceed the protocol's 10000, got {self.partitions_per_topic_max}",
+        )
+        _require(
+            self.replication_factor_max <= 15,
+            "replication_factor_max",
+            f"must not exceed the protocol's 15, got {self.replication_factor_max}",
+        )
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
     """Everything a node runs with; sections are validated together."""
 
     raft: RaftConfig = field(default_factory=RaftConfig)
     log: LogConfig = field(default_factory=LogConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
+    metadata: MetadataConfig = field(default_factory=MetadataConfig)
     tick_interval_ms: int = 50
 
     def validate(self) -> NodeConfig:
         self.raft.validate()
         self.log.validate()
         self.transport.validate()
+        self.metadata.validate()
         # An append holds up to append_bytes_max of entries plus always at least one batch,
         # so twice that bounds it; it must fit in one frame.
         _require(
