@@ -311,6 +311,8 @@ def rejection(
         (RECORD_0[:9], 1, "does not fit the 8 bytes left", 0),
         # The second record is cut inside its value.
         (RECORD_0 + RECORD_1[:100], 2, "does not fit the 98 bytes left", 13),
+        # The last record has length 0 and its fields run off the end of the records.
+        (RECORD_0 + b"\x00", 2, "record 1 runs past the end of the records", 13),
         # A length varint that never ends.
         (b"\xff" * 12, 1, "longer than 5 bytes", 0),
         # A 5-byte length whose last byte carries bits past 32.
