@@ -1,0 +1,355 @@
+"""The client's view of the cluster: bootstrap list, metadata cache, leader routing, channels.
+
+Theory of operation. A client starts from a bootstrap list of `host:port` addresses. Before
+it can route a produce or a fetch it asks any reachable node for Metadata (topics, partition
+leaders, node addresses) and caches the answer. Requests for a partition go to its leader's
+address. When a server answers NOT_LEADER it usually names the new leader (`leader_id`,
+`leader_address`): `apply_leader_hint` records it so the retry goes straight there; without
+a hint the topic is marked stale and the next lookup refreshes metadata. Metadata older than
+`metadata_max_age_ms` is refreshed too.
+
+This module is the only one in the client that touches gRPC: channels live in a bounded pool
+(least recently used closed first) and every transport failure becomes a `ClientError` that
+names the address and the operation. All methods are thread-safe: the producer's sender
+thread and the caller's threads share one `Cluster`; the lock guards the cache and the pool,
+never a network call.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple
+
+import grpc
+
+from raftlog.client.config import ConnectionConfig
+from raftlog.client.errors import (
+    ClientClosedError,
+    ClientError,
+    ConnectionFailedError,
+    RequestTimedOutError,
+    ServerError,
+    UnknownTopicOrPartitionError,
+    server_error,
+)
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+
+__all__ = [
+    "Cluster",
+    "ClusterMetadata",
+    "PartitionMetadata",
+    "TopicPartition",
+    "parse_bootstrap",
+    "translate_rpc_error",
+]
+
+Clock = Callable[[], float]
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic; equal to the plain tuple `(topic, partition)`."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    partition: int
+    leader_id: int | None
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    high_watermark: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    """One Metadata answer: node addresses and, per topic, its partitions in id order."""
+
+    cluster_id: str
+    controller_id: int | None
+    nodes: dict[int, str]
+    topics: dict[str, tuple[PartitionMetadata, ...]]
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> tuple[str, ...]:
+    """`"h1:p1,h2:p2"` or a list of addresses, checked and deduplicated in order."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    addresses: list[str] = []
+    for item in (entry.strip() for entry in items):
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ClientError(f"bootstrap address {item!r} is not host:port (in {bootstrap!r})")
+        if item not in addresses:
+            addresses.append(item)
+    if not addresses:
+        raise ClientError(f"bootstrap list {bootstrap!r} names no address")
+    return tuple(addresses)
+
+
+def partition_metadata(info: pb.PartitionInfo) -> PartitionMetadata:
+    return PartitionMetadata(
+        partition=info.partition,
+        leader_id=info.leader_id if info.leader_id >= 0 else None,
+        leader_epoch=info.leader_epoch,
+        replicas=tuple(info.replicas),
+        high_watermark=info.high_watermark,
+        log_start_offset=info.log_start_offset,
+    )
+
+
+def cluster_metadata(response: pb.MetadataResponse) -> ClusterMetadata:
+    topics = {
+        topic.name: tuple(
+            partition_metadata(p) for p in sorted(topic.partitions, key=lambda p: p.partition)
+        )
+        for topic in response.topics
+    }
+    return ClusterMetadata(
+        cluster_id=response.cluster_id,
+        controller_id=response.controller_id if response.controller_id >= 0 else None,
+        nodes={node.node_id: node.address for node in response.nodes},
+        topics=topics,
+    )
+
+
+def translate_rpc_error(
+    error: grpc.RpcError, *, address: str, operation: str, timeout_ms: int
+) -> ClientError:
+    """A gRPC failure as a client error naming `address` and `operation`."""
+    code = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else str(error)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return RequestTimedOutError(operation, address=address, timeout_ms=timeout_ms)
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, None):
+        return ConnectionFailedError(address, details or "unavailable", operation=operation)
+    name = code.name if code is not None else "UNKNOWN"
+    return ServerError(name, details or "", concerning=f"{operation} to {address}")
+
+
+class _Channel:
+    """One gRPC channel with the stubs of both services."""
+
+    def __init__(self, address: str, config: ConnectionConfig) -> None:
+        options = [
+            ("grpc.max_receive_message_length", config.message_bytes_max),
+            ("grpc.max_send_message_length", config.message_bytes_max),
+        ]
+        self.channel = grpc.insecure_channel(address, options=options)
+        # The generated stubs are untyped; calls through them return protobuf messages.
+        self.log: Any = pb_grpc.LogStub(self.channel)  # type: ignore[no-untyped-call]
+        self.admin: Any = pb_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
+
+    def method(self, name: str) -> Any:
+        service, _, rpc = name.partition(".")
+        stub = self.log if service == "Log" else self.admin
+        return getattr(stub, rpc)
+
+
+class Cluster:
+    """Metadata cache, leader routing and the channel pool of one client."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        config: ConnectionConfig,
+        *,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.config = config.validate()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._channels: OrderedDict[str, _Channel] = OrderedDict()
+        self._metadata = ClusterMetadata("", None, {}, {})
+        self._fetched_at: dict[str, float] = {}
+        self._stale: set[str] = set()
+        self._next_address = 0
+        self._closed = False
+
+    # -- calls -------------------------------------------------------------------------------
+
+    def call(self, address: str, rpc: str, request: Any, *, timeout_ms: int | None = None) -> Any:
+        """Send `request` to `rpc` ("Log.Fetch") at `address` and wait for the answer."""
+        timeout_ms = self.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        assert timeout_ms > 0, timeout_ms
+        method = self._channel(address).method(rpc)
+        try:
+            return method(request, timeout=timeout_ms / 1000)
+        except grpc.RpcError as error:
+            raise translate_rpc_error(
+                error, address=address, operation=rpc, timeout_ms=timeout_ms
+            ) from None
+
+    def call_future(self, address: str, rpc: str, request: Any, *, timeout_ms: int) -> Any:
+        """Start `rpc` at `address`; the grpc future's errors go through translate_rpc_error."""
+        assert timeout_ms > 0, timeout_ms
+        return self._channel(address).method(rpc).future(request, timeout=timeout_ms / 1000)
+
+    def result(self, future: Any, *, address: str, rpc: str, timeout_ms: int) -> Any:
+        """The answer of a `call_future` (waiting for it), or its failure as a `ClientError`."""
+        try:
+            return future.result()
+        except grpc.RpcError as error:
+            raise translate_rpc_error(
+                error, address=address, operation=rpc, timeout_ms=timeout_ms
+            ) from None
+        except grpc.FutureCancelledError:
+            raise ConnectionFailedError(address, "call cancelled", operation=rpc) from None
+
+    def _channel(self, address: str) -> _Channel:
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError(f"client closed: cannot reach {address}")
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = _Channel(address, self.config)
+                self._channels[address] = channel
+            self._channels.move_to_end(address)
+            evicted = []
+            while len(self._channels) > self.config.channels_max:
+                evicted.append(self._channels.popitem(last=False)[1])
+            assert len(self._channels) <= self.config.channels_max
+        for old in evicted:
+            old.channel.close()
+        return channel
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            channels = list(self._channels.values())
+            self._channels.clear()
+        for channel in channels:
+            channel.channel.close()
+
+    # -- metadata ----------------------------------------------------------------------------
+
+    def addresses(self) -> list[str]:
+        """Known node addresses then bootstrap ones, rotated so load and failures spread."""
+        with self._lock:
+            known = [a for a in self._metadata.nodes.values() if a]
+            candidates = list(dict.fromkeys([*known, *self.bootstrap]))
+            start = self._next_address % len(candidates)
+            self._next_address += 1
+        return candidates[start:] + candidates[:start]
+
+    def refresh_metadata(self, topics: Sequence[str] = ()) -> ClusterMetadata:
+        """Ask nodes in turn for Metadata of `topics` (all when empty) and cache the answer."""
+        failures: list[str] = []
+        request = pb.MetadataRequest(topics=list(topics))
+        candidates = self.addresses()
+        for address in candidates:
+            try:
+                response = self.call(address, "Log.Metadata", request)
+            except ClientError as error:
+                failures.append(str(error))
+                continue
+            if response.error.code != pb.NONE:
+                failures.append(
+                    str(server_error(response.error, concerning=f"metadata from {address}"))
+                )
+                continue
+            return self._store(cluster_metadata(response), topics)
+        raise ConnectionFailedError(
+            ",".join(candidates),
+            "no node answered Metadata: " + "; ".join(failures),
+            operation="metadata",
+        )
+
+    def _store(self, fresh: ClusterMetadata, topics: Sequence[str]) -> ClusterMetadata:
+        now = self._clock()
+        with self._lock:
+            merged_topics = dict(self._metadata.topics) if topics else {}
+            merged_topics.update(fresh.topics)
+            for name in topics:
+                if name not in fresh.topics:
+                    merged_topics.pop(name, None)
+            nodes = {**self._metadata.nodes, **fresh.nodes}
+            self._metadata = replace(fresh, nodes=nodes, topics=merged_topics)
+            for name in fresh.topics:
+                self._fetched_at[name] = now
+                self._stale.discard(name)
+            return self._metadata
+
+    def topic(self, topic: str) -> tuple[PartitionMetadata, ...]:
+        """The partitions of `topic`, refreshing metadata when missing, stale or old."""
+        with self._lock:
+            partitions = self._metadata.topics.get(topic)
+            age_s = self._clock() - self._fetched_at.get(topic, float("-inf"))
+            fresh = topic not in self._stale and age_s * 1000 < self.config.metadata_max_age_ms
+        if partitions is None or not fresh:
+            partitions = self.refresh_metadata([topic]).topics.get(topic)
+        if not partitions:
+            raise UnknownTopicOrPartitionError(
+                "UNKNOWN_TOPIC_OR_PARTITION",
+                "the cluster's metadata has no such topic",
+                concerning=f"topic {topic!r}",
+                retriable=True,
+            )
+        return partitions
+
+    def leader_address(self, tp: TopicPartition) -> str:
+        """The client address of `tp`'s leader (refreshing metadata once if it is unknown)."""
+        for attempt in range(2):
+            partitions = self.topic(tp.topic)
+            if tp.partition >= len(partitions) or tp.partition < 0:
+                raise UnknownTopicOrPartitionError(
+                    "UNKNOWN_TOPIC_OR_PARTITION",
+                    f"topic has {len(partitions)} partitions",
+                    concerning=f"{tp.topic}/{tp.partition}",
+                    retriable=True,
+                )
+            leader = partitions[tp.partition].leader_id
+            with self._lock:
+                address = self._metadata.nodes.get(leader) if leader is not None else None
+            if address:
+                return address
+            if attempt == 0:
+                self.mark_stale(tp.topic)
+        raise ServerError(
+            "LEADER_NOT_AVAILABLE",
+            "no leader known (an election may be under way)",
+            concerning=f"{tp.topic}/{tp.partition}",
+            retriable=True,
+        )
+
+    def node_address(self, node_id: int) -> str | None:
+        """The client address of `node_id`, asking the cluster once if it is not known."""
+        with self._lock:
+            address = self._metadata.nodes.get(node_id)
+        if not address:
+            address = self.refresh_metadata(list(self._metadata.topics)).nodes.get(node_id)
+        return address or None
+
+    def mark_stale(self, topic: str) -> None:
+        with self._lock:
+            self._stale.add(topic)
+
+    def apply_leader_hint(
+        self, tp: TopicPartition, leader_id: int | None, leader_address: str | None
+    ) -> None:
+        """Record a NOT_LEADER hint; without a usable one the topic's metadata goes stale."""
+        with self._lock:
+            partitions = self._metadata.topics.get(tp.topic)
+            usable = (
+                leader_id is not None and partitions is not None and tp.partition < len(partitions)
+            )
+            if not usable or partitions is None or leader_id is None:
+                self._stale.add(tp.topic)
+                return
+            nodes = dict(self._metadata.nodes)
+            if leader_address:
+                nodes[leader_id] = leader_address
+            elif leader_id not in nodes:
+                self._stale.add(tp.topic)
+            updated = list(partitions)
+            updated[tp.partition] = replace(updated[tp.partition], leader_id=leader_id)
+            topics = {**self._metadata.topics, tp.topic: tuple(updated)}
+            self._metadata = replace(self._metadata, nodes=nodes, topics=topics)
+            assert self._metadata.topics[tp.topic][tp.partition].leader_id == leader_id

@@ -1,0 +1,309 @@
+"""The producer's sender thread: drains ready batches, sends them, retries, completes futures.
+
+Theory of operation. One background thread owns the sending side. It sleeps on the
+accumulator's condition until a batch is ready, a response arrived or a deadline passed; then
+it (1) handles finished responses, (2) fails queued batches older than `delivery_timeout_ms`
+and (3) sends every ready batch as its own Produce request to the partition's leader.
+Requests run concurrently across partitions as gRPC futures whose callbacks only queue the
+answer and wake the thread; at most one batch per partition is in flight, so order within a
+partition holds across retries.
+
+Idempotence (as Kafka's idempotent producer): before the first batch the thread asks any node
+for a producer id and epoch (InitProducerId). A batch is encoded once, at its first attempt,
+with the partition's next sequence number; retries resend the same bytes, so a leader that
+already wrote it answers DUPLICATE_SEQUENCE with the original offset, which is a success. If a
+batch fails for good its sequence numbers are lost, so the producer id is dropped and a fresh
+one (with sequences from 0) is fetched for the batches that follow.
+
+Outcomes: a retriable error (NOT_LEADER, timeouts, unreachable nodes, stale metadata) puts the
+batch back at the head of its queue after `retry_backoff_ms`, first recording the leader hint
+or marking the topic's metadata stale; anything else, or a batch past its attempts or its
+delivery timeout, fails every record's future with a `DeliveryFailedError` naming the
+topic-partition and chaining the last error. Futures are completed outside the lock: a user
+callback may call send() again.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from raftlog.client._connection import Cluster
+from raftlog.client.accumulator import Accumulator, ProducerBatch, RecordMetadata
+from raftlog.client.config import ProducerConfig
+from raftlog.client.errors import (
+    ClientClosedError,
+    ClientError,
+    DeliveryFailedError,
+    NotLeaderForPartitionError,
+    server_error,
+)
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.storage.batch import Compression
+from raftlog.storage.records import encode_batch
+
+__all__ = ["Sender"]
+
+_SEQUENCE_MODULUS = 2**31  # Kafka's sequence numbers wrap at Integer.MAX_VALUE
+_ACKS = {"all": pb.ACKS_ALL, -1: pb.ACKS_ALL, 1: pb.ACKS_LEADER, 0: pb.ACKS_NONE}
+_CODECS = {
+    None: Compression.NONE,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+    "gzip": Compression.GZIP,
+}
+# Outcome of one batch: delivered at a base offset, or failed with an error.
+Outcome = tuple[ProducerBatch, int | None, Exception | None]
+
+
+class Sender:
+    """The loop run by the producer's background thread (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        accumulator: Accumulator,
+        config: ProducerConfig,
+        clock: Callable[[], float],
+    ) -> None:
+        self.cluster = cluster
+        self.accumulator = accumulator
+        self.config = config
+        self.clock = clock
+        self.producer_id = -1
+        self.producer_epoch = -1
+        self.next_sequence: dict[tuple[str, int], int] = {}
+        self.in_flight = 0
+        self.abort = False
+        self._responses: deque[tuple[ProducerBatch, str, Any]] = deque()
+        self._request_timeout_ms = config.connection.request_timeout_ms
+        # The broker gets most of the request timeout so it can answer REQUEST_TIMED_OUT
+        # before our own deadline cuts the call.
+        self._broker_timeout_ms = max(1, self._request_timeout_ms * 4 // 5)
+
+    def run(self) -> None:
+        """Thread body: loop until close() and every batch is delivered or failed."""
+        condition = self.accumulator.condition
+        while True:
+            with condition:
+                ready = self._wait_for_work()
+                if ready is None:
+                    failed = self._fail_all_on_abort()
+                else:
+                    responses = list(self._responses)
+                    self._responses.clear()
+                    failed = self._expire_queued()
+            if ready is None:
+                self._finish(failed)
+                return
+            outcomes = [self._outcome(*response) for response in responses]
+            self._finish(self._settle(outcomes) + failed)
+            for batch in ready:
+                self._send(batch)
+
+    def _wait_for_work(self) -> list[ProducerBatch] | None:
+        """Ready batches (maybe none, if responses or expiries wait); None when it must stop."""
+        accumulator = self.accumulator
+        while True:
+            if self.abort or (accumulator.closing and not accumulator.incomplete):
+                return None
+            now = self.clock()
+            ready = accumulator.drain_ready(now)
+            self.in_flight += len(ready)
+            if ready or self._responses or self._has_expired(now):
+                return ready
+            wake_at = accumulator.next_ready_at(now)
+            expiry = self._next_expiry()
+            deadlines = [t for t in (wake_at, expiry) if t is not None]
+            accumulator.condition.wait(max(0.0, min(deadlines) - now) if deadlines else None)
+
+    # -- sending -----------------------------------------------------------------------------
+
+    def _send(self, batch: ProducerBatch) -> None:
+        tp = batch.tp
+        try:
+            if self.config.enable_idempotence and self.producer_id < 0:
+                self._init_producer_id()
+            if batch.encoded is None:
+                self._encode(batch)
+            assert batch.encoded is not None
+            address = self.cluster.leader_address(tp)
+            request = pb.ProduceRequest(
+                topic=tp.topic,
+                partition=tp.partition,
+                batches=[batch.encoded],
+                acks=_ACKS[self.config.acks],
+                timeout_ms=self._broker_timeout_ms,
+            )
+            future = self.cluster.call_future(
+                address, "Log.Produce", request, timeout_ms=self._request_timeout_ms
+            )
+        except ClientError as error:
+            batch.attempts += 1
+            self._finish(self._settle([(batch, None, error)]))
+            return
+        batch.attempts += 1
+        future.add_done_callback(lambda done: self._on_response(batch, address, done))
+
+    def _on_response(self, batch: ProducerBatch, address: str, future: Any) -> None:
+        # Runs on a gRPC thread: only hand the answer to the sender thread.
+        with self.accumulator.condition:
+            self._responses.append((batch, address, future))
+            self.accumulator.condition.notify_all()
+
+    def _encode(self, batch: ProducerBatch) -> None:
+        sequence = -1
+        if self.config.enable_idempotence:
+            sequence = self.next_sequence.get(batch.tp, 0)
+            self.next_sequence[batch.tp] = (sequence + len(batch.records)) % _SEQUENCE_MODULUS
+        batch.base_sequence = sequence
+        batch.encoded = encode_batch(
+            batch.records,
+            compression=_CODECS[self.config.compression],
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=sequence,
+        )
+        assert len(batch.encoded) <= self.config.connection.message_bytes_max
+
+    def _init_producer_id(self) -> None:
+        """Ask nodes in turn for a producer id; raise the last failure if none answers."""
+        last_error: ClientError | None = None
+        for address in self.cluster.addresses():
+            try:
+                response = self.cluster.call(
+                    address, "Log.InitProducerId", pb.InitProducerIdRequest()
+                )
+            except ClientError as error:
+                last_error = error
+                continue
+            if response.error.code != pb.NONE:
+                last_error = server_error(response.error, concerning=f"InitProducerId at {address}")
+                continue
+            self.producer_id = response.producer_id
+            self.producer_epoch = response.producer_epoch
+            self.next_sequence.clear()
+            assert self.producer_id >= 0, self.producer_id
+            return
+        assert last_error is not None
+        raise last_error
+
+    # -- outcomes ----------------------------------------------------------------------------
+
+    def _outcome(self, batch: ProducerBatch, address: str, future: Any) -> Outcome:
+        """Turn one answer into (batch, base offset, None) or (batch, None, error)."""
+        concerning = f"produce to {batch.tp.topic}/{batch.tp.partition} at {address}"
+        try:
+            response = self.cluster.result(
+                future, address=address, rpc="Log.Produce", timeout_ms=self._request_timeout_ms
+            )
+        except ClientError as error:
+            self.cluster.mark_stale(batch.tp.topic)
+            return batch, None, error
+        code = response.error.code
+        if code in (pb.NONE, pb.DUPLICATE_SEQUENCE):
+            # A duplicate is a retry of a batch the leader already wrote: its offset stands.
+            offset = response.base_offset if self.config.acks != 0 else -1
+            return batch, offset, None
+        refusal = server_error(response.error, concerning=concerning)
+        if isinstance(refusal, NotLeaderForPartitionError):
+            self.cluster.apply_leader_hint(batch.tp, refusal.leader_id, refusal.leader_address)
+        elif refusal.retriable:
+            self.cluster.mark_stale(batch.tp.topic)
+        return batch, None, refusal
+
+    def _settle(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """Requeue retriable failures; return the outcomes that are final."""
+        final: list[Outcome] = []
+        now = self.clock()
+        with self.accumulator.condition:
+            for batch, offset, error in outcomes:
+                self.in_flight -= 1
+                assert self.in_flight >= 0
+                if error is not None and self._may_retry(batch, error, now):
+                    batch.last_error = error
+                    retry_at = now + self.config.connection.retry_backoff_ms / 1000
+                    self.accumulator.requeue(batch, retry_at=retry_at)
+                    continue
+                self.accumulator.complete(batch)
+                final.append((batch, offset, error))
+        return final
+
+    def _may_retry(self, batch: ProducerBatch, error: Exception, now: float) -> bool:
+        retriable = bool(getattr(error, "retriable", False))
+        within_attempts = batch.attempts <= self.config.retries
+        within_time = (now - batch.created_at) * 1000 < self.config.delivery_timeout_ms
+        return retriable and within_attempts and within_time and not self.abort
+
+    def _finish(self, outcomes: list[Outcome]) -> None:
+        """Complete futures (outside the lock: callbacks may call send())."""
+        for batch, offset, error in outcomes:
+            if error is None:
+                assert offset is not None
+                for index, (record, future) in enumerate(
+                    zip(batch.records, batch.futures, strict=True)
+                ):
+                    record_offset = offset + index if offset >= 0 else -1
+                    future.set_result(
+                        RecordMetadata(
+                            batch.tp.topic, batch.tp.partition, record_offset, record.timestamp_ms
+                        )
+                    )
+                continue
+            if self.config.enable_idempotence and batch.encoded is not None:
+                # This batch's sequence numbers are gone: start over with a new producer id.
+                self.producer_id = -1
+            failure = DeliveryFailedError(
+                batch.tp.topic, batch.tp.partition, str(error), attempts=batch.attempts
+            )
+            failure.__cause__ = error
+            for future in batch.futures:
+                future.set_exception(failure)
+
+    # -- expiry and shutdown -----------------------------------------------------------------
+
+    def _has_expired(self, now: float) -> bool:
+        expiry = self._next_expiry()
+        return expiry is not None and expiry <= now
+
+    def _next_expiry(self) -> float | None:
+        queued = self.accumulator.queued()
+        if not queued:
+            return None
+        return min(batch.created_at for batch in queued) + self.config.delivery_timeout_ms / 1000
+
+    def _expire_queued(self) -> list[Outcome]:
+        """Fail queued batches whose delivery timeout passed (the lock is held)."""
+        now = self.clock()
+        expired: list[Outcome] = []
+        for batch in self.accumulator.queued():
+            if (now - batch.created_at) * 1000 < self.config.delivery_timeout_ms:
+                continue
+            cause = batch.last_error or "no attempt finished"
+            error = ClientError(
+                f"delivery_timeout_ms={self.config.delivery_timeout_ms} expired ({cause})"
+            )
+            self.accumulator.remove_queued(batch)
+            self.accumulator.complete(batch)
+            expired.append((batch, None, error))
+        return expired
+
+    def _fail_all_on_abort(self) -> list[Outcome]:
+        """close() gave up waiting: fail every batch not yet delivered (the lock is held)."""
+        failed: list[Outcome] = []
+        for batch in list(self.accumulator.incomplete):
+            if batch in self.accumulator.queued():
+                self.accumulator.remove_queued(batch)
+            self.accumulator.incomplete.discard(batch)
+            failed.append((batch, None, ClientClosedError("producer closed before delivery")))
+        assert not self.accumulator.incomplete
+        return failed
+
+
+def start_sender(sender: Sender) -> threading.Thread:
+    thread = threading.Thread(target=sender.run, name="raftlog-producer-sender", daemon=True)
+    thread.start()
+    return thread

@@ -1,0 +1,221 @@
+"""The producer's record accumulator: per-partition batches inside one bounded buffer.
+
+Theory of operation. `send()` appends a record to the open batch of its partition (opening a
+new one when the last is full) after reserving the record's estimated size in a buffer of
+`buffer_bytes_max` bytes; when the buffer is full it waits up to `max_block_ms` for the
+sender to release space, then raises `BufferFullError`. The sender thread asks for `ready`
+batches: the head batch of a partition is ready when it is full (another batch follows it),
+when it has lingered `linger_ms`, when a flush or close is under way, and never while the
+partition already has a batch in flight (`mute`): one batch in flight per partition keeps
+records in order and makes idempotent sequence numbers simple. A batch that must be retried
+goes back to the head of its partition's queue with a `retry_at` time; a finished batch
+releases its bytes.
+
+All state is guarded by one `threading.Condition`, which the producer's sender also waits on;
+every change that could make a batch ready notifies it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from raftlog.client._connection import TopicPartition
+from raftlog.client.errors import BufferFullError, RecordTooLargeError
+from raftlog.storage.batch import BATCH_HEADER_BYTES
+from raftlog.storage.records import RecordInput
+
+__all__ = ["Accumulator", "ProducerBatch", "RecordMetadata", "estimate_record_bytes"]
+
+# A record's varint lengths, deltas and attribute byte take at most this many bytes
+# (Kafka's DefaultRecord.MAX_RECORD_OVERHEAD).
+_RECORD_OVERHEAD_BYTES = 21
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where an acknowledged record landed; offset is -1 when acks=0 (nobody waited)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+
+@dataclass(slots=True, eq=False)
+class ProducerBatch:
+    """Records bound for one partition, sent (and retried) as one RecordBatch."""
+
+    tp: TopicPartition
+    created_at: float
+    records: list[RecordInput] = field(default_factory=list)
+    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    size_bytes: int = BATCH_HEADER_BYTES
+    closed: bool = False
+    attempts: int = 0
+    retry_at: float = 0.0
+    # Built once at the first attempt so every retry carries the same sequence numbers.
+    encoded: bytes | None = None
+    base_sequence: int = -1
+    last_error: Exception | None = None
+
+
+def estimate_record_bytes(record: RecordInput) -> int:
+    """An upper bound on a record's encoded size (before compression)."""
+    size = _RECORD_OVERHEAD_BYTES + len(record.key or b"") + len(record.value or b"")
+    for key, value in record.headers:
+        size += 10 + len(key.encode("utf-8")) + len(value or b"")
+    return size
+
+
+class Accumulator:
+    """Per-partition queues of batches, bounded by `buffer_bytes_max` bytes in total."""
+
+    def __init__(
+        self,
+        *,
+        batch_bytes_max: int,
+        buffer_bytes_max: int,
+        linger_ms: int,
+        clock: Callable[[], float],
+    ) -> None:
+        assert BATCH_HEADER_BYTES < batch_bytes_max <= buffer_bytes_max
+        self.batch_bytes_max = batch_bytes_max
+        self.buffer_bytes_max = buffer_bytes_max
+        self.linger_s = linger_ms / 1000
+        self.clock = clock
+        # A plain Lock (not the default RLock) so `_is_held` can assert it is held.
+        self.condition = threading.Condition(threading.Lock())
+        self.reserved_bytes = 0
+        self.flushes_under_way = 0
+        self.closing = False
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._muted: set[TopicPartition] = set()
+        self.incomplete: set[ProducerBatch] = set()
+
+    def append(
+        self,
+        tp: TopicPartition,
+        record: RecordInput,
+        future: Future[RecordMetadata],
+        *,
+        max_block_ms: int,
+        abort_on_new_batch: bool = False,
+    ) -> bool:
+        """Add `record` to `tp`'s open batch (opening one if needed); False if it did not.
+
+        With `abort_on_new_batch` a record that would open a new batch is not added and False
+        is returned: the sticky partitioner then moves on and the record goes to another
+        partition's batch (Kafka's KIP-480 "abortOnNewBatch").
+        """
+        size = estimate_record_bytes(record)
+        if size + BATCH_HEADER_BYTES > self.batch_bytes_max:
+            raise RecordTooLargeError(
+                record_bytes=size, limit_name="batch_bytes_max", limit_bytes=self.batch_bytes_max
+            )
+        with self.condition:
+            queue = self._queues.setdefault(tp, deque())
+            needs_new = (
+                not queue or queue[-1].closed or queue[-1].size_bytes + size > self.batch_bytes_max
+            )
+            if needs_new and abort_on_new_batch:
+                return False
+            self._reserve(size, max_block_ms)
+            # _reserve may have waited (releasing the lock): look at the queue again.
+            if queue and not queue[-1].closed:
+                needs_new = queue[-1].size_bytes + size > self.batch_bytes_max
+            else:
+                needs_new = True
+            if needs_new:
+                if queue:
+                    queue[-1].closed = True
+                queue.append(ProducerBatch(tp, self.clock()))
+                self.incomplete.add(queue[-1])
+            batch = queue[-1]
+            batch.records.append(record)
+            batch.futures.append(future)
+            batch.size_bytes += size
+            assert batch.size_bytes <= self.batch_bytes_max
+            self.condition.notify_all()
+            return True
+
+    def _reserve(self, size: int, max_block_ms: int) -> None:
+        # Called with the condition held; waits for the sender to release space.
+        deadline = self.clock() + max_block_ms / 1000
+        while self.reserved_bytes + size > self.buffer_bytes_max:
+            remaining = deadline - self.clock()
+            if remaining <= 0 or self.closing:
+                raise BufferFullError(
+                    buffer_bytes_max=self.buffer_bytes_max,
+                    max_block_ms=max_block_ms,
+                    record_bytes=size,
+                )
+            self.condition.wait(remaining)
+        self.reserved_bytes += size
+        assert self.reserved_bytes <= self.buffer_bytes_max
+
+    def drain_ready(self, now: float) -> list[ProducerBatch]:
+        """Close and take the head batch of every unmuted partition that is ready; mute them."""
+        assert self._is_held()
+        drained: list[ProducerBatch] = []
+        urgent = self.flushes_under_way > 0 or self.closing
+        for tp, queue in self._queues.items():
+            if tp in self._muted or not queue:
+                continue
+            head = queue[0]
+            if head.retry_at > now:
+                continue
+            if head.closed or urgent or now - head.created_at >= self.linger_s:
+                head.closed = True
+                drained.append(queue.popleft())
+                self._muted.add(tp)
+        assert all(batch.closed for batch in drained)
+        return drained
+
+    def next_ready_at(self, now: float) -> float | None:
+        """When the earliest unmuted head batch becomes ready (None: no batch waits)."""
+        assert self._is_held()
+        times = [
+            max(queue[0].retry_at, queue[0].created_at + self.linger_s)
+            if not queue[0].closed
+            else queue[0].retry_at
+            for tp, queue in self._queues.items()
+            if queue and tp not in self._muted
+        ]
+        return min(times) if times else None
+
+    def requeue(self, batch: ProducerBatch, *, retry_at: float) -> None:
+        """Put an in-flight batch back at the head of its queue, to be retried at `retry_at`."""
+        assert self._is_held() and batch.tp in self._muted
+        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+        batch.retry_at = retry_at
+        self._muted.discard(batch.tp)
+        self.condition.notify_all()
+
+    def complete(self, batch: ProducerBatch) -> None:
+        """A batch is done (delivered or failed): release its bytes and unmute its partition."""
+        assert self._is_held() and batch in self.incomplete
+        self.incomplete.discard(batch)
+        self._muted.discard(batch.tp)
+        self.reserved_bytes -= batch.size_bytes - BATCH_HEADER_BYTES
+        assert self.reserved_bytes >= 0, self.reserved_bytes
+        self.condition.notify_all()
+
+    def queued(self) -> list[ProducerBatch]:
+        """Every batch not in flight (for expiry checks and close)."""
+        assert self._is_held()
+        return [batch for queue in self._queues.values() for batch in queue]
+
+    def remove_queued(self, batch: ProducerBatch) -> None:
+        assert self._is_held()
+        self._queues[batch.tp].remove(batch)
+
+    def _is_held(self) -> bool:
+        # Condition wraps an RLock-free Lock: acquiring without blocking fails iff it is held.
+        if self.condition.acquire(blocking=False):
+            self.condition.release()
+            return False
+        return True

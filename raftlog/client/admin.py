@@ -1,0 +1,227 @@
+"""The Admin client: create, delete, grow, list and describe topics; describe the cluster.
+
+Theory of operation. Admin requests may be sent to any node; a node that is not the metadata
+controller answers NOT_CONTROLLER naming the controller (`leader_id`, `leader_address`), and
+the request follows that hint, a bounded number of hops. An unreachable node is skipped for
+the next address (known nodes, then the bootstrap list). A request that reached a node and
+failed for another reason is not retried: a CreateTopic whose answer was lost might have
+succeeded, and the caller, not the library, should decide what a retry means. Errors carry
+the server's code and message and name the topic concerned.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from raftlog.client._connection import Cluster
+from raftlog.client.config import ConnectionConfig
+from raftlog.client.errors import (
+    ClientError,
+    ConnectionFailedError,
+    NotControllerError,
+    server_error,
+)
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+
+__all__ = [
+    "Admin",
+    "ClusterDescription",
+    "NodeDescription",
+    "PartitionDescription",
+    "TopicDescription",
+]
+
+# NOT_CONTROLLER hints followed for one request before giving up (an election settles in a
+# few hops; more means the cluster is flapping).
+_CONTROLLER_HOPS_MAX = 5
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionDescription:
+    id: int
+    leader: int | None
+    replicas: tuple[int, ...]
+    epoch: int
+    high_watermark: int  # -1 when the answering node does not host the partition
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDescription:
+    name: str
+    topic_id: str
+    replication_factor: int
+    partitions: tuple[PartitionDescription, ...]
+    config: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeDescription:
+    node_id: int
+    address: str
+    alive: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    cluster_id: str
+    controller_id: int | None
+    nodes: tuple[NodeDescription, ...]
+
+
+def topic_description(info: pb.TopicInfo) -> TopicDescription:
+    partitions = tuple(
+        PartitionDescription(
+            id=p.partition,
+            leader=p.leader_id if p.leader_id >= 0 else None,
+            replicas=tuple(p.replicas),
+            epoch=p.leader_epoch,
+            high_watermark=p.high_watermark,
+            log_start_offset=p.log_start_offset,
+        )
+        for p in sorted(info.partitions, key=lambda p: p.partition)
+    )
+    return TopicDescription(
+        name=info.name,
+        topic_id=info.topic_id,
+        replication_factor=info.replication_factor,
+        partitions=partitions,
+        config=dict(info.config),
+    )
+
+
+class Admin:
+    """Topic and cluster administration (see the module docstring); thread-safe."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        request_timeout_ms: int = 30_000,
+        metadata_max_age_ms: int = 300_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        config = ConnectionConfig(
+            request_timeout_ms=request_timeout_ms, metadata_max_age_ms=metadata_max_age_ms
+        )
+        self._cluster = Cluster(bootstrap, config, clock=clock)
+        self._timeout_ms = request_timeout_ms
+
+    def create_topic(
+        self,
+        name: str,
+        *,
+        partitions: int,
+        replication_factor: int,
+        config: Mapping[str, str] | None = None,
+    ) -> TopicDescription:
+        """Create `name`; returns its description as the controller committed it."""
+        _require_name(name)
+        if partitions <= 0 or replication_factor <= 0:
+            raise ClientError(
+                f"topic {name!r}: partitions ({partitions}) and replication_factor "
+                f"({replication_factor}) must be positive"
+            )
+        request = pb.CreateTopicRequest(
+            name=name,
+            partitions=partitions,
+            replication_factor=replication_factor,
+            config=dict(config or {}),
+            timeout_ms=self._timeout_ms,
+        )
+        response = self._call("Admin.CreateTopic", request, concerning=f"create topic {name!r}")
+        return topic_description(response.topic)
+
+    def delete_topic(self, name: str) -> None:
+        _require_name(name)
+        request = pb.DeleteTopicRequest(name=name, timeout_ms=self._timeout_ms)
+        self._call("Admin.DeleteTopic", request, concerning=f"delete topic {name!r}")
+
+    def create_partitions(self, name: str, total_count: int) -> None:
+        """Grow topic `name` to `total_count` partitions (never shrinks)."""
+        _require_name(name)
+        request = pb.CreatePartitionsRequest(
+            name=name, total_count=total_count, timeout_ms=self._timeout_ms
+        )
+        concerning = f"create partitions of topic {name!r} (to {total_count})"
+        self._call("Admin.CreatePartitions", request, concerning=concerning)
+
+    def list_topics(self) -> list[str]:
+        response = self._call("Admin.ListTopics", pb.ListTopicsRequest(), concerning="list topics")
+        return sorted(response.names)
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        _require_name(name)
+        request = pb.DescribeTopicRequest(name=name)
+        response = self._call("Admin.DescribeTopic", request, concerning=f"describe topic {name!r}")
+        return topic_description(response.topic)
+
+    def describe_cluster(self) -> ClusterDescription:
+        request = pb.DescribeClusterRequest()
+        response = self._call("Admin.DescribeCluster", request, concerning="describe cluster")
+        nodes = tuple(
+            NodeDescription(node.node_id, node.address, node.alive)
+            for node in sorted(response.nodes, key=lambda node: node.node_id)
+        )
+        controller = response.controller_id if response.controller_id >= 0 else None
+        return ClusterDescription(response.cluster_id, controller, nodes)
+
+    def _call(self, rpc: str, request: Any, *, concerning: str) -> Any:
+        """Send to any reachable node, following NOT_CONTROLLER hints (module docstring)."""
+        candidates = self._cluster.addresses()
+        queue = deque(candidates)
+        failures: list[str] = []
+        hops = 0
+        while queue:
+            address = queue.popleft()
+            try:
+                response = self._cluster.call(address, rpc, request)
+            except ClientError as error:
+                if not error.retriable:
+                    raise
+                failures.append(str(error))
+                continue
+            if response.error.code == pb.NONE:
+                return response
+            refusal = server_error(response.error, concerning=f"{concerning} at {address}")
+            target = self._controller_address(refusal) if hops < _CONTROLLER_HOPS_MAX else None
+            if target is None or target == address:
+                raise refusal
+            hops += 1
+            queue.appendleft(target)
+        raise ConnectionFailedError(
+            ",".join(candidates), "; ".join(failures) or "no address", operation=concerning
+        )
+
+    def _controller_address(self, error: ClientError) -> str | None:
+        if not isinstance(error, NotControllerError):
+            return None
+        if error.leader_address:
+            return error.leader_address
+        if error.leader_id is not None:
+            return self._cluster.node_address(error.leader_id)
+        return None
+
+    def close(self) -> None:
+        self._cluster.close()
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _require_name(name: object) -> None:
+    if not isinstance(name, str) or not name:
+        raise ClientError(f"a topic name must be a non-empty string, got {name!r}")

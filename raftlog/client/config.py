@@ -1,0 +1,163 @@
+"""The client's bounds and options, validated eagerly.
+
+Theory of operation. Producer, Consumer and Admin take Kafka-style keyword options; each
+builds one of these frozen sections and calls `validate()` before it opens a connection, so
+a bad option fails at construction with a `ConfigError` naming the setting. Every buffer,
+batch, pool and wait the client keeps is bounded by a field here. The node's own bounds live
+in `raftlog.config`; the client keeps its own because it runs in other processes with other
+limits (a producer's `batch_bytes_max` must still fit under the broker's `LogConfig`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from raftlog.errors import ConfigError
+
+__all__ = [
+    "AcksOption",
+    "AutoOffsetReset",
+    "CompressionOption",
+    "ConnectionConfig",
+    "ConsumerConfig",
+    "ProducerConfig",
+]
+
+KIB = 1024
+MIB = 1024 * KIB
+
+AcksOption = Literal["all", 1, 0, -1]
+CompressionOption = Literal["lz4", "zstd", "gzip"] | None
+AutoOffsetReset = Literal["earliest", "latest", "error"]
+
+
+def _require(condition: bool, setting: str, message: str) -> None:
+    if not condition:
+        raise ConfigError(f"{setting}: {message}")
+
+
+def _require_non_negative_ints(section: object) -> None:
+    for f in fields(section):  # type: ignore[arg-type]
+        value = getattr(section, f.name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            continue
+        _require(value >= 0, f.name, f"must not be negative, got {value}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionConfig:
+    """How the client reaches the cluster: shared by Producer, Consumer and Admin."""
+
+    request_timeout_ms: int = 30_000
+    # Metadata older than this is refreshed before it is used again (Kafka's metadata.max.age).
+    metadata_max_age_ms: int = 300_000
+    # Wait between retries of a failed request so a leader election can finish.
+    retry_backoff_ms: int = 100
+    # Open gRPC channels kept at once; the least recently used is closed beyond it.
+    channels_max: int = 64
+    # Largest gRPC message sent or received (a fetch response carries whole batches).
+    message_bytes_max: int = 64 * MIB
+
+    def validate(self) -> ConnectionConfig:
+        _require_non_negative_ints(self)
+        _require(self.request_timeout_ms > 0, "request_timeout_ms", "must be positive")
+        _require(self.channels_max > 0, "channels_max", "must be positive")
+        _require(self.message_bytes_max >= 1 * MIB, "message_bytes_max", "must be >= 1 MiB")
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProducerConfig:
+    """Batching, memory and delivery bounds of a Producer."""
+
+    acks: AcksOption = "all"
+    linger_ms: int = 5
+    batch_bytes_max: int = 256 * KIB
+    buffer_bytes_max: int = 32 * MIB
+    # send() blocks at most this long for buffer space or metadata, then raises.
+    max_block_ms: int = 60_000
+    compression: CompressionOption = None
+    enable_idempotence: bool = True
+    # A record fails once it has been tried 1 + retries times or delivery_timeout_ms passed.
+    retries: int = 2**31 - 1
+    delivery_timeout_ms: int = 120_000
+    connection: ConnectionConfig = ConnectionConfig()
+
+    def validate(self) -> ProducerConfig:
+        self.connection.validate()
+        _require_non_negative_ints(self)
+        _require(
+            self.acks in ("all", 1, 0, -1), "acks", f"must be 'all', 1 or 0, got {self.acks!r}"
+        )
+        _require(
+            self.compression in (None, "lz4", "zstd", "gzip"),
+            "compression",
+            f"must be None, 'lz4', 'zstd' or 'gzip', got {self.compression!r}",
+        )
+        _require(self.batch_bytes_max >= 1 * KIB, "batch_bytes_max", "must be >= 1 KiB")
+        _require(
+            self.batch_bytes_max <= self.buffer_bytes_max,
+            "batch_bytes_max",
+            f"must not exceed buffer_bytes_max ({self.batch_bytes_max} > {self.buffer_bytes_max})",
+        )
+        _require(
+            self.batch_bytes_max < self.connection.message_bytes_max,
+            "batch_bytes_max",
+            "must be below connection.message_bytes_max so a produce request fits",
+        )
+        # Kafka's rule: a record must get at least one full attempt before it expires.
+        _require(
+            self.delivery_timeout_ms >= self.linger_ms + self.connection.request_timeout_ms,
+            "delivery_timeout_ms",
+            f"must be >= linger_ms + request_timeout_ms ({self.delivery_timeout_ms} < "
+            f"{self.linger_ms} + {self.connection.request_timeout_ms})",
+        )
+        _require(
+            not self.enable_idempotence or self.acks in ("all", -1),
+            "enable_idempotence",
+            f"needs acks='all' (got acks={self.acks!r}); pass enable_idempotence=False",
+        )
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerConfig:
+    """Fetch sizes, waits and buffers of a Consumer."""
+
+    auto_offset_reset: AutoOffsetReset = "latest"
+    # Bytes asked of one partition per fetch (Kafka's max.partition.fetch.bytes); a batch
+    # larger than this is still returned whole by the server.
+    partition_fetch_bytes_max: int = 1 * MIB
+    fetch_max_wait_ms: int = 500
+    fetch_min_bytes: int = 1
+    # poll() returns at most this many records; the rest stay buffered for the next poll.
+    max_poll_records: int = 500
+    # A compressed batch may expand to at most this many bytes (a bound against bombs).
+    decompressed_bytes_max: int = 64 * MIB
+    # Iteration stops after this long without a record; None iterates until close().
+    consumer_timeout_ms: int | None = None
+    connection: ConnectionConfig = ConnectionConfig()
+
+    def validate(self) -> ConsumerConfig:
+        self.connection.validate()
+        _require_non_negative_ints(self)
+        _require(
+            self.auto_offset_reset in ("earliest", "latest", "error"),
+            "auto_offset_reset",
+            f"must be 'earliest', 'latest' or 'error', got {self.auto_offset_reset!r}",
+        )
+        _require(self.max_poll_records > 0, "max_poll_records", "must be positive")
+        _require(self.partition_fetch_bytes_max > 0, "partition_fetch_bytes_max", "must be > 0")
+        _require(
+            self.partition_fetch_bytes_max < self.connection.message_bytes_max,
+            "partition_fetch_bytes_max",
+            "must be below connection.message_bytes_max",
+        )
+        _require(
+            self.fetch_max_wait_ms < self.connection.request_timeout_ms,
+            "fetch_max_wait_ms",
+            f"must be below request_timeout_ms ({self.fetch_max_wait_ms} >= "
+            f"{self.connection.request_timeout_ms}) or every long poll would time out",
+        )
+        return self

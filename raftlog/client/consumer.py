@@ -1,0 +1,414 @@
+"""The Consumer: read committed records from assigned partitions, from positions it controls.
+
+Theory of operation. The caller assigns partitions and may `seek` each one; a partition with
+no position gets one from `auto_offset_reset` ("earliest": the log start, "latest": the high
+watermark, "error": raise) through a ListOffsets request to its leader, lazily, at the next
+`poll` or `position`. `poll` sends one Fetch per partition whose buffer is empty, to that
+partition's leader, all at once, long-polling up to `fetch_max_wait_ms`; it decodes the
+batches, drops control batches (a leader's no-op, membership changes: they occupy offsets but
+hold no user records) and records before the position (a batch is returned whole even when
+the position lies inside it), buffers the rest and returns up to `max_poll_records`.
+
+Positions. Each partition keeps `fetch_offset` (the next offset to ask for) and a buffer of
+fetched records; its position, the next offset poll() will return, is the first buffered
+record's offset, or `fetch_offset` when the buffer is empty. Example: the log holds a no-op at
+0 and records at 1..3; after `seek(tp, 0)` a poll fetches the batches at 0 and 1..3, skips the
+no-op and returns records 1, 2, 3; the position is then 4.
+
+The server only returns batches below the high watermark (the commit offset); the consumer
+checks it, and checks that offsets increase, and raises rather than return a record that
+breaks either. NOT_LEADER follows the leader hint; other retriable errors (unreachable node,
+timeout, election) are retried until poll's timeout and, if no fetch succeeded at all in that
+time, the last one is raised. OFFSET_OUT_OF_RANGE resets the position per `auto_offset_reset`.
+
+Not yet: `subscribe(topics, group_id=...)` and `commit()` need group-coordinator RPCs that the
+raftlog.v1 API does not have yet.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from raftlog.client._connection import Cluster, TopicPartition
+from raftlog.client.config import AutoOffsetReset, ConnectionConfig, ConsumerConfig
+from raftlog.client.errors import (
+    ClientClosedError,
+    ClientError,
+    NotLeaderForPartitionError,
+    OffsetOutOfRangeError,
+    ServerError,
+    server_error,
+)
+from raftlog.errors import CorruptBatchError
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.storage.records import Headers, decode_batch
+
+__all__ = ["Consumer", "ConsumerRecord"]
+
+_RESETS = {"earliest": pb.EARLIEST, "latest": pb.LATEST}
+# A leader lookup that keeps answering NOT_LEADER is given up after this many hops.
+_LEADER_HOPS_MAX = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+    headers: Headers
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    fetch_offset: int | None = None
+    reset: AutoOffsetReset | None = None  # a pending seek_to_beginning / seek_to_end / reset
+    buffer: deque[ConsumerRecord] = field(default_factory=deque)
+    high_watermark: int | None = None
+    last_offset: int = -1  # the highest offset buffered since the last seek
+
+    def position(self) -> int | None:
+        return self.buffer[0].offset if self.buffer else self.fetch_offset
+
+
+def _as_tp(tp: tuple[str, int]) -> TopicPartition:
+    topic, partition = tp
+    if not isinstance(topic, str) or not isinstance(partition, int) or partition < 0:
+        raise ClientError(f"a partition is a (topic, partition number) pair, got {tp!r}")
+    return TopicPartition(topic, partition)
+
+
+class Consumer:
+    """Reads committed records from explicitly assigned partitions (not thread-safe)."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        auto_offset_reset: AutoOffsetReset = "latest",
+        partition_fetch_bytes_max: int = 1024 * 1024,
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        max_poll_records: int = 500,
+        decompressed_bytes_max: int = 64 * 1024 * 1024,
+        consumer_timeout_ms: int | None = None,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        connection = ConnectionConfig(
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+        )
+        self.config = ConsumerConfig(
+            auto_offset_reset=auto_offset_reset,
+            partition_fetch_bytes_max=partition_fetch_bytes_max,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            fetch_min_bytes=fetch_min_bytes,
+            max_poll_records=max_poll_records,
+            decompressed_bytes_max=decompressed_bytes_max,
+            consumer_timeout_ms=consumer_timeout_ms,
+            connection=connection,
+        ).validate()
+        self._cluster = Cluster(bootstrap, connection, clock=clock)
+        self._clock = clock
+        self._partitions: dict[TopicPartition, _PartitionState] = {}
+        self._closed = False
+
+    # -- assignment and positions -----------------------------------------------------------
+
+    def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
+        """Read exactly these partitions; positions of partitions kept are kept."""
+        self._check_open()
+        wanted = [_as_tp(tp) for tp in partitions]
+        self._partitions = {tp: self._partitions.get(tp, _PartitionState()) for tp in wanted}
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._partitions)
+
+    def seek(self, tp: tuple[str, int], offset: int) -> None:
+        """The next poll returns records of `tp` from `offset` on."""
+        if not isinstance(offset, int) or offset < 0:
+            raise ClientError(f"seek offset must be a non-negative int, got {offset!r}")
+        state = self._state(tp)
+        state.buffer.clear()
+        state.fetch_offset = offset
+        state.reset = None
+        state.last_offset = -1
+        assert state.position() == offset
+
+    def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
+        """Move to the log start of each partition (all assigned ones when none is named)."""
+        self._seek_lazily(partitions, "earliest")
+
+    def seek_to_end(self, *partitions: tuple[str, int]) -> None:
+        """Move to the high watermark of each partition (all assigned when none is named)."""
+        self._seek_lazily(partitions, "latest")
+
+    def _seek_lazily(self, partitions: Sequence[tuple[str, int]], reset: AutoOffsetReset) -> None:
+        targets = [_as_tp(tp) for tp in partitions] or list(self._partitions)
+        for tp in targets:
+            state = self._state(tp)
+            state.buffer.clear()
+            state.fetch_offset = None
+            state.reset = reset
+            state.last_offset = -1
+
+    def position(self, tp: tuple[str, int]) -> int:
+        """The offset of the next record poll() returns for `tp` (resolving a pending reset)."""
+        state = self._state(tp)
+        if state.position() is None:
+            self._resolve_position(_as_tp(tp), state)
+        position = state.position()
+        assert position is not None and position >= 0
+        return position
+
+    def highwater(self, tp: tuple[str, int]) -> int | None:
+        """The high watermark last reported for `tp` (None before the first fetch)."""
+        return self._state(tp).high_watermark
+
+    def _state(self, tp: tuple[str, int]) -> _PartitionState:
+        self._check_open()
+        state = self._partitions.get(_as_tp(tp))
+        if state is None:
+            raise ClientError(f"partition {tp[0]}/{tp[1]} is not assigned to this consumer")
+        return state
+
+    def _resolve_position(self, tp: TopicPartition, state: _PartitionState) -> None:
+        reset = state.reset or self.config.auto_offset_reset
+        if reset == "error":
+            raise OffsetOutOfRangeError(
+                "NO_POSITION",
+                "no position and auto_offset_reset='error': seek() first",
+                concerning=f"{tp.topic}/{tp.partition}",
+            )
+        request = pb.ListOffsetsRequest(topic=tp.topic, partition=tp.partition, spec=_RESETS[reset])
+        response = self._call_leader(tp, "Log.ListOffsets", request)
+        if response.offset < 0:
+            raise ServerError(
+                "INVALID_RESPONSE",
+                f"ListOffsets answered offset {response.offset}",
+                concerning=f"{tp.topic}/{tp.partition}",
+            )
+        state.fetch_offset = response.offset
+        state.reset = None
+        state.last_offset = -1
+
+    def _call_leader(self, tp: TopicPartition, rpc: str, request: Any) -> Any:
+        """Call `rpc` at `tp`'s leader, following NOT_LEADER hints a few hops."""
+        error: ServerError | None = None
+        for _ in range(_LEADER_HOPS_MAX):
+            address = self._cluster.leader_address(tp)
+            response = self._cluster.call(address, rpc, request)
+            if response.error.code == pb.NONE:
+                return response
+            error = server_error(
+                response.error, concerning=f"{rpc} for {tp.topic}/{tp.partition} at {address}"
+            )
+            if not isinstance(error, NotLeaderForPartitionError):
+                raise error
+            self._cluster.apply_leader_hint(tp, error.leader_id, error.leader_address)
+        assert error is not None
+        raise error
+
+    # -- polling ----------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 0, *, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Up to `max_records` (default max_poll_records) records, waiting up to `timeout_ms`."""
+        self._check_open()
+        if timeout_ms < 0:
+            raise ClientError(f"poll timeout_ms must not be negative, got {timeout_ms}")
+        limit = self.config.max_poll_records if max_records is None else max_records
+        deadline = self._clock() + timeout_ms / 1000
+        last_error: ClientError | None = None
+        fetched = False
+        while True:
+            records = self._drain(limit)
+            if records:
+                return records
+            remaining_ms = int((deadline - self._clock()) * 1000)
+            wait_ms = max(0, min(self.config.fetch_max_wait_ms, remaining_ms))
+            errors = self._fetch_round(wait_ms)
+            fetched = fetched or len(errors) < len(self._partitions)
+            last_error = errors[-1] if errors else last_error
+            if any(state.buffer for state in self._partitions.values()):
+                continue
+            if self._clock() >= deadline:
+                if last_error is not None and not fetched:
+                    raise last_error
+                return []
+            if errors:
+                backoff_s = self.config.connection.retry_backoff_ms / 1000
+                time.sleep(max(0.0, min(backoff_s, deadline - self._clock())))
+
+    def _drain(self, limit: int) -> list[ConsumerRecord]:
+        records: list[ConsumerRecord] = []
+        for state in self._partitions.values():
+            while state.buffer and len(records) < limit:
+                records.append(state.buffer.popleft())
+        assert len(records) <= limit
+        return records
+
+    def _fetch_round(self, wait_ms: int) -> list[ClientError]:
+        """One Fetch to each partition with an empty buffer; returns retriable errors met."""
+        errors: list[ClientError] = []
+        calls: list[tuple[TopicPartition, _PartitionState, str, Any]] = []
+        for tp, state in self._partitions.items():
+            if state.buffer:
+                continue
+            try:
+                if state.fetch_offset is None:
+                    self._resolve_position(tp, state)
+                calls.append((tp, state, *self._start_fetch(tp, state, wait_ms)))
+            except ClientError as error:
+                self._on_retriable(tp, error)
+                errors.append(error)
+        for tp, state, address, future in calls:
+            try:
+                timeout_ms = self.config.connection.request_timeout_ms
+                response = self._cluster.result(
+                    future, address=address, rpc="Log.Fetch", timeout_ms=timeout_ms
+                )
+                self._on_fetch_response(tp, state, address, response)
+            except ClientError as error:
+                self._on_retriable(tp, error)
+                errors.append(error)
+        return errors
+
+    def _on_retriable(self, tp: TopicPartition, error: ClientError) -> None:
+        """Re-raise a final error; for a retriable one make the next lookup find the leader."""
+        if not error.retriable:
+            raise error
+        # A NOT_LEADER hint was already recorded; refreshing now could bring back stale news.
+        if not isinstance(error, NotLeaderForPartitionError):
+            self._cluster.mark_stale(tp.topic)
+
+    def _start_fetch(
+        self, tp: TopicPartition, state: _PartitionState, wait_ms: int
+    ) -> tuple[str, Any]:
+        assert state.fetch_offset is not None
+        address = self._cluster.leader_address(tp)
+        request = pb.FetchRequest(
+            topic=tp.topic,
+            partition=tp.partition,
+            offset=state.fetch_offset,
+            max_bytes=self.config.partition_fetch_bytes_max,
+            max_wait_ms=wait_ms,
+            min_bytes=self.config.fetch_min_bytes,
+        )
+        timeout_ms = self.config.connection.request_timeout_ms
+        return address, self._cluster.call_future(
+            address, "Log.Fetch", request, timeout_ms=timeout_ms
+        )
+
+    def _on_fetch_response(
+        self, tp: TopicPartition, state: _PartitionState, address: str, response: pb.FetchResponse
+    ) -> None:
+        code = response.error.code
+        if code == pb.OFFSET_OUT_OF_RANGE and self.config.auto_offset_reset != "error":
+            state.fetch_offset = None  # the next round asks for a new one per auto_offset_reset
+            return
+        if code != pb.NONE:
+            error = server_error(
+                response.error,
+                concerning=f"fetch {tp.topic}/{tp.partition} at offset {state.fetch_offset} "
+                f"from {address}",
+            )
+            if isinstance(error, NotLeaderForPartitionError):
+                self._cluster.apply_leader_hint(tp, error.leader_id, error.leader_address)
+            raise error
+        if state.high_watermark is None or response.high_watermark > state.high_watermark:
+            state.high_watermark = response.high_watermark
+        self._buffer_batches(tp, state, address, response)
+
+    def _buffer_batches(
+        self, tp: TopicPartition, state: _PartitionState, address: str, response: pb.FetchResponse
+    ) -> None:
+        """Decode whole batches; buffer user records at or past the position."""
+        assert state.fetch_offset is not None
+        data = response.batches
+        position = 0
+        where = f"fetch {tp.topic}/{tp.partition} from {address}"
+        while position < len(data):
+            try:
+                batch = decode_batch(
+                    data, position, decompressed_bytes_max=self.config.decompressed_bytes_max
+                )
+            except CorruptBatchError as error:
+                raise ClientError(f"{where}: {error}") from error
+            header = batch.header
+            if header.last_offset >= response.high_watermark:
+                raise ClientError(
+                    f"{where}: batch ending at offset {header.last_offset} is not below the "
+                    f"high watermark {response.high_watermark}"
+                )
+            position += header.size_bytes
+            if header.last_offset < state.fetch_offset:
+                continue
+            if not header.is_control:
+                for record in batch.records:
+                    if record.offset < state.fetch_offset:
+                        continue
+                    if record.offset <= state.last_offset:
+                        raise ClientError(
+                            f"{where}: offset {record.offset} does not follow {state.last_offset}"
+                        )
+                    state.last_offset = record.offset
+                    state.buffer.append(
+                        ConsumerRecord(
+                            tp.topic,
+                            tp.partition,
+                            record.offset,
+                            record.key,
+                            record.value,
+                            record.timestamp_ms,
+                            record.headers,
+                        )
+                    )
+            state.fetch_offset = header.last_offset + 1
+
+    # -- iteration and lifecycle ------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        """Records as they arrive; stops after consumer_timeout_ms without one (if set)."""
+        idle_ms_max = self.config.consumer_timeout_ms
+        while not self._closed:
+            started = self._clock()
+            records = self.poll(
+                timeout_ms=idle_ms_max if idle_ms_max is not None else self.config.fetch_max_wait_ms
+            )
+            if (
+                not records
+                and idle_ms_max is not None
+                and (self._clock() - started) * 1000 >= idle_ms_max
+            ):
+                return
+            yield from records
+
+    def close(self) -> None:
+        self._closed = True
+        self._cluster.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError("consumer closed")
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

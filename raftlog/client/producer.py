@@ -1,0 +1,243 @@
+"""The Producer: send records to topics, batched, compressed, retried and idempotent.
+
+Theory of operation. `send()` runs on the caller's thread: it looks up the topic's partitions
+(from cached metadata, asking the cluster when it has none), picks the partition (explicit,
+by murmur2 of the key, or sticky for keyless records), reserves the record's bytes in the
+bounded buffer (blocking up to `max_block_ms`) and appends it to that partition's open batch.
+It returns a `concurrent.futures.Future` that resolves to a `RecordMetadata` once the batch is
+acknowledged with the requested `acks`, or fails with a `DeliveryFailedError`. The background
+sender thread (`raftlog.client._sender`) does everything else: linger, InitProducerId,
+encoding, routing to leaders, retries and completion.
+
+`flush()` makes every batch ready at once and waits for the records sent before it; `close()`
+flushes, stops the sender and closes the channels (also on leaving a `with` block).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, wait
+from types import TracebackType
+
+from raftlog.client._connection import Cluster, TopicPartition
+from raftlog.client._sender import Sender, start_sender
+from raftlog.client.accumulator import Accumulator, RecordMetadata
+from raftlog.client.config import (
+    KIB,
+    MIB,
+    AcksOption,
+    CompressionOption,
+    ConnectionConfig,
+    ProducerConfig,
+)
+from raftlog.client.errors import ClientClosedError, ClientError, RequestTimedOutError
+from raftlog.client.partitioner import StickyPartitioner, partition_for_key
+from raftlog.storage.records import Headers, RecordInput
+
+__all__ = ["Producer"]
+
+HeadersInput = Sequence[tuple[str, bytes | None]]
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class Producer:
+    """Sends records to a raftlog cluster; thread-safe (see the module docstring)."""
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str],
+        *,
+        acks: AcksOption = "all",
+        linger_ms: int = 5,
+        batch_bytes_max: int = 256 * KIB,
+        buffer_bytes_max: int = 32 * MIB,
+        max_block_ms: int = 60_000,
+        compression: CompressionOption = None,
+        enable_idempotence: bool = True,
+        retries: int = 2**31 - 1,
+        delivery_timeout_ms: int = 120_000,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        metadata_max_age_ms: int = 300_000,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+        rng: random.Random | None = None,
+    ) -> None:
+        connection = ConnectionConfig(
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+        )
+        self.config = ProducerConfig(
+            acks=acks,
+            linger_ms=linger_ms,
+            batch_bytes_max=batch_bytes_max,
+            buffer_bytes_max=buffer_bytes_max,
+            max_block_ms=max_block_ms,
+            compression=compression,
+            enable_idempotence=enable_idempotence,
+            retries=retries,
+            delivery_timeout_ms=delivery_timeout_ms,
+            connection=connection,
+        ).validate()
+        self._cluster = Cluster(bootstrap, connection, clock=clock)
+        self._clock = clock
+        self._wall_clock_ms = wall_clock_ms
+        self._partitioner = StickyPartitioner(rng if rng is not None else random.Random())
+        self._accumulator = Accumulator(
+            batch_bytes_max=batch_bytes_max,
+            buffer_bytes_max=buffer_bytes_max,
+            linger_ms=linger_ms,
+            clock=clock,
+        )
+        self._sender = Sender(
+            cluster=self._cluster, accumulator=self._accumulator, config=self.config, clock=clock
+        )
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._thread = start_sender(self._sender)
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: HeadersInput | None = None,
+        timestamp_ms: int | None = None,
+    ) -> Future[RecordMetadata]:
+        """Queue one record; the future resolves when the cluster acknowledged it.
+
+        Raises at once (not through the future) for a closed producer, a bad argument, an
+        unknown topic or partition, a record too large, or a buffer full for `max_block_ms`.
+        """
+        if self._closed:
+            raise ClientClosedError(f"producer closed: cannot send to topic {topic!r}")
+        record = RecordInput(
+            key=_optional_bytes("key", key),
+            value=_optional_bytes("value", value),
+            timestamp_ms=self._wall_clock_ms() if timestamp_ms is None else timestamp_ms,
+            headers=_headers(headers),
+        )
+        partitions = self._partition_count(topic)
+        future: Future[RecordMetadata] = Future()
+        future.set_running_or_notify_cancel()  # a record in a batch cannot be taken back
+        max_block_ms = self.config.max_block_ms
+        if partition is not None:
+            if not 0 <= partition < partitions:
+                raise ClientError(
+                    f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
+                )
+            self._accumulator.append(
+                TopicPartition(topic, partition), record, future, max_block_ms=max_block_ms
+            )
+        elif key is not None:
+            chosen = partition_for_key(key, partitions)
+            self._accumulator.append(
+                TopicPartition(topic, chosen), record, future, max_block_ms=max_block_ms
+            )
+        else:
+            self._append_sticky(topic, partitions, record, future)
+        return future
+
+    def _append_sticky(
+        self, topic: str, partitions: int, record: RecordInput, future: Future[RecordMetadata]
+    ) -> None:
+        chosen = self._partitioner.partition(topic, partitions)
+        tp = TopicPartition(topic, chosen)
+        max_block_ms = self.config.max_block_ms
+        if self._accumulator.append(
+            tp, record, future, max_block_ms=max_block_ms, abort_on_new_batch=True
+        ):
+            return
+        # The sticky partition's batch is full: move on, then open a batch wherever we land.
+        self._partitioner.on_batch_closed(topic, chosen, partitions)
+        tp = TopicPartition(topic, self._partitioner.partition(topic, partitions))
+        added = self._accumulator.append(tp, record, future, max_block_ms=max_block_ms)
+        assert added
+
+    def _partition_count(self, topic: str) -> int:
+        """Partitions of `topic`, retrying retriable metadata errors up to max_block_ms."""
+        deadline = self._clock() + self.config.max_block_ms / 1000
+        backoff_s = self.config.connection.retry_backoff_ms / 1000
+        while True:
+            try:
+                count = len(self._cluster.topic(topic))
+                assert count > 0
+                return count
+            except ClientError as error:
+                if not error.retriable or self._clock() + backoff_s >= deadline:
+                    raise
+            time.sleep(backoff_s)  # waiting for metadata to spread: the caller blocks by design
+
+    def flush(self, timeout_ms: int | None = None) -> None:
+        """Send every buffered record now and wait until those sent before this call finish."""
+        with self._accumulator.condition:
+            self._accumulator.flushes_under_way += 1
+            pending = [f for batch in self._accumulator.incomplete for f in batch.futures]
+            self._accumulator.condition.notify_all()
+        try:
+            _, not_done = wait(pending, timeout=None if timeout_ms is None else timeout_ms / 1000)
+        finally:
+            with self._accumulator.condition:
+                self._accumulator.flushes_under_way -= 1
+        if not_done:
+            raise RequestTimedOutError(
+                f"flush ({len(not_done)} records unacknowledged)",
+                address="partition leaders",
+                timeout_ms=timeout_ms or 0,
+            )
+
+    def close(self, timeout_ms: int | None = None) -> None:
+        """Deliver what is buffered (waiting up to `timeout_ms`), then stop; idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self._accumulator.condition:
+            self._accumulator.closing = True
+            self._accumulator.condition.notify_all()
+        self._thread.join(None if timeout_ms is None else timeout_ms / 1000)
+        if self._thread.is_alive():
+            with self._accumulator.condition:
+                self._sender.abort = True
+                self._accumulator.condition.notify_all()
+            self._thread.join()
+        self._cluster.close()
+        assert not self._thread.is_alive()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _optional_bytes(name: str, data: object) -> bytes | None:
+    if data is None or isinstance(data, bytes):
+        return data
+    if isinstance(data, bytearray | memoryview):
+        return bytes(data)
+    raise TypeError(f"{name} must be bytes or None, got {type(data).__name__}")
+
+
+def _headers(headers: HeadersInput | None) -> Headers:
+    if headers is None:
+        return ()
+    result: list[tuple[str, bytes | None]] = []
+    for item in headers:
+        if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], str):
+            raise TypeError(f"each header must be a (str, bytes | None) pair, got {item!r}")
+        result.append((item[0], _optional_bytes(f"header {item[0]!r}", item[1])))
+    return tuple(result)
