@@ -1,1 +1,83 @@
-"""The metadata quorum: a Raft-replicated controller (raftlog.metadata)."""
+"""The metadata quorum: a Raft-replicated controller (raftlog.metadata).
+
+The metadata quorum is Raft group 0. Its state machine (`MetadataState`) applies commands
+(`commands.py`: nodes, topics, partitions, leaders, producer ids) deterministically and
+snapshots to canonical bytes; the controller's decisions (`controller.py`, `assignment.py`)
+are pure functions from that state and the time to commands. Nothing here does I/O: the node
+runtime proposes, commits and applies, and calls these functions.
+"""
+
+from raftlog.metadata.assignment import NodeLoad, assign_replicas
+from raftlog.metadata.commands import (
+    AllocateProducerIds,
+    ApplyResult,
+    AssignmentError,
+    Command,
+    CreatePartitions,
+    CreateTopic,
+    DeleteTopic,
+    ErrorCode,
+    FenceNode,
+    MetadataDecodeError,
+    MetadataError,
+    NodeHeartbeat,
+    ReassignPartition,
+    RegisterNode,
+    ReportLeader,
+    decode_command,
+    encode_command,
+)
+from raftlog.metadata.controller import (
+    CreateTopicRequest,
+    LeaderMove,
+    expired_nodes,
+    live_node_ids,
+    node_loads,
+    plan_create_partitions,
+    plan_create_topic,
+    preferred_leader_moves,
+    rebalance_plan,
+)
+from raftlog.metadata.state import (
+    METADATA_GROUP_ID,
+    MetadataState,
+    NodeInfo,
+    PartitionInfo,
+    TopicInfo,
+)
+
+__all__ = [
+    "METADATA_GROUP_ID",
+    "AllocateProducerIds",
+    "ApplyResult",
+    "AssignmentError",
+    "Command",
+    "CreatePartitions",
+    "CreateTopic",
+    "CreateTopicRequest",
+    "DeleteTopic",
+    "ErrorCode",
+    "FenceNode",
+    "LeaderMove",
+    "MetadataDecodeError",
+    "MetadataError",
+    "MetadataState",
+    "NodeHeartbeat",
+    "NodeInfo",
+    "NodeLoad",
+    "PartitionInfo",
+    "ReassignPartition",
+    "RegisterNode",
+    "ReportLeader",
+    "TopicInfo",
+    "assign_replicas",
+    "decode_command",
+    "encode_command",
+    "expired_nodes",
+    "live_node_ids",
+    "node_loads",
+    "plan_create_partitions",
+    "plan_create_topic",
+    "preferred_leader_moves",
+    "rebalance_plan",
+]

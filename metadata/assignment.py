@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from raftlog.metadata.commands import AssignmentError
+
 from raftlog.types import NodeId
 
 __all__ = ["NodeLoad", "assign_replicas"]

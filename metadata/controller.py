@@ -1,0 +1,361 @@
+"""Controller decisions: pure functions from the metadata state (and the time) to commands.
+
+Theory of operation. The metadata quorum's leader is the controller. It never changes the
+state directly: it reads its `MetadataState`, decides here, proposes the resulting commands to
+group 0, and answers the admin request once the command is committed and applied. Everything
+here is a pure function of its arguments (time included), so a decision can be replayed, and
+a decision made on a state that moved on before its command was applied is caught by the
+command's own check at apply time (a stale plan is rejected, the controller plans again).
+
+Duties:
+- `plan_create_topic` / `plan_create_partitions`: validate the request against the state and
+  `MetadataConfig`, place replicas on the nodes alive *now* (registered, unfenced, heartbeat
+  within the lease) with `assign_replicas`, and hand out fresh group ids. Errors come back as
+  an `ApplyResult` carrying the same codes `apply` uses.
+- `expired_nodes`: a FenceNode for each unfenced node silent for a lease or more. A node's
+  silence is measured from its last heartbeat or from when this controller took office,
+  whichever is later: heartbeat times are the previous controller's clock, and a new
+  controller first gives everyone one full lease (as KRaft does).
+- `preferred_leader_moves`: partitions led by another node although the preferred replica
+  (replicas[0]) is alive; the runtime transfers leadership of those groups back to it.
+- `rebalance_plan`: ReassignPartition commands that even out load among the alive nodes.
+  Step 1 moves replicas from the fullest alive node to the emptiest one until replica counts
+  differ by at most 1; step 2 reorders replica lists (no data moves) until preferred-leader
+  counts differ by at most 1. Only partitions whose replicas are all alive are touched: a
+  membership change of a group missing a member risks its majority. Replicas are never
+  moved *off* a dead node (it is expected back; a failed node is replaced by hand), so when
+  a node returns its replicas are where it left them and only leadership moves back, by
+  `preferred_leader_moves`. What `rebalance_plan` moves after a return are the partitions
+  created while the node was away, and the same for a newly added node.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from raftlog.metadata.assignment import NodeLoad, assign_replicas
+from raftlog.metadata.commands import (
+    ApplyResult,
+    CreatePartitions,
+    CreateTopic,
+    ErrorCode,
+    FenceNode,
+    ReassignPartition,
+    check_topic_config,
+    check_topic_name,
+    reject,
+)
+from raftlog.metadata.state import MetadataState
+
+from raftlog.config import MetadataConfig
+from raftlog.types import GroupId, NodeId, PartitionId
+
+__all__ = [
+    "CreateTopicRequest",
+    "LeaderMove",
+    "expired_nodes",
+    "live_node_ids",
+    "node_loads",
+    "plan_create_partitions",
+    "plan_create_topic",
+    "preferred_leader_moves",
+    "rebalance_plan",
+]
+
+# Namespace of the deterministic topic ids (uuid5 over cluster id, name and first group id).
+_TOPIC_ID_NAMESPACE = uuid.UUID("6f1c3a52-9a53-4f39-9a8e-2f54a2b7d0c1")
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopicRequest:
+    name: str
+    partition_count: int
+    replication_factor: int
+    config: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderMove:
+    """Transfer leadership of `group_id` from `from_leader` to the preferred `to_leader`."""
+
+    topic: str
+    partition: PartitionId
+    group_id: GroupId
+    from_leader: NodeId
+    to_leader: NodeId
+
+
+def live_node_ids(state: MetadataState, now_ms: int, lease_ms: int) -> tuple[NodeId, ...]:
+    """Nodes that are unfenced and heard from within the lease, in id order."""
+    assert lease_ms > 0, lease_ms
+    return tuple(
+        n.node_id for n in state.nodes() if n.alive and now_ms - n.last_heartbeat_ms < lease_ms
+    )
+
+
+def node_loads(state: MetadataState) -> dict[NodeId, NodeLoad]:
+    """Preferred leaderships and replicas per registered node (zero for idle nodes)."""
+    leaders = {n.node_id: 0 for n in state.nodes()}
+    replicas = dict(leaders)
+    for p in state.all_partitions():
+        leaders[p.preferred_leader] += 1
+        for node_id in p.replicas:
+            replicas[node_id] += 1
+    return {n: NodeLoad(leaders=leaders[n], replicas=replicas[n]) for n in leaders}
+
+
+def plan_create_topic(
+    state: MetadataState,
+    request: CreateTopicRequest,
+    now_ms: int,
+    *,
+    config: MetadataConfig | None = None,
+) -> CreateTopic | ApplyResult:
+    """The CreateTopic to propose for `request`, or the error to answer with."""
+    limits = config or MetadataConfig()
+    problem = check_topic_name(request.name) or _check_absent(state, request.name)
+    problem = problem or check_topic_config(request.config)
+    problem = problem or _check_limits(state, request, limits)
+    if problem is not None:
+        return problem
+    live = live_node_ids(state, now_ms, limits.node_lease_ms)
+    problem = _check_enough_nodes(request.replication_factor, live)
+    if problem is not None:
+        return problem
+    first_group_id = int(state.next_group_id)
+    command = CreateTopic(
+        name=request.name,
+        topic_id=_topic_id(state.cluster_id, request.name, first_group_id),
+        partition_count=request.partition_count,
+        replication_factor=request.replication_factor,
+        config=dict(sorted(request.config.items())),
+        assignments=assign_replicas(
+            live,
+            node_loads(state),
+            request.partition_count,
+            request.replication_factor,
+            first_group_id,
+        ),
+        group_ids=tuple(GroupId(first_group_id + i) for i in range(request.partition_count)),
+    )
+    verdict = state.check(command)
+    return command if verdict.ok else verdict
+
+
+def _check_absent(state: MetadataState, name: str) -> ApplyResult | None:
+    if state.topic(name) is not None:
+        return reject(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+    return None
+
+
+def _check_limits(
+    state: MetadataState, request: CreateTopicRequest, limits: MetadataConfig
+) -> ApplyResult | None:
+    if len(state.topics()) >= limits.topics_max:
+        return reject(
+            ErrorCode.INVALID_REQUEST, f"the cluster holds topics_max={limits.topics_max} topics"
+        )
+    if not 1 <= request.partition_count <= limits.partitions_per_topic_max:
+        return reject(
+            ErrorCode.INVALID_PARTITIONS,
+            f"partition count {request.partition_count} must be in "
+            f"[1, partitions_per_topic_max={limits.partitions_per_topic_max}]",
+        )
+    if not 1 <= request.replication_factor <= limits.replication_factor_max:
+        return reject(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {request.replication_factor} must be in "
+            f"[1, replication_factor_max={limits.replication_factor_max}]",
+        )
+    return None
+
+
+def _check_enough_nodes(replication_factor: int, live: tuple[NodeId, ...]) -> ApplyResult | None:
+    if replication_factor > len(live):
+        return reject(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {replication_factor} exceeds the {len(live)} live nodes "
+            f"{list(live)}",
+        )
+    return None
+
+
+def _topic_id(cluster_id: str, name: str, first_group_id: int) -> str:
+    """Kafka-style (22 characters of base64url), derived, not drawn: group ids are never
+    reused, so a topic re-created under the same name gets a new id."""
+    derived = uuid.uuid5(_TOPIC_ID_NAMESPACE, f"{cluster_id}/{name}/{first_group_id}")
+    topic_id = base64.urlsafe_b64encode(derived.bytes).rstrip(b"=").decode()
+    assert len(topic_id) == 22, topic_id
+    return topic_id
+
+
+def plan_create_partitions(
+    state: MetadataState,
+    name: str,
+    total_count: int,
+    now_ms: int,
+    *,
+    config: MetadataConfig | None = None,
+) -> CreatePartitions | ApplyResult:
+    """Grows topic `name` to `total_count` partitions (the admin API's CreatePartitions)."""
+    limits = config or MetadataConfig()
+    topic = state.topic(name)
+    if topic is None:
+        return reject(ErrorCode.UNKNOWN_TOPIC, f"topic {name!r} does not exist")
+    if not topic.partition_count < total_count <= limits.partitions_per_topic_max:
+        return reject(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {name!r} has {topic.partition_count} partitions; the new total "
+            f"{total_count} must exceed it and be at most {limits.partitions_per_topic_max}",
+        )
+    live = live_node_ids(state, now_ms, limits.node_lease_ms)
+    problem = _check_enough_nodes(topic.replication_factor, live)
+    if problem is not None:
+        return problem
+    added = total_count - topic.partition_count
+    first_group_id = int(state.next_group_id)
+    command = CreatePartitions(
+        name=name,
+        assignments=assign_replicas(
+            live, node_loads(state), added, topic.replication_factor, first_group_id
+        ),
+        group_ids=tuple(GroupId(first_group_id + i) for i in range(added)),
+    )
+    verdict = state.check(command)
+    return command if verdict.ok else verdict
+
+
+def expired_nodes(
+    state: MetadataState, now_ms: int, lease_ms: int, *, controller_since_ms: int | None = None
+) -> tuple[FenceNode, ...]:
+    """FenceNode commands for unfenced nodes silent for `lease_ms` or more."""
+    assert lease_ms > 0, lease_ms
+    fences = []
+    for node in state.nodes():
+        heard_ms = node.last_heartbeat_ms
+        if controller_since_ms is not None:
+            heard_ms = max(heard_ms, controller_since_ms)
+        if node.alive and now_ms - heard_ms >= lease_ms:
+            fences.append(FenceNode(node_id=node.node_id, now_ms=now_ms, lease_ms=lease_ms))
+    # Silence since controller_since_ms is at most silence since the last heartbeat, so each
+    # fence also passes apply's own check of the lease.
+    assert all(state.check(f).ok for f in fences)
+    return tuple(fences)
+
+
+def preferred_leader_moves(state: MetadataState) -> tuple[LeaderMove, ...]:
+    """Partitions whose reported leader is not the preferred replica, which is alive."""
+    moves = []
+    for p in state.all_partitions():
+        preferred = state.node(p.preferred_leader)
+        assert preferred is not None, p  # replicas are registered nodes
+        if p.leader_id is not None and p.leader_id != p.preferred_leader and preferred.alive:
+            moves.append(
+                LeaderMove(p.topic, p.partition, p.group_id, p.leader_id, preferred.node_id)
+            )
+    return tuple(moves)
+
+
+def rebalance_plan(
+    state: MetadataState, *, moves_max: int | None = None
+) -> tuple[ReassignPartition, ...]:
+    """Reassignments that balance replicas, then preferred leaders, among alive nodes."""
+    budget = MetadataConfig().rebalance_moves_max if moves_max is None else moves_max
+    assert budget >= 0, budget
+    alive = set(state.alive_node_ids())
+    if len(alive) < 2:
+        return ()
+    replicas = {
+        (p.topic, p.partition): list(p.replicas)
+        for p in state.all_partitions()
+        if alive.issuperset(p.replicas)
+    }
+    budget -= _balance_replicas(state, alive, replicas, budget)
+    _balance_preferred_leaders(state, alive, replicas, budget)
+    changed = []
+    for p in state.all_partitions():
+        target = replicas.get((p.topic, p.partition))
+        if target is not None and tuple(target) != p.replicas:
+            changed.append(ReassignPartition(p.topic, p.partition, tuple(target)))
+    assert all(state.check(c).ok for c in changed)
+    return tuple(changed)
+
+
+def _current_lists(
+    state: MetadataState, replicas: dict[tuple[str, PartitionId], list[NodeId]]
+) -> list[list[NodeId]]:
+    """Every partition's replicas as planned so far (the state's, where not a candidate)."""
+    return [replicas.get((p.topic, p.partition), list(p.replicas)) for p in state.all_partitions()]
+
+
+def _counts(alive: set[NodeId], lists: list[list[NodeId]]) -> dict[NodeId, int]:
+    """How often each alive node appears in `lists` (dead nodes are not counted)."""
+    counts = dict.fromkeys(sorted(alive), 0)
+    for replicas in lists:
+        for node_id in replicas:
+            if node_id in counts:
+                counts[node_id] += 1
+    return counts
+
+
+def _extremes(counts: dict[NodeId, int]) -> tuple[NodeId, NodeId]:
+    """The fullest and the emptiest node (lowest id on ties)."""
+    fullest = min(counts, key=lambda n: (-counts[n], n))
+    emptiest = min(counts, key=lambda n: (counts[n], n))
+    return fullest, emptiest
+
+
+def _balance_replicas(
+    state: MetadataState,
+    alive: set[NodeId],
+    replicas: dict[tuple[str, PartitionId], list[NodeId]],
+    budget: int,
+) -> int:
+    """Moves one replica at a time from the fullest node to the emptiest; returns moves."""
+    # Replicas of every partition count toward a node's load, movable or not.
+    counts = _counts(alive, _current_lists(state, replicas))
+    moves = 0
+    while moves < budget:
+        fullest, emptiest = _extremes(counts)
+        if counts[fullest] - counts[emptiest] <= 1:
+            break
+        movable = next(
+            (r for _, r in sorted(replicas.items()) if fullest in r and emptiest not in r), None
+        )
+        if movable is None:
+            break
+        movable[movable.index(fullest)] = emptiest
+        counts[fullest] -= 1
+        counts[emptiest] += 1
+        moves += 1
+    return moves
+
+
+def _balance_preferred_leaders(
+    state: MetadataState,
+    alive: set[NodeId],
+    replicas: dict[tuple[str, PartitionId], list[NodeId]],
+    budget: int,
+) -> int:
+    """Swaps a replica to the front of its list, from the node preferred most often to the
+    node preferred least often; no data moves. Returns the swaps made."""
+    counts = _counts(alive, [r[:1] for r in _current_lists(state, replicas)])
+    swaps = 0
+    while swaps < budget:
+        fullest, emptiest = _extremes(counts)
+        if counts[fullest] - counts[emptiest] <= 1:
+            break
+        swappable = next(
+            (r for _, r in sorted(replicas.items()) if r[0] == fullest and emptiest in r), None
+        )
+        if swappable is None:
+            break
+        position = swappable.index(emptiest)
+        swappable[0], swappable[position] = emptiest, fullest
+        counts[fullest] -= 1
+        counts[emptiest] += 1
+        swaps += 1
+    return swaps
