@@ -199,6 +199,10 @@ class SegmentedLog:
     def size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self._segments)
 
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
     def _active(self) -> Segment:
         return self._segments[-1]
 

@@ -202,9 +202,10 @@ class Segment:
         assert offset_index is not None and time_index is not None, "active segments index"
         assert self._max_timestamp_ms is not None
         if self.rolling_base_ms == _TIMESTAMP_NONE:
-            # Kafka's rule: a segment's age counts from its first batch's timestamp (or from
-            # when it was appended, for a batch without one), so it survives restarts.
-            self.rolling_base_ms = header.max_timestamp if header.max_timestamp >= 0 else now_ms
+            # A segment's age counts on the log's clock from its first batch (from recovery,
+            # after a restart). Not from batch timestamps as Kafka does: those come from
+            # producers' clocks, and one old timestamp would roll a segment per append.
+            self.rolling_base_ms = now_ms
         if header.max_timestamp > self._max_timestamp_ms:
             self._max_timestamp_ms = header.max_timestamp
             self._max_timestamp_offset = header.base_offset

@@ -1,0 +1,212 @@
+"""Opening after a crash: torn and garbage tails are cut, damaged or missing index files are
+rebuilt, closed segments are trusted (open reads only the active one), and a batch whose CRC
+fails is never returned."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from raftlog.config import LogConfig
+from raftlog.errors import CrcMismatchError
+from raftlog.storage.files import Buffer, FileHandle, FileSystem, ManualClock, SimFileSystem
+from raftlog.storage.log import SegmentedLog
+
+BatchFactory = Callable[..., bytes]
+OpenLog = Callable[..., SegmentedLog]
+
+
+def _fill(log: SegmentedLog, batch: BatchFactory, count: int) -> list[int]:
+    return [log.append(batch(records=2), leader_epoch=1).base_offset for _ in range(count)]
+
+
+def _segment_file(log: SegmentedLog, number: int, suffix: str = ".log") -> str:
+    return os.path.join(log.directory, f"{log.segment_base_offsets[number]:020d}{suffix}")
+
+
+def test_torn_last_batch_is_cut(open_log: OpenLog, batch: BatchFactory) -> None:
+    log = open_log()
+    bases = _fill(log, batch, 5)
+    log.close()
+    path = _segment_file(log, -1)
+    os.truncate(path, os.path.getsize(path) - 7)  # the last batch lost its tail
+    reopened = open_log()
+    assert reopened.log_end_offset == bases[-1] == reopened.durable_end_offset
+    assert os.path.getsize(path) == len(batch(records=2)) * 4
+    assert reopened.append(batch(), leader_epoch=2).base_offset == bases[-1]
+
+
+def test_garbage_tail_is_cut(open_log: OpenLog, batch: BatchFactory) -> None:
+    log = open_log()
+    _fill(log, batch, 3)
+    log.close()
+    with open(_segment_file(log, -1), "ab") as file:
+        file.write(b"\x00\x00\x00\x00\x00\x00\x00\x06\x7f\xff\xff\xff" + os.urandom(100))
+    assert open_log().log_end_offset == 6
+
+
+def test_corrupt_batch_in_the_active_segment_cuts_the_rest(
+    open_log: OpenLog, batch: BatchFactory
+) -> None:
+    log = open_log()
+    _fill(log, batch, 4)
+    log.close()
+    size = len(batch(records=2))
+    with open(_segment_file(log, -1), "r+b") as file:
+        file.seek(size + 70)  # inside the records of the second batch
+        file.write(b"\xff")
+    reopened = open_log()
+    assert reopened.log_end_offset == 2
+    assert reopened.read(0, bytes_max=10**6).next_offset == 2
+
+
+def test_missing_index_files_are_rebuilt(open_log: OpenLog, batch: BatchFactory) -> None:
+    log = open_log()
+    bases = _fill(log, batch, 40)
+    log.close()
+    for suffix in (".index", ".timeindex"):
+        os.remove(_segment_file(log, 1, suffix))
+    reopened = open_log()
+    assert os.path.exists(_segment_file(log, 1, ".index"))
+    assert [reopened.read(b + 1, bytes_max=1).base_offset for b in bases] == bases
+
+
+def test_damaged_index_files_are_rebuilt(
+    open_log: OpenLog, batch: BatchFactory, small_config: LogConfig
+) -> None:
+    config = replace(small_config, index_interval_bytes=1)  # an entry per batch
+    log = open_log(config)
+    bases = _fill(log, batch, 40)
+    log.close()
+    with open(_segment_file(log, 0, ".index"), "ab") as file:
+        file.write(b"xyz")  # not a whole entry
+    with open(_segment_file(log, 1, ".index"), "r+b") as file:
+        file.seek(8)
+        file.write(b"\x00\x00\x00\x01\x00\x00\x00\x05")  # a valid-looking, wrong entry
+    with open(_segment_file(log, 2, ".timeindex"), "wb") as file:
+        file.write(b"\x01" * 12)  # says timestamp 2**56: beyond the offsets it may name
+    reopened = open_log(config)
+    assert [reopened.read(b + 1, bytes_max=1).base_offset for b in bases] == bases
+    assert reopened.offset_for_timestamp(0) == 0
+    assert os.path.getsize(_segment_file(log, 0, ".index")) % 8 == 0
+
+
+def test_corrupt_batch_in_a_closed_segment_is_never_returned(
+    open_log: OpenLog, batch: BatchFactory
+) -> None:
+    log = open_log()
+    _fill(log, batch, 40)
+    log.close()
+    size = len(batch(records=2))
+    second_batch = log.segment_base_offsets[0] + 2
+    with open(_segment_file(log, 0), "r+b") as file:
+        file.seek(size + 65)
+        file.write(b"\xee")
+    reopened = open_log()  # closed segments are trusted at open: not scanned
+    first = reopened.read(0, bytes_max=10**6)
+    assert [h.base_offset for h in first.headers] == [0]  # stops before the bad batch
+    with pytest.raises(CrcMismatchError, match=rf"00000000000000000000\.log at byte {size}:"):
+        reopened.read(second_batch, bytes_max=10**6)
+
+
+class _CountingFiles:
+    """A FileSystem wrapper that counts the bytes read, per file name suffix."""
+
+    def __init__(self, inner: FileSystem) -> None:
+        self.inner = inner
+        self.bytes_read: dict[str, int] = {}
+
+    def open(self, path: str, *, create: bool = False) -> FileHandle:
+        return _CountingHandle(self, self.inner.open(path, create=create))
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+class _CountingHandle:
+    def __init__(self, owner: _CountingFiles, inner: FileHandle) -> None:
+        self.owner = owner
+        self.inner = inner
+
+    @property
+    def path(self) -> str:
+        return self.inner.path
+
+    def read_at(self, size_bytes: int, position: int) -> bytes:
+        data = self.inner.read_at(size_bytes, position)
+        self.owner.bytes_read[self.path] = self.owner.bytes_read.get(self.path, 0) + len(data)
+        return data
+
+    def append(self, buffers: Sequence[Buffer]) -> None:
+        self.inner.append(buffers)
+
+    def size_bytes(self) -> int:
+        return self.inner.size_bytes()
+
+    def sync(self) -> None:
+        self.inner.sync()
+
+    def truncate(self, size_bytes: int) -> None:
+        self.inner.truncate(size_bytes)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_open_reads_only_the_active_segment(
+    batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+) -> None:
+    sim = SimFileSystem()
+    log = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)
+    _fill(log, batch, 60)
+    log.close()
+    counting = _CountingFiles(sim)
+    reopened = SegmentedLog.open("/l", config=small_config, files=counting, clock=clock)  # type: ignore[arg-type]
+    active = _segment_file(reopened, -1)
+    assert set(counting.bytes_read) <= {active}
+    assert len(reopened.segment_base_offsets) > 5
+
+
+def test_unflushed_appends_may_vanish_but_flushed_ones_never(
+    batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+) -> None:
+    for seed in range(30):
+        sim = SimFileSystem(seed)
+        log = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)
+        _fill(log, batch, 9)
+        durable = log.flush()
+        _fill(log, batch, 9)
+        sim.crash()
+        reopened = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)
+        assert durable <= reopened.log_end_offset <= 36
+        assert reopened.log_end_offset % 2 == 0  # whole batches only
+
+
+def test_an_interrupted_restart_leaves_a_usable_log(
+    batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+) -> None:
+    sim = SimFileSystem()
+    log = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)
+    _fill(log, batch, 3)
+    log.close()
+    # What a crash between "create the new segment" and "delete the old" leaves behind.
+    sim.open("/l/00000000000000000000.log").truncate(0)
+    sim.open("/l/00000000000000000500.log", create=True)
+    sim.sync_directory("/l")
+    reopened = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)
+    assert reopened.segment_base_offsets == (500,)
+    assert reopened.append(batch(), leader_epoch=1).base_offset == 500
+
+
+def test_orphan_index_files_are_removed(open_log: OpenLog, tmp_path: Path) -> None:
+    log = open_log()
+    log.close()
+    orphan = os.path.join(log.directory, f"{77:020d}.index")
+    with open(orphan, "wb"):
+        pass
+    open_log()
+    assert not os.path.exists(orphan)
