@@ -46,6 +46,7 @@ class Progress:
         "pending_snapshot",
         "probe_sent",
         "recent_active",
+        "sent_commit",
         "snapshot_elapsed_ticks",
         "stalled_heartbeats",
         "state",
@@ -64,6 +65,9 @@ class Progress:
         self.pending_snapshot: Offset = NO_OFFSET
         self.snapshot_elapsed_ticks = 0
         self.stalled_heartbeats = 0
+        # The highest commit offset sent to this follower, so a leader knows whether the
+        # follower has yet to learn that its acknowledged entries are committed.
+        self.sent_commit: Offset = NO_OFFSET
 
     def __repr__(self) -> str:
         return f"Progress({self.state.value} match={self.match} next={self.next})"

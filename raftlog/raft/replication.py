@@ -79,6 +79,7 @@ def send_append(node: RaftNode, peer: NodeId, *, send_empty: bool = True) -> boo
         node.current_term, node.node_id, peer, prev_offset, prev_term, entries, node.commit
     )
     node.send(request)
+    progress.sent_commit = max(progress.sent_commit, node.commit)
     last = entries[-1].last_offset if entries else prev_offset
     progress.sent(last, sum(entry.size_bytes for entry in entries))
     return True
@@ -111,7 +112,9 @@ def bcast_heartbeat(node: RaftNode, read_context: int) -> None:
     """Raft §5.2 heartbeats; each commit is capped at the follower's match so a follower
     never commits an offset it has not matched with this leader."""
     for peer in _peers(node):
-        commit = min(node.commit, node.progress[peer].match)
+        progress = node.progress[peer]
+        commit = min(node.commit, progress.match)
+        progress.sent_commit = max(progress.sent_commit, commit)
         heartbeat = HeartbeatRequest(
             node.current_term, node.node_id, peer, commit, read_context=read_context
         )
@@ -148,13 +151,15 @@ def on_append_response(node: RaftNode, message: AppendResponse) -> None:
         bcast_append(node)
     if node.current_role is Role.LEADER and message.sender in node.progress:
         _fill_pipeline(node, message.sender)
+        if progress.sent_commit < min(node.commit, progress.match):
+            send_append(node, message.sender)  # tell it what of its log is committed
         if node.lead_transferee == message.sender:
             election.maybe_send_timeout_now(node, message.sender)
 
 
 def _on_reject(node: RaftNode, message: AppendResponse, progress: Progress) -> None:
-    if message.reject_offset <= progress.match:
-        return  # stale: that offset matched since
+    if message.reject_offset <= progress.match or message.last_offset < progress.match:
+        return  # stale: sent before the follower acknowledged `match` (reordered)
     if progress.state is not ProgressState.REPLICATE and message.reject_offset != progress.next - 1:
         return  # stale: not the probe we are waiting for
     prev = _retreat(node, message, progress)
