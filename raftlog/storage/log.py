@@ -270,7 +270,10 @@ class SegmentedLog:
         if active.size_bytes == 0:
             return
         active.close_for_roll()
-        # Everything up to here is synced: the closed segment and all before it.
+        # The closing segment's name (created at the previous roll) and its new index files
+        # become durable with the directory; then everything below its end is on disk.
+        self.files.sync_directory(self.directory)
+        self._directory_dirty = False
         self._durable_end_offset = active.end_offset
         segment = Segment.create(self.files, self.directory, active.end_offset, self.config)
         self._segments.append(segment)
