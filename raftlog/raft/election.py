@@ -56,10 +56,12 @@ __all__ = [
 def tick_election(node: RaftNode) -> None:
     """Follower, learner and candidate tick: campaign after the randomized timeout."""
     assert node.current_role is not Role.LEADER
-    node.election_elapsed_ticks += 1
+    # Bounded: a learner or removed node never campaigns, but its lease must still expire.
+    elapsed_max = 2 * node.config.election_timeout_ticks
+    node.election_elapsed_ticks = min(node.election_elapsed_ticks + 1, elapsed_max)
     if node.is_voter() and node.election_elapsed_ticks >= node.randomized_election_timeout_ticks:
         start_election(node, transfer=False)
-    assert node.election_elapsed_ticks <= 2 * node.config.election_timeout_ticks
+    assert node.randomized_election_timeout_ticks < elapsed_max
 
 
 def tick_leader(node: RaftNode) -> None:

@@ -180,8 +180,12 @@ class RaftNode:
     def become_follower(self, term: Term, leader: NodeId | None) -> None:
         self.reset(term)
         self.current_leader = leader
-        self.current_role = Role.FOLLOWER if self.is_voter() else Role.LEARNER
+        self.current_role = self._follower_role()
         assert self.current_term == term
+
+    def _follower_role(self) -> Role:
+        """Learners say so; a voter, or a node removed from the group, is a follower."""
+        return Role.LEARNER if self.node_id in self.configs.current.learners else Role.FOLLOWER
 
     def become_pre_candidate(self) -> None:
         assert self.current_role is not Role.LEADER and self.is_voter()
@@ -229,7 +233,7 @@ class RaftNode:
             if self.lead_transferee not in self.configs.current.voters:
                 self.lead_transferee = None
         elif self.current_role in (Role.FOLLOWER, Role.LEARNER):
-            self.current_role = Role.FOLLOWER if self.is_voter() else Role.LEARNER
+            self.current_role = self._follower_role()
         elif not self.is_voter():
             self.become_follower(self.current_term, None)  # a removed candidate gives up
 

@@ -199,7 +199,8 @@ def on_heartbeat_response(node: RaftNode, message: HeartbeatResponse) -> None:
         progress.stalled_heartbeats += 1
         if progress.stalled_heartbeats >= STALLED_HEARTBEATS_MAX:
             progress.become_probe()
-    send_append(node, message.sender)
+    # Only a probe is worth sending empty: it asks where the logs match.
+    send_append(node, message.sender, send_empty=progress.state is ProgressState.PROBE)
 
 
 def maybe_commit(node: RaftNode) -> bool:
@@ -224,7 +225,9 @@ def _commit_to(node: RaftNode, offset: Offset) -> None:
         node.uncommitted_bytes -= node.uncommitted.popleft()[1]
     node.reads.on_commit(node)
     if not node.is_voter():
-        # Dissertation §4.2.2: a leader removed by a change steps down once it commits.
+        # Dissertation §4.2.2: a leader removed by a change steps down once it commits,
+        # after telling the others the change is committed.
+        bcast_append(node)
         node.become_follower(node.current_term, None)
 
 

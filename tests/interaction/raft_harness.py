@@ -17,7 +17,8 @@ Script commands (one per block, `#` lines are comments):
     transfer N M                     leader N hands leadership to M
     read-index N ID                  ReadIndex request ID at leader N
     compact N OFFSET                 driver of N snapshots and compacts up to OFFSET
-    partition A B | C                cut every link between the groups; `heal` restores all
+    partition A B | C                cut every link between the groups (replaces earlier cuts)
+    heal                             restore every link
     deliver [A->B]                   deliver the queued messages (once, not their answers)
     drop [A->B]                      drop the queued messages
     tick N|all [xK]                  K ticks
@@ -101,7 +102,7 @@ def format_message(message: Message) -> str:
         case AppendResponse() if message.success:
             return head + f"AppResp term={message.term} ok last={message.last_offset}"
         case AppendResponse():
-            hint = f"{message.conflict_term}@{message.conflict_offset}"
+            hint = f"{message.conflict_offset}@{message.conflict_term}"
             return head + (
                 f"AppResp term={message.term} reject prev={message.reject_offset} "
                 f"last={message.last_offset} conflict={hint}"
@@ -212,6 +213,8 @@ class Cluster:
         return dropped
 
     def partition(self, groups: list[set[NodeId]]) -> None:
+        """Cut every link between the groups (replacing earlier cuts)."""
+        self.cut.clear()
         for group in groups:
             for other in groups:
                 if other is not group:
