@@ -14,7 +14,8 @@ Fault knobs, all deterministic (no timers): `advertised_leader` (what Metadata c
 make the client's cache stale), `hint_leader`, `fail_next` (error codes to answer the next
 requests of one RPC with), `drop_next_produce_responses` (append, then fail the call as if
 the answer was lost), `produce_gate` (hold produce answers until the test opens it), and
-`high_watermark_lag` (records appended but not yet committed).
+`high_watermark_lag` (records appended but not yet committed) and one planted server bug,
+`lying_fetch_high_watermark`, that the consumer must catch.
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ class FakeClusterState:
     produce_gate: threading.Event = field(default_factory=threading.Event)
     requests: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
     next_producer_id: int = 1000
+    # A planted server bug for the consumer's check: Fetch reports this high watermark.
+    lying_fetch_high_watermark: int | None = None
     condition: threading.Condition = field(default_factory=threading.Condition)
 
     def __post_init__(self) -> None:
@@ -231,9 +234,10 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
                 lambda: partition.high_watermark > request.offset, request.max_wait_ms / 1000
             )
             data = b"".join(self._batches_from(partition, request.offset, request.max_bytes))
+            lie = self.state.lying_fetch_high_watermark
             return pb.FetchResponse(
                 batches=data,
-                high_watermark=partition.high_watermark,
+                high_watermark=partition.high_watermark if lie is None else lie,
                 log_start_offset=partition.log_start_offset,
                 leader_epoch=partition.epoch,
             )

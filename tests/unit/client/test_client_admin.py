@@ -1,0 +1,116 @@
+"""The Admin client against the fake cluster: topic lifecycle, controller hints, errors."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from client_fake_cluster import FakeCluster
+
+from raftlog.client import Admin, Producer
+from raftlog.client.errors import (
+    ClientError,
+    ConnectionFailedError,
+    RequestTimedOutError,
+    ServerError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+
+def test_topic_lifecycle(cluster: FakeCluster) -> None:
+    with Admin(cluster.bootstrap) as admin:
+        created = admin.create_topic("events", partitions=3, replication_factor=2)
+        assert [p.id for p in created.partitions] == [0, 1, 2]
+        assert admin.list_topics() == ["events"]
+        described = admin.describe_topic("events")
+        assert described.replication_factor == 2
+        assert [(p.leader, p.replicas) for p in described.partitions] == [
+            (1, (1, 2)),
+            (2, (2, 1)),
+            (1, (1, 2)),
+        ]
+        assert all(p.high_watermark == 1 for p in described.partitions)  # the leader's no-op
+        admin.create_partitions("events", 5)
+        assert len(admin.describe_topic("events").partitions) == 5
+        admin.delete_topic("events")
+        assert admin.list_topics() == []
+
+
+def test_describe_topic_reports_the_high_watermark(cluster: FakeCluster) -> None:
+    cluster.state.create_topic("events", 1)
+    with Producer(cluster.bootstrap) as producer:
+        producer.send("events", value=b"a").result(10)
+    with Admin(cluster.bootstrap) as admin:
+        (partition,) = admin.describe_topic("events").partitions
+        assert (partition.high_watermark, partition.epoch) == (2, 1)
+
+
+def test_requests_follow_the_not_controller_hint(cluster: FakeCluster) -> None:
+    with Admin(cluster.address(2)) as admin:  # node 2 is not the controller
+        admin.create_topic("events", partitions=1, replication_factor=1)
+    assert cluster.state.requests[(2, "CreateTopic")] == 1
+    assert cluster.state.requests[(1, "CreateTopic")] == 1
+
+
+def test_not_controller_without_address_is_resolved_through_metadata(cluster: FakeCluster) -> None:
+    cluster.state.hint_leader = False  # only the controller's id comes back
+    with Admin(cluster.address(2)) as admin:
+        admin.create_topic("events", partitions=1, replication_factor=1)
+    assert cluster.state.requests[(1, "CreateTopic")] == 1
+
+
+def test_server_errors_carry_code_message_and_topic(cluster: FakeCluster) -> None:
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic("events", partitions=1, replication_factor=1)
+        with pytest.raises(TopicAlreadyExistsError, match=r"create topic 'events'.*already exists"):
+            admin.create_topic("events", partitions=1, replication_factor=1)
+        with pytest.raises(ServerError, match="INVALID_REPLICATION_FACTOR") as caught:
+            admin.create_topic("big", partitions=1, replication_factor=3)
+        assert "exceeds 2 nodes" in caught.value.server_message
+        with pytest.raises(UnknownTopicOrPartitionError, match="'nope'"):
+            admin.describe_topic("nope")
+        with pytest.raises(ServerError, match="INVALID_PARTITIONS"):
+            admin.create_partitions("events", 1)
+        with pytest.raises(ClientError, match="must be positive"):
+            admin.create_topic("zero", partitions=0, replication_factor=1)
+
+
+def test_describe_cluster(cluster: FakeCluster) -> None:
+    with Admin(cluster.bootstrap) as admin:
+        description = admin.describe_cluster()
+    assert description.controller_id == 1
+    assert [(n.node_id, n.address) for n in description.nodes] == [
+        (1, cluster.address(1)),
+        (2, cluster.address(2)),
+    ]
+
+
+def test_unreachable_nodes_are_skipped_then_named(cluster: FakeCluster) -> None:
+    dead = "127.0.0.1:1"
+    with Admin(f"{dead},{cluster.address(1)}", request_timeout_ms=2000) as admin:
+        assert admin.list_topics() == []
+    with (
+        Admin(dead, request_timeout_ms=2000) as admin,
+        pytest.raises(ConnectionFailedError, match=re.escape(f"could not reach {dead}")),
+    ):
+        admin.list_topics()
+
+
+def test_timeouts_name_the_operation_address_and_limit(cluster: FakeCluster) -> None:
+    cluster.state.produce_gate.clear()
+    with Producer(
+        cluster.bootstrap,
+        request_timeout_ms=100,
+        delivery_timeout_ms=100,
+        linger_ms=0,
+        retry_backoff_ms=0,
+    ) as producer:
+        cluster.state.create_topic("events", 1)
+        future = producer.send("events", value=b"a")
+        with pytest.raises(
+            ClientError, match=r"Log.Produce to 127\.0\.0\.1:\d+ timed out after 100 ms"
+        ):
+            future.result(10)
+        cluster.state.produce_gate.set()
+    assert isinstance(future.exception(0).__cause__, RequestTimedOutError)  # type: ignore[union-attr]
