@@ -38,8 +38,9 @@ _LZ4_BLOCK_LINKED = False
 # bytes would differ from what the reference client builds.
 _GZIP_LEVEL = 9
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
-# Bound the loops that stitch together concatenated gzip members and zstd output chunks.
-_ZSTD_READ_CHUNK_BYTES = 1 << 20
+# Decompressed output is produced at most this much at a time (decompressors allocate the
+# whole allowance up front, so asking for `decompressed_bytes_max` at once is slow).
+_DECOMPRESS_CHUNK_BYTES = 1 << 20
 
 
 class CompressionError(ValueError):
@@ -120,17 +121,29 @@ def _gzip_decompress(data: bytes | memoryview, bytes_max: int) -> bytes:
 
 
 def _lz4_decompress(data: bytes | memoryview, bytes_max: int) -> bytes:
+    # Output comes in chunks because the decompressor allocates `max_length` up front: one
+    # call allowed `bytes_max` (64 MiB) would cost more than decoding a small batch.
     decompressor = _lz4_frame.LZ4FrameDecompressor()
-    result: bytes = decompressor.decompress(data, max_length=bytes_max + 1)
-    if len(result) > bytes_max:
-        raise _too_large("LZ4", bytes_max)
-    if not decompressor.eof:
-        raise CompressionError("LZ4 frame is truncated (no end mark)")
+    chunks: list[bytes] = []
+    produced_bytes = 0
+    pending: bytes | memoryview = data
+    while not decompressor.eof:
+        chunk_bytes_max = min(_DECOMPRESS_CHUNK_BYTES, bytes_max - produced_bytes + 1)
+        chunk: bytes = decompressor.decompress(pending, max_length=chunk_bytes_max)
+        pending = b""  # the decompressor keeps what it did not consume
+        produced_bytes += len(chunk)
+        if produced_bytes > bytes_max:
+            raise _too_large("LZ4", bytes_max)
+        # Out of input before the end mark, or no progress: either way the frame is cut.
+        if not decompressor.eof and (decompressor.needs_input or not chunk):
+            raise CompressionError("LZ4 frame is truncated (no end mark)")
+        chunks.append(chunk)
     if decompressor.unused_data:
         raise CompressionError(
             f"{len(decompressor.unused_data)} bytes follow the end of the LZ4 frame"
         )
-    return result
+    assert produced_bytes <= bytes_max
+    return b"".join(chunks)
 
 
 def _zstd_decompress(data: bytes | memoryview, bytes_max: int) -> bytes:
@@ -159,7 +172,7 @@ def _zstd_check_size(data: bytes | memoryview, bytes_max: int) -> None:
     reader = _zstd.ZstdDecompressor().stream_reader(data, read_across_frames=True)
     with reader:
         while produced_bytes <= bytes_max:
-            chunk = reader.read(min(_ZSTD_READ_CHUNK_BYTES, bytes_max - produced_bytes + 1))
+            chunk = reader.read(min(_DECOMPRESS_CHUNK_BYTES, bytes_max - produced_bytes + 1))
             if not chunk:
                 return
             produced_bytes += len(chunk)

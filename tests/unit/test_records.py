@@ -301,6 +301,13 @@ def rejection(
     with pytest.raises(CorruptBatchError) as error:
         decode_batch(in_junk(batch), JUNK_BYTES)
     assert not isinstance(error.value, CrcMismatchError)
+    # bytes are parsed in place, other buffers from a copy: the positions must agree.
+    with pytest.raises(CorruptBatchError) as from_copy:
+        decode_batch(memoryview(bytearray(in_junk(batch))), JUNK_BYTES)
+    assert (from_copy.value.reason, from_copy.value.position) == (
+        error.value.reason,
+        error.value.position,
+    )
     return error.value
 
 
