@@ -141,6 +141,7 @@ class Cluster:
         self.queue: deque[Message] = deque()
         self.cut: set[tuple[NodeId, NodeId]] = set()
         self.log: list[str] = []
+        self.history: list[Message] = []  # every message sent (delivered or not), for tests
         for node_id in ids:
             self.add_node(node_id, membership=self.membership if bootstrap else None)
 
@@ -187,6 +188,7 @@ class Cluster:
     # --- network ---
 
     def send(self, message: Message) -> None:
+        self.history.append(message)
         link = (message.sender, message.receiver)
         if link in self.cut or message.receiver not in self.nodes:
             self.log.append(f"  dropped {format_message(message)}")
