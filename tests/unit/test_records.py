@@ -10,7 +10,9 @@ from __future__ import annotations
 import struct
 
 import crc32c
+import lz4.frame
 import pytest
+import zstandard
 
 from raftlog.config import LogConfig
 from raftlog.errors import ConfigError, CorruptBatchError, CrcMismatchError
@@ -408,3 +410,22 @@ def test_snappy_is_refused_by_name() -> None:
     batch = handmade_batch(b"\x00" * 16, record_count=1, last_offset_delta=0, attributes=2)
     with pytest.raises(CorruptBatchError, match=r"codec SNAPPY \(2\) is not supported"):
         decode_batch(batch)
+
+
+def test_decodes_streams_written_the_jvm_way() -> None:
+    # The JVM client's LZ4 frames record no content size and its zstd stream encoder leaves
+    # the frame content size out too; our decoders must not depend on either.
+    section = RECORD_0 + RECORD_1
+    lz4_stream = lz4.frame.compress(section, store_size=False, block_linked=False)
+    zstd_stream = zstandard.ZstdCompressor(write_content_size=False).compress(section)
+    assert zstandard.frame_content_size(zstd_stream) == -1
+    for codec, stream in ((Compression.LZ4, lz4_stream), (Compression.ZSTD, zstd_stream)):
+        batch = handmade_batch(
+            stream,
+            record_count=2,
+            last_offset_delta=1,
+            attributes=codec,
+            base_offset=7,
+            first_timestamp=FIRST_TS,
+        )
+        assert decode_batch(batch).records == decode_batch(HANDMADE).records
