@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=sorted(PLANTED_BUGS),
         help="switch on a planted bug in the core (repeatable)",
     )
+    parser.add_argument(
+        "--end-to-end",
+        action="store_true",
+        help="skip the reply-durability checks: only end-to-end invariants",
+    )
     parser.add_argument("--list-bugs", action="store_true", help="list the planted bugs")
     parser.add_argument(
         "--jobs",
@@ -80,6 +85,7 @@ def _run_one(seed: int, args: argparse.Namespace) -> int:
         nodes=args.nodes,
         steps=args.steps,
         bugs=frozenset(args.bug),
+        reply_checks=not args.end_to_end,
         verbose=args.verbose,
         out=sys.stdout,
     )
@@ -92,7 +98,12 @@ def _run_range(seeds: range, args: argparse.Namespace) -> int:
     failed: list[int] = []
     ran = 0
     for result in run_seeds(
-        seeds, nodes=args.nodes, steps=args.steps, bugs=frozenset(args.bug), jobs=max(1, args.jobs)
+        seeds,
+        nodes=args.nodes,
+        steps=args.steps,
+        bugs=frozenset(args.bug),
+        reply_checks=not args.end_to_end,
+        jobs=max(1, args.jobs),
     ):
         ran += 1
         if not result.ok:

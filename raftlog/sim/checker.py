@@ -19,6 +19,11 @@ Invariants (Raft §5.2-§5.4, Figure 3):
   (`check_leader_complete`). The checker records for each committed entry the term of the
   first node seen applying it: never below the term the entry really committed in, so a
   stale leader of an older term is never accused wrongly;
+- durable replies (Raft §5.1, §5.3): a granted vote leaves only once the vote is durable, an
+  append acknowledgement only once the acknowledged entries are (`on_vote_sent`,
+  `on_ack_sent`; checked at the moment the driver hands the message to the network). These
+  catch a reordering directly; the end-to-end invariants above catch its consequences, and
+  `reply_checks=False` leaves only those, to show they can;
 - durability of acknowledgements: an acknowledged batch is committed at its offset and stays
   so; a linearizable read (ReadIndex) covers every batch acknowledged before it was asked.
 
@@ -33,7 +38,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from raftlog.raft.types import NO_OFFSET, Entry, Role, Snapshot
+from raftlog.raft.types import (
+    NO_OFFSET,
+    AppendResponse,
+    Entry,
+    HardState,
+    Role,
+    Snapshot,
+    VoteResponse,
+)
 from raftlog.types import NodeId, Offset, Term
 
 __all__ = ["Checker", "InvariantViolation", "LogView"]
@@ -169,6 +182,24 @@ class Checker:
             )
         self.acked[entry.offset] = entry
         self.acked_offset_max = max(self.acked_offset_max, entry.last_offset)
+
+    def on_vote_sent(self, node_id: NodeId, reply: VoteResponse, durable: HardState) -> None:
+        if not reply.granted or reply.pre_vote:
+            return
+        if durable.term != reply.term or durable.vote != reply.receiver:
+            raise self.fail(
+                "vote durability",
+                f"node {node_id} granted node {reply.receiver} its vote in term {reply.term} "
+                f"while its durable hard state is {durable}",
+            )
+
+    def on_ack_sent(self, node_id: NodeId, reply: AppendResponse, durable_through: Offset) -> None:
+        if reply.success and reply.last_offset > durable_through:
+            raise self.fail(
+                "append durability",
+                f"node {node_id} acknowledged offsets through {reply.last_offset} to node "
+                f"{reply.receiver} (term {reply.term}) but only {durable_through} is durable",
+            )
 
     def on_read(self, node_id: NodeId, commit_offset: Offset, required_offset: Offset) -> None:
         if commit_offset < required_offset:

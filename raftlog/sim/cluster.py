@@ -27,7 +27,17 @@ import random
 from dataclasses import dataclass
 
 from raftlog.raft.node import RaftNode
-from raftlog.raft.types import NO_OFFSET, Entry, Membership, ReadState, Role, Snapshot
+from raftlog.raft.types import (
+    NO_OFFSET,
+    AppendResponse,
+    Entry,
+    Membership,
+    Message,
+    ReadState,
+    Role,
+    Snapshot,
+    VoteResponse,
+)
 from raftlog.runtime.ready import process_ready
 from raftlog.sim.checker import Checker, InvariantViolation
 from raftlog.sim.disk import CrashSwitch, SimCrash, SimHardStateStore, SimLog
@@ -166,7 +176,7 @@ class Cluster:
                     raft,
                     log=node.log,
                     hard_state_store=node.hard_state_store,
-                    send=self.network.send,
+                    send=functools.partial(self._send, node),
                     apply=functools.partial(self._apply, node),
                     restore=functools.partial(self._restore, node),
                     on_read=functools.partial(self._on_read, node),
@@ -177,6 +187,15 @@ class Cluster:
             if not node.log.has_pending():
                 node.applied_checkpoint = min(node.applied_offset, node.log.durable_last_offset)
         self._observe(node)
+
+    def _send(self, node: SimNode, message: Message) -> None:
+        if self.options.reply_checks:
+            if isinstance(message, VoteResponse):
+                durable = node.hard_state_store.load()
+                self.checker.on_vote_sent(node.node_id, message, durable)
+            elif isinstance(message, AppendResponse):
+                self.checker.on_ack_sent(node.node_id, message, node.log.durable_through())
+        self.network.send(message)
 
     def _apply(self, node: SimNode, entry: Entry) -> None:
         assert node.raft is not None
@@ -258,6 +277,9 @@ class Cluster:
         up = self.up_nodes()
         if up and options.crash_rate and rng.random() < options.crash_rate:
             self._crash(rng.choice(up), "between steps")
+        if options.power_failure_rate and rng.random() < options.power_failure_rate:
+            for node in self.up_nodes():
+                self._crash(node, "power failure")
         up = self.up_nodes()
         if up and options.campaign_rate and rng.random() < options.campaign_rate:
             node = rng.choice(up)

@@ -112,6 +112,7 @@ class SimLog:
         self._visible = _LogState()
         self._durable = _LogState()
         self._pending: list[_Append | _Install] = []
+        self._pending_from: Offset | None = None  # lowest offset a pending write touches
         # For the checker: (entry, term of the offset before it) per append, and truncations.
         self.appended: list[tuple[Entry, Term | None]] = []
         self.truncated_from: Offset | None = None
@@ -180,12 +181,14 @@ class SimLog:
         self._switch.maybe_crash("append")
         _apply_append(self._visible, tuple(entries), log=self)
         self._pending.append(_Append(tuple(entries)))
+        self._note_pending(entries[0].offset)
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
         self._switch.maybe_crash("install_snapshot")
         self._note_truncation(Offset(0))
         self._visible = _LogState(snapshot=snapshot)
         self._pending.append(_Install(snapshot))
+        self._note_pending(Offset(0))
 
     def compact(self, snapshot: Snapshot) -> None:
         offset = snapshot.meta.offset
@@ -202,6 +205,7 @@ class SimLog:
         self._switch.maybe_crash("sync")
         self._durable = self._visible.copy()
         self._pending.clear()
+        self._pending_from = None
 
     # --- faults ---
 
@@ -209,9 +213,21 @@ class SimLog:
     def durable_last_offset(self) -> Offset:
         return self._durable.last_offset()
 
+    def durable_through(self) -> Offset:
+        """The last offset up to which the durable log agrees with the visible one."""
+        last = self._durable.last_offset()
+        if self._pending_from is None:
+            return last
+        return Offset(min(last, self._pending_from - 1))
+
+    def _note_pending(self, offset: Offset) -> None:
+        if self._pending_from is None or offset < self._pending_from:
+            self._pending_from = offset
+
     def crash(self) -> int:
         """Lose what was not synced, keeping a random prefix of it. Returns entries kept."""
         pending, self._pending = self._pending, []
+        self._pending_from = None
         state = self._durable.copy()
         kept_entries = 0
         for op in pending[: self._rng.randint(0, len(pending))]:

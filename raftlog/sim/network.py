@@ -86,8 +86,10 @@ class SimNetwork:
         return len(self._in_flight)
 
     def heal(self) -> None:
+        """A good network: no partition, loss or duplication, and one-step delivery, since
+        Raft's liveness needs messages much faster than an election timeout (§5.6)."""
         self.blocked = frozenset()
-        self.faults = NetworkFaults(delay_ticks_max=self.faults.delay_ticks_max)
+        self.faults = NetworkFaults(delay_ticks_max=1)
 
 
 def _both_ways(side_a: list[NodeId], side_b: list[NodeId]) -> set[Link]:

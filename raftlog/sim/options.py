@@ -51,6 +51,7 @@ class SimOptions:
     delay_ticks_max: int  # each message waits 1..delay_ticks_max steps: reordering
     partition_rate: float  # chance per step that the partition changes
     crash_rate: float  # chance per step that an up node crashes between steps
+    power_failure_rate: float  # chance per step that every up node crashes at once
     io_crash_rate: float  # chance per disk call (append, save, sync) that the node dies there
     torn_writes: bool  # a crash may keep part of the last unsynced append
     restart_delay_ticks_max: int
@@ -62,6 +63,8 @@ class SimOptions:
     campaign_rate: float
     checkpoint_applied: bool  # restart with applied_offset = the durably applied offset
     heal_ticks_max: int
+    # Check that votes and acknowledgements leave only once durable (off: end-to-end only).
+    reply_checks: bool = True
     messages_in_flight_max: int = MESSAGES_IN_FLIGHT_MAX
     trace_events_max: int = TRACE_EVENTS_MAX
 
@@ -117,14 +120,22 @@ def _fault_rates(rng: random.Random, profile: str) -> dict[str, float | int | bo
         "delay_ticks_max": rng.randint(3, 12) if lossy else rng.randint(1, 4),
         "partition_rate": rng.uniform(0.02, 0.08) if parted else (0.0 if calm else 0.005),
         "crash_rate": rng.uniform(0.01, 0.04) if crashy else (0.0 if calm else 0.003),
+        "power_failure_rate": rng.uniform(0.002, 0.01) if crashy else 0.0,
         "io_crash_rate": rng.uniform(0.005, 0.03) if crashy else (0.0 if calm else 0.001),
         "torn_writes": rng.random() < 0.7,
-        "restart_delay_ticks_max": rng.randint(1, 40),
+        # Quick restarts in crashy runs: a node back within a message delay answers requests
+        # that were sent to its previous incarnation (the window of a lost vote).
+        "restart_delay_ticks_max": rng.randint(1, 8) if crashy else rng.randint(1, 40),
     }
 
 
 def derive_options(
-    seed: int, *, nodes: int | None, steps: int, bugs: frozenset[str] = frozenset()
+    seed: int,
+    *,
+    nodes: int | None,
+    steps: int,
+    bugs: frozenset[str] = frozenset(),
+    reply_checks: bool = True,
 ) -> tuple[SimOptions, random.Random]:
     """Draw a run's options from `seed`; return them with the generator the run continues on."""
     rng = random.Random(seed)
@@ -151,6 +162,7 @@ def derive_options(
         campaign_rate=rng.choice((0.0, 0.005)),
         checkpoint_applied=rng.random() < 0.5,
         heal_ticks_max=40 * election_timeout_ticks,
+        reply_checks=reply_checks,
         **_fault_rates(rng, profile),  # type: ignore[arg-type]
     )
     return options, rng

@@ -52,11 +52,13 @@ class SeedResult:
                 f"{s.crashes} crashes, {s.messages_delivered} messages, last offset "
                 f"{s.last_offset}, healed in {s.heal_steps} steps"
             )
-        return f"{head}: FAILED {self.invariant}: {self.detail}"
+        first_line = self.detail.splitlines()[0] if self.detail else ""
+        return f"{head}: FAILED {self.invariant}: {first_line[:400]}"
 
     def report(self) -> str:
         lines = [self.summary()]
         if not self.ok:
+            lines.extend(self.detail.splitlines()[1:])
             lines.append(f"options: {self.options.describe()}")
             lines.append("last events:")
             lines.extend(self.trace)
@@ -71,11 +73,14 @@ def run_seed(
     nodes: int | None = None,
     steps: int = DEFAULT_STEPS,
     bugs: frozenset[str] = frozenset(),
+    reply_checks: bool = True,
     verbose: bool = False,
     out: TextIO | None = None,
 ) -> SeedResult:
     """Run one seed to completion and say how it went (a failing seed is a result, not a raise)."""
-    options, rng = derive_options(seed, nodes=nodes, steps=steps, bugs=bugs)
+    options, rng = derive_options(
+        seed, nodes=nodes, steps=steps, bugs=bugs, reply_checks=reply_checks
+    )
     if out is not None:
         print(f"seed {seed}: {options.describe()}", file=out)
     trace = Trace(events_max=options.trace_events_max, verbose=verbose, out=out)
@@ -86,7 +91,10 @@ def run_seed(
     except InvariantViolation as violation:
         return _failed(seed, options, trace, cluster, violation.invariant, violation.detail)
     except Exception as error:  # anything else escaping the core fails the seed, with context
-        detail = "".join(traceback.format_exception(error)[-TRACEBACK_LINES_MAX:]).rstrip()
+        frame = traceback.extract_tb(error.__traceback__)[-1]
+        where = f"{frame.filename.rsplit('/raftlog/', 1)[-1]}:{frame.lineno} in {frame.name}"
+        lines = traceback.format_exception(error)[-TRACEBACK_LINES_MAX:]
+        detail = f"{error!r} at {where}\n" + "".join(lines).rstrip()
         return _failed(seed, options, trace, cluster, f"core raised {type(error).__name__}", detail)
     assert stats.steps == steps
     return SeedResult(seed, options, stats)
@@ -111,9 +119,12 @@ class _Job:
     nodes: int | None
     steps: int
     bugs: frozenset[str]
+    reply_checks: bool
 
     def __call__(self, seed: int) -> SeedResult:
-        return run_seed(seed, nodes=self.nodes, steps=self.steps, bugs=self.bugs)
+        return run_seed(
+            seed, nodes=self.nodes, steps=self.steps, bugs=self.bugs, reply_checks=self.reply_checks
+        )
 
 
 def run_seeds(
@@ -122,11 +133,12 @@ def run_seeds(
     nodes: int | None = None,
     steps: int = DEFAULT_STEPS,
     bugs: frozenset[str] = frozenset(),
+    reply_checks: bool = True,
     jobs: int = 1,
 ) -> Iterator[SeedResult]:
     """Yield each seed's result, in seed order, running `jobs` seeds at a time."""
     assert jobs >= 1, jobs
-    job = _Job(nodes, steps, bugs)
+    job = _Job(nodes, steps, bugs, reply_checks)
     if jobs == 1:
         yield from map(job, seeds)
         return
