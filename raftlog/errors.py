@@ -30,27 +30,27 @@ attributes: `retriable` says whether the same request may succeed later unchange
 from __future__ import annotations
 
 __all__ = [
-    "LeaderNotReadyError",
-    "OutOfOrderSequenceError",
-    "PartitionError",
-    "ProducerFencedError",
-    "RequestTimedOutError",
-    "UnknownTopicOrPartitionError",
     "BatchTooLargeError",
     "ConfigError",
     "CorruptBatchError",
     "CrcMismatchError",
     "FrameError",
     "HandshakeError",
+    "LeaderNotReadyError",
     "LogClosedError",
     "MembershipChangeError",
     "NotLeaderError",
     "OffsetOutOfRangeError",
+    "OutOfOrderSequenceError",
+    "PartitionError",
+    "ProducerFencedError",
     "ProposalDroppedError",
     "RaftError",
     "RaftlogError",
+    "RequestTimedOutError",
     "StorageError",
     "TransportError",
+    "UnknownTopicOrPartitionError",
 ]
 
 

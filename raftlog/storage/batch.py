@@ -37,10 +37,10 @@ from raftlog.errors import CorruptBatchError, CrcMismatchError
 
 __all__ = [
     "BATCH_HEADER_BYTES",
-    "BatchHeader",
-    "Compression",
     "LOG_OVERHEAD_BYTES",
     "MAGIC_V2",
+    "BatchHeader",
+    "Compression",
     "crc32c",
     "iter_batches",
     "parse_header",
@@ -151,7 +151,9 @@ def parse_header(
     size = header.size_bytes
     if size < BATCH_HEADER_BYTES:
         raise CorruptBatchError(
-            f"batch_length {header.batch_length} is below the header size", path=path, position=position
+            f"batch_length {header.batch_length} is below the header size",
+            path=path,
+            position=position,
         )
     if batch_bytes_max is not None and size > batch_bytes_max:
         raise CorruptBatchError(
