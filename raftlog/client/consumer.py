@@ -46,7 +46,7 @@ from raftlog.client.errors import (
 )
 from raftlog.errors import CorruptBatchError
 from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.storage.records import Headers, decode_batch
+from raftlog.storage.records import Headers, Record, decode_batch
 
 __all__ = ["Consumer", "ConsumerRecord"]
 
@@ -227,7 +227,10 @@ class Consumer:
         self._check_open()
         if timeout_ms < 0:
             raise ClientError(f"poll timeout_ms must not be negative, got {timeout_ms}")
+        if not self._partitions:
+            raise ClientError("poll() with no partitions assigned: call assign() first")
         limit = self.config.max_poll_records if max_records is None else max_records
+        assert limit > 0, limit
         deadline = self._clock() + timeout_ms / 1000
         last_error: ClientError | None = None
         fetched = False
@@ -346,6 +349,8 @@ class Consumer:
             except CorruptBatchError as error:
                 raise ClientError(f"{where}: {error}") from error
             header = batch.header
+            # The server promises committed data only; a record past the high watermark
+            # could still be lost in a leader change, so it must never reach the caller.
             if header.last_offset >= response.high_watermark:
                 raise ClientError(
                     f"{where}: batch ending at offset {header.last_offset} is not below the "
@@ -353,45 +358,52 @@ class Consumer:
                 )
             position += header.size_bytes
             if header.last_offset < state.fetch_offset:
-                continue
+                continue  # wholly before the position (a batch is returned whole)
             if not header.is_control:
-                for record in batch.records:
-                    if record.offset < state.fetch_offset:
-                        continue
-                    if record.offset <= state.last_offset:
-                        raise ClientError(
-                            f"{where}: offset {record.offset} does not follow {state.last_offset}"
-                        )
-                    state.last_offset = record.offset
-                    state.buffer.append(
-                        ConsumerRecord(
-                            tp.topic,
-                            tp.partition,
-                            record.offset,
-                            record.key,
-                            record.value,
-                            record.timestamp_ms,
-                            record.headers,
-                        )
-                    )
+                self._buffer_records(tp, state, batch.records, where)
             state.fetch_offset = header.last_offset + 1
+        assert position == len(data)
+
+    @staticmethod
+    def _buffer_records(
+        tp: TopicPartition, state: _PartitionState, records: Sequence[Record], where: str
+    ) -> None:
+        assert state.fetch_offset is not None
+        for record in records:
+            if record.offset < state.fetch_offset:
+                continue
+            if record.offset <= state.last_offset:
+                raise ClientError(
+                    f"{where}: offset {record.offset} does not follow {state.last_offset}"
+                )
+            state.last_offset = record.offset
+            state.buffer.append(
+                ConsumerRecord(
+                    tp.topic,
+                    tp.partition,
+                    record.offset,
+                    record.key,
+                    record.value,
+                    record.timestamp_ms,
+                    record.headers,
+                )
+            )
+        assert not state.buffer or state.buffer[-1].offset == state.last_offset
 
     # -- iteration and lifecycle ------------------------------------------------------------
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they arrive; stops after consumer_timeout_ms without one (if set)."""
         idle_ms_max = self.config.consumer_timeout_ms
+        # Without a consumer timeout, each poll gets a whole request timeout: retriable
+        # errors (an election) are retried that long before poll() raises them.
+        window_ms = (
+            idle_ms_max if idle_ms_max is not None else self.config.connection.request_timeout_ms
+        )
         while not self._closed:
-            started = self._clock()
-            records = self.poll(
-                timeout_ms=idle_ms_max if idle_ms_max is not None else self.config.fetch_max_wait_ms
-            )
-            if (
-                not records
-                and idle_ms_max is not None
-                and (self._clock() - started) * 1000 >= idle_ms_max
-            ):
-                return
+            records = self.poll(timeout_ms=window_ms)
+            if not records and idle_ms_max is not None:
+                return  # poll() returns nothing only once its whole window has passed
             yield from records
 
     def close(self) -> None:

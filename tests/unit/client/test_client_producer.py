@@ -43,7 +43,7 @@ def read_all(cluster: FakeCluster, topic: str, partition: int) -> list[tuple[int
         records = []
         end = cluster.state.partition(topic, partition).high_watermark
         while consumer.position((topic, partition)) < end:
-            records.extend(consumer.poll(timeout_ms=1000))
+            records.extend(consumer.poll(timeout_ms=0))
         return [(record.offset, record.value) for record in records]
     finally:
         consumer.close()
