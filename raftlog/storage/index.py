@@ -13,7 +13,7 @@ and a lookup is a binary search with `struct.unpack_from` (no per-entry objects)
   the same interval, when the largest batch `max_timestamp` seen so far grows; the entry names
   the batch that reached it. Timestamps in the index therefore only increase, and every batch
   at or before an entry's offset has `max_timestamp <=` that entry's timestamp. A segment's
-  last time-index entry is its largest timestamp (`finish()` adds it when the segment closes),
+  last time-index entry is its largest timestamp (added when the segment closes),
   which retention by age reads without scanning the segment.
 
 Both are written once, when their segment closes (the active segment's indexes live in
@@ -98,13 +98,14 @@ class OffsetIndex:
         return relative, position
 
     def append(self, offset: int, position: int) -> None:
+        # On the append path (one call per batch of more than index_interval_bytes): the
+        # monotonicity check compares with the last 8 bytes directly.
         relative = offset - self.base_offset
+        data = self._data
         assert 0 <= relative <= _U32_MAX and 0 <= position <= _U32_MAX, (offset, position)
-        assert not self.is_full, "the segment rolls before its index fills"
-        if self.entry_count:
-            last_relative, last_position = self._entry(self.entry_count - 1)
-            assert relative > last_relative and position > last_position, (offset, position)
-        self._data += _OFFSET_ENTRY.pack(relative, position)
+        assert len(data) < self.entries_max * 8, "the segment rolls before its index fills"
+        assert not data or (relative, position) > _OFFSET_ENTRY.unpack_from(data, len(data) - 8)
+        data += _OFFSET_ENTRY.pack(relative, position)
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """`(offset, position)` of the last indexed batch starting at or below `offset`."""
@@ -158,7 +159,7 @@ class TimeIndex:
 
     @property
     def is_full(self) -> bool:
-        # One slot stays free for the entry `finish()` adds when the segment closes.
+        # One slot stays free for the entry added when the segment closes.
         return self.entry_count + 1 >= self.entries_max
 
     def _entry(self, number: int) -> tuple[int, int]:
@@ -180,14 +181,17 @@ class TimeIndex:
 
     def maybe_append(self, timestamp_ms: int, offset: int) -> bool:
         """Index `offset` if `timestamp_ms` is a new maximum; True when an entry was added."""
+        # On the append path: read the last entry once.
+        data = self._data
         relative = offset - self.base_offset
         assert 0 <= relative <= _U32_MAX, (offset, self.base_offset)
-        if timestamp_ms <= self.max_timestamp_ms:
-            return False
-        assert self.entry_count < self.entries_max, "the segment rolls before its index fills"
-        if self.entry_count:
-            assert relative > self._entry(self.entry_count - 1)[1], (offset, timestamp_ms)
-        self._data += _TIME_ENTRY.pack(timestamp_ms, relative)
+        if data:
+            last_timestamp_ms, last_relative = _TIME_ENTRY.unpack_from(data, len(data) - 12)
+            if timestamp_ms <= last_timestamp_ms:
+                return False
+            assert relative > last_relative, (offset, timestamp_ms)
+        assert len(data) < self.entries_max * 12, "the segment rolls before its index fills"
+        data += _TIME_ENTRY.pack(timestamp_ms, relative)
         return True
 
     def lookup(self, timestamp_ms: int) -> int:

@@ -26,7 +26,14 @@ from dataclasses import dataclass
 
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptBatchError, StorageError
-from raftlog.storage.batch import BATCH_HEADER_BYTES, MAGIC_V2, BatchHeader, verify_batch
+from raftlog.storage.batch import (
+    BATCH_HEADER_BYTES,
+    CRC_START,
+    MAGIC_V2,
+    BatchHeader,
+    crc32c,
+    verify_batch,
+)
 from raftlog.storage.files import FileHandle, FileSystem, read_whole_file
 from raftlog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
@@ -310,15 +317,18 @@ class Segment:
         data = self._require_handle().read_at(size, position)
         headers: list[BatchHeader] = []
         end = 0
+        view = memoryview(data)
         for batch_position, header in _whole_batches(data):
-            try:
-                verify_batch(data, batch_position)
-            except CorruptBatchError as error:
+            batch_end = batch_position + header.size_bytes
+            # The header was unpacked and bounds-checked by _whole_batches: only the CRC
+            # remains (verify_batch would parse the header a second time).
+            crc = crc32c(view[batch_position + CRC_START : batch_end])
+            if header.magic != MAGIC_V2 or crc != header.crc:
                 if headers:
                     break  # return what verified; the next read reports this batch
-                raise type(error)(error.reason, path=self.path, position=position) from None
+                self._raise_corrupt(data, batch_position, position)
             headers.append(header)
-            end = batch_position + header.size_bytes
+            end = batch_end
         if not headers:
             raise CorruptBatchError(
                 f"batch of {first.size_bytes} bytes runs past the end of the segment",
@@ -327,6 +337,15 @@ class Segment:
             )
         assert headers[0].base_offset == first.base_offset, (position, first)
         return SegmentRead(data[:end] if end < len(data) else data, position, tuple(headers))
+
+    def _raise_corrupt(self, data: bytes, batch_position: int, position: int) -> None:
+        """Raise verify_batch's precise error for a batch known to be bad, at its file byte."""
+        try:
+            verify_batch(data, batch_position)
+        except CorruptBatchError as error:
+            file_position = position + batch_position
+            raise type(error)(error.reason, path=self.path, position=file_position) from None
+        raise AssertionError(f"{self.path} at byte {position}: bad CRC yet verify_batch passed")
 
     def _ensure_written(self, end_position: int) -> None:
         if end_position > self._written_bytes:
