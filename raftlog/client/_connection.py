@@ -90,6 +90,7 @@ def parse_bootstrap(bootstrap: str | Sequence[str]) -> tuple[str, ...]:
             addresses.append(item)
     if not addresses:
         raise ClientError(f"bootstrap list {bootstrap!r} names no address")
+    assert len(set(addresses)) == len(addresses)
     return tuple(addresses)
 
 
@@ -104,13 +105,21 @@ def partition_metadata(info: pb.PartitionInfo) -> PartitionMetadata:
     )
 
 
-def cluster_metadata(response: pb.MetadataResponse) -> ClusterMetadata:
-    topics = {
-        topic.name: tuple(
+def cluster_metadata(response: pb.MetadataResponse, *, address: str) -> ClusterMetadata:
+    """The cache's form of a Metadata answer; partitions are indexed by their id."""
+    topics: dict[str, tuple[PartitionMetadata, ...]] = {}
+    for topic in response.topics:
+        partitions = tuple(
             partition_metadata(p) for p in sorted(topic.partitions, key=lambda p: p.partition)
         )
-        for topic in response.topics
-    }
+        # Routing indexes partitions by id, so ids must be exactly 0..n-1.
+        if [p.partition for p in partitions] != list(range(len(partitions))):
+            raise ServerError(
+                "INVALID_RESPONSE",
+                f"partition ids {[p.partition for p in partitions]} are not 0..n-1",
+                concerning=f"metadata of topic {topic.name!r} from {address}",
+            )
+        topics[topic.name] = partitions
     return ClusterMetadata(
         cluster_id=response.cluster_id,
         controller_id=response.controller_id if response.controller_id >= 0 else None,
@@ -237,7 +246,9 @@ class Cluster:
             candidates = list(dict.fromkeys([*known, *self.bootstrap]))
             start = self._next_address % len(candidates)
             self._next_address += 1
-        return candidates[start:] + candidates[:start]
+        rotated = candidates[start:] + candidates[:start]
+        assert rotated and len(rotated) == len(candidates)
+        return rotated
 
     def refresh_metadata(self, topics: Sequence[str] = ()) -> ClusterMetadata:
         """Ask nodes in turn for Metadata of `topics` (all when empty) and cache the answer."""
@@ -247,15 +258,17 @@ class Cluster:
         for address in candidates:
             try:
                 response = self.call(address, "Log.Metadata", request)
+            except ClientClosedError:
+                raise
             except ClientError as error:
-                failures.append(str(error))
+                failures.append(str(error))  # try the next node
                 continue
             if response.error.code != pb.NONE:
                 failures.append(
                     str(server_error(response.error, concerning=f"metadata from {address}"))
                 )
                 continue
-            return self._store(cluster_metadata(response), topics)
+            return self._store(cluster_metadata(response, address=address), topics)
         raise ConnectionFailedError(
             ",".join(candidates),
             "no node answered Metadata: " + "; ".join(failures),

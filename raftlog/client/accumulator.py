@@ -139,7 +139,10 @@ class Accumulator:
             batch.futures.append(future)
             batch.size_bytes += size
             assert batch.size_bytes <= self.batch_bytes_max
-            self.condition.notify_all()
+            if needs_new:
+                # A batch closed (ready now) or one opened (its linger starts): wake the
+                # sender. Records joining an open batch change no deadline, so no wake-up.
+                self.condition.notify_all()
             return True
 
     def _reserve(self, size: int, max_block_ms: int) -> None:

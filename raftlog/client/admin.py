@@ -110,7 +110,10 @@ class Admin:
             request_timeout_ms=request_timeout_ms, metadata_max_age_ms=metadata_max_age_ms
         )
         self._cluster = Cluster(bootstrap, config, clock=clock)
-        self._timeout_ms = request_timeout_ms
+        # The controller gets most of the request timeout to commit the change, so it can
+        # answer REQUEST_TIMED_OUT itself before our own deadline cuts the call.
+        self._timeout_ms = max(1, request_timeout_ms * 4 // 5)
+        assert 0 < self._timeout_ms <= request_timeout_ms
 
     def create_topic(
         self,
@@ -145,6 +148,8 @@ class Admin:
     def create_partitions(self, name: str, total_count: int) -> None:
         """Grow topic `name` to `total_count` partitions (never shrinks)."""
         _require_name(name)
+        if total_count <= 0:
+            raise ClientError(f"topic {name!r}: total_count must be positive, got {total_count}")
         request = pb.CreatePartitionsRequest(
             name=name, total_count=total_count, timeout_ms=self._timeout_ms
         )
@@ -188,6 +193,7 @@ class Admin:
                 continue
             if response.error.code == pb.NONE:
                 return response
+            assert hops <= _CONTROLLER_HOPS_MAX
             refusal = server_error(response.error, concerning=f"{concerning} at {address}")
             target = self._controller_address(refusal) if hops < _CONTROLLER_HOPS_MAX else None
             if target is None or target == address:

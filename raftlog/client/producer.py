@@ -119,6 +119,8 @@ class Producer:
         """
         if self._closed:
             raise ClientClosedError(f"producer closed: cannot send to topic {topic!r}")
+        if not isinstance(topic, str) or not topic:
+            raise ClientError(f"topic must be a non-empty string, got {topic!r}")
         record = RecordInput(
             key=_optional_bytes("key", key),
             value=_optional_bytes("value", value),
