@@ -29,6 +29,7 @@ from raftlog.errors import CorruptBatchError, StorageError
 from raftlog.storage.batch import (
     BATCH_HEADER_BYTES,
     CRC_START,
+    LOG_OVERHEAD_BYTES,
     MAGIC_V2,
     BatchHeader,
     crc32c,
@@ -149,10 +150,10 @@ class Segment:
         self._start_fresh_indexes()
         self.rolling_base_ms = _TIMESTAMP_NONE
         self.size_bytes, self.end_offset = 0, self.base_offset
-        for position, header in self._scan(0):
-            self._index_batch(position, header, now_ms)
-            self.size_bytes = position + header.size_bytes
-            self.end_offset = header.last_offset + 1
+        for position, base_offset, last_offset, size_bytes, max_timestamp_ms in self._scan(0):
+            self._index_batch(position, base_offset, size_bytes, max_timestamp_ms, now_ms)
+            self.size_bytes = position + size_bytes
+            self.end_offset = last_offset + 1
         self._written_bytes = self.size_bytes
         assert self.end_offset >= self.base_offset
 
@@ -165,10 +166,11 @@ class Segment:
 
     # --- scanning -----------------------------------------------------------------------
 
-    def _scan(self, position: int) -> Iterator[tuple[int, BatchHeader]]:
-        """Yield `(position, header)` of each verified batch from `position`, in chunks; stop
-        silently at the end of the file or at the first batch that fails verification or
-        breaks offset contiguity (recovery cuts the file there)."""
+    def _scan(self, position: int) -> Iterator[tuple[int, int, int, int, int]]:
+        """Yield `(position, base_offset, last_offset, size_bytes, max_timestamp_ms)` of each
+        verified batch from `position`, reading in chunks; stop silently at the end of the
+        file or at the first batch that fails verification or breaks offset contiguity
+        (recovery cuts the file there). Plain tuples: this loop bounds recovery time."""
         handle = self._require_handle()
         expected_offset = self.base_offset
         while True:
@@ -177,12 +179,12 @@ class Segment:
             chunk_bytes = max(_SCAN_CHUNK_BYTES, _announced_bytes(handle, position))
             chunk = handle.read_at(chunk_bytes, position)
             used = 0
-            for batch_position, header in _verified_prefix(chunk):
-                if header.base_offset != expected_offset:
+            for batch_position, base_offset, last_offset, size, max_ms in _verified(chunk):
+                if base_offset != expected_offset:
                     return  # offsets must be contiguous from the segment's base
-                expected_offset = header.last_offset + 1
-                yield position + batch_position, header
-                used = batch_position + header.size_bytes
+                expected_offset = last_offset + 1
+                yield position + batch_position, base_offset, last_offset, size, max_ms
+                used = batch_position + size
             if len(chunk) < chunk_bytes or used == 0:
                 return  # end of file, or a batch that failed inside a full chunk
             position += used
@@ -194,7 +196,7 @@ class Segment:
         assert header.base_offset == self.end_offset, (header.base_offset, self.end_offset)
         assert len(batch) == header.size_bytes
         position = self.size_bytes
-        self._index_batch(position, header, now_ms)
+        self._index_batch(position, header.base_offset, len(batch), header.max_timestamp, now_ms)
         self._pending.append(batch)
         self._pending_bytes += len(batch)
         self.size_bytes += len(batch)
@@ -204,7 +206,9 @@ class Segment:
             self.drain()
         return position
 
-    def _index_batch(self, position: int, header: BatchHeader, now_ms: int) -> None:
+    def _index_batch(
+        self, position: int, base_offset: int, size_bytes: int, max_timestamp_ms: int, now_ms: int
+    ) -> None:
         offset_index, time_index = self._offset_index, self._time_index
         assert offset_index is not None and time_index is not None, "active segments index"
         assert self._max_timestamp_ms is not None
@@ -213,14 +217,14 @@ class Segment:
             # after a restart). Not from batch timestamps as Kafka does: those come from
             # producers' clocks, and one old timestamp would roll a segment per append.
             self.rolling_base_ms = now_ms
-        if header.max_timestamp > self._max_timestamp_ms:
-            self._max_timestamp_ms = header.max_timestamp
-            self._max_timestamp_offset = header.base_offset
+        if max_timestamp_ms > self._max_timestamp_ms:
+            self._max_timestamp_ms = max_timestamp_ms
+            self._max_timestamp_offset = base_offset
         if self._bytes_since_index_entry >= self.config.index_interval_bytes:
-            offset_index.append(header.base_offset, position)
+            offset_index.append(base_offset, position)
             time_index.maybe_append(self._max_timestamp_ms, self._max_timestamp_offset)
             self._bytes_since_index_entry = 0
-        self._bytes_since_index_entry += header.size_bytes
+        self._bytes_since_index_entry += size_bytes
 
     def is_full_for(self, batch_bytes: int, last_offset: int) -> bool:
         """Whether a batch of this size ending at `last_offset` must go to a new segment."""
@@ -510,13 +514,21 @@ def _announced_bytes(handle: FileHandle, position: int) -> int:
     return min(BatchHeader(*_HEADER.unpack_from(raw)).size_bytes, 2**31)
 
 
-def _verified_prefix(chunk: bytes) -> Iterator[tuple[int, BatchHeader]]:
-    """Verified batches from the start of `chunk`; stops before a partial or bad one."""
+def _verified(chunk: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+    """`(position, base_offset, last_offset, size_bytes, max_timestamp_ms)` of each batch
+    from the start of `chunk` that checks out (magic, length, offset delta, CRC32C); stops
+    before a partial or bad one. The checks of verify_batch, minus building a BatchHeader:
+    recovery runs this once per batch of the active segment."""
+    view = memoryview(chunk)
+    limit = len(chunk)
+    unpack = _HEADER.unpack_from
     position = 0
-    while position < len(chunk):
-        try:
-            header = verify_batch(chunk, position)
-        except CorruptBatchError:
+    while position + BATCH_HEADER_BYTES <= limit:
+        fields = unpack(chunk, position)
+        end = position + fields[1] + LOG_OVERHEAD_BYTES
+        if end - position < BATCH_HEADER_BYTES or end > limit or fields[3] != MAGIC_V2:
             return
-        yield position, header
-        position += header.size_bytes
+        if fields[6] < 0 or crc32c(view[position + CRC_START : end]) != fields[4]:
+            return
+        yield position, fields[0], fields[0] + fields[6], end - position, fields[8]
+        position = end
