@@ -176,6 +176,33 @@ class Consumer:
         """The high watermark last reported for `tp` (None before the first fetch)."""
         return self._state(tp).high_watermark
 
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        """The partition ids of `topic` (from fresh metadata); assign() does not need it."""
+        self._check_open()
+        self._cluster.mark_stale(topic)
+        partitions = {p.partition for p in self._cluster.topic(topic)}
+        assert partitions == set(range(len(partitions)))
+        return partitions
+
+    def beginning_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
+        """The log start offset of each partition, asked of its leader."""
+        return self._list_offsets(partitions, pb.EARLIEST)
+
+    def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
+        """The high watermark of each partition (the offset the next committed record gets)."""
+        return self._list_offsets(partitions, pb.LATEST)
+
+    def _list_offsets(
+        self, partitions: Iterable[tuple[str, int]], spec: pb.OffsetSpec
+    ) -> dict[TopicPartition, int]:
+        self._check_open()
+        offsets: dict[TopicPartition, int] = {}
+        for tp in map(_as_tp, partitions):
+            request = pb.ListOffsetsRequest(topic=tp.topic, partition=tp.partition, spec=spec)
+            offsets[tp] = self._call_leader(tp, "Log.ListOffsets", request).offset
+        assert all(offset >= 0 for offset in offsets.values()), offsets
+        return offsets
+
     def _state(self, tp: tuple[str, int]) -> _PartitionState:
         self._check_open()
         state = self._partitions.get(_as_tp(tp))

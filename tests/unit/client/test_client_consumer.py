@@ -224,3 +224,14 @@ def test_misuse_is_reported_clearly(cluster: FakeCluster) -> None:
         Consumer(cluster.bootstrap, auto_offset_reset="middle")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="fetch_max_wait_ms"):
         Consumer(cluster.bootstrap, fetch_max_wait_ms=5000, request_timeout_ms=1000)
+
+
+def test_partition_discovery_and_offset_lookups(cluster: FakeCluster) -> None:
+    cluster.state.create_topic("events", 2, replication_factor=2)
+    produce(cluster, [b"a", b"b"], partition=1)
+    c = consumer(cluster)
+    assert c.partitions_for_topic("events") == {0, 1}
+    tps = [("events", 0), ("events", 1)]
+    assert c.beginning_offsets(tps) == {("events", 0): 0, ("events", 1): 0}
+    assert c.end_offsets(tps) == {("events", 0): 1, ("events", 1): 3}
+    c.close()
