@@ -15,6 +15,7 @@ attributes: `retriable` says whether the same request may succeed later unchange
     │   └── LogClosedError          use after close()
     ├── RaftError                   the consensus layer
     │   ├── NotLeaderError          retriable, with leader_hint
+    │   │   └── NotControllerError  for the metadata quorum
     │   └── ProposalDroppedError    retriable: the leader changed or a transfer is under way
     ├── PartitionError              produce/fetch on one partition (raftlog.partition)
     │   ├── UnknownTopicOrPartitionError
@@ -39,6 +40,7 @@ __all__ = [
     "LeaderNotReadyError",
     "LogClosedError",
     "MembershipChangeError",
+    "NotControllerError",
     "NotLeaderError",
     "OffsetOutOfRangeError",
     "OutOfOrderSequenceError",
@@ -131,6 +133,15 @@ class NotLeaderError(RaftError):
         hint = f"node {leader_hint}" if leader_hint is not None else "unknown"
         super().__init__(f"not the leader (leader: {hint})")
         self.leader_hint = leader_hint
+
+
+class NotControllerError(NotLeaderError):
+    """This node is not the controller (the metadata quorum's leader); see `leader_hint`."""
+
+    def __init__(self, *, leader_hint: int | None):
+        super().__init__(leader_hint=leader_hint)
+        hint = f"node {leader_hint}" if leader_hint is not None else "unknown"
+        self.args = (f"not the controller (controller: {hint})",)
 
 
 class ProposalDroppedError(RaftError):

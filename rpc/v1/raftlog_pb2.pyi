@@ -349,3 +349,23 @@ class DescribeClusterResponse(_message.Message):
     controller_id: int
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+
+class SubmitMetadataRequest(_message.Message):
+    __slots__ = ("command", "timeout_ms")
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    command: bytes
+    timeout_ms: int
+    def __init__(self, command: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class SubmitMetadataResponse(_message.Message):
+    __slots__ = ("error", "result_code", "result_message", "producer_id_first")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESULT_CODE_FIELD_NUMBER: _ClassVar[int]
+    RESULT_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIRST_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    result_code: str
+    result_message: str
+    producer_id_first: int
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., result_code: _Optional[str] = ..., result_message: _Optional[str] = ..., producer_id_first: _Optional[int] = ...) -> None: ...

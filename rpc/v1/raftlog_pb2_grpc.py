@@ -554,3 +554,75 @@ class Admin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class InternalStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.SubmitMetadata = channel.unary_unary(
+                '/raftlog.v1.Internal/SubmitMetadata',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataResponse.FromString,
+                _registered_method=True)
+
+
+class InternalServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def SubmitMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_InternalServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'SubmitMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitMetadata,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'raftlog.v1.Internal', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('raftlog.v1.Internal', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Internal:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def SubmitMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Internal/SubmitMetadata',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
