@@ -168,9 +168,10 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
     # -- Log --------------------------------------------------------------------------------
 
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
+        with self.state.condition:
+            planted = self._count("Produce")  # counted on arrival, before the gate
         self.state.produce_gate.wait()
         with self.state.condition:
-            planted = self._count("Produce")
             if planted is not None:
                 return pb.ProduceResponse(
                     error=self._planted(planted, request.topic, request.partition)

@@ -329,3 +329,32 @@ def test_not_leader_error_carries_the_hint() -> None:
     assert isinstance(error, NotLeaderForPartitionError)
     assert (error.retriable, error.leader_id, error.leader_address) == (True, 3, "h:1")
     assert "events/0" in str(error) and "node 3 at h:1" in str(error)
+
+
+class ManualClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_queued_batch_expires_after_delivery_timeout(cluster: FakeCluster) -> None:
+    cluster.state.create_topic("events", 2)
+    cluster.state.produce_gate.clear()  # the first batch stays in flight
+    clock = ManualClock()
+    with Producer(cluster.bootstrap, linger_ms=0, clock=clock) as producer:
+        first = producer.send("events", value=b"in flight", partition=0)
+        with cluster.state.condition:
+            cluster.state.condition.wait_for(
+                lambda: cluster.state.requests[(1, "Produce")] == 1, TIMEOUT_S
+            )
+        queued = producer.send("events", value=b"queued", partition=0)  # behind the first
+        clock.now_s += 121  # past delivery_timeout_ms=120000
+        producer.send("events", value=b"wake", partition=1)  # a new batch wakes the sender
+        with pytest.raises(DeliveryFailedError, match="delivery_timeout_ms=120000 expired"):
+            queued.result(TIMEOUT_S)
+        cluster.state.produce_gate.set()
+        assert first.result(TIMEOUT_S).offset == 1  # an answer that arrives still counts
