@@ -325,8 +325,12 @@ class SimFileSystem:
         """Lose everything not synced. `torn` None: each file picks lost or torn at random."""
         self.generation += 1
         self._current = dict(self._durable)
-        for file in set(self._current.values()):
-            _crash_file(file, self.random, torn)
+        crashed: set[int] = set()
+        for path in sorted(self._current):  # a fixed order, so a seed replays exactly
+            file = self._current[path]
+            if id(file) not in crashed:
+                crashed.add(id(file))
+                _crash_file(file, self.random, torn)
 
     def corrupt(self, path: str, position: int, data: bytes) -> None:
         """Overwrite bytes in place, durably (a test's model of bit rot or a bad sector)."""
