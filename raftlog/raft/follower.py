@@ -39,6 +39,13 @@ __all__ = [
 ]
 
 
+def from_other_leader(node: RaftNode) -> bool:
+    """A leader got a leader's request of its own term: Election Safety (§5.2) was broken
+    elsewhere (only a planted bug or a lost vote can do that). This node cannot repair it;
+    it ignores the request and leaves the verdict to the simulator's checkers."""
+    return node.current_role is Role.LEADER
+
+
 def _heard_from_leader(node: RaftNode, leader: NodeId) -> None:
     """A current-term leader spoke: follow it and restart the election timer."""
     assert node.current_role is not Role.LEADER, "two leaders in one term (Raft §5.2)"

@@ -257,6 +257,9 @@ class RaftNode:
         assert message.receiver == self.node_id, (message, self.node_id)
         if not election.check_term(self, message):
             return
+        from_leader = isinstance(message, AppendRequest | HeartbeatRequest | SnapshotRequest)
+        if from_leader and follower.from_other_leader(self):
+            return
         match message:
             case VoteRequest():
                 election.on_vote_request(self, message)
