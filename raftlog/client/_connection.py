@@ -31,6 +31,7 @@ from raftlog.client.errors import (
     ClientClosedError,
     ClientError,
     ConnectionFailedError,
+    NoNodeAnsweredError,
     RequestTimedOutError,
     ServerError,
     UnknownTopicOrPartitionError,
@@ -137,9 +138,16 @@ def translate_rpc_error(
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return RequestTimedOutError(operation, address=address, timeout_ms=timeout_ms)
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, None):
-        return ConnectionFailedError(address, details or "unavailable", operation=operation)
+        return ConnectionFailedError(address, _short_reason(details), operation=operation)
     name = code.name if code is not None else "UNKNOWN"
     return ServerError(name, details or "", concerning=f"{operation} to {address}")
+
+
+def _short_reason(details: str | None) -> str:
+    # gRPC's text for a refused connection repeats the address several times; keep the cause.
+    text = details or "unavailable"
+    _, marker, cause = text.rpartition("remote host: ")
+    return cause if marker else text
 
 
 class _Channel:
@@ -149,6 +157,9 @@ class _Channel:
         options = [
             ("grpc.max_receive_message_length", config.message_bytes_max),
             ("grpc.max_send_message_length", config.message_bytes_max),
+            ("grpc.initial_reconnect_backoff_ms", config.reconnect_backoff_ms_min),
+            ("grpc.min_reconnect_backoff_ms", config.reconnect_backoff_ms_min),
+            ("grpc.max_reconnect_backoff_ms", config.reconnect_backoff_ms_max),
         ]
         self.channel = grpc.insecure_channel(address, options=options)
         # The generated stubs are untyped; calls through them return protobuf messages.
@@ -252,7 +263,7 @@ class Cluster:
 
     def refresh_metadata(self, topics: Sequence[str] = ()) -> ClusterMetadata:
         """Ask nodes in turn for Metadata of `topics` (all when empty) and cache the answer."""
-        failures: list[str] = []
+        failures: list[ClientError] = []
         request = pb.MetadataRequest(topics=list(topics))
         candidates = self.addresses()
         for address in candidates:
@@ -261,19 +272,15 @@ class Cluster:
             except ClientClosedError:
                 raise
             except ClientError as error:
-                failures.append(str(error))  # try the next node
+                failures.append(error)  # try the next node
                 continue
             if response.error.code != pb.NONE:
-                failures.append(
-                    str(server_error(response.error, concerning=f"metadata from {address}"))
-                )
+                failures.append(server_error(response.error, concerning=f"metadata from {address}"))
                 continue
             return self._store(cluster_metadata(response, address=address), topics)
-        raise ConnectionFailedError(
-            ",".join(candidates),
-            "no node answered Metadata: " + "; ".join(failures),
-            operation="metadata",
-        )
+        assert len(failures) == len(candidates)
+        operation = "metadata" + (f" of topic(s) {', '.join(map(repr, topics))}" if topics else "")
+        raise NoNodeAnsweredError(operation, failures, addresses=candidates)
 
     def _store(self, fresh: ClusterMetadata, topics: Sequence[str]) -> ClusterMetadata:
         now = self._clock()

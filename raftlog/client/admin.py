@@ -22,7 +22,7 @@ from raftlog.client._connection import Cluster
 from raftlog.client.config import ConnectionConfig
 from raftlog.client.errors import (
     ClientError,
-    ConnectionFailedError,
+    NoNodeAnsweredError,
     NotControllerError,
     server_error,
 )
@@ -180,7 +180,7 @@ class Admin:
         """Send to any reachable node, following NOT_CONTROLLER hints (module docstring)."""
         candidates = self._cluster.addresses()
         queue = deque(candidates)
-        failures: list[str] = []
+        failures: list[ClientError] = []
         hops = 0
         while queue:
             address = queue.popleft()
@@ -189,7 +189,7 @@ class Admin:
             except ClientError as error:
                 if not error.retriable:
                     raise
-                failures.append(str(error))
+                failures.append(error)
                 continue
             if response.error.code == pb.NONE:
                 return response
@@ -200,9 +200,7 @@ class Admin:
                 raise refusal
             hops += 1
             queue.appendleft(target)
-        raise ConnectionFailedError(
-            ",".join(candidates), "; ".join(failures) or "no address", operation=concerning
-        )
+        raise NoNodeAnsweredError(concerning, failures, addresses=candidates)
 
     def _controller_address(self, error: ClientError) -> str | None:
         if not isinstance(error, NotControllerError):

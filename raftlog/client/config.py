@@ -58,12 +58,22 @@ class ConnectionConfig:
     channels_max: int = 64
     # Largest gRPC message sent or received (a fetch response carries whole batches).
     message_bytes_max: int = 64 * MIB
+    # How soon a channel to a node that refused connections tries again. gRPC's own default
+    # grows to 120 s, far too long for a node that restarts after a crash.
+    reconnect_backoff_ms_min: int = 100
+    reconnect_backoff_ms_max: int = 1000
 
     def validate(self) -> ConnectionConfig:
         _require_non_negative_ints(self)
         _require(self.request_timeout_ms > 0, "request_timeout_ms", "must be positive")
         _require(self.channels_max > 0, "channels_max", "must be positive")
         _require(self.message_bytes_max >= 1 * MIB, "message_bytes_max", "must be >= 1 MiB")
+        _require(
+            0 < self.reconnect_backoff_ms_min <= self.reconnect_backoff_ms_max,
+            "reconnect_backoff_ms_min",
+            f"must be positive and not exceed reconnect_backoff_ms_max "
+            f"({self.reconnect_backoff_ms_min} > {self.reconnect_backoff_ms_max})",
+        )
         return self
 
 

@@ -8,6 +8,7 @@ leader hint (`leader_id`, `leader_address`) so the caller knows where to go next
     RaftlogError (raftlog.errors)
     └── ClientError
         ├── ConnectionFailedError        an address did not answer (retriable; names it)
+        │   └── NoNodeAnsweredError      no address answered (each one's failure listed)
         ├── RequestTimedOutError         no answer within request_timeout_ms (retriable)
         ├── ServerError                  an error code a server returned (code, leader hint)
         │   ├── NotLeaderForPartitionError    retriable; the hint says where the leader went
@@ -32,6 +33,7 @@ __all__ = [
     "ClientError",
     "ConnectionFailedError",
     "DeliveryFailedError",
+    "NoNodeAnsweredError",
     "NotControllerError",
     "NotLeaderForPartitionError",
     "OffsetOutOfRangeError",
@@ -67,10 +69,30 @@ class ConnectionFailedError(ClientError):
     retriable = True
 
     def __init__(self, address: str, reason: str, *, operation: str = "request"):
-        super().__init__(f"{operation} to {address} failed: could not reach {address}: {reason}")
+        super().__init__(f"{operation}: could not reach {address}: {reason}")
         self.address = address
         self.reason = reason
         self.operation = operation
+
+
+class NoNodeAnsweredError(ConnectionFailedError):
+    """Every address tried for `operation` failed; `failures` holds each one's error."""
+
+    def __init__(self, operation: str, failures: list[ClientError], *, addresses: list[str]):
+        reasons = "; ".join(_short(failure) for failure in failures) or "no address to try"
+        ClientError.__init__(self, f"{operation}: no node answered: {reasons}")
+        self.address = ",".join(addresses)
+        self.reason = reasons
+        self.operation = operation
+        self.failures = failures
+
+
+def _short(failure: ClientError) -> str:
+    if isinstance(failure, ConnectionFailedError):
+        return f"{failure.address}: {failure.reason}"
+    if isinstance(failure, RequestTimedOutError):
+        return f"{failure.address}: timed out after {failure.timeout_ms} ms"
+    return str(failure)
 
 
 class RequestTimedOutError(ClientError):
