@@ -57,7 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--end-to-end",
         action="store_true",
-        help="skip the reply-durability checks: only end-to-end invariants",
+        help="skip the protocol-rule checks (durable replies, current-term commit): only "
+        "end-to-end invariants decide",
     )
     parser.add_argument("--list-bugs", action="store_true", help="list the planted bugs")
     parser.add_argument(
@@ -85,7 +86,7 @@ def _run_one(seed: int, args: argparse.Namespace) -> int:
         nodes=args.nodes,
         steps=args.steps,
         bugs=frozenset(args.bug),
-        reply_checks=not args.end_to_end,
+        protocol_checks=not args.end_to_end,
         verbose=args.verbose,
         out=sys.stdout,
     )
@@ -102,7 +103,7 @@ def _run_range(seeds: range, args: argparse.Namespace) -> int:
         nodes=args.nodes,
         steps=args.steps,
         bugs=frozenset(args.bug),
-        reply_checks=not args.end_to_end,
+        protocol_checks=not args.end_to_end,
         jobs=max(1, args.jobs),
     ):
         ran += 1

@@ -6,7 +6,8 @@ states. Each violated invariant raises `InvariantViolation` naming the invariant
 offending node, offset, term and entries.
 
 Invariants (Raft §5.2-§5.4, Figure 3):
-- election safety: at most one leader per term (`on_role`);
+- election safety: at most one leader per term (`on_role`), and each server votes for at most
+  one candidate per term, across restarts (`on_vote_granted`, from the votes it sends);
 - log matching: one leader creates each offset once per term, so two entries with the same
   (offset, term) are identical and follow the same term (`on_append`; by induction the whole
   prefixes match);
@@ -19,11 +20,12 @@ Invariants (Raft §5.2-§5.4, Figure 3):
   (`check_leader_complete`). The checker records for each committed entry the term of the
   first node seen applying it: never below the term the entry really committed in, so a
   stale leader of an older term is never accused wrongly;
-- durable replies (Raft §5.1, §5.3): a granted vote leaves only once the vote is durable, an
-  append acknowledgement only once the acknowledged entries are (`on_vote_sent`,
-  `on_ack_sent`; checked at the moment the driver hands the message to the network). These
-  catch a reordering directly; the end-to-end invariants above catch its consequences, and
-  `reply_checks=False` leaves only those, to show they can;
+- protocol rules, checked where they apply: a granted vote leaves only once the vote is
+  durable, an append acknowledgement only once the acknowledged entries are (Raft §5.1, §5.3;
+  `on_vote_sent`, `on_ack_sent`, at the moment the driver hands the message over), and a
+  leader advances its commit offset only onto an entry of its own term (§5.4.2,
+  `on_leader_commit`). These catch a broken rule directly; the end-to-end invariants catch
+  its consequences, and `protocol_checks=False` leaves only those, to show they can;
 - durability of acknowledgements: an acknowledged batch is committed at its offset and stays
   so; a linearizable read (ReadIndex) covers every batch acknowledged before it was asked.
 
@@ -93,6 +95,7 @@ class Checker:
         self.committed_order: list[Offset] = []  # base offsets of committed entries, sorted
         self.acked: dict[Offset, Entry] = {}
         self.acked_offset_max: Offset = NO_OFFSET
+        self._votes: dict[tuple[NodeId, Term], NodeId] = {}
         self._by_key: dict[tuple[Offset, Term], tuple[Entry, Term | None]] = {}
         self._commit_seen: dict[Incarnation, Offset] = {}
         self._held_upto: dict[Incarnation, Offset] = {}
@@ -108,6 +111,14 @@ class Checker:
         holder = self.leaders.setdefault(term, node_id)
         if holder != node_id:
             raise self.fail("election safety", f"nodes {holder} and {node_id} both led term {term}")
+
+    def on_vote_granted(self, voter: NodeId, term: Term, candidate: NodeId) -> None:
+        holder = self._votes.setdefault((voter, term), candidate)
+        if holder != candidate:
+            raise self.fail(
+                "election safety",
+                f"node {voter} voted for both node {holder} and node {candidate} in term {term}",
+            )
 
     def on_append(self, node_id: NodeId, entry: Entry, prev_term: Term | None) -> None:
         key = (entry.offset, entry.term)
@@ -199,6 +210,17 @@ class Checker:
                 "append durability",
                 f"node {node_id} acknowledged offsets through {reply.last_offset} to node "
                 f"{reply.receiver} (term {reply.term}) but only {durable_through} is durable",
+            )
+
+    def on_leader_commit(
+        self, node_id: NodeId, term: Term, commit_offset: Offset, term_at_commit: Term | None
+    ) -> None:
+        """A leader of `term` advanced its commit offset to `commit_offset` by counting."""
+        if term_at_commit != term:
+            raise self.fail(
+                "current-term commit",
+                f"leader {node_id} of term {term} advanced its commit offset to "
+                f"{commit_offset}, an entry of term {term_at_commit} (Raft §5.4.2)",
             )
 
     def on_read(self, node_id: NodeId, commit_offset: Offset, required_offset: Offset) -> None:

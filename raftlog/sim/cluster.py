@@ -45,7 +45,7 @@ from raftlog.sim.network import NetworkFaults, SimNetwork, random_partition
 from raftlog.sim.options import READY_ROUNDS_MAX, SimOptions
 from raftlog.sim.trace import Trace
 from raftlog.sim.workload import Workload
-from raftlog.types import NodeId, Offset
+from raftlog.types import NodeId, Offset, Term
 
 __all__ = ["Cluster", "RunStats", "SimNode"]
 
@@ -67,6 +67,7 @@ class SimNode:
         self.tick_rate = tick_rate
         self.tick_credit = 0.0
         self.restart_at: int | None = None
+        self.led: tuple[Term, Offset] | None = None  # (term, commit offset) last seen leading
 
     def describe(self) -> str:
         raft = self.raft
@@ -103,6 +104,7 @@ class Cluster:
         self._rng = rng
         self.workload = Workload(rng=rng, checker=self.checker, trace=trace)
         self.crash_switch = CrashSwitch(rng, options.io_crash_rate)
+        self.save_crash_switch = CrashSwitch(rng, options.save_crash_rate)
         faults = NetworkFaults(
             drop_rate=options.drop_rate,
             duplicate_rate=options.duplicate_rate,
@@ -117,7 +119,7 @@ class Cluster:
         self.nodes: dict[NodeId, SimNode] = {}
         for node_id, tick_rate in zip(ids, options.tick_rates, strict=True):
             log = SimLog(crash_switch=self.crash_switch, rng=rng, torn_writes=options.torn_writes)
-            store = SimHardStateStore(crash_switch=self.crash_switch)
+            store = SimHardStateStore(crash_switch=self.save_crash_switch)
             self.nodes[node_id] = SimNode(
                 node_id, log=log, hard_state_store=store, tick_rate=tick_rate
             )
@@ -152,6 +154,7 @@ class Cluster:
         self._drain_appends(node)
         self.workload.forget(node)
         node.raft = None
+        node.led = None
         kept = node.log.crash()
         node.restart_at = self.now + self._rng.randint(1, self.options.restart_delay_ticks_max)
         self.crashes += 1
@@ -189,12 +192,13 @@ class Cluster:
         self._observe(node)
 
     def _send(self, node: SimNode, message: Message) -> None:
-        if self.options.reply_checks:
-            if isinstance(message, VoteResponse):
+        if isinstance(message, VoteResponse) and message.granted and not message.pre_vote:
+            self.checker.on_vote_granted(message.sender, message.term, message.receiver)
+            if self.options.protocol_checks:
                 durable = node.hard_state_store.load()
                 self.checker.on_vote_sent(node.node_id, message, durable)
-            elif isinstance(message, AppendResponse):
-                self.checker.on_ack_sent(node.node_id, message, node.log.durable_through())
+        elif isinstance(message, AppendResponse) and self.options.protocol_checks:
+            self.checker.on_ack_sent(node.node_id, message, node.log.durable_through())
         self.network.send(message)
 
     def _apply(self, node: SimNode, entry: Entry) -> None:
@@ -227,6 +231,21 @@ class Cluster:
         self._drain_appends(node)
         self.checker.on_role(node.node_id, raft.role, raft.term)
         self.checker.on_commit(node.node_id, node.incarnation, raft.commit_offset)
+        if raft.role != Role.LEADER:
+            node.led = None
+            return
+        led = node.led
+        if (
+            self.options.protocol_checks
+            and led is not None
+            and led[0] == raft.term
+            and raft.commit_offset > led[1]
+        ):
+            term_at_commit = node.log.term_at(raft.commit_offset)
+            self.checker.on_leader_commit(
+                node.node_id, raft.term, raft.commit_offset, term_at_commit
+            )
+        node.led = (raft.term, raft.commit_offset)
 
     # --- one step ---
 
@@ -277,6 +296,9 @@ class Cluster:
         up = self.up_nodes()
         if up and options.crash_rate and rng.random() < options.crash_rate:
             self._crash(rng.choice(up), "between steps")
+        leader = self.leader()
+        if leader is not None and rng.random() < options.leader_crash_rate:
+            self._crash(leader, "leader crash")
         if options.power_failure_rate and rng.random() < options.power_failure_rate:
             for node in self.up_nodes():
                 self._crash(node, "power failure")
@@ -353,6 +375,7 @@ class Cluster:
         self.trace.add("heal")
         self.network.heal()
         self.crash_switch.rate = 0.0
+        self.save_crash_switch.rate = 0.0
         for node in self.nodes.values():
             if node.raft is None:
                 self._start(node)

@@ -5,9 +5,12 @@ draws every fault rate, tick skew and Raft timing from `random.Random(seed)` and
 frozen `SimOptions`; the run then draws every later choice from the same generator. Printing
 `SimOptions.describe()` first means a failing seed can be replayed and read exactly.
 
-Seeds pick a *fault profile* (calm, lossy, crashy, partitioned, mixed) so that within a few
-hundred seeds every kind of fault gets runs where it dominates: a bug that needs a crash right
-after a vote shows in crashy runs, one that needs reordered appends in lossy ones.
+Seeds pick a *fault profile* (calm, lossy, crashy, partitioned, churn, mixed) so that within a
+few hundred seeds every kind of fault gets runs where it dominates: a bug that needs a crash
+right after a vote shows in crashy runs, one that needs reordered appends in lossy ones, and
+one that needs leaders to die soon after taking over (Raft Figure 8) in churn runs, which
+kill the leader itself and keep appends small so a new leader catches followers up in
+several rounds.
 
 The simulator's own bounds (in-flight messages, trace length, ready rounds) live here rather
 than in `raftlog.config`: they bound the test harness, not a production node.
@@ -23,7 +26,7 @@ from raftlog.errors import ConfigError
 
 __all__ = ["PROFILES", "SimOptions", "derive_options", "parse_seed_range"]
 
-PROFILES = ("calm", "lossy", "crashy", "partitioned", "mixed")
+PROFILES = ("calm", "lossy", "crashy", "partitioned", "churn", "mixed")
 
 # Bounds of the harness itself.
 MESSAGES_IN_FLIGHT_MAX = 4096
@@ -52,10 +55,13 @@ class SimOptions:
     partition_rate: float  # chance per step that the partition changes
     crash_rate: float  # chance per step that an up node crashes between steps
     power_failure_rate: float  # chance per step that every up node crashes at once
-    io_crash_rate: float  # chance per disk call (append, save, sync) that the node dies there
+    leader_crash_rate: float  # chance per step that the current leader crashes
+    io_crash_rate: float  # chance per log write or sync that the node dies right there
+    save_crash_rate: float  # chance per hard state save (a vote, a term) that it dies there
     torn_writes: bool  # a crash may keep part of the last unsynced append
     restart_delay_ticks_max: int
     propose_rate: float
+    append_bytes_max: int
     membership_rate: float
     compaction_rate: float
     transfer_rate: float
@@ -63,8 +69,9 @@ class SimOptions:
     campaign_rate: float
     checkpoint_applied: bool  # restart with applied_offset = the durably applied offset
     heal_ticks_max: int
-    # Check that votes and acknowledgements leave only once durable (off: end-to-end only).
-    reply_checks: bool = True
+    # Check protocol rules where they apply: votes and acknowledgements leave only once
+    # durable, a leader commits by counting only entries of its term (off: end-to-end only).
+    protocol_checks: bool = True
     messages_in_flight_max: int = MESSAGES_IN_FLIGHT_MAX
     trace_events_max: int = TRACE_EVENTS_MAX
 
@@ -88,7 +95,7 @@ class SimOptions:
             check_quorum=self.check_quorum,
             inflight_messages_max=8,
             inflight_bytes_max=4096,
-            append_bytes_max=1024,
+            append_bytes_max=self.append_bytes_max,
             uncommitted_bytes_max=16384,
             apply_bytes_max=2048,
             planted_bugs=self.bugs,
@@ -112,6 +119,7 @@ def _fault_rates(rng: random.Random, profile: str) -> dict[str, float | int | bo
     """Draw the network, crash and disk fault mix of one profile."""
     lossy = profile in ("lossy", "mixed")
     crashy = profile in ("crashy", "mixed")
+    churn = profile == "churn"
     parted = profile in ("partitioned", "mixed")
     calm = profile == "calm"
     return {
@@ -121,11 +129,14 @@ def _fault_rates(rng: random.Random, profile: str) -> dict[str, float | int | bo
         "partition_rate": rng.uniform(0.02, 0.08) if parted else (0.0 if calm else 0.005),
         "crash_rate": rng.uniform(0.01, 0.04) if crashy else (0.0 if calm else 0.003),
         "power_failure_rate": rng.uniform(0.002, 0.01) if crashy else 0.0,
+        "leader_crash_rate": rng.uniform(0.02, 0.08) if churn else 0.0,
         "io_crash_rate": rng.uniform(0.005, 0.03) if crashy else (0.0 if calm else 0.001),
+        "save_crash_rate": rng.uniform(0.05, 0.3) if crashy else (0.0 if calm else 0.002),
+        "append_bytes_max": 256 if churn else rng.choice((256, 1024)),
         "torn_writes": rng.random() < 0.7,
         # Quick restarts in crashy runs: a node back within a message delay answers requests
         # that were sent to its previous incarnation (the window of a lost vote).
-        "restart_delay_ticks_max": rng.randint(1, 8) if crashy else rng.randint(1, 40),
+        "restart_delay_ticks_max": rng.randint(1, 8) if crashy or churn else rng.randint(1, 40),
     }
 
 
@@ -135,7 +146,7 @@ def derive_options(
     nodes: int | None,
     steps: int,
     bugs: frozenset[str] = frozenset(),
-    reply_checks: bool = True,
+    protocol_checks: bool = True,
 ) -> tuple[SimOptions, random.Random]:
     """Draw a run's options from `seed`; return them with the generator the run continues on."""
     rng = random.Random(seed)
@@ -162,7 +173,7 @@ def derive_options(
         campaign_rate=rng.choice((0.0, 0.005)),
         checkpoint_applied=rng.random() < 0.5,
         heal_ticks_max=40 * election_timeout_ticks,
-        reply_checks=reply_checks,
+        protocol_checks=protocol_checks,
         **_fault_rates(rng, profile),  # type: ignore[arg-type]
     )
     return options, rng

@@ -73,13 +73,13 @@ def run_seed(
     nodes: int | None = None,
     steps: int = DEFAULT_STEPS,
     bugs: frozenset[str] = frozenset(),
-    reply_checks: bool = True,
+    protocol_checks: bool = True,
     verbose: bool = False,
     out: TextIO | None = None,
 ) -> SeedResult:
     """Run one seed to completion and say how it went (a failing seed is a result, not a raise)."""
     options, rng = derive_options(
-        seed, nodes=nodes, steps=steps, bugs=bugs, reply_checks=reply_checks
+        seed, nodes=nodes, steps=steps, bugs=bugs, protocol_checks=protocol_checks
     )
     if out is not None:
         print(f"seed {seed}: {options.describe()}", file=out)
@@ -119,11 +119,15 @@ class _Job:
     nodes: int | None
     steps: int
     bugs: frozenset[str]
-    reply_checks: bool
+    protocol_checks: bool
 
     def __call__(self, seed: int) -> SeedResult:
         return run_seed(
-            seed, nodes=self.nodes, steps=self.steps, bugs=self.bugs, reply_checks=self.reply_checks
+            seed,
+            nodes=self.nodes,
+            steps=self.steps,
+            bugs=self.bugs,
+            protocol_checks=self.protocol_checks,
         )
 
 
@@ -133,12 +137,12 @@ def run_seeds(
     nodes: int | None = None,
     steps: int = DEFAULT_STEPS,
     bugs: frozenset[str] = frozenset(),
-    reply_checks: bool = True,
+    protocol_checks: bool = True,
     jobs: int = 1,
 ) -> Iterator[SeedResult]:
     """Yield each seed's result, in seed order, running `jobs` seeds at a time."""
     assert jobs >= 1, jobs
-    job = _Job(nodes, steps, bugs, reply_checks)
+    job = _Job(nodes, steps, bugs, protocol_checks)
     if jobs == 1:
         yield from map(job, seeds)
         return
