@@ -178,6 +178,13 @@ class Producer:
                     raise
             time.sleep(backoff_s)  # waiting for metadata to spread: the caller blocks by design
 
+    def partitions_for(self, topic: str) -> set[int]:
+        """The partition ids of `topic` as this producer routes to them."""
+        if self._closed:
+            raise ClientClosedError(f"producer closed: cannot look up topic {topic!r}")
+        count = self._partition_count(topic)
+        return set(range(count))
+
     def flush(self, timeout_ms: int | None = None) -> None:
         """Send every buffered record now and wait until those sent before this call finish."""
         with self._accumulator.condition:
