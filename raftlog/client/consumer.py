@@ -199,7 +199,7 @@ class Consumer:
         offsets: dict[TopicPartition, int] = {}
         for tp in map(_as_tp, partitions):
             request = pb.ListOffsetsRequest(topic=tp.topic, partition=tp.partition, spec=spec)
-            offsets[tp] = self._call_leader(tp, "Log.ListOffsets", request).offset
+            offsets[tp] = self._call_leader(tp, "Log.ListOffsets", request, retry=True).offset
         assert all(offset >= 0 for offset in offsets.values()), offsets
         return offsets
 
@@ -210,7 +210,9 @@ class Consumer:
             raise ClientError(f"partition {tp[0]}/{tp[1]} is not assigned to this consumer")
         return state
 
-    def _resolve_position(self, tp: TopicPartition, state: _PartitionState) -> None:
+    def _resolve_position(
+        self, tp: TopicPartition, state: _PartitionState, *, retry: bool = True
+    ) -> None:
         reset = state.reset or self.config.auto_offset_reset
         if reset == "error":
             raise OffsetOutOfRangeError(
@@ -219,7 +221,7 @@ class Consumer:
                 concerning=f"{tp.topic}/{tp.partition}",
             )
         request = pb.ListOffsetsRequest(topic=tp.topic, partition=tp.partition, spec=_RESETS[reset])
-        response = self._call_leader(tp, "Log.ListOffsets", request)
+        response = self._call_leader(tp, "Log.ListOffsets", request, retry=retry)
         if response.offset < 0:
             raise ServerError(
                 "INVALID_RESPONSE",
@@ -230,21 +232,36 @@ class Consumer:
         state.reset = None
         state.last_offset = -1
 
-    def _call_leader(self, tp: TopicPartition, rpc: str, request: Any) -> Any:
-        """Call `rpc` at `tp`'s leader, following NOT_LEADER hints a few hops."""
-        error: ServerError | None = None
-        for _ in range(_LEADER_HOPS_MAX):
-            address = self._cluster.leader_address(tp)
-            response = self._cluster.call(address, rpc, request)
-            if response.error.code == pb.NONE:
-                return response
-            error = server_error(
-                response.error, concerning=f"{rpc} for {tp.topic}/{tp.partition} at {address}"
-            )
-            if not isinstance(error, NotLeaderForPartitionError):
-                raise error
+    def _call_leader(self, tp: TopicPartition, rpc: str, request: Any, *, retry: bool) -> Any:
+        """Call `rpc` at `tp`'s leader; with `retry`, retriable errors (an election, a node
+        restarting) are retried for up to one request timeout, NOT_LEADER hints at once."""
+        deadline = self._clock() + self.config.connection.request_timeout_ms / 1000
+        backoff_s = self.config.connection.retry_backoff_ms / 1000
+        hops = 0
+        while True:
+            try:
+                return self._call_leader_once(tp, rpc, request)
+            except ClientError as error:
+                self._on_retriable(tp, error)  # raises what is final
+                if not retry or self._clock() + backoff_s >= deadline:
+                    raise
+                hinted = (
+                    isinstance(error, NotLeaderForPartitionError) and error.leader_id is not None
+                )
+                hops = hops + 1 if hinted else 0
+                if not hinted or hops > _LEADER_HOPS_MAX:
+                    time.sleep(backoff_s)  # let the election finish before asking again
+
+    def _call_leader_once(self, tp: TopicPartition, rpc: str, request: Any) -> Any:
+        address = self._cluster.leader_address(tp)
+        response = self._cluster.call(address, rpc, request)
+        if response.error.code == pb.NONE:
+            return response
+        error = server_error(
+            response.error, concerning=f"{rpc} for {tp.topic}/{tp.partition} at {address}"
+        )
+        if isinstance(error, NotLeaderForPartitionError):
             self._cluster.apply_leader_hint(tp, error.leader_id, error.leader_address)
-        assert error is not None
         raise error
 
     # -- polling ----------------------------------------------------------------------------
@@ -297,7 +314,7 @@ class Consumer:
                 continue
             try:
                 if state.fetch_offset is None:
-                    self._resolve_position(tp, state)
+                    self._resolve_position(tp, state, retry=False)  # poll's loop retries
                 calls.append((tp, state, *self._start_fetch(tp, state, wait_ms)))
             except ClientError as error:
                 self._on_retriable(tp, error)

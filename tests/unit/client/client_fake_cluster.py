@@ -259,7 +259,11 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
 
     def ListOffsets(self, request: pb.ListOffsetsRequest, context: Any) -> pb.ListOffsetsResponse:
         with self.state.condition:
-            self._count("ListOffsets")
+            planted = self._count("ListOffsets")
+            if planted is not None:
+                return pb.ListOffsetsResponse(
+                    error=self._planted(planted, request.topic, request.partition)
+                )
             refusal = self._partition_error(request.topic, request.partition)
             if refusal is not None:
                 return pb.ListOffsetsResponse(error=refusal)

@@ -9,7 +9,12 @@ from client_fake_cluster import FakeCluster
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client import Consumer, ConsumerRecord, Producer
-from raftlog.client.errors import ClientClosedError, ClientError, OffsetOutOfRangeError
+from raftlog.client.errors import (
+    ClientClosedError,
+    ClientError,
+    OffsetOutOfRangeError,
+    ServerError,
+)
 from raftlog.errors import ConfigError
 
 TP = ("events", 0)
@@ -234,4 +239,18 @@ def test_partition_discovery_and_offset_lookups(cluster: FakeCluster) -> None:
     tps = [("events", 0), ("events", 1)]
     assert c.beginning_offsets(tps) == {("events", 0): 0, ("events", 1): 0}
     assert c.end_offsets(tps) == {("events", 0): 1, ("events", 1): 3}
+    c.close()
+
+
+def test_position_lookup_rides_out_an_election(cluster: FakeCluster) -> None:
+    cluster.state.create_topic("events", 1)
+    produce(cluster, [b"a"])
+    cluster.state.fail_next["ListOffsets"] = [pb.NOT_LEADER, pb.REQUEST_TIMED_OUT, pb.FENCED]
+    c = consumer(cluster, retry_backoff_ms=0)
+    c.assign([TP])
+    assert c.position(TP) == 2
+    assert cluster.state.requests[(1, "ListOffsets")] == 4
+    cluster.state.fail_next["ListOffsets"] = [pb.UNKNOWN_PRODUCER_ID]  # not retriable
+    with pytest.raises(ServerError, match="UNKNOWN_PRODUCER_ID"):
+        c.end_offsets([TP])
     c.close()
