@@ -23,9 +23,9 @@ import random
 from collections import deque
 
 from raftlog.config import RaftConfig
-from raftlog.errors import MembershipChangeError, NotLeaderError, ProposalDroppedError, RaftError
-from raftlog.raft import election, follower, read_index, replication
-from raftlog.raft.membership import ConfigHistory, validate_change
+from raftlog.errors import NotLeaderError, RaftError
+from raftlog.raft import election, follower, proposal, read_index, replication
+from raftlog.raft.membership import ConfigHistory
 from raftlog.raft.ports import LogStorage
 from raftlog.raft.progress import Progress
 from raftlog.raft.raft_log import RaftLog
@@ -278,56 +278,16 @@ class RaftNode:
             case TimeoutNow():
                 election.on_timeout_now(self, message)
 
-    def check_proposal(self, size_bytes: int) -> None:
-        if self.current_role is not Role.LEADER:
-            raise NotLeaderError(leader_hint=self.current_leader)
-        if self.lead_transferee is not None:
-            raise ProposalDroppedError(
-                f"leadership transfer to node {self.lead_transferee} under way (Raft §3.10)"
-            )
-        if len(self.uncommitted) >= self.config.proposals_max:
-            raise ProposalDroppedError(
-                f"{len(self.uncommitted)} uncommitted proposals reach proposals_max"
-            )
-        over = self.uncommitted_bytes + size_bytes > self.config.uncommitted_bytes_max
-        if over and self.uncommitted_bytes > 0:
-            raise ProposalDroppedError(
-                f"{self.uncommitted_bytes} uncommitted bytes + {size_bytes} exceed "
-                f"uncommitted_bytes_max={self.config.uncommitted_bytes_max}"
-            )
-
     def propose(self, data: bytes, *, offset_count: int) -> Offset:
         """Append a DATA batch of `offset_count` records; returns its base offset."""
         if offset_count < 1:
             raise ValueError(f"offset_count must be >= 1, got {offset_count}")
-        return self._propose(EntryKind.DATA, data, offset_count)
-
-    def _propose(self, kind: EntryKind, data: bytes, offset_count: int) -> Offset:
-        entry = Entry(self.current_term, Offset(self.last_offset + 1), offset_count, kind, data)
-        self.check_proposal(entry.size_bytes)
-        self.uncommitted.append((entry.last_offset, entry.size_bytes))
-        self.uncommitted_bytes += entry.size_bytes
-        self.append_as_leader(entry)
-        assert self.last_offset == entry.last_offset
-        return entry.offset
+        return proposal.append_proposal(self, EntryKind.DATA, data, offset_count)
 
     def propose_membership(self, membership: Membership) -> Offset:
         """Propose a one-node membership change (dissertation §4.1, with the 2015 fix)."""
-        if self.current_role is not Role.LEADER:
-            raise NotLeaderError(leader_hint=self.current_leader)
-        validate_change(self.configs.current, membership)
-        if not self.committed_in_term():
-            raise MembershipChangeError(
-                f"leader of term {self.current_term} has not committed an entry of its term",
-                retriable=True,
-            )
-        if self.configs.last_offset > self.commit:
-            raise MembershipChangeError(
-                f"the change at offset {self.configs.last_offset} is not committed yet "
-                f"(commit {self.commit})",
-                retriable=True,
-            )
-        return self._propose(EntryKind.CONFIG, membership.encode(), 1)
+        proposal.check_membership_change(self, membership)
+        return proposal.append_proposal(self, EntryKind.CONFIG, membership.encode(), 1)
 
     def campaign(self) -> None:
         """Start an election now; a no-op for a leader or a node that is not a voter."""
