@@ -122,9 +122,9 @@ def _topic_command(draw: st.DrawFn, state: MetadataState) -> bytes:
     if kind == "delete":
         return encode_command(DeleteTopic(name))
     if kind == "grow":
-        plan = plan_create_partitions(state, name, draw(st.integers(0, 8)), now_ms)
-        if isinstance(plan, CreatePartitions):
-            return encode_command(plan)
+        grow = plan_create_partitions(state, name, draw(st.integers(0, 8)), now_ms)
+        if isinstance(grow, CreatePartitions):
+            return encode_command(grow)
     assignments = tuple(_replicas(draw) for _ in range(draw(st.integers(0, 2))))
     return encode_command(
         CreatePartitions(name, assignments, _group_ids(draw, state, len(assignments)))
