@@ -103,13 +103,19 @@ class Admin:
         bootstrap: str | Sequence[str],
         *,
         request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         config = ConnectionConfig(
-            request_timeout_ms=request_timeout_ms, metadata_max_age_ms=metadata_max_age_ms
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
         )
         self._cluster = Cluster(bootstrap, config, clock=clock)
+        self._clock = clock
+        self._request_timeout_ms = request_timeout_ms
+        self._retry_backoff_ms = retry_backoff_ms
         # The controller gets most of the request timeout to commit the change, so it can
         # answer REQUEST_TIMED_OUT itself before our own deadline cuts the call.
         self._timeout_ms = max(1, request_timeout_ms * 4 // 5)
@@ -177,7 +183,13 @@ class Admin:
         return ClusterDescription(response.cluster_id, controller, nodes)
 
     def _call(self, rpc: str, request: Any, *, concerning: str) -> Any:
-        """Send to any reachable node, following NOT_CONTROLLER hints (module docstring)."""
+        """Send to any reachable node, following NOT_CONTROLLER hints (module docstring).
+
+        While the metadata quorum elects a controller (NOT_CONTROLLER with no hint) the
+        request waits `retry_backoff_ms` and tries again, for up to one request timeout: a
+        NOT_CONTROLLER answer means nothing was done, so a retry is always safe.
+        """
+        deadline = self._clock() + self._request_timeout_ms / 1000
         candidates = self._cluster.addresses()
         queue = deque(candidates)
         failures: list[ClientError] = []
@@ -193,13 +205,16 @@ class Admin:
                 continue
             if response.error.code == pb.NONE:
                 return response
-            assert hops <= _CONTROLLER_HOPS_MAX
             refusal = server_error(response.error, concerning=f"{concerning} at {address}")
             target = self._controller_address(refusal) if hops < _CONTROLLER_HOPS_MAX else None
-            if target is None or target == address:
-                raise refusal
             hops += 1
-            queue.appendleft(target)
+            if target is not None and target != address:
+                queue.appendleft(target)
+            elif isinstance(refusal, NotControllerError) and self._clock() < deadline:
+                time.sleep(self._retry_backoff_ms / 1000)  # an election is under way
+                queue.appendleft(address)
+            else:
+                raise refusal
         raise NoNodeAnsweredError(concerning, failures, addresses=candidates)
 
     def _controller_address(self, error: ClientError) -> str | None:

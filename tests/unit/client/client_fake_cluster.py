@@ -335,7 +335,9 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
 
     def CreateTopic(self, request: pb.CreateTopicRequest, context: Any) -> pb.CreateTopicResponse:
         with self.state.condition:
-            self._count("CreateTopic")
+            planted = self._count("CreateTopic")
+            if planted is not None:  # e.g. NOT_CONTROLLER without a hint: an election
+                return pb.CreateTopicResponse(error=error(planted, "planted"))
             refusal = self._not_controller()
             if refusal is None and request.name in self.state.topics:
                 refusal = error(pb.TOPIC_ALREADY_EXISTS, f"topic {request.name!r} already exists")

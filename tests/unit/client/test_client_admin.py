@@ -6,6 +6,7 @@ import re
 
 import pytest
 from client_fake_cluster import FakeCluster
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client import Admin, Producer
 from raftlog.client.errors import (
@@ -114,3 +115,20 @@ def test_timeouts_name_the_operation_address_and_limit(cluster: FakeCluster) -> 
             future.result(10)
         cluster.state.produce_gate.set()
     assert isinstance(future.exception(0).__cause__, RequestTimedOutError)  # type: ignore[union-attr]
+
+
+def test_create_waits_out_a_controller_election(cluster: FakeCluster) -> None:
+    cluster.state.fail_next["CreateTopic"] = [pb.NOT_CONTROLLER, pb.NOT_CONTROLLER]  # no hint
+    with Admin(cluster.address(1), retry_backoff_ms=0) as admin:
+        admin.create_topic("events", partitions=1, replication_factor=1)
+    assert cluster.state.requests[(1, "CreateTopic")] == 3
+
+
+def test_ambiguous_timeouts_are_not_retried(cluster: FakeCluster) -> None:
+    cluster.state.fail_next["CreateTopic"] = [pb.REQUEST_TIMED_OUT]
+    with (
+        Admin(cluster.address(1), retry_backoff_ms=0) as admin,
+        pytest.raises(ServerError, match="REQUEST_TIMED_OUT"),
+    ):
+        admin.create_topic("events", partitions=1, replication_factor=1)
+    assert cluster.state.requests[(1, "CreateTopic")] == 1
