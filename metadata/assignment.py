@@ -15,11 +15,15 @@ n partitions. Worked example, n = 4, r = 2 (g = 2): blocks {0,1} {2,3} {0,1} {2,
 0, 2, then offset 1: 1, 3. Leader counts are balanced within 1 too, and the other replicas
 keep their cycle order after the leader (replicas[0] is the preferred leader).
 
-Existing load decides the cycle's order: nodes that hold fewer replicas (then fewer preferred
-leaderships) come first and so receive the extra replica when the division is uneven; ties
-go round the nodes from `start_index`, so successive topics start on different nodes. Hence
-the new partitions alone are always balanced within 1, and the cluster's replica counts stay
-within 1 when they were within 1 before.
+Existing load decides who stands where on the cycle. The first (P * r mod n) positions get
+one replica more than the rest, and the leader positions of the last partial round one
+leadership more; the nodes holding fewest replicas take the first group of positions, and
+within each group the nodes preferred least often take the leader-extra positions. Ties go
+round the nodes from `start_index`, so successive topics start on different nodes. Hence the
+new partitions alone are always balanced within 1 for leaders and replicas; the cluster's
+replica counts stay within 1 when they were before; its preferred-leader counts drift only a
+little (at most 3 apart over 300 random 40-topic histories with mixed replication factors),
+and `controller.rebalance_plan` swaps them back toward within 1 without moving data.
 """
 
 from __future__ import annotations
@@ -59,15 +63,26 @@ def assign_replicas(
             f"replication factor {replication_factor} needs that many live nodes, "
             f"there are {len(nodes)}: {nodes}"
         )
-    cycle = _cycle_order(nodes, existing_load, start_index)
-    node_count = len(cycle)
+    node_count = len(nodes)
     shared = math.gcd(node_count, replication_factor)
     period = node_count // shared  # partitions before the block starts repeat
+
+    def leader_position(partition: int) -> int:
+        return (partition * replication_factor + (partition // period) % shared) % node_count
+
+    cycle = _cycle_order(
+        nodes,
+        existing_load,
+        start_index,
+        replica_extra_count=(partition_count * replication_factor) % node_count,
+        leader_extra_positions={leader_position(p) for p in range(partition_count % node_count)},
+    )
     assignments = []
     for partition in range(partition_count):
         first = partition * replication_factor
         block = [cycle[(first + i) % node_count] for i in range(replication_factor)]
         leader_slot = (partition // period) % shared
+        assert block[leader_slot] == cycle[leader_position(partition)]
         assignments.append(tuple(block[leader_slot:] + block[:leader_slot]))
     assert all(len(set(replicas)) == replication_factor for replicas in assignments)
     assert len(assignments) == partition_count
@@ -75,15 +90,32 @@ def assign_replicas(
 
 
 def _cycle_order(
-    nodes: list[NodeId], existing_load: Mapping[NodeId, NodeLoad], start_index: int
+    nodes: list[NodeId],
+    existing_load: Mapping[NodeId, NodeLoad],
+    start_index: int,
+    *,
+    replica_extra_count: int,
+    leader_extra_positions: set[int],
 ) -> list[NodeId]:
-    """Least loaded first; ties in rotation order from `start_index`."""
+    """Places nodes on the cycle so that the least loaded receive the extras.
+
+    Positions [0, replica_extra_count) receive one replica more than the others; those in
+    `leader_extra_positions` one leadership more. The nodes holding fewest replicas fill the
+    first group; within each group, those preferred least often as leaders take the
+    leader-extra positions. Ties go in rotation order from `start_index`."""
     count = len(nodes)
+    rotation = {node: (i - start_index) % count for i, node in enumerate(nodes)}
 
-    def key(position: int) -> tuple[int, int, int]:
-        load = existing_load.get(nodes[position], NodeLoad())
-        return (load.replicas, load.leaders, (position - start_index) % count)
+    def load(node: NodeId) -> NodeLoad:
+        return existing_load.get(node, NodeLoad())
 
-    order = [nodes[position] for position in sorted(range(count), key=key)]
-    assert sorted(order) == nodes
-    return order
+    by_replicas = sorted(nodes, key=lambda n: (load(n).replicas, load(n).leaders, rotation[n]))
+    cycle: list[NodeId] = [NodeId(-1)] * count
+    groups = [(0, replica_extra_count), (replica_extra_count, count)]
+    for start, end in groups:
+        members = sorted(by_replicas[start:end], key=lambda n: (load(n).leaders, rotation[n]))
+        positions = sorted(range(start, end), key=lambda p: (p not in leader_extra_positions, p))
+        for position, node in zip(positions, members, strict=True):
+            cycle[position] = node
+    assert sorted(cycle) == nodes
+    return cycle
