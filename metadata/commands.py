@@ -79,6 +79,7 @@ REPLICATION_FACTOR_MAX = 15
 PRODUCER_ID_BLOCK_MAX = 1 << 20
 ADDRESS_CHARS_MAX = 255
 TOPIC_ID_CHARS_MAX = 64
+CONFIG_VALUE_CHARS_MAX = 255
 GROUP_ID_LIMIT = 1 << 31  # group ids travel as 32-bit values between nodes
 INT_LIMIT = 1 << 63  # every integer field is a non-negative signed 64-bit value
 
@@ -327,7 +328,8 @@ def parse_json_object(data: bytes, *, what: str) -> dict[str, Any]:
 
     try:
         body = json.loads(data.decode("utf-8"), parse_constant=no_constants)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+    # ValueError also covers integers too long for int() (Python's 4300-digit limit).
+    except (ValueError, RecursionError) as error:
         raise MetadataDecodeError(f"{what}: not UTF-8 JSON ({error})") from None
     if not isinstance(body, dict):
         raise MetadataDecodeError(f"{what}: expected a JSON object, got {type(body).__name__}")
@@ -455,6 +457,11 @@ def check_topic_config(config: Mapping[str, str]) -> ApplyResult | None:
     """Known keys with typed values; a batch must fit in a segment when both are set."""
     for key in sorted(config):
         value = config[key]
+        if len(value) > CONFIG_VALUE_CHARS_MAX:
+            return reject(
+                ErrorCode.INVALID_CONFIG,
+                f"config {key}: value of {len(value)} characters exceeds {CONFIG_VALUE_CHARS_MAX}",
+            )
         if key in _REFUSED_CONFIG_KEYS:
             return reject(
                 ErrorCode.INVALID_CONFIG, f"config {key}={value!r}: {_REFUSED_CONFIG_KEYS[key]}"
@@ -463,7 +470,8 @@ def check_topic_config(config: Mapping[str, str]) -> ApplyResult | None:
         if check is None:
             return reject(
                 ErrorCode.INVALID_CONFIG,
-                f"unknown config key {key!r} (known: {sorted(TOPIC_CONFIG_KEYS)})",
+                f"unknown config key {key[:CONFIG_VALUE_CHARS_MAX]!r} "
+                f"(known: {sorted(TOPIC_CONFIG_KEYS)})",
             )
         problem = check(value)
         if problem is not None:

@@ -99,6 +99,7 @@ def _raw(body: object) -> bytes:
         (b'\x01{"type":"AllocateProducerIds","count":NaN}', "NaN is not a number"),
         (b"\x01" + b"[" * 5000, "not UTF-8 JSON"),
         (b"\x01" + b" " * COMMAND_BYTES_MAX, "exceeds"),
+        (b'\x01{"type":"AllocateProducerIds","count":' + b"9" * 5000 + b"}", "not UTF-8 JSON"),
     ],
 )
 def test_decode_rejects_malformed_bytes(data: bytes, fragment: str) -> None:
@@ -202,6 +203,7 @@ def test_known_topic_config_is_accepted() -> None:
         ({"max.message.bytes": "x"}, "max.message.bytes='x'"),
         ({"cleanup.policy": "compact"}, "cleanup.policy='compact': must be one of ['delete']"),
         ({"min.insync.replicas": "2"}, "min.insync.replicas='2': not supported"),
+        ({"retention.ms": "9" * 5000}, "retention.ms: value of 5000 characters exceeds 255"),
         (
             {"segment.bytes": "2048", "max.message.bytes": "4096"},
             "max.message.bytes=4096 exceeds segment.bytes=2048",
