@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
+from raftlog.raft.types import (
+    AppendResponse,
+    Entry,
+    EntryKind,
+    HardState,
+    Membership,
+    Role,
+    Snapshot,
+    SnapshotMeta,
+    VoteResponse,
+)
 from raftlog.sim.checker import Checker, InvariantViolation
 from raftlog.types import NodeId, Offset, Term
 
@@ -133,3 +143,32 @@ def test_a_snapshot_that_ends_mid_batch_or_beyond_commit_fails() -> None:
     for offset, term in ((1, 1), (2, 2), (9, 1)):
         with _violated("snapshot safety"):
             checker.on_restore(N2, Snapshot(SnapshotMeta(Offset(offset), Term(term), membership)))
+
+
+def test_one_vote_per_term_across_restarts_fails_election_safety() -> None:  # Raft §5.2
+    checker = Checker()
+    checker.on_vote_granted(N1, Term(2), N2)
+    checker.on_vote_granted(N1, Term(2), N2)  # a resent vote for the same candidate is fine
+    checker.on_vote_granted(N1, Term(3), N3)
+    with _violated("election safety"):
+        checker.on_vote_granted(N1, Term(2), N3)
+
+
+def test_a_vote_or_ack_sent_before_it_is_durable_fails() -> None:  # Raft §5.1, §5.3
+    checker = Checker()
+    vote = VoteResponse(Term(2), N1, N2, True)
+    checker.on_vote_sent(N1, vote, HardState(Term(2), N2))
+    checker.on_vote_sent(N1, VoteResponse(Term(2), N1, N3, False), HardState(Term(1)))
+    with _violated("vote durability"):
+        checker.on_vote_sent(N1, vote, HardState(Term(1), N2))
+    ack = AppendResponse(Term(2), N1, N2, True, Offset(9))
+    checker.on_ack_sent(N1, ack, Offset(9))
+    with _violated("append durability"):
+        checker.on_ack_sent(N1, ack, Offset(8))
+
+
+def test_a_leader_committing_an_old_term_entry_fails() -> None:  # Raft §5.4.2, Figure 8
+    checker = Checker()
+    checker.on_leader_commit(N1, Term(4), Offset(7), Term(4))
+    with _violated("current-term commit"):
+        checker.on_leader_commit(N1, Term(4), Offset(5), Term(2))
