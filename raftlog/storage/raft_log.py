@@ -1,0 +1,397 @@
+"""`RaftLogStorage`: the Raft core's `DurableLog` over a `SegmentedLog` (one per Raft group).
+
+Theory of operation. The Raft index space is the offset space, and every Raft entry is one
+record batch in the segmented log, its term in the batch's partition-leader-epoch field:
+
+    EntryKind.DATA    the entry's bytes when they are one record batch occupying exactly
+                      `offset_count` offsets (a partition's produced batches), stored as is
+                      (the log patches base offset and epoch); any other bytes (metadata
+                      commands) go in a control batch of type CONTROL_OPAQUE_DATA
+    EntryKind.NOOP    a control batch of type CONTROL_LEADER_CHANGE (2), as Kafka's KRaft
+    EntryKind.CONFIG  a control batch of type CONTROL_VOTERS (6), value Membership.encode()
+
+Reads turn batches back into entries: a non-control batch is a DATA entry whose data is the
+batch; a control batch is decoded (they are few and small).
+
+Answering `term_at` must not read the disk: a *leader-epoch cache* (Kafka's
+leader-epoch-checkpoint) lists `(term, start_offset)` for each term in the log, and the
+offsets of the CONFIG entries after the snapshot ride along. Both change rarely (a leader
+change, a membership change, a truncation, a compaction) and are then written to
+`raft-checkpoint` atomically, *before* the log append they describe, so the checkpoint is
+never behind the durable log; on open it is cut back to the log's end (a crash may have lost
+the appends), checked against the last batch's term, and rebuilt from a scan if missing,
+damaged or inconsistent.
+
+The latest snapshot's metadata (and data: a partition's is empty, the metadata quorum's holds
+its state machine) lives in `snapshot`, also replaced atomically, and is written *before* the
+log drops the entries it covers. `first_offset()` is `snapshot.offset + 1`; the segmented log
+deletes whole segments only, so it may still hold older batches, which are then invisible here.
+After a crash between writing a snapshot and trimming the log, open finishes the job.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import struct
+from collections.abc import Sequence
+
+from raftlog.config import LogConfig
+from raftlog.errors import StorageError
+from raftlog.raft.types import NO_OFFSET, Entry, EntryKind, Membership, Snapshot, SnapshotMeta
+from raftlog.storage.batch import (
+    CRC_FIELD,
+    CRC_START,
+    BatchHeader,
+    crc32c,
+    parse_header,
+)
+from raftlog.storage.files import (
+    Clock,
+    FileSystem,
+    OsFileSystem,
+    SystemClock,
+    read_whole_file,
+    write_file_atomically,
+)
+from raftlog.storage.log import SegmentedLog
+from raftlog.storage.records import (
+    CONTROL_LEADER_CHANGE,
+    CONTROL_VOTERS,
+    decode_control_batch,
+    encode_control_batch,
+)
+from raftlog.types import Offset, Term
+
+__all__ = ["CONTROL_OPAQUE_DATA", "RaftLogStorage"]
+
+# A control type of raftlog's own (Kafka uses 0-6): a DATA entry whose bytes are not a batch.
+CONTROL_OPAQUE_DATA = 1000
+CHECKPOINT_FILE_NAME = "raft-checkpoint"
+SNAPSHOT_FILE_NAME = "snapshot"
+_KIND_BY_CONTROL = {
+    CONTROL_LEADER_CHANGE: EntryKind.NOOP,
+    CONTROL_VOTERS: EntryKind.CONFIG,
+    CONTROL_OPAQUE_DATA: EntryKind.DATA,
+}
+_CONTROL_BY_KIND = {kind: control for control, kind in _KIND_BY_CONTROL.items()}
+_SNAPSHOT_HEAD = struct.Struct(">4sIqqI")  # magic, crc, offset, term, membership bytes
+_SNAPSHOT_MAGIC = b"RLSN"
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_FIELD = 23
+_CRC = struct.Struct(">I")
+
+
+class RaftLogStorage:
+    """A `raftlog.raft.ports.DurableLog` (and the partition's `PartitionLog`) on disk."""
+
+    def __init__(self, log: SegmentedLog, clock: Clock) -> None:
+        # Use RaftLogStorage.open().
+        self.log = log
+        self.clock = clock
+        self.files = log.files
+        self.directory = log.directory
+        self._snapshot: Snapshot | None = None
+        self._epoch_terms: list[int] = []
+        self._epoch_starts: list[int] = []
+        self._config_offsets: list[int] = []
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        *,
+        config: LogConfig,
+        files: FileSystem | None = None,
+        clock: Clock | None = None,
+    ) -> RaftLogStorage:
+        files, clock = files or OsFileSystem(), clock or SystemClock()
+        storage = cls(SegmentedLog.open(directory, config=config, files=files, clock=clock), clock)
+        storage._snapshot = storage._load_snapshot()
+        storage._finish_snapshot()
+        if not storage._load_checkpoint():
+            storage._rebuild_checkpoint()
+        return storage
+
+    # --- LogStorage ---------------------------------------------------------------------
+
+    def first_offset(self) -> Offset:
+        if self._snapshot is not None:
+            return Offset(self._snapshot.meta.offset + 1)
+        return Offset(self.log.log_start_offset)
+
+    def last_offset(self) -> Offset:
+        return Offset(self.log.log_end_offset - 1)
+
+    def term_at(self, offset: Offset) -> Term | None:
+        snapshot_offset = NO_OFFSET if self._snapshot is None else self._snapshot.meta.offset
+        if offset == snapshot_offset:
+            return Term(0) if self._snapshot is None else self._snapshot.meta.term
+        if not self.first_offset() <= offset <= self.last_offset():
+            return None
+        index = bisect.bisect_right(self._epoch_starts, offset) - 1
+        assert index >= 0, f"the epoch cache does not cover offset {offset}"
+        return Term(self._epoch_terms[index])
+
+    def entries(self, start: Offset, *, bytes_max: int) -> Sequence[Entry]:
+        if not self.first_offset() <= start <= self.last_offset():
+            raise LookupError(
+                f"no entry at offset {start} in {self.directory} (log holds "
+                f"[{self.first_offset()}, {self.last_offset()}])"
+            )
+        result: list[Entry] = []
+        size_bytes, offset = 0, int(start)
+        while offset < self.log.log_end_offset:
+            for header, view in self.log.batches(offset, bytes_max=max(bytes_max - size_bytes, 1)):
+                if not result and header.base_offset != start:
+                    raise LookupError(f"offset {start} is inside the entry at {header.base_offset}")
+                entry = self._entry_from(header, view)
+                if result and size_bytes + entry.size_bytes > bytes_max:
+                    return result
+                result.append(entry)
+                size_bytes += entry.size_bytes
+                offset = header.last_offset + 1
+        return result
+
+    def config_entries(self) -> Sequence[Entry]:
+        entries = [self.entries(Offset(offset), bytes_max=1)[0] for offset in self._config_offsets]
+        assert all(entry.kind is EntryKind.CONFIG for entry in entries), self.directory
+        return entries
+
+    def snapshot(self) -> Snapshot | None:
+        return self._snapshot
+
+    # --- DurableLog ---------------------------------------------------------------------
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        if not entries:
+            return
+        first = entries[0].offset
+        if not self.first_offset() <= first <= self.last_offset() + 1:
+            raise LookupError(
+                f"cannot append at offset {first} to {self.directory}: log holds "
+                f"[{self.first_offset()}, {self.last_offset()}]"
+            )
+        if first <= self.last_offset():
+            self.log.truncate_from(first)  # Raft §5.3: drop the conflicting suffix
+            self._forget_from(first)
+        batches = [self._batch_for(entry) for entry in entries]
+        if self._note_appends(entries):
+            self._save_checkpoint()  # before the appends it describes: never behind the log
+        for entry, batch in zip(entries, batches, strict=True):
+            info = self.log.append(batch, leader_epoch=entry.term, base_offset=entry.offset)
+            assert info.last_offset == entry.last_offset, (info, entry)
+
+    def install_snapshot(self, snapshot: Snapshot) -> None:
+        offset = snapshot.meta.offset
+        assert offset + 1 >= self.log.log_start_offset, (offset, self.log.log_start_offset)
+        self._save_snapshot(snapshot)
+        if self.log.log_end_offset > self.log.log_start_offset:
+            self.log.truncate_from(self.log.log_start_offset)
+        self.log.delete_segments_before(offset + 1)
+        self._epoch_terms, self._epoch_starts, self._config_offsets = [], [], []
+        self._save_checkpoint()
+        assert self.last_offset() == offset
+
+    def compact(self, snapshot: Snapshot) -> None:
+        offset = snapshot.meta.offset
+        snapshot_offset = NO_OFFSET if self._snapshot is None else self._snapshot.meta.offset
+        if not snapshot_offset < offset <= self.last_offset():
+            raise LookupError(
+                f"cannot compact {self.directory} to {offset}: log holds "
+                f"[{self.first_offset()}, {self.last_offset()}]"
+            )
+        assert self.term_at(offset) == snapshot.meta.term, (offset, snapshot.meta.term)
+        if offset < self.last_offset():
+            following = self.log.read(offset + 1, bytes_max=1).base_offset
+            assert following == offset + 1, f"snapshot offset {offset} must end an entry"
+        self._save_snapshot(snapshot)
+        self.log.delete_segments_before(offset + 1)
+        self._config_offsets = [o for o in self._config_offsets if o > offset]
+        self._save_checkpoint()
+
+    def sync(self) -> None:
+        self.log.flush()
+
+    def close(self) -> None:
+        self.log.close()
+
+    # --- PartitionLog (what a partition replica reads for consumers) ---------------------
+
+    def log_start_offset(self) -> int:
+        return int(self.first_offset())
+
+    def read(self, offset: int, *, bytes_max: int) -> bytes:
+        """Raw whole batches from the one containing `offset`; b"" at the log end."""
+        if offset == self.log.log_end_offset:
+            return b""
+        return self.log.read(offset, bytes_max=bytes_max).data
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        offset = self.log.offset_for_timestamp(timestamp_ms)
+        return None if offset is None else max(offset, int(self.first_offset()))
+
+    # --- entries <-> batches ------------------------------------------------------------
+
+    def _batch_for(self, entry: Entry) -> bytes:
+        if entry.kind is EntryKind.DATA and _is_plain_batch(entry.data, entry.offset_count):
+            return entry.data
+        control = _CONTROL_BY_KIND[entry.kind]
+        batch = encode_control_batch(control, entry.data, timestamp_ms=self.clock.now_ms())
+        return _with_offset_count(batch, entry.offset_count)
+
+    def _entry_from(self, header: BatchHeader, view: memoryview) -> Entry:
+        term, offset = Term(header.partition_leader_epoch), Offset(header.base_offset)
+        if header.is_control:
+            control, value = decode_control_batch(view, path=self.directory)
+            kind = _KIND_BY_CONTROL.get(control)
+            if kind is not None:
+                return Entry(term, offset, header.offset_count, kind, value)
+        return Entry(term, offset, header.offset_count, EntryKind.DATA, bytes(view))
+
+    # --- the leader-epoch cache ---------------------------------------------------------
+
+    def _note_appends(self, entries: Sequence[Entry]) -> bool:
+        """Record new terms and CONFIG entries; True when the checkpoint changed."""
+        changed = False
+        for entry in entries:
+            if not self._epoch_terms or entry.term != self._epoch_terms[-1]:
+                assert not self._epoch_terms or entry.term > self._epoch_terms[-1], entry
+                self._epoch_terms.append(entry.term)
+                self._epoch_starts.append(entry.offset)
+                changed = True
+            if entry.kind is EntryKind.CONFIG:
+                self._config_offsets.append(entry.offset)
+                changed = True
+        return changed
+
+    def _forget_from(self, offset: int) -> None:
+        """Drop what the cache says about offsets >= `offset` (after a truncation)."""
+        kept = bisect.bisect_left(self._epoch_starts, offset)
+        del self._epoch_terms[kept:], self._epoch_starts[kept:]
+        self._config_offsets = [o for o in self._config_offsets if o < offset]
+        self._save_checkpoint()
+
+    def _checkpoint_path(self) -> str:
+        return os.path.join(self.directory, CHECKPOINT_FILE_NAME)
+
+    def _save_checkpoint(self) -> None:
+        body = json.dumps(
+            {
+                "epochs": list(zip(self._epoch_terms, self._epoch_starts, strict=True)),
+                "configs": self._config_offsets,
+            },
+            separators=(",", ":"),
+        ).encode()
+        write_file_atomically(self.files, self._checkpoint_path(), _CRC.pack(crc32c(body)) + body)
+
+    def _load_checkpoint(self) -> bool:
+        """Load, cut back to the log and check the checkpoint; False if it cannot be used."""
+        path = self._checkpoint_path()
+        if not self.files.exists(path):
+            return self.log.log_end_offset == self.log.log_start_offset
+        data = read_whole_file(self.files, path)
+        if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != crc32c(data[_CRC.size :]):
+            return False
+        raw = json.loads(data[_CRC.size :])
+        pairs = [(t, s) for t, s in raw["epochs"] if s < self.log.log_end_offset]
+        self._epoch_terms = [t for t, _ in pairs]
+        self._epoch_starts = [s for _, s in pairs]
+        first, end = self.first_offset(), self.log.log_end_offset
+        self._config_offsets = [o for o in raw["configs"] if first <= o < end]
+        return self._checkpoint_matches_log()
+
+    def _checkpoint_matches_log(self) -> bool:
+        if self.last_offset() < self.first_offset():
+            return True
+        if not self._epoch_starts or self._epoch_starts[0] > self.first_offset():
+            return False
+        last = self.log.read(self.last_offset(), bytes_max=1).headers[0]
+        return self.term_at(self.last_offset()) == last.partition_leader_epoch
+
+    def _rebuild_checkpoint(self) -> None:
+        """Scan every batch header from the first offset (rare: the file was lost)."""
+        self._epoch_terms, self._epoch_starts, self._config_offsets = [], [], []
+        offset = self.log.log_start_offset
+        while offset < self.log.log_end_offset:
+            for header, view in self.log.batches(offset, bytes_max=self.log.config.read_bytes_max):
+                entry = self._entry_from(header, view) if header.is_control else None
+                kind = EntryKind.DATA if entry is None else entry.kind
+                base = Offset(header.base_offset)
+                stub = Entry(Term(header.partition_leader_epoch), base, 1, kind, b"")
+                self._note_appends([stub])
+                offset = header.last_offset + 1
+        self._config_offsets = [o for o in self._config_offsets if o >= self.first_offset()]
+        self._save_checkpoint()
+
+    # --- the snapshot file --------------------------------------------------------------
+
+    def _snapshot_path(self) -> str:
+        return os.path.join(self.directory, SNAPSHOT_FILE_NAME)
+
+    def _save_snapshot(self, snapshot: Snapshot) -> None:
+        membership = snapshot.meta.membership.encode()
+        body = _SNAPSHOT_HEAD.pack(
+            _SNAPSHOT_MAGIC, 0, snapshot.meta.offset, snapshot.meta.term, len(membership)
+        )[8:]
+        body += membership + snapshot.data
+        data = _SNAPSHOT_MAGIC + _CRC.pack(crc32c(body)) + body
+        write_file_atomically(self.files, self._snapshot_path(), data)
+        self._snapshot = snapshot
+
+    def _load_snapshot(self) -> Snapshot | None:
+        path = self._snapshot_path()
+        if not self.files.exists(path):
+            return None
+        data = read_whole_file(self.files, path)
+        if len(data) < _SNAPSHOT_HEAD.size:
+            raise StorageError(f"corrupt snapshot {path}: {len(data)} bytes")
+        magic, crc, offset, term, membership_bytes = _SNAPSHOT_HEAD.unpack_from(data)
+        if magic != _SNAPSHOT_MAGIC or crc != crc32c(data[8:]):
+            raise StorageError(f"corrupt snapshot {path}: bad magic {magic!r} or CRC32C")
+        start = _SNAPSHOT_HEAD.size
+        membership = Membership.decode(data[start : start + membership_bytes])
+        meta = SnapshotMeta(Offset(offset), Term(term), membership)
+        return Snapshot(meta, data[start + membership_bytes :])
+
+    def _finish_snapshot(self) -> None:
+        """Redo what a crash may have cut short after a snapshot was written: the log must
+        start at a batch boundary at or below `snapshot.offset + 1` and reach it."""
+        if self._snapshot is None:
+            return
+        first = self._snapshot.meta.offset + 1
+        log = self.log
+        if log.log_start_offset < first < log.log_end_offset:
+            base = log.read(first, bytes_max=1).base_offset
+            if base != first:  # a batch of an older history straddles the snapshot
+                log.truncate_from(base)
+        if log.log_end_offset <= first:
+            log.delete_segments_before(first)
+        assert log.log_start_offset <= first <= log.log_end_offset, (first, log)
+
+
+def _is_plain_batch(data: bytes, offset_count: int) -> bool:
+    """Whether `data` is exactly one non-control batch spanning `offset_count` offsets
+    (the CRC is checked by the log's append)."""
+    try:
+        header = parse_header(data)
+    except StorageError:
+        return False
+    return (
+        header.size_bytes == len(data)
+        and header.offset_count == offset_count
+        and not header.is_control
+    )
+
+
+def _with_offset_count(batch: bytes, offset_count: int) -> bytes:
+    """`batch` widened to occupy `offset_count` offsets (last_offset_delta lies inside the
+    CRC, so the CRC is recomputed); Kafka allows a batch's offsets to have gaps."""
+    if offset_count == 1:
+        return batch
+    widened = bytearray(batch)
+    _LAST_OFFSET_DELTA.pack_into(widened, _LAST_OFFSET_DELTA_FIELD, offset_count - 1)
+    _CRC.pack_into(widened, CRC_FIELD, crc32c(memoryview(widened)[CRC_START:]))
+    assert parse_header(widened).offset_count == offset_count
+    return bytes(widened)

@@ -1,0 +1,174 @@
+"""RaftLogStorage: the DurableLog conformance suite the in-memory fake passes, then what only
+the disk adds: entries survive reopening and crashes, the leader-epoch checkpoint is rebuilt
+when lost, snapshots are finished after a crash, partition batches are stored as is."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from raftlog.config import LogConfig
+from raftlog.raft.ports import DurableLog
+from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
+from raftlog.storage.batch import parse_header
+from raftlog.storage.files import ManualClock, SimFileSystem
+from raftlog.storage.raft_log import CHECKPOINT_FILE_NAME, RaftLogStorage
+from raftlog.storage.records import RecordInput, decode_batch, encode_batch
+from raftlog.types import NodeId, Offset, Term
+
+CONFIG = LogConfig(segment_bytes_max=600, index_interval_bytes=64, batch_bytes_max=400).validate()
+_directories = itertools.count()
+
+
+def _conformance() -> ModuleType:
+    """tests/unit/raft/storage_conformance.py, shared with the MemoryStorage tests."""
+    if "storage_conformance" in sys.modules:
+        return sys.modules["storage_conformance"]
+    path = Path(__file__).resolve().parents[1] / "raft" / "storage_conformance.py"
+    spec = importlib.util.spec_from_file_location("storage_conformance", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["storage_conformance"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+conformance = _conformance()
+
+
+def _open(files: SimFileSystem, directory: str = "/g/log") -> RaftLogStorage:
+    return RaftLogStorage.open(directory, config=CONFIG, files=files, clock=ManualClock(5))
+
+
+def _fresh() -> DurableLog:
+    return _open(SimFileSystem(), f"/g/log-{next(_directories)}")
+
+
+@pytest.mark.parametrize("check", conformance.CHECKS, ids=lambda c: c.__name__)
+def test_raft_log_storage_conforms(check: Callable[[Callable[[], DurableLog]], None]) -> None:
+    check(_fresh)
+
+
+def _data_entry(term: int, offset: int, records: int = 2) -> Entry:
+    batch = encode_batch([RecordInput(None, b"value", 1000)] * records)
+    return Entry(Term(term), Offset(offset), records, EntryKind.DATA, batch)
+
+
+def _history() -> list[Entry]:
+    membership = Membership(frozenset({NodeId(1), NodeId(2)}))
+    entries = [Entry(Term(1), Offset(0), 1, EntryKind.NOOP, b"")]
+    entries.append(Entry(Term(1), Offset(1), 1, EntryKind.CONFIG, membership.encode()))
+    offset = 2
+    for term in (1, 1, 2, 2, 2, 3):
+        entries.append(_data_entry(term, offset))
+        offset += 2
+    entries.append(Entry(Term(4), Offset(offset), 1, EntryKind.DATA, b"a metadata command"))
+    return entries
+
+
+def _everything(storage: RaftLogStorage) -> list[Entry]:
+    return list(storage.entries(storage.first_offset(), bytes_max=10**6))
+
+
+def test_entries_survive_reopening_with_their_terms() -> None:
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history())
+    storage.sync()
+    before = _everything(storage)
+    terms = [storage.term_at(Offset(o)) for o in range(-1, 16)]
+    storage.close()
+    reopened = _open(sim)
+    assert _everything(reopened) == before
+    assert [reopened.term_at(Offset(o)) for o in range(-1, 16)] == terms
+    assert [e.offset for e in reopened.config_entries()] == [1]
+    assert reopened.entries(Offset(14), bytes_max=1)[0].data == b"a metadata command"
+
+
+def test_partition_batches_are_stored_as_is_and_control_batches_skip_nothing() -> None:
+    storage = _open(SimFileSystem())
+    storage.append(_history())
+    raw = storage.read(2, bytes_max=1)
+    header = parse_header(raw)
+    assert (header.base_offset, header.partition_leader_epoch, header.is_control) == (2, 1, False)
+    assert [r.value for r in decode_batch(raw).records] == [b"value", b"value"]
+    assert parse_header(storage.read(0, bytes_max=1)).is_control  # the leader's no-op
+    assert storage.read(15, bytes_max=100) == b""
+
+
+def test_a_crash_never_leaves_the_epoch_cache_ahead_of_the_log() -> None:
+    for seed in range(15):
+        sim = SimFileSystem(seed)
+        storage = _open(sim)
+        history = _history()
+        storage.append(history[:5])
+        storage.sync()
+        storage.append(history[5:])  # new terms reach the checkpoint, the log may lose them
+        sim.crash()
+        reopened = _open(sim)
+        last = reopened.last_offset()
+        assert 7 <= last <= 14
+        for entry in reopened.entries(Offset(0), bytes_max=10**6):
+            assert reopened.term_at(entry.offset) == entry.term
+        assert reopened.term_at(Offset(last + 1)) is None
+        reopened.append([_data_entry(9, last + 1)])
+        assert reopened.term_at(Offset(last + 2)) == 9
+
+
+def test_a_lost_checkpoint_is_rebuilt_from_the_log() -> None:
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history())
+    storage.close()
+    sim.remove(f"/g/log/{CHECKPOINT_FILE_NAME}")
+    reopened = _open(sim)
+    assert [reopened.term_at(Offset(o)) for o in (0, 2, 6, 12, 14)] == [1, 1, 2, 3, 4]
+    assert [e.offset for e in reopened.config_entries()] == [1]
+
+
+def test_a_damaged_checkpoint_is_rebuilt() -> None:
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history())
+    storage.close()
+    sim.corrupt(f"/g/log/{CHECKPOINT_FILE_NAME}", 6, b"9")
+    assert _open(sim).term_at(Offset(12)) == 3
+
+
+def test_compaction_and_snapshot_survive_reopening() -> None:
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history())
+    membership = Membership(frozenset({NodeId(1), NodeId(2)}))
+    snapshot = Snapshot(SnapshotMeta(Offset(9), Term(2), membership), b"state")
+    storage.compact(snapshot)
+    storage.close()
+    reopened = _open(sim)
+    assert reopened.snapshot() == snapshot
+    assert (reopened.first_offset(), reopened.log_start_offset()) == (10, 10)
+    assert reopened.term_at(Offset(9)) == 2 and reopened.term_at(Offset(8)) is None
+    assert list(reopened.config_entries()) == []
+    with pytest.raises(LookupError):
+        reopened.entries(Offset(8), bytes_max=100)
+
+
+def test_install_snapshot_interrupted_by_a_crash_is_finished_on_open() -> None:
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history())
+    storage.sync()
+    membership = Membership(frozenset({NodeId(3)}))
+    snapshot = Snapshot(SnapshotMeta(Offset(40), Term(7), membership), b"")
+    storage._save_snapshot(snapshot)  # the first step of install_snapshot, then a crash
+    sim.crash()
+    reopened = _open(sim)
+    assert (reopened.first_offset(), reopened.last_offset()) == (41, 40)
+    assert reopened.term_at(Offset(40)) == 7
+    reopened.append([_data_entry(8, 41)])
+    assert reopened.entries(Offset(41), bytes_max=1)[0].term == 8
