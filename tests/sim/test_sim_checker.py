@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+
 import pytest
 
 from raftlog.raft.types import (
@@ -42,7 +44,7 @@ class _Log:
         return self._snapshot
 
 
-def _violated(invariant: str) -> pytest.RaisesContext[InvariantViolation]:
+def _violated(invariant: str) -> AbstractContextManager[pytest.ExceptionInfo[InvariantViolation]]:
     return pytest.raises(InvariantViolation, match=f"^{invariant}")
 
 
