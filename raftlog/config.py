@@ -149,6 +149,9 @@ class TransportConfig:
     # One frame carries many (group, message) pairs; a frame never exceeds this, header included.
     frame_bytes_max: int = 32 * MIB
     frame_messages_max: int = 4096
+    # A frame is sealed early once it holds this much, so that the sender's encoding, the
+    # socket and the receiver's decoding overlap instead of taking turns on huge frames.
+    frame_bytes_target: int = 1 * MIB
     # Bytes accepted by send() for one peer and not yet handed to the socket; beyond it send()
     # drops the message (Raft retries) rather than block the event loop.
     peer_queue_bytes_max: int = 64 * MIB
@@ -167,6 +170,11 @@ class TransportConfig:
             "frame_bytes_max",
             f"must not exceed peer_queue_bytes_max ({self.frame_bytes_max} > "
             f"{self.peer_queue_bytes_max})",
+        )
+        _require(
+            self.frame_bytes_target <= self.frame_bytes_max,
+            "frame_bytes_target",
+            f"must not exceed frame_bytes_max ({self.frame_bytes_target} > {self.frame_bytes_max})",
         )
         _require(
             self.receive_buffer_bytes <= self.frame_bytes_max,

@@ -411,8 +411,9 @@ def _decode_entries(
     and never decreasing (Raft §5.3). The hot loop of the receive path: one combined check per
     entry, and the specific reason is worked out only when it fails."""
     body, position, size = reader.body, reader.position, len(reader.body)
-    unpack_entry, header_bytes = _ENTRY.unpack_from, _ENTRY.size
+    unpack_entry, header_bytes, kinds = _ENTRY.unpack_from, _ENTRY.size, _ENTRY_KINDS
     entries: list[Entry] = []
+    append = entries.append
     for _ in range(count):
         if position + header_bytes > size:
             reader.position = position
@@ -424,22 +425,17 @@ def _decode_entries(
             offset == next_offset
             and term_floor <= term <= term_max
             and offset_count >= 1
-            and kind in _ENTRY_KINDS
+            and kind in kinds
             and end <= size
         ):
             reader.position = position
             _reject_entry(
                 reader, (term, offset, offset_count, kind, end), next_offset, term_floor, term_max
             )
-        entries.append(
-            Entry(
-                Term(term),
-                Offset(offset),
-                offset_count,
-                _ENTRY_KINDS[kind],
-                bytes(body[data_start:end]),
-            )
-        )
+        # term and offset come out of unpack_from typed Any: wrapping them in Term()/Offset()
+        # would cost two Python calls per entry for nothing (NewTypes are erased at run time).
+        data = bytes(body[data_start:end])
+        append(Entry(term, offset, offset_count, kinds[kind], data))
         next_offset, term_floor, position = offset + offset_count, term, end
     reader.position = position
     assert len(entries) == count

@@ -69,6 +69,8 @@ OnMessages = Callable[[NodeId, list[Item]], None]
 Address = tuple[str, int]
 # Bytes of a MESSAGES frame around its items: the frame header and the item count.
 FRAME_OVERHEAD_BYTES = FRAME_HEADER.size + 4
+# Frames are handed to the socket at most this much at a time (see _pump).
+WRITE_SLICE_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -107,6 +109,7 @@ class _Peer:
         "connected",
         "connection",
         "flush_scheduled",
+        "frame_sent_bytes",
         "frames",
         "held",
         "node_id",
@@ -127,6 +130,7 @@ class _Peer:
         self.pending: list[Item] = []
         self.pending_bytes = 0
         self.frames: deque[bytearray] = deque()
+        self.frame_sent_bytes = 0  # how much of frames[0] the socket already has
         self.queued_bytes = 0  # pending + frames + frames delayed or held by faults
         self.flush_scheduled = False
         self.held: bytearray | None = None  # a frame held back to be reordered
@@ -202,7 +206,8 @@ class PeerTransport:
         assert self.node_id not in peers, f"node {self.node_id} is not its own peer"
         for node_id, peer in list(self._peers.items()):
             if peers.get(node_id) != peer.address:
-                self._remove_peer(peer)
+                # A moved peer keeps its inbound connection: its identity was checked by HELLO.
+                self._remove_peer(peer, keep_inbound=node_id in peers)
                 del self._peers[node_id]
         for node_id, address in peers.items():
             if node_id not in self._peers:
@@ -211,13 +216,13 @@ class PeerTransport:
                 self._peers[node_id] = peer
         assert set(self._peers) == set(peers)
 
-    def _remove_peer(self, peer: _Peer) -> None:
+    def _remove_peer(self, peer: _Peer, *, keep_inbound: bool = False) -> None:
         peer.removed = True
         if peer.task is not None:
             peer.task.cancel()
         if peer.connection is not None:
             peer.connection.abort()
-        inbound = self._inbound.pop(peer.node_id, None)
+        inbound = None if keep_inbound else self._inbound.pop(peer.node_id, None)
         if inbound is not None:
             inbound.abort()
         self._discard_queue(peer)
@@ -253,7 +258,9 @@ class PeerTransport:
         peer.pending.append((group, message))
         peer.pending_bytes += size
         peer.queued_bytes += size
-        if not peer.flush_scheduled:
+        if peer.pending_bytes >= self.config.frame_bytes_target:
+            self._seal(peer)
+        elif not peer.flush_scheduled:
             peer.flush_scheduled = True
             assert self._loop is not None
             self._loop.call_soon(self._flush, peer)
@@ -292,12 +299,20 @@ class PeerTransport:
         connection = peer.connection
         if connection is None or peer.phase is not _Phase.CONNECTED:
             return
-        while peer.frames and connection.writable:
-            frame = peer.frames.popleft()
-            connection.write(frame)
-            self._release(peer, len(frame))
-            self._counters.frames_sent += 1
-            self._counters.bytes_sent += len(frame)
+        while peer.frames and connection.writable():
+            # Large frames go in slices: asyncio (3.11) keeps unsent bytes in one bytearray
+            # and shifts it after every send, so a huge write costs quadratic memmoves.
+            frame = peer.frames[0]
+            start = peer.frame_sent_bytes
+            end = min(len(frame), start + WRITE_SLICE_BYTES)
+            connection.write(memoryview(frame)[start:end] if end - start < len(frame) else frame)
+            peer.frame_sent_bytes = end
+            if end == len(frame):
+                peer.frames.popleft()
+                peer.frame_sent_bytes = 0
+                self._release(peer, len(frame))
+                self._counters.frames_sent += 1
+                self._counters.bytes_sent += len(frame)
 
     def _release(self, peer: _Peer, size_bytes: int) -> None:
         peer.queued_bytes -= size_bytes
@@ -310,6 +325,7 @@ class PeerTransport:
         for frame in peer.frames:
             self._release(peer, len(frame))
         peer.frames.clear()
+        peer.frame_sent_bytes = 0  # a half-sent frame is never resumed on a new connection
         if peer.held is not None:
             self._release(peer, len(peer.held))
             peer.held = None
@@ -473,7 +489,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.expected = expected  # the peer we dialed; None for an inbound connection
         self.peer_id: NodeId | None = None  # set once its HELLO checked out
         self.transport: asyncio.Transport | None = None
-        self.writable = True
+        self.paused = False  # the socket's write buffer is above its high-water mark
         loop = asyncio.get_running_loop()
         self.hello_done: asyncio.Future[None] = loop.create_future()
         self.closed: asyncio.Future[None] = loop.create_future()
@@ -497,23 +513,27 @@ class _Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.owner._forget(self)
-        self.writable = False
         if not self.hello_done.done():
             self.hello_done.set_exception(TransportError(f"connection lost before HELLO: {exc}"))
             self.hello_done.exception()  # retrieved here so an unawaited future stays quiet
         if not self.closed.done():
             self.closed.set_result(None)
 
+    def writable(self) -> bool:
+        # is_closing() turns True at once when a send fails, before connection_lost runs.
+        transport = self.transport
+        return not self.paused and transport is not None and not transport.is_closing()
+
     def pause_writing(self) -> None:
-        self.writable = False
+        self.paused = True
 
     def resume_writing(self) -> None:
-        self.writable = True
+        self.paused = False
         peer = self.owner._peers.get(self.expected) if self.expected is not None else None
         if peer is not None and peer.connection is self:
             self.owner._pump(peer)
 
-    def write(self, frame: bytearray) -> None:
+    def write(self, frame: bytearray | memoryview) -> None:
         assert self.transport is not None and self.peer_id is not None
         self.transport.write(frame)
 

@@ -44,7 +44,10 @@ def test_messages_for_many_groups_arrive_in_order_one_frame_per_loop_iteration()
 
 def test_frames_are_split_at_frame_bytes_max() -> None:
     config = TransportConfig(
-        frame_bytes_max=64 * 1024, receive_buffer_bytes=4096, peer_queue_bytes_max=1 << 20
+        frame_bytes_max=64 * 1024,
+        frame_bytes_target=64 * 1024,
+        receive_buffer_bytes=4096,
+        peer_queue_bytes_max=1 << 20,
     )
 
     async def scenario() -> None:
@@ -66,6 +69,7 @@ def test_frames_are_split_at_frame_bytes_max() -> None:
 def test_a_full_queue_drops_instead_of_blocking() -> None:
     config = TransportConfig(
         frame_bytes_max=128 * 1024,
+        frame_bytes_target=128 * 1024,
         receive_buffer_bytes=4096,
         peer_queue_bytes_max=1024 * 1024,
         write_buffer_bytes_max=64 * 1024,
@@ -131,6 +135,10 @@ def test_peers_can_be_added_removed_and_moved() -> None:
         await a.wait_connected(C)
         a.send(C, GroupId(5), heartbeat(A, C, 1))
         await inbox_c.wait_for(1)
+        # C learns a new address for A: the connection A dialed to C stays up.
+        c.update_peers({A: ("127.0.0.1", 2)})
+        a.send(C, GroupId(5), heartbeat(A, C, 2))
+        await inbox_c.wait_for(2)
         a.update_peers({C: ("127.0.0.1", port_c)})
         assert not a.is_connected(B)
         a.send(B, GroupId(1), heartbeat(A, B, 1))

@@ -98,7 +98,7 @@ def body_of(frame: bytes | bytearray) -> memoryview:
     return memoryview(frame)[codec.FRAME_HEADER.size :]
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(items)
 def test_every_message_kind_round_trips_in_one_frame(batch: list[codec.Item]) -> None:
     size_bytes = sum(codec.item_size_bytes(message) for _, message in batch)
@@ -113,6 +113,7 @@ def test_all_eight_kinds_are_generated() -> None:
     assert len(codec.MessageKind) == len(BY_KIND) == 8
 
 
+@settings(deadline=None)  # the machine is shared: no per-example time limit
 @given(st.text(min_size=1, max_size=60), nodes)
 def test_hello_round_trips(cluster_id: str, node_id: NodeId) -> None:
     frame = codec.encode_hello(codec.Hello(cluster_id, node_id))
