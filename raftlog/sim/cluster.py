@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from raftlog.raft.node import RaftNode
@@ -50,6 +51,10 @@ from raftlog.types import NodeId, Offset, Term
 __all__ = ["Cluster", "RunStats", "SimNode"]
 
 
+def _unbound(_: object) -> None:
+    raise AssertionError("a node's ports are bound when it starts")
+
+
 class SimNode:
     """One server: a disk that survives crashes and, while up, a RaftNode incarnation."""
 
@@ -68,6 +73,13 @@ class SimNode:
         self.tick_credit = 0.0
         self.restart_at: int | None = None
         self.led: tuple[Term, Offset] | None = None  # (term, commit offset) last seen leading
+        # The callbacks process_ready gets (send, apply, restore, on_read), bound to this node.
+        self.ports: tuple[
+            Callable[[Message], None],
+            Callable[[Entry], None],
+            Callable[[Snapshot], None],
+            Callable[[ReadState], None],
+        ] = (_unbound, _unbound, _unbound, _unbound)
 
     def describe(self) -> str:
         raft = self.raft
@@ -143,6 +155,12 @@ class Cluster:
             bootstrap_membership=self.bootstrap,
             applied_offset=applied,
         )
+        node.ports = (
+            functools.partial(self._send, node),
+            functools.partial(self._apply, node),
+            functools.partial(self._restore, node),
+            functools.partial(self._on_read, node),
+        )
         snapshot = node.log.snapshot()
         node.applied_offset = max(applied, snapshot.meta.offset if snapshot else NO_OFFSET)
         node.log.truncated_from = None
@@ -171,6 +189,8 @@ class Cluster:
         """Process Readys until none is left (bounded), as the server's loop does."""
         raft = node.raft
         assert raft is not None
+        if not raft.has_ready():
+            return  # nothing changed that a Ready would not report: nothing new to check
         for _ in range(READY_ROUNDS_MAX):
             if not raft.has_ready():
                 break
@@ -179,10 +199,10 @@ class Cluster:
                     raft,
                     log=node.log,
                     hard_state_store=node.hard_state_store,
-                    send=functools.partial(self._send, node),
-                    apply=functools.partial(self._apply, node),
-                    restore=functools.partial(self._restore, node),
-                    on_read=functools.partial(self._on_read, node),
+                    send=node.ports[0],
+                    apply=node.ports[1],
+                    restore=node.ports[2],
+                    on_read=node.ports[3],
                 )
             except SimCrash as crash:
                 self._crash(node, crash.point)
