@@ -20,13 +20,22 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 from raftlog.metadata.assignment import NodeLoad, assign_replicas
 from raftlog.metadata.commands import (
     AllocateProducerIds,
     ApplyResult,
+    Command,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
+    ErrorCode,
     FenceNode,
     NodeHeartbeat,
     ReassignPartition,
@@ -303,3 +312,95 @@ def test_rebalance_plans_apply_and_balance_replicas(data: st.DataObject, steps: 
         counts = [loads[n].replicas for n in alive]
         assert max(counts) - min(counts) <= 1
     assert rebalance_plan(state, moves_max=10_000) == ()
+
+
+class MetadataAgainstModel(RuleBasedStateMachine):
+    """The state machine against a plain model: topics and their partition counts, producer
+    id blocks, highest reported epochs; snapshots and restores happen mid-run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state = MetadataState("model")
+        self.topics: dict[str, int] = {}
+        self.epochs: dict[tuple[str, int], int] = {}
+        self.producer_ids_handed_out = 0
+
+    @initialize()
+    def register_three(self) -> None:
+        for node in (1, 2, 3):
+            self.register(node)
+
+    def _apply(self, command: Command) -> ApplyResult:
+        return self.state.apply(self.state.applied_offset + 1, encode_command(command))
+
+    @rule(node=st.integers(0, 3))
+    def register(self, node: int) -> None:
+        assert self._apply(RegisterNode(NodeId(node), f"n{node}:1", f"n{node}:2", 0, 0)).ok
+
+    @rule(name=st.sampled_from(NAMES), partitions=st.integers(1, 4), factor=st.integers(1, 3))
+    def create_topic(self, name: str, partitions: int, factor: int) -> None:
+        plan = plan_create_topic(self.state, CreateTopicRequest(name, partitions, factor), 0)
+        exists = name in self.topics or any(
+            n.replace(".", "_") == name.replace(".", "_") for n in self.topics
+        )
+        enough = factor <= len(self.state.alive_node_ids())
+        assert isinstance(plan, CreateTopic) == (not exists and enough), plan
+        if isinstance(plan, CreateTopic):
+            assert self._apply(plan).ok
+            self.topics[name] = partitions
+
+    @rule(name=st.sampled_from(NAMES))
+    def delete_topic(self, name: str) -> None:
+        assert self._apply(DeleteTopic(name)).ok == (name in self.topics)
+        if self.topics.pop(name, None) is not None:
+            self.epochs = {k: v for k, v in self.epochs.items() if k[0] != name}
+
+    @rule(name=st.sampled_from(NAMES), more=st.integers(1, 3))
+    def grow(self, name: str, more: int) -> None:
+        total = self.topics.get(name, 0) + more
+        plan = plan_create_partitions(self.state, name, total, 0)
+        if isinstance(plan, CreatePartitions):
+            assert self._apply(plan).ok
+            self.topics[name] = total
+        else:
+            assert name not in self.topics or plan.code is ErrorCode.INVALID_REPLICATION_FACTOR
+
+    @rule(count=st.integers(1, 100))
+    def allocate(self, count: int) -> None:
+        result = self._apply(AllocateProducerIds(count))
+        assert result.producer_id_first == self.producer_ids_handed_out
+        self.producer_ids_handed_out += count
+
+    @precondition(lambda self: bool(self.topics))
+    @rule(data=st.data(), epoch=st.integers(0, 4))
+    def report_leader(self, data: st.DataObject, epoch: int) -> None:
+        partition = data.draw(st.sampled_from(list(self.state.all_partitions())))
+        name, index = partition.topic, partition.partition
+        leader = partition.replicas[0]
+        report = ReportLeader(name, index, partition.group_id, leader, epoch)
+        result = self._apply(report)
+        highest = self.epochs.get((name, index), -1)
+        assert result.ok == (epoch >= highest), result
+        self.epochs[(name, index)] = max(highest, epoch)
+
+    @rule()
+    def snapshot_and_restore(self) -> None:
+        self.state = MetadataState.restore(self.state.snapshot())
+
+    @invariant()
+    def agrees_with_the_model(self) -> None:
+        self.state.check_invariants()
+        assert {t.name: t.partition_count for t in self.state.topics()} == self.topics
+        assert self.state.next_producer_id == self.producer_ids_handed_out
+        reported = {
+            (p.topic, p.partition): p.leader_epoch
+            for p in self.state.all_partitions()
+            if p.leader_id is not None
+        }
+        assert reported == self.epochs
+
+
+MetadataAgainstModel.TestCase.settings = settings(
+    max_examples=40, stateful_step_count=30, deadline=None
+)
+test_metadata_against_model = MetadataAgainstModel.TestCase
