@@ -228,7 +228,7 @@ class Sender:
                     retry_at = now + self.config.connection.retry_backoff_ms / 1000
                     self.accumulator.requeue(batch, retry_at=retry_at)
                     continue
-                self.accumulator.complete(batch)
+                self.accumulator.complete(batch, in_flight=True)
                 final.append((batch, offset, error))
         return final
 
@@ -287,7 +287,7 @@ class Sender:
                 f"delivery_timeout_ms={self.config.delivery_timeout_ms} expired ({cause})"
             )
             self.accumulator.remove_queued(batch)
-            self.accumulator.complete(batch)
+            self.accumulator.complete(batch, in_flight=False)
             expired.append((batch, None, error))
         return expired
 

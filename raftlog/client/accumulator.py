@@ -198,11 +198,15 @@ class Accumulator:
         self._muted.discard(batch.tp)
         self.condition.notify_all()
 
-    def complete(self, batch: ProducerBatch) -> None:
-        """A batch is done (delivered or failed): release its bytes and unmute its partition."""
+    def complete(self, batch: ProducerBatch, *, in_flight: bool) -> None:
+        """A batch is done (delivered or failed): release its bytes; if it was the partition's
+        batch in flight, unmute the partition. A queued batch that expires must leave the
+        mute alone: the batch in flight ahead of it still holds the partition's order."""
         assert self._is_held() and batch in self.incomplete
+        assert not in_flight or batch.tp in self._muted
         self.incomplete.discard(batch)
-        self._muted.discard(batch.tp)
+        if in_flight:
+            self._muted.discard(batch.tp)
         self.reserved_bytes -= batch.size_bytes - BATCH_HEADER_BYTES
         assert self.reserved_bytes >= 0, self.reserved_bytes
         self.condition.notify_all()

@@ -358,3 +358,26 @@ def test_queued_batch_expires_after_delivery_timeout(cluster: FakeCluster) -> No
             queued.result(TIMEOUT_S)
         cluster.state.produce_gate.set()
         assert first.result(TIMEOUT_S).offset == 1  # an answer that arrives still counts
+
+
+def test_expiry_behind_a_batch_in_flight_keeps_one_batch_in_flight(cluster: FakeCluster) -> None:
+    cluster.state.create_topic("events", 2)
+    cluster.state.produce_gate.clear()
+    clock = ManualClock()
+    with Producer(cluster.bootstrap, linger_ms=0, clock=clock) as producer:
+        first = producer.send("events", value=b"in flight", partition=0)
+        with cluster.state.condition:
+            cluster.state.condition.wait_for(
+                lambda: cluster.state.requests[(1, "Produce")] == 1, TIMEOUT_S
+            )
+        expired = producer.send("events", value=b"expires", partition=0)
+        clock.now_s += 121
+        producer.send("events", value=b"wake", partition=1)
+        with pytest.raises(DeliveryFailedError):
+            expired.result(TIMEOUT_S)
+        later = producer.send("events", value=b"later", partition=0)
+        producer.send("events", value=b"wake again", partition=1)
+        # The partition is still muted by the first batch: "later" must not overtake it.
+        assert cluster.state.requests[(1, "Produce")] == 1
+        cluster.state.produce_gate.set()
+        assert (first.result(TIMEOUT_S).offset, later.result(TIMEOUT_S).offset) == (1, 2)
