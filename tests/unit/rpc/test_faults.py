@@ -8,16 +8,13 @@ import asyncio
 import random
 
 import pytest
-from loopback import A, B, C, Inbox, closing, heartbeat, node, run
+from loopback import FAST, A, B, C, Inbox, closing, heartbeat, node, run
 from raftlog.rpc.faults import DELIVER, Direction, FaultInjector, FrameFate, LinkFaults
 from raftlog.rpc.peer_transport import PeerTransport
 
-from raftlog.config import TransportConfig
 from raftlog.errors import ConfigError
 from raftlog.raft.types import HeartbeatRequest, Message
 from raftlog.types import GroupId, NodeId, Offset, Term
-
-FAST = TransportConfig(reconnect_backoff_ms_min=1, reconnect_backoff_ms_max=5)
 
 
 class CountingInjector(FaultInjector):
