@@ -20,9 +20,11 @@ Duties:
   (replicas[0]) is alive; the runtime transfers leadership of those groups back to it.
 - `rebalance_plan`: ReassignPartition commands that even out load among the alive nodes.
   Step 1 moves replicas from the fullest alive node to the emptiest one until replica counts
-  differ by at most 1; step 2 reorders replica lists (no data moves) until preferred-leader
-  counts differ by at most 1. Only partitions whose replicas are all alive are touched: a
-  membership change of a group missing a member risks its majority. Replicas are never
+  differ by at most 1, one replica per partition per plan (so each ReassignPartition is one
+  membership change of its group; the next plan continues); step 2 reorders replica lists
+  (no data moves) until preferred-leader counts differ by at most 1 where replica sets
+  allow. Only partitions whose replicas are all alive are touched: a membership change of
+  a group missing a member risks its majority. Replicas are never
   moved *off* a dead node (it is expected back; a failed node is replaced by hand), so when
   a node returns its replicas are where it left them and only leadership moves back, by
   `preferred_leader_moves`. What `rebalance_plan` moves after a return are the partitions
@@ -314,24 +316,31 @@ def _balance_replicas(
     replicas: dict[tuple[str, PartitionId], list[NodeId]],
     budget: int,
 ) -> int:
-    """Moves one replica at a time from the fullest node to the emptiest; returns moves."""
+    """Moves one replica at a time from the fullest node to the emptiest, at most one per
+    partition (one membership change of its group); returns the moves made."""
     # Replicas of every partition count toward a node's load, movable or not.
     counts = _counts(alive, _current_lists(state, replicas))
-    moves = 0
-    while moves < budget:
+    moved: set[tuple[str, PartitionId]] = set()
+    while len(moved) < budget:
         fullest, emptiest = _extremes(counts)
         if counts[fullest] - counts[emptiest] <= 1:
             break
-        movable = next(
-            (r for _, r in sorted(replicas.items()) if fullest in r and emptiest not in r), None
+        key = next(
+            (
+                key
+                for key, r in sorted(replicas.items())
+                if key not in moved and fullest in r and emptiest not in r
+            ),
+            None,
         )
-        if movable is None:
+        if key is None:
             break
+        movable = replicas[key]
         movable[movable.index(fullest)] = emptiest
+        moved.add(key)
         counts[fullest] -= 1
         counts[emptiest] += 1
-        moves += 1
-    return moves
+    return len(moved)
 
 
 def _balance_preferred_leaders(
