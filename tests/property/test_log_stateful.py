@@ -24,7 +24,7 @@ from hypothesis.stateful import (
 )
 
 from raftlog.config import LogConfig
-from raftlog.storage.batch import patch_base_offset_and_epoch
+from raftlog.storage.batch import parse_header, patch_base_offset_and_epoch
 from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.records import RecordInput, encode_batch
@@ -46,6 +46,10 @@ class ModelBatch:
     base_offset: int
     last_offset: int
     data: bytes
+
+    @property
+    def max_timestamp_ms(self) -> int:
+        return parse_header(self.data).max_timestamp
 
 
 class LogMachine(RuleBasedStateMachine):
@@ -91,14 +95,22 @@ class LogMachine(RuleBasedStateMachine):
         value_bytes=st.integers(0, 40),
         epoch=st.integers(0, 5),
         advance_ms=st.integers(0, 300),
+        skew_ms=st.integers(0, 400),
         as_follower=st.booleans(),
     )
     def append(
-        self, records: int, value_bytes: int, epoch: int, advance_ms: int, as_follower: bool
+        self,
+        records: int,
+        value_bytes: int,
+        epoch: int,
+        advance_ms: int,
+        skew_ms: int,
+        as_follower: bool,
     ) -> None:
         self.clock.advance(advance_ms)
-        now_ms = self.clock.now_ms()
-        raw = encode_batch([RecordInput(None, b"v" * value_bytes, now_ms)] * records)
+        # Producers' clocks disagree: batch timestamps need not rise along the log.
+        timestamp_ms = self.clock.now_ms() - skew_ms
+        raw = encode_batch([RecordInput(None, b"v" * value_bytes, timestamp_ms)] * records)
         base = self.end_offset
         info = self.log.append(raw, leader_epoch=epoch, base_offset=base if as_follower else None)
         expected = bytearray(raw)
@@ -118,6 +130,14 @@ class LogMachine(RuleBasedStateMachine):
         assert len(result.data) <= max(bytes_max, len(first.data))
         expected = b"".join(b.data for b in self.batches if b.base_offset >= first.base_offset)
         assert expected.startswith(result.data)
+
+    @rule(back_ms=st.integers(-50, 2000))
+    def offset_for_timestamp(self, back_ms: int) -> None:
+        target_ms = self.clock.now_ms() - back_ms
+        expected = next(
+            (b.base_offset for b in self.batches if b.max_timestamp_ms >= target_ms), None
+        )
+        assert self.log.offset_for_timestamp(target_ms) == expected
 
     @precondition(lambda self: self.batches)
     @rule(data=st.data())
