@@ -25,9 +25,11 @@ callback may call send() again.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import InvalidStateError
 from typing import Any
 
 from raftlog.client._connection import Cluster
@@ -85,13 +87,29 @@ class Sender:
         self._broker_timeout_ms = max(1, self._request_timeout_ms * 4 // 5)
 
     def run(self) -> None:
-        """Thread body: loop until close() and every batch is delivered or failed."""
+        """Thread body: loop until close() and every batch is delivered or failed.
+
+        A bug that escapes the loop must not leave callers waiting on futures forever: every
+        batch not yet finished fails with the crash as its cause, then the error propagates.
+        """
+        try:
+            self._loop()
+        except BaseException as crash:
+            with self.accumulator.condition:
+                self.abort = True
+                failed = self._fail_all_on_abort(f"producer sender thread crashed: {crash!r}")
+                self.accumulator.closing = True
+                self.accumulator.condition.notify_all()  # wake send() blocked on the buffer
+            self._finish(failed)
+            raise
+
+    def _loop(self) -> None:
         condition = self.accumulator.condition
         while True:
             with condition:
                 ready = self._wait_for_work()
                 if ready is None:
-                    failed = self._fail_all_on_abort()
+                    failed = self._fail_all_on_abort() if self.abort else []
                 else:
                     responses = list(self._responses)
                     self._responses.clear()
@@ -128,7 +146,10 @@ class Sender:
             if self.config.enable_idempotence and self.producer_id < 0:
                 self._init_producer_id()
             if batch.encoded is None:
-                self._encode(batch)
+                try:
+                    self._encode(batch)
+                except ValueError as error:  # a field out of range: retrying cannot help
+                    raise ClientError(f"cannot encode the batch: {error}") from error
             assert batch.encoded is not None
             address = self.cluster.leader_address(tp)
             request = pb.ProduceRequest(
@@ -247,11 +268,11 @@ class Sender:
                     zip(batch.records, batch.futures, strict=True)
                 ):
                     record_offset = offset + index if offset >= 0 else -1
-                    future.set_result(
-                        RecordMetadata(
-                            batch.tp.topic, batch.tp.partition, record_offset, record.timestamp_ms
-                        )
+                    meta = RecordMetadata(
+                        batch.tp.topic, batch.tp.partition, record_offset, record.timestamp_ms
                     )
+                    with contextlib.suppress(InvalidStateError):  # the caller set it already
+                        future.set_result(meta)
                 continue
             if self.config.enable_idempotence and batch.encoded is not None:
                 # This batch's sequence numbers are gone: start over with a new producer id.
@@ -261,7 +282,8 @@ class Sender:
             )
             failure.__cause__ = error
             for future in batch.futures:
-                future.set_exception(failure)
+                with contextlib.suppress(InvalidStateError):  # the caller set it already
+                    future.set_exception(failure)
 
     # -- expiry and shutdown -----------------------------------------------------------------
 
@@ -291,14 +313,16 @@ class Sender:
             expired.append((batch, None, error))
         return expired
 
-    def _fail_all_on_abort(self) -> list[Outcome]:
-        """close() gave up waiting: fail every batch not yet delivered (the lock is held)."""
+    def _fail_all_on_abort(self, reason: str = "producer closed before delivery") -> list[Outcome]:
+        """close() gave up waiting (or the thread crashed): fail every batch not delivered."""
+        assert self.abort
         failed: list[Outcome] = []
+        queued = set(self.accumulator.queued())
         for batch in list(self.accumulator.incomplete):
-            if batch in self.accumulator.queued():
+            if batch in queued:
                 self.accumulator.remove_queued(batch)
             self.accumulator.incomplete.discard(batch)
-            failed.append((batch, None, ClientClosedError("producer closed before delivery")))
+            failed.append((batch, None, ClientClosedError(reason)))
         assert not self.accumulator.incomplete
         return failed
 

@@ -122,6 +122,7 @@ class Consumer:
         self._cluster = Cluster(bootstrap, connection, clock=clock)
         self._clock = clock
         self._partitions: dict[TopicPartition, _PartitionState] = {}
+        self._drain_start = 0
         self._closed = False
 
     # -- assignment and positions -----------------------------------------------------------
@@ -298,8 +299,12 @@ class Consumer:
                 time.sleep(max(0.0, min(backoff_s, deadline - self._clock())))
 
     def _drain(self, limit: int) -> list[ConsumerRecord]:
+        """Up to `limit` buffered records, starting one partition further each time so a
+        partition with a deep buffer cannot hold the others back."""
+        states = list(self._partitions.values())
+        self._drain_start = (self._drain_start + 1) % len(states)
         records: list[ConsumerRecord] = []
-        for state in self._partitions.values():
+        for state in states[self._drain_start :] + states[: self._drain_start]:
             while state.buffer and len(records) < limit:
                 records.append(state.buffer.popleft())
         assert len(records) <= limit

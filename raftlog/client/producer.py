@@ -121,6 +121,8 @@ class Producer:
             raise ClientClosedError(f"producer closed: cannot send to topic {topic!r}")
         if not isinstance(topic, str) or not topic:
             raise ClientError(f"topic must be a non-empty string, got {topic!r}")
+        if timestamp_ms is not None and not 0 <= timestamp_ms < 2**63:
+            raise ClientError(f"timestamp_ms must be a non-negative int64, got {timestamp_ms}")
         record = RecordInput(
             key=_optional_bytes("key", key),
             value=_optional_bytes("value", value),

@@ -381,3 +381,25 @@ def test_expiry_behind_a_batch_in_flight_keeps_one_batch_in_flight(cluster: Fake
         assert cluster.state.requests[(1, "Produce")] == 1
         cluster.state.produce_gate.set()
         assert (first.result(TIMEOUT_S).offset, later.result(TIMEOUT_S).offset) == (1, 2)
+
+
+def test_a_crash_of_the_sender_thread_fails_futures_instead_of_hanging(
+    cluster: FakeCluster,
+) -> None:
+    cluster.state.create_topic("events", 1)
+    producer = Producer(cluster.bootstrap, linger_ms=60_000)
+    future = producer.send("events", value=b"a")
+
+    def crash(now: float) -> list[object]:
+        raise RuntimeError("planted bug in drain_ready")
+
+    producer._accumulator.drain_ready = crash  # type: ignore[method-assign, assignment]
+    errors: list[BaseException] = []
+    threading.excepthook = lambda args: errors.append(args.exc_value)  # type: ignore[assignment]
+    try:
+        with pytest.raises(DeliveryFailedError, match=r"sender thread crashed.*planted bug"):
+            future.result(TIMEOUT_S)
+    finally:
+        threading.excepthook = threading.__excepthook__
+        producer.close()
+    assert isinstance(errors[0], RuntimeError)
