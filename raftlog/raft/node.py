@@ -83,6 +83,7 @@ class RaftNode:
         self.commit: Offset = max(snapshot_offset, applied_offset)
         self.applied: Offset = self.commit
         self.commit_target: Offset = self.commit  # follower: what the leader let it commit
+        self.commit_as_leader: Offset = NO_OFFSET  # commit offset when last stepping down
         base = bootstrap_membership or Membership(voters=frozenset())
         if snapshot is not None:
             base = snapshot.meta.membership
@@ -161,6 +162,8 @@ class RaftNode:
 
     def reset(self, term: Term) -> None:
         assert term >= self.current_term, f"term went back from {self.current_term} to {term}"
+        if self.current_role is Role.LEADER:
+            self.commit_as_leader = self.commit
         if term != self.current_term:
             self.current_term = term
             self.voted_for = None
@@ -247,14 +250,41 @@ class RaftNode:
 
     # --- inputs ---
 
+    def check_invariants(self) -> None:
+        """Local Raft invariants, asserted after every input (TigerBeetle's habit)."""
+        persisted = self.persisted_hard_state
+        assert self.current_term >= persisted.term, "term went back (Raft §5.1)"
+        if persisted.term == self.current_term and persisted.vote is not None:
+            assert self.voted_for == persisted.vote, "two votes in one term (Raft §5.2)"
+        assert self.applied <= self.commit <= self.log.last_offset(), (
+            f"applied {self.applied} <= commit {self.commit} <= last {self.log.last_offset()}"
+        )
+        if self.current_role is Role.LEADER:
+            assert self.current_leader == self.node_id and self.node_id in self.progress
+        else:
+            # Followers commit only what they hold durably (a pending snapshot counts); a
+            # former leader may have counted a quorum of others before its own write synced.
+            durable = max(self.log.durable_last_offset(), self.commit_as_leader)
+            assert self.commit <= durable, (
+                f"follower commit {self.commit} beyond durable {self.log.durable_last_offset()}"
+            )
+        assert (self.current_role is Role.LEARNER) == (
+            self.node_id in self.configs.current.learners
+        ) or self.current_role is Role.LEADER, (self.current_role, self.configs.current)
+
     def tick(self) -> None:
         if self.current_role is Role.LEADER:
             election.tick_leader(self)
         else:
             election.tick_election(self)
+        self.check_invariants()
 
     def step(self, message: Message) -> None:
         assert message.receiver == self.node_id, (message, self.node_id)
+        self._dispatch(message)
+        self.check_invariants()
+
+    def _dispatch(self, message: Message) -> None:
         if not election.check_term(self, message):
             return
         from_leader = isinstance(message, AppendRequest | HeartbeatRequest | SnapshotRequest)
@@ -311,13 +341,20 @@ class RaftNode:
     # --- output ---
 
     def has_ready(self) -> bool:
+        # Hot in drivers that poll every node after every event: compare fields, build nothing.
+        if self.outbox or self.persisted_outbox or self.log.unstable or self.read_states:
+            return True
+        if self.commit > self.applied or self.log.pending_snapshot is not None:
+            return True
+        hard = self.persisted_hard_state
+        if hard.term != self.current_term or hard.vote != self.voted_for:
+            return True
+        soft = self.reported_soft_state
         return (
-            self.soft_state() != self.reported_soft_state
-            or self.hard_state() != self.persisted_hard_state
-            or self.log.pending_snapshot is not None
-            or bool(self.log.unstable or self.outbox or self.persisted_outbox)
-            or bool(self.read_states)
-            or self.commit > self.applied
+            soft is None
+            or soft.role is not self.current_role
+            or soft.term != self.current_term
+            or soft.leader_id != self.current_leader
         )
 
     def ready(self) -> Ready:
@@ -355,8 +392,4 @@ class RaftNode:
             assert applied <= self.commit, (applied, self.commit)
             self.applied = max(self.applied, applied)
         replication.on_durable(self)
-        assert self.applied <= self.commit <= self.log.last_offset(), (
-            self.applied,
-            self.commit,
-            self.log.last_offset(),
-        )
+        self.check_invariants()

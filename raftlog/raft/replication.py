@@ -160,7 +160,9 @@ def on_append_response(node: RaftNode, message: AppendResponse) -> None:
 def _on_reject(node: RaftNode, message: AppendResponse, progress: Progress) -> None:
     if message.reject_offset <= progress.match or message.last_offset < progress.match:
         return  # stale: sent before the follower acknowledged `match` (reordered)
-    if progress.state is not ProgressState.REPLICATE and message.reject_offset != progress.next - 1:
+    if progress.state is ProgressState.SNAPSHOT:
+        return  # an answer to an append sent before the snapshot; wait for the snapshot's
+    if progress.state is ProgressState.PROBE and message.reject_offset != progress.next - 1:
         return  # stale: not the probe we are waiting for
     prev = _retreat(node, message, progress)
     assert progress.match <= prev < message.reject_offset, (progress, prev, message)
@@ -172,7 +174,9 @@ def _retreat(node: RaftNode, message: AppendResponse, progress: Progress) -> Off
     """Where to try next after a rejection: an offset ending one of our entries."""
     hint = min(message.reject_offset, message.last_offset, node.log.last_offset())
     if hint < node.log.first_offset() - 1:
-        return max(progress.match, hint)  # below our snapshot: the next send is a snapshot
+        # Below our snapshot (perhaps compacted since the probe left): any offset there
+        # makes the next send a snapshot.
+        return max(progress.match, Offset(min(hint, message.reject_offset - 1)))
     hint_term = node.log.term_at(Offset(hint))
     assert hint_term is not None, hint
     if hint_term == message.conflict_term:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from raft_harness import Cluster
 from raft_unit_helpers import Harness, data_entry
 
+from raftlog.raft import replication
 from raftlog.raft.progress import ProgressState
 from raftlog.raft.types import (
     AppendResponse,
@@ -102,3 +103,26 @@ def test_follower_holding_the_snapshot_entry_keeps_its_log() -> None:
     follower = Harness(1, entries=entries, hard_state=HardState(Term(3)))
     follower.step(_snapshot_request(3, 1))
     assert follower.storage.first_offset() == 0 and follower.node.commit_offset == 3
+
+
+def test_rejection_of_a_probe_sent_before_compaction_leads_to_the_snapshot() -> None:
+    """§7: the leader compacted between sending a probe and reading its rejection."""
+    cluster = Cluster([1, 2, 3])
+    cluster.run("campaign 1")
+    cluster.stabilize()
+    cluster.run("partition 3 | 1 2")
+    for n in range(5):
+        cluster.run(f"propose 1 v{n} 2")
+    cluster.stabilize()
+    cluster.run("heal")
+    leader = cluster.nodes[N1]
+    leader.progress[N3].become_probe(next_offset=Offset(5))  # entries are 1-2, 3-4, 5-6, ...
+    replication.send_append(leader, N3)
+    cluster.process()
+    cluster.run("deliver")  # 3 (log ends at 0) rejects prev=4
+    cluster.compact(N1, Offset(10))
+    cluster.history.clear()
+    cluster.run("deliver")
+    assert [type(m).__name__ for m in cluster.history] == ["SnapshotRequest"]
+    cluster.stabilize()
+    assert cluster.nodes[N3].commit_offset == 10
