@@ -1,0 +1,310 @@
+"""A partition replica: produce with acks, idempotence, committed-only fetch.
+
+Theory of operation. A partition is one Raft group whose log is the partition's segmented
+log; this class is that group's state machine and the place produce and fetch requests land.
+
+Produce (leader only): each batch is checked at the header level only (length, magic, CRC32C,
+size bound: `raftlog.storage.batch.verify_batch`), checked against the idempotent-producer table,
+then proposed as one Raft entry occupying `record_count` offsets. The storage layer patches the
+batch's base offset and leader epoch (the Raft term) when it appends. The answer waits for the
+requested acks: 0 = appended, 1 = durable on this leader, all = committed by a majority.
+
+High watermark = commit offset + 1 (exclusive, as in Kafka). Fetch returns whole batches
+strictly below it, never a byte above: a batch that straddles the watermark cannot exist,
+because commit offsets always land on entry boundaries.
+
+Leader readiness. A newly elected leader's commit offset may trail the previous leader's until
+it commits its first entry (its no-op, Raft §8). Until then it answers produce and fetch with a
+retriable LeaderNotReadyError. That keeps two promises: a client never sees the high watermark
+go backward across a leader change, and the producer table the leader checks against is
+complete (every entry before the no-op has been applied) so a retry cannot slip in twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+from raftlog.partition.producer_state import ProducerStateTable, Verdict
+
+from raftlog.config import LogConfig
+from raftlog.errors import (
+    CorruptBatchError,
+    LeaderNotReadyError,
+    NotLeaderError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    RequestTimedOutError,
+)
+from raftlog.raft.types import Entry, EntryKind, Role, Snapshot
+from raftlog.runtime.group import Commitment, RaftGroup
+from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
+from raftlog.types import Offset
+
+__all__ = ["FetchResult", "OffsetSpec", "PartitionLog", "PartitionReplica", "ProduceResult"]
+
+
+class PartitionLog(Protocol):
+    """What a replica reads besides the Raft view: raw batches for consumers."""
+
+    def log_start_offset(self) -> int: ...
+
+    def read(self, offset: int, *, bytes_max: int) -> bytes:
+        """Whole batches from the one containing `offset` (at least one if any), or b""."""
+        ...
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None: ...
+
+
+class OffsetSpec(enum.IntEnum):
+    EARLIEST = 0
+    LATEST = 1
+    TIMESTAMP = 2
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    base_offset: int
+    last_offset: int
+    high_watermark: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    batches: bytes
+    high_watermark: int
+    log_start_offset: int
+    leader_epoch: int
+
+
+class PartitionReplica:
+    def __init__(
+        self,
+        *,
+        topic: str,
+        partition: int,
+        log: PartitionLog,
+        config: LogConfig,
+        producers_max: int = 10_000,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self._log = log
+        self._config = config
+        self._producers_max = producers_max
+        self._committed_producers = ProducerStateTable(producers_max=producers_max)
+        # The leader's view: committed state plus its own appends not yet committed.
+        self._leader_producers: ProducerStateTable | None = None
+        self._leader_producers_term = -1
+        self._group: RaftGroup | None = None
+        self._hw_advanced = asyncio.Event()
+
+    def attach(self, group: RaftGroup) -> None:
+        assert self._group is None
+        self._group = group
+
+    @property
+    def group(self) -> RaftGroup:
+        assert self._group is not None, "replica used before its Raft group was attached"
+        return self._group
+
+    @property
+    def high_watermark(self) -> int:
+        return self.group.node.commit_offset + 1
+
+    def is_leader_ready(self) -> bool:
+        node = self.group.node
+        if node.role is not Role.LEADER:
+            return False
+        return self.group.log.term_at(node.commit_offset) == node.term
+
+    def _require_leader(self) -> None:
+        node = self.group.node
+        if node.role is not Role.LEADER:
+            raise NotLeaderError(leader_hint=node.leader_id)
+        if not self.is_leader_ready():
+            raise LeaderNotReadyError(leader_hint=node.node_id)
+
+    # -- state machine (called by the ready processor, in offset order) ------------------------
+
+    def apply(self, entry: Entry) -> None:
+        if entry.kind is EntryKind.DATA:
+            header = parse_header(entry.data)
+            if header.producer_id >= 0:
+                self._committed_producers.record(
+                    producer_id=header.producer_id,
+                    epoch=header.producer_epoch,
+                    base_sequence=header.base_sequence,
+                    record_count=header.record_count,
+                    base_offset=entry.offset,
+                    last_offset=entry.last_offset,
+                )
+        self._hw_advanced.set()
+        self._hw_advanced = asyncio.Event()
+
+    def restore(self, snapshot: Snapshot) -> None:
+        self._committed_producers = ProducerStateTable.decode(
+            snapshot.data, producers_max=self._producers_max
+        )
+        self._leader_producers = None
+
+    def snapshot_data(self) -> bytes:
+        """What a partition snapshot carries: the producer table (the log holds the rest)."""
+        return self._committed_producers.encode()
+
+    # -- produce -------------------------------------------------------------------------------
+
+    async def produce(
+        self, batches: list[bytes], *, commitment: Commitment, timeout_s: float
+    ) -> ProduceResult:
+        """Append `batches` in order; raises PartitionError/RaftError subclasses."""
+        assert batches, "empty produce"
+        self._require_leader()
+        headers = [self._verify(batch) for batch in batches]
+        producers = self._leader_view()
+        futures: list[asyncio.Future[Offset]] = []
+        first = last = -1
+        for batch, header in zip(batches, headers, strict=True):
+            duplicate = self._check_sequence(producers, header)
+            if duplicate is not None:
+                if first < 0:
+                    first = duplicate.base_offset
+                last = duplicate.last_offset
+                continue
+            base, future = self.group.propose(
+                batch, offset_count=header.offset_count, commitment=commitment
+            )
+            self._remember(producers, header, base)
+            futures.append(future)
+            first = base if first < 0 else first
+            last = base + header.offset_count - 1
+        if futures:
+            try:
+                await asyncio.wait_for(asyncio.gather(*futures), timeout_s)
+            except TimeoutError:
+                raise RequestTimedOutError(
+                    f"{self.topic}-{self.partition}: not {commitment.name.lower()}-acknowledged "
+                    f"within {timeout_s:.3f}s; the write may still succeed"
+                ) from None
+        return ProduceResult(first, last, self.high_watermark, duplicate=not futures)
+
+    def _verify(self, batch: bytes) -> BatchHeader:
+        header = verify_batch(batch, batch_bytes_max=self._config.batch_bytes_max)
+        if header.size_bytes != len(batch):
+            raise CorruptBatchError(
+                f"{len(batch) - header.size_bytes} bytes follow the batch; send one batch per item"
+            )
+        if header.is_control:
+            raise CorruptBatchError("clients may not write control batches")
+        return header
+
+    def _leader_view(self) -> ProducerStateTable:
+        term = self.group.node.term
+        if self._leader_producers is None or self._leader_producers_term != term:
+            self._leader_producers = self._committed_producers.copy()
+            self._leader_producers_term = term
+        return self._leader_producers
+
+    @staticmethod
+    def _check_sequence(producers: ProducerStateTable, header: BatchHeader) -> _Duplicate | None:
+        if header.producer_id < 0:
+            return None
+        verdict = producers.check(
+            producer_id=header.producer_id,
+            epoch=header.producer_epoch,
+            base_sequence=header.base_sequence,
+            record_count=header.record_count,
+        )
+        if verdict.verdict is Verdict.NEW:
+            return None
+        if verdict.verdict is Verdict.DUPLICATE:
+            return _Duplicate(verdict.base_offset, verdict.last_offset)
+        if verdict.verdict is Verdict.FENCED:
+            raise ProducerFencedError(verdict.message)
+        raise OutOfOrderSequenceError(verdict.message)
+
+    @staticmethod
+    def _remember(producers: ProducerStateTable, header: BatchHeader, base_offset: int) -> None:
+        if header.producer_id >= 0:
+            producers.record(
+                producer_id=header.producer_id,
+                epoch=header.producer_epoch,
+                base_sequence=header.base_sequence,
+                record_count=header.record_count,
+                base_offset=base_offset,
+                last_offset=base_offset + header.offset_count - 1,
+            )
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def list_offset(self, spec: OffsetSpec, timestamp_ms: int = 0) -> int:
+        """Earliest, latest (the high watermark) or the first committed offset whose batch
+        has a timestamp >= `timestamp_ms` (-1 when none)."""
+        self._require_leader()
+        high_watermark = self.high_watermark
+        if spec is OffsetSpec.EARLIEST:
+            return self._log.log_start_offset()
+        if spec is OffsetSpec.LATEST:
+            return high_watermark
+        offset = self._log.offset_for_timestamp(timestamp_ms)
+        return -1 if offset is None or offset >= high_watermark else offset
+
+    # -- fetch ---------------------------------------------------------------------------------
+
+    async def fetch(
+        self,
+        offset: int,
+        *,
+        bytes_max: int,
+        wait_ms_max: int,
+        bytes_min: int = 1,
+        allow_follower: bool = False,
+    ) -> FetchResult:
+        """Committed batches from `offset`, long-polling up to `wait_ms_max` for `bytes_min`."""
+        if not allow_follower:
+            self._require_leader()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_ms_max / 1000
+        while True:
+            result = self._fetch_now(offset, bytes_max=bytes_max)
+            remaining = deadline - loop.time()
+            if len(result.batches) >= bytes_min or remaining <= 0:
+                return result
+            try:
+                await asyncio.wait_for(self._hw_advanced.wait(), remaining)
+            except TimeoutError:
+                return self._fetch_now(offset, bytes_max=bytes_max)
+
+    def _fetch_now(self, offset: int, *, bytes_max: int) -> FetchResult:
+        high_watermark = self.high_watermark
+        start = self._log.log_start_offset()
+        if offset < start or offset > high_watermark:
+            raise OffsetOutOfRangeError(
+                offset, log_start_offset=start, log_end_offset=high_watermark
+            )
+        data = b"" if offset == high_watermark else self._log.read(offset, bytes_max=bytes_max)
+        return FetchResult(
+            _below(data, high_watermark), high_watermark, start, int(self.group.node.term)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class _Duplicate:
+    base_offset: int
+    last_offset: int
+
+
+def _below(data: bytes, high_watermark: int) -> bytes:
+    """The prefix of whole batches whose last offset is below the high watermark."""
+    position = 0
+    view = memoryview(data)
+    while position < len(view):
+        header = parse_header(view, position)
+        if header.last_offset >= high_watermark:
+            break
+        position += header.size_bytes
+    return data[:position] if position < len(data) else data

@@ -1,0 +1,7 @@
+"""`python -m raftlog ...` is the `raftlog` command."""
+
+import sys
+
+from raftlog.cli import main
+
+sys.exit(main())

@@ -1,0 +1,471 @@
+"""A raftlog node ("broker"): every Raft group it hosts, its transports and its gRPC API.
+
+Theory of operation. One asyncio loop runs everything:
+
+- the `GroupHost` drives group 0 (the metadata quorum) and one group per partition replica
+  assigned to this node, with group commit across groups;
+- the `PeerTransport` carries the Raft traffic of all groups, one connection per peer node;
+- a gRPC server answers clients (`Log`, `Admin`) and other nodes (`Internal`).
+
+The metadata state drives the rest (`_reconcile`, run after every metadata apply): it creates
+the partition groups assigned to this node (their initial voters are the assigned replicas),
+removes and deletes those of deleted topics, and tells the transport where peers live.
+Partition leaders report themselves to the controller, which records leader and epoch so any
+node can route clients. The metadata leader is the controller: it registers nodes, fences
+those whose lease expired and plans topic creation (`raftlog.metadata.controller`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+
+from raftlog.errors import (
+    NotControllerError,
+    NotLeaderError,
+    RaftlogError,
+    UnknownTopicOrPartitionError,
+)
+from raftlog.metadata import (
+    METADATA_GROUP_ID,
+    AllocateProducerIds,
+    ApplyResult,
+    Command,
+    CreateTopicRequest,
+    DeleteTopic,
+    NodeHeartbeat,
+    RegisterNode,
+    ReportLeader,
+    encode_command,
+    expired_nodes,
+    plan_create_partitions,
+    plan_create_topic,
+)
+from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
+from raftlog.raft.node import RaftNode
+from raftlog.raft.types import Membership, Role
+from raftlog.rpc.peer_transport import PeerTransport
+from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
+from raftlog.runtime.host import GroupHost
+from raftlog.runtime.metadata_machine import MetadataMachine
+from raftlog.runtime.settings import BrokerSettings, parse_address
+from raftlog.storage.hard_state import FileHardStateStore
+from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.types import GroupId, NodeId, PartitionId
+
+__all__ = ["Broker"]
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.settings = settings.validate()
+        self.node_id = settings.node_id
+        self.config = settings.config
+        self.incarnation = time.time_ns()
+        self.metadata = MetadataMachine(settings.cluster_id)
+        self.replicas: dict[tuple[str, int], PartitionReplica] = {}
+        self._replicas_by_group: dict[GroupId, PartitionReplica] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._storages: dict[GroupId, RaftLogStorage] = {}
+        self._producer_ids_next = 0
+        self._producer_ids_end = 0
+        self._rng = random.Random()
+        self.transport = PeerTransport(
+            node_id=self.node_id,
+            cluster_id=settings.cluster_id,
+            config=self.config.transport,
+            on_messages=self._on_messages,
+        )
+        self.host = GroupHost(
+            node_id=self.node_id,
+            tick_interval_ms=self.config.tick_interval_ms,
+            send=self.transport.send,
+        )
+        self.metadata_group: RaftGroup | None = None
+        self.forward: Callable[[str, Command, float], Awaitable[ApplyResult]] | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self.bound_port = 0
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        storage, hard_state_store = self._open_storage(self.settings.data_dir / "metadata")
+        self.metadata_group = self._make_group(
+            METADATA_GROUP_ID,
+            storage,
+            hard_state_store,
+            frozenset(self.settings.peers),
+            self.metadata,
+        )
+        self.metadata.listeners.append(self._reconcile)
+        await self.transport.start(*self.settings.raft_listen)
+        self.transport.update_peers(
+            {node: addr for node, addr in self.settings.peers.items() if node != self.node_id}
+        )
+        self.host.add(self.metadata_group)
+        self._spawn(self.host.run(), "group-host")
+        self.forward = self._forward
+        await self._start_grpc()
+        self._spawn(self._liveness_loop(), "liveness")
+
+    async def _start_grpc(self) -> None:
+        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+        from grpc_reflection.v1alpha import reflection
+
+        from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer
+        from raftlog.rpc.servicers import LogServicer
+        from raftlog.rpc.v1 import raftlog_pb2, raftlog_pb2_grpc
+
+        message_bytes_max = 2 * self.config.log.read_bytes_max
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", message_bytes_max),
+                ("grpc.max_send_message_length", message_bytes_max),
+            ]
+        )
+        raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(self), server)
+        raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self), server)
+        raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(self), server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        services = [
+            raftlog_pb2.DESCRIPTOR.services_by_name[name].full_name
+            for name in ("Log", "Admin", "Internal")
+        ]
+        reflection.enable_server_reflection(
+            [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+        )
+        host, port = self.settings.listen
+        self.bound_port = server.add_insecure_port(f"{host}:{port}")
+        await server.start()
+        await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self._grpc = server
+
+    async def _forward(self, address: str, command: Command, timeout_s: float) -> ApplyResult:
+        from raftlog.rpc.admin_servicer import forward_to_controller
+
+        if not address:
+            raise NotControllerError(leader_hint=self.controller_id)
+        return await forward_to_controller(address, encode_command(command), timeout_s)
+
+    async def stop(self) -> None:
+        if self._grpc is not None:
+            await self._grpc.stop(grace=0.5)
+        self.host.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await self.transport.close()
+        for group in list(self.host.groups()):
+            group.fail_waiters(NotLeaderError(leader_hint=None))
+        for storage in self._storages.values():
+            storage.close()
+        self._storages.clear()
+
+    def _spawn(self, coroutine: Awaitable[None], name: str) -> None:
+        async def guarded() -> None:
+            try:
+                await coroutine
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("node %s: task %s failed", self.node_id, name)
+                raise
+
+        self._tasks.append(asyncio.create_task(guarded(), name=name))
+
+    def _on_messages(self, sender: NodeId, items: list[tuple[GroupId, object]]) -> None:
+        self.host.deliver(sender, items)  # type: ignore[arg-type]
+
+    # -- groups ------------------------------------------------------------------------------
+
+    def _open_storage(self, directory: Path) -> tuple[RaftLogStorage, FileHardStateStore]:
+        directory.mkdir(parents=True, exist_ok=True)
+        storage = RaftLogStorage.open(directory / "log", config=self.config.log)
+        return storage, FileHardStateStore(directory)
+
+    def _make_group(
+        self,
+        group_id: GroupId,
+        storage: RaftLogStorage,
+        hard_state_store: FileHardStateStore,
+        voters: frozenset[NodeId],
+        machine: StateMachine,
+    ) -> RaftGroup:
+        node = RaftNode(
+            node_id=self.node_id,
+            config=self.config.raft,
+            storage=storage,
+            hard_state=hard_state_store.load(),
+            rng=random.Random(self._rng.getrandbits(64)),
+            bootstrap_membership=Membership(voters=voters),
+        )
+        self._storages[group_id] = storage
+        return RaftGroup(
+            group_id=group_id,
+            node=node,
+            log=storage,
+            hard_state_store=hard_state_store,
+            state_machine=machine,
+            config=self.config.raft,
+        )
+
+    def _partition_dir(self, topic: str, partition: int) -> Path:
+        return self.settings.data_dir / "partitions" / f"{topic}-{partition}"
+
+    def _reconcile(self) -> None:
+        """Make the hosted partition groups and known peers match the metadata state."""
+        state = self.metadata.state
+        wanted = state.group_ids_for_node(self.node_id)
+        for group_id in sorted(wanted - self._replicas_by_group.keys()):
+            info = state.partition_by_group(group_id)
+            assert info is not None
+            self._create_replica(info.topic, int(info.partition), group_id, info.replicas)
+        for group_id in sorted(self._replicas_by_group.keys() - wanted):
+            self._remove_replica(group_id)
+        peers = {}
+        for node in state.nodes():
+            if node.node_id != self.node_id:
+                peers[node.node_id] = parse_address(node.raft_address, setting="raft_address")
+        for node_id, address in self.settings.peers.items():
+            if node_id != self.node_id:
+                peers.setdefault(node_id, address)
+        self.transport.update_peers(peers)
+
+    def _create_replica(
+        self, topic: str, partition: int, group_id: GroupId, replicas: tuple[NodeId, ...]
+    ) -> None:
+        storage, hard_state_store = self._open_storage(self._partition_dir(topic, partition))
+        replica = PartitionReplica(
+            topic=topic, partition=partition, log=storage, config=self.config.log
+        )
+        group = self._make_group(group_id, storage, hard_state_store, frozenset(replicas), replica)
+        replica.attach(group)
+        group.on_leadership_change = self._on_partition_leadership
+        self.replicas[(topic, partition)] = replica
+        self._replicas_by_group[group_id] = replica
+        self.host.add(group)
+        log.info("node %s: hosting %s-%s (group %s)", self.node_id, topic, partition, group_id)
+
+    def _remove_replica(self, group_id: GroupId) -> None:
+        replica = self._replicas_by_group.pop(group_id)
+        self.replicas.pop((replica.topic, replica.partition), None)
+        group = self.host.remove(group_id)
+        if group is not None:
+            group.fail_waiters(UnknownTopicOrPartitionError(replica.topic, replica.partition))
+        storage = self._storages.pop(group_id, None)
+        if storage is not None:
+            storage.close()
+        shutil.rmtree(self._partition_dir(replica.topic, replica.partition), ignore_errors=True)
+
+    def _on_partition_leadership(self, group: RaftGroup) -> None:
+        replica = self._replicas_by_group.get(group.group_id)
+        if replica is None or group.node.role is not Role.LEADER:
+            return
+        command = ReportLeader(
+            topic=replica.topic,
+            partition=PartitionId(replica.partition),
+            group_id=group.group_id,
+            leader_id=self.node_id,
+            epoch=int(group.node.term),
+        )
+        self._spawn(self._submit_quietly(command), f"report-leader-{group.group_id}")
+
+    async def _submit_quietly(self, command: Command) -> None:
+        with contextlib.suppress(RaftlogError, TimeoutError, OSError):
+            await self.submit(command, timeout_s=5.0)
+
+    # -- metadata commands ---------------------------------------------------------------------
+
+    @property
+    def controller_id(self) -> NodeId | None:
+        assert self.metadata_group is not None
+        return self.metadata_group.node.leader_id
+
+    def is_controller(self) -> bool:
+        assert self.metadata_group is not None
+        return self.metadata_group.node.role is Role.LEADER
+
+    async def submit(self, command: Command, *, timeout_s: float) -> ApplyResult:
+        """Commit `command` to the metadata quorum (forwarding to the controller if needed)."""
+        group = self.metadata_group
+        assert group is not None
+        if not self.is_controller():
+            controller = self.controller_id
+            if controller is None or self.forward is None:
+                raise NotControllerError(leader_hint=controller)
+            return await self.forward(self.client_address_of(controller), command, timeout_s)
+        offset, future = group.propose(
+            encode_command(command), offset_count=1, commitment=Commitment.QUORUM
+        )
+        await asyncio.wait_for(future, timeout_s)
+        result = self.metadata.take_result(offset)
+        assert result is not None, f"no apply result at offset {offset}"
+        return result
+
+    def client_address_of(self, node_id: NodeId) -> str:
+        info = self.metadata.state.node(node_id)
+        if info is not None:
+            return info.client_address
+        if node_id == self.node_id:
+            return self.settings.client_address
+        return ""
+
+    async def _liveness_loop(self) -> None:
+        """Register this node, then heartbeat; the controller also fences expired nodes."""
+        interval_s = self.config.metadata.node_heartbeat_interval_ms / 1000
+        registered = False
+        while True:
+            now_ms = _now_ms()
+            command: Command
+            if not registered:
+                command = RegisterNode(
+                    node_id=self.node_id,
+                    client_address=self.settings.client_address,
+                    raft_address=self.settings.raft_address,
+                    incarnation=self.incarnation,
+                    now_ms=now_ms,
+                )
+            else:
+                command = NodeHeartbeat(
+                    node_id=self.node_id, incarnation=self.incarnation, now_ms=now_ms
+                )
+            try:
+                result = await self.submit(command, timeout_s=interval_s * 2)
+                registered = registered or result.ok
+            except (RaftlogError, TimeoutError, OSError) as error:
+                log.debug("node %s: liveness submit failed: %s", self.node_id, error)
+            if self.is_controller():
+                await self._controller_duties()
+            await asyncio.sleep(interval_s if registered else 0.2)
+
+    async def _controller_duties(self) -> None:
+        now_ms = _now_ms()
+        for command in expired_nodes(
+            self.metadata.state, now_ms, self.config.metadata.node_lease_ms
+        ):
+            with contextlib.suppress(RaftlogError, TimeoutError):
+                await self.submit(command, timeout_s=2.0)
+
+    # -- the client API (rpc.servicers.BrokerApi) -------------------------------------------------
+
+    def replica(self, topic: str, partition: int) -> PartitionReplica:
+        replica = self.replicas.get((topic, partition))
+        if replica is None:
+            raise UnknownTopicOrPartitionError(topic, partition)
+        return replica
+
+    async def produce(
+        self,
+        topic: str,
+        partition: int,
+        batches: list[bytes],
+        *,
+        commitment: Commitment,
+        timeout_s: float,
+    ) -> ProduceResult:
+        return await self.replica(topic, partition).produce(
+            batches, commitment=commitment, timeout_s=timeout_s
+        )
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        bytes_max: int,
+        wait_ms_max: int,
+        bytes_min: int,
+    ) -> FetchResult:
+        return await self.replica(topic, partition).fetch(
+            offset, bytes_max=bytes_max, wait_ms_max=wait_ms_max, bytes_min=bytes_min
+        )
+
+    def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
+        return self.replica(topic, partition).list_offset(OffsetSpec(spec), timestamp_ms)
+
+    def leader_address(self, leader_id: int | None) -> str:
+        return "" if leader_id is None else self.client_address_of(NodeId(leader_id))
+
+    # -- the admin API --------------------------------------------------------------------------
+
+    async def create_topic(self, request: CreateTopicRequest, *, timeout_s: float) -> ApplyResult:
+        """Plan on the controller, commit, then wait (within the timeout) for leaders."""
+        if not self.is_controller():
+            raise NotControllerError(leader_hint=self.controller_id)
+        plan = plan_create_topic(
+            self.metadata.state, request, _now_ms(), config=self.config.metadata
+        )
+        if isinstance(plan, ApplyResult):
+            return plan
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        result = await self.submit(plan, timeout_s=timeout_s)
+        if result.ok:
+            await self._wait_for_leaders(request.name, deadline)
+        return result
+
+    async def create_partitions(self, name: str, total: int, *, timeout_s: float) -> ApplyResult:
+        if not self.is_controller():
+            raise NotControllerError(leader_hint=self.controller_id)
+        plan = plan_create_partitions(
+            self.metadata.state, name, total, _now_ms(), config=self.config.metadata
+        )
+        if isinstance(plan, ApplyResult):
+            return plan
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        result = await self.submit(plan, timeout_s=timeout_s)
+        if result.ok:
+            await self._wait_for_leaders(name, deadline)
+        return result
+
+    async def delete_topic(self, name: str, *, timeout_s: float) -> ApplyResult:
+        if not self.is_controller():
+            raise NotControllerError(leader_hint=self.controller_id)
+        return await self.submit(DeleteTopic(name=name), timeout_s=timeout_s)
+
+    async def _wait_for_leaders(self, topic: str, deadline: float) -> None:
+        """Best effort: return once every partition of `topic` reported a leader."""
+        loop = asyncio.get_running_loop()
+        while loop.time() < deadline:
+            partitions = self.metadata.state.partitions(topic)
+            if partitions and all(p.leader_id is not None for p in partitions):
+                return
+            await asyncio.sleep(0.05)
+
+    async def allocate_producer_id(self, *, timeout_s: float) -> int:
+        """One producer id, handed out from a block this node got from the quorum."""
+        if self._producer_ids_next >= self._producer_ids_end:
+            block = self.config.metadata.producer_id_block_size
+            result = await self.submit(AllocateProducerIds(count=block), timeout_s=timeout_s)
+            if not result.ok or result.producer_id_first is None:
+                raise NotControllerError(leader_hint=self.controller_id)
+            self._producer_ids_next = result.producer_id_first
+            self._producer_ids_end = result.producer_id_first + block
+        producer_id = self._producer_ids_next
+        self._producer_ids_next += 1
+        return producer_id
+
+    def partition_high_watermark(self, topic: str, partition: int) -> int:
+        replica = self.replicas.get((topic, partition))
+        if replica is None or replica.group.node.role is not Role.LEADER:
+            return -1
+        return replica.high_watermark
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

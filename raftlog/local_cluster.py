@@ -1,0 +1,218 @@
+"""Local clusters of real node processes on loopback (the embedded default: no Docker).
+
+Used by `raftlog cluster up|down|status`, `make demo`, the integration tests and the chaos
+suite's local backend. Each node is a `python -m raftlog serve` process with its own data
+directory under `DIR/node-N`, its client port `base_port + N` and its node-to-node port
+`base_port + 100 + N`. `DIR/cluster.json` records what a later command needs: the nodes,
+their pids and ports, and a `bootstrap` string of client addresses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["LocalCluster", "NodeProcess", "free_port_base"]
+
+CLUSTER_FILE = "cluster.json"
+RAFT_PORT_OFFSET = 100
+
+
+@dataclass
+class NodeProcess:
+    node_id: int
+    client_port: int
+    raft_port: int
+    data_dir: str
+    log_file: str
+    pid: int = 0
+
+    @property
+    def client_address(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port_base(count: int, *, start: int = 20000, stop: int = 60000) -> int:
+    """A base port such that base+1..base+count and their +100 twins are all free."""
+    for base in range(start + (os.getpid() % 97) * 200, stop, 200):
+        ports = [base + i for i in range(1, count + 1)]
+        if all(_port_free(p) and _port_free(p + RAFT_PORT_OFFSET) for p in ports):
+            return base
+    raise RuntimeError(f"no free block of {count} port pairs in [{start}, {stop})")
+
+
+class LocalCluster:
+    def __init__(self, directory: Path, nodes: list[NodeProcess], *, cluster_id: str) -> None:
+        self.directory = directory
+        self.nodes = {n.node_id: n for n in nodes}
+        self.cluster_id = cluster_id
+
+    @classmethod
+    def create(
+        cls,
+        directory: Path,
+        *,
+        node_count: int,
+        base_port: int | None = None,
+        cluster_id: str = "raftlog-local",
+    ) -> LocalCluster:
+        if node_count not in (1, 3, 5):
+            raise ValueError(f"--nodes: 1, 3 or 5, got {node_count}")
+        directory.mkdir(parents=True, exist_ok=True)
+        base = base_port if base_port is not None else free_port_base(node_count)
+        nodes = [
+            NodeProcess(
+                node_id=i,
+                client_port=base + i,
+                raft_port=base + RAFT_PORT_OFFSET + i,
+                data_dir=str(directory / f"node-{i}"),
+                log_file=str(directory / f"node-{i}.log"),
+            )
+            for i in range(1, node_count + 1)
+        ]
+        return cls(directory, nodes, cluster_id=cluster_id)
+
+    @classmethod
+    def load(cls, directory: Path) -> LocalCluster:
+        path = directory / CLUSTER_FILE
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise FileNotFoundError(f"no readable {path}: {error}") from error
+        nodes = [NodeProcess(**n) for n in raw["nodes"]]
+        return cls(directory, nodes, cluster_id=raw["cluster_id"])
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.client_address for n in self.nodes.values())
+
+    @property
+    def peers(self) -> str:
+        return ",".join(f"{n.node_id}=127.0.0.1:{n.raft_port}" for n in self.nodes.values())
+
+    def save(self) -> None:
+        data = {
+            "cluster_id": self.cluster_id,
+            "bootstrap": self.bootstrap,
+            "nodes": [asdict(n) for n in self.nodes.values()],
+        }
+        tmp = self.directory / (CLUSTER_FILE + ".tmp")
+        tmp.write_text(json.dumps(data, indent=2))
+        tmp.replace(self.directory / CLUSTER_FILE)
+
+    def command(self, node: NodeProcess, *extra: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "raftlog",
+            "serve",
+            "--node-id",
+            str(node.node_id),
+            "--data-dir",
+            node.data_dir,
+            "--listen",
+            node.client_address,
+            "--raft-listen",
+            f"127.0.0.1:{node.raft_port}",
+            "--peers",
+            self.peers,
+            "--cluster-id",
+            self.cluster_id,
+            *extra,
+        ]
+
+    def start_node(self, node_id: int, *extra: str) -> NodeProcess:
+        node = self.nodes[node_id]
+        if node.pid and _alive(node.pid):
+            return node
+        log = open(node.log_file, "ab")  # noqa: SIM115 (handed to the child)
+        process = subprocess.Popen(
+            self.command(node, *extra),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        node.pid = process.pid
+        self.save()
+        return node
+
+    def start(self, *extra: str) -> None:
+        for node_id in self.nodes:
+            self.start_node(node_id, *extra)
+
+    def kill_node(self, node_id: int, *, sig: int = signal.SIGKILL) -> None:
+        node = self.nodes[node_id]
+        if node.pid and _alive(node.pid):
+            os.kill(node.pid, sig)
+            _reap(node.pid, timeout_s=10.0)
+        node.pid = 0
+        self.save()
+
+    def stop(self) -> None:
+        for node in self.nodes.values():
+            if node.pid and _alive(node.pid):
+                os.kill(node.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for node in self.nodes.values():
+            if node.pid:
+                _reap(node.pid, timeout_s=max(0.1, deadline - time.monotonic()))
+                if _alive(node.pid):
+                    os.kill(node.pid, signal.SIGKILL)
+                    _reap(node.pid, timeout_s=5)
+            node.pid = 0
+        self.save()
+
+    def is_running(self, node_id: int) -> bool:
+        pid = self.nodes[node_id].pid
+        return bool(pid) and _alive(pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child (started by an earlier command): fall back to a signal probe
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ", 1)[1].startswith("Z")
+    except (OSError, IndexError):
+        return False
+
+
+def _reap(pid: int, *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return
+        time.sleep(0.02)

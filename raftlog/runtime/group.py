@@ -1,0 +1,192 @@
+"""One Raft group hosted on a node: the pure core, its ports, and the proposals waiting on it.
+
+Theory of operation. A `RaftGroup` owns a `RaftNode` (pure), the `DurableLog` and
+`HardStateStore` that persist it, and a `StateMachine` that applies committed entries. The
+`GroupHost` drives every group on a node through the shared ready processor; this class only
+keeps the bookkeeping that turns Raft progress into answers for clients:
+
+- a proposal waiting for *commit* (acks=all) is answered when the entry at its offsets is
+  applied on this node: with success if the applied entry carries the proposal's term, with
+  `ProposalDroppedError` if another leader's entry replaced it (Raft §5.3 truncation). Applying
+  is the only signal used, so an answer is never given for an entry that could still vanish;
+- a proposal waiting for *durability* (acks=1) is answered once this node's own fsync covers
+  its last offset.
+
+Waiters are kept in offset order (proposals get increasing offsets), so resolving is a walk
+from the front of a deque; the number of waiters is bounded by `RaftConfig.proposals_max`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from raftlog.config import RaftConfig
+from raftlog.errors import NotLeaderError, ProposalDroppedError
+from raftlog.raft.node import RaftNode
+from raftlog.raft.ports import DurableLog, HardStateStore
+from raftlog.raft.types import Entry, ReadState, Role, Snapshot
+from raftlog.types import GroupId, Offset, Term
+
+__all__ = ["Commitment", "RaftGroup", "StateMachine"]
+
+
+class StateMachine(Protocol):
+    def apply(self, entry: Entry) -> None:
+        """Apply one committed entry (entries arrive in offset order, each exactly once per
+        incarnation, starting after the snapshot or applied offset the core started from)."""
+        ...
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Replace the state with a snapshot received from the leader."""
+        ...
+
+
+class Commitment(enum.Enum):
+    """What a proposer waits for (Kafka's acks)."""
+
+    NONE = "0"  # answered as soon as the leader appended it to its (unsynced) log
+    LEADER = "1"  # durable on the leader
+    QUORUM = "all"  # committed: durable on a majority, applied here
+
+
+@dataclass(slots=True)
+class _Waiter:
+    term: Term
+    base_offset: Offset
+    last_offset: Offset
+    commitment: Commitment
+    future: asyncio.Future[Offset]
+
+
+class RaftGroup:
+    def __init__(
+        self,
+        *,
+        group_id: GroupId,
+        node: RaftNode,
+        log: DurableLog,
+        hard_state_store: HardStateStore,
+        state_machine: StateMachine,
+        config: RaftConfig,
+    ) -> None:
+        self.group_id = group_id
+        self.node = node
+        self.log = log
+        self.hard_state_store = hard_state_store
+        self.state_machine = state_machine
+        self._config = config
+        self._waiters: deque[_Waiter] = deque()
+        self._read_waiters: dict[int, asyncio.Future[Offset]] = {}
+        self._next_read_id = 1
+        self.durable_offset = log.last_offset()
+        self.on_leadership_change: Callable[[RaftGroup], None] | None = None
+        # Set by the GroupHost: asks for a processing pass after a proposal or read.
+        self.wake: Callable[[], None] = _nothing
+
+    # -- proposals ---------------------------------------------------------------------------
+
+    def propose(
+        self, data: bytes, *, offset_count: int, commitment: Commitment
+    ) -> tuple[Offset, asyncio.Future[Offset]]:
+        """Append `data` as one entry; return its base offset and a future for `commitment`.
+
+        Raises NotLeaderError or ProposalDroppedError (both retriable) without side effects.
+        """
+        if len(self._waiters) >= self._config.proposals_max:
+            raise ProposalDroppedError(
+                f"group {self.group_id}: {len(self._waiters)} proposals already waiting "
+                f"(proposals_max={self._config.proposals_max})"
+            )
+        base_offset = self.node.propose(data, offset_count=offset_count)
+        self.wake()
+        future: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
+        last_offset = Offset(base_offset + offset_count - 1)
+        if commitment is Commitment.NONE:
+            future.set_result(base_offset)
+            return base_offset, future
+        assert not self._waiters or self._waiters[-1].last_offset < base_offset
+        self._waiters.append(_Waiter(self.node.term, base_offset, last_offset, commitment, future))
+        return base_offset, future
+
+    def read_index(self) -> asyncio.Future[Offset]:
+        """A linearizable commit offset (Raft §6.4), answered through a ReadState."""
+        if self.node.role is not Role.LEADER:
+            raise NotLeaderError(leader_hint=self.node.leader_id)
+        if len(self._read_waiters) >= self._config.read_index_requests_max:
+            raise ProposalDroppedError(f"group {self.group_id}: too many reads waiting")
+        request_id = self._next_read_id
+        self._next_read_id += 1
+        future: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
+        self._read_waiters[request_id] = future
+        self.node.read_index(request_id)
+        self.wake()
+        return future
+
+    # -- callbacks from the ready processor ------------------------------------------------------
+
+    def apply(self, entry: Entry) -> None:
+        self.state_machine.apply(entry)
+        while self._waiters and self._waiters[0].base_offset <= entry.last_offset:
+            waiter = self._waiters.popleft()
+            if waiter.future.done():
+                continue
+            same = waiter.base_offset == entry.offset and waiter.term == entry.term
+            if same:
+                waiter.future.set_result(waiter.base_offset)
+            else:
+                waiter.future.set_exception(
+                    ProposalDroppedError(
+                        f"group {self.group_id}: offsets [{waiter.base_offset}, "
+                        f"{waiter.last_offset}] of term {waiter.term} were replaced by a "
+                        f"newer leader's entry (term {entry.term})"
+                    )
+                )
+
+    def restore(self, snapshot: Snapshot) -> None:
+        self.state_machine.restore(snapshot)
+        self.fail_waiters(ProposalDroppedError(f"group {self.group_id}: snapshot installed"))
+
+    def on_read(self, read_state: ReadState) -> None:
+        future = self._read_waiters.pop(read_state.request_id, None)
+        if future is not None and not future.done():
+            future.set_result(read_state.commit_offset)
+
+    def on_durable(self, durable_offset: Offset) -> None:
+        """This node's fsync now covers offsets up to `durable_offset`."""
+        assert durable_offset >= -1
+        self.durable_offset = durable_offset
+        for waiter in self._waiters:
+            if waiter.last_offset > durable_offset:
+                break
+            if waiter.commitment is Commitment.LEADER and not waiter.future.done():
+                waiter.future.set_result(waiter.base_offset)
+
+    def fail_waiters(self, error: Exception) -> None:
+        """Answer every waiter with `error` (the group is closing or lost its state)."""
+        for waiter in self._waiters:
+            if not waiter.future.done():
+                waiter.future.set_exception(error)
+        self._waiters.clear()
+        for future in self._read_waiters.values():
+            if not future.done():
+                future.set_exception(error)
+        self._read_waiters.clear()
+
+    def fail_reads_if_not_leader(self) -> None:
+        """ReadIndex requests die with leadership; proposals do not (they may still commit)."""
+        if self.node.role is Role.LEADER:
+            return
+        error = NotLeaderError(leader_hint=self.node.leader_id)
+        for future in self._read_waiters.values():
+            if not future.done():
+                future.set_exception(error)
+        self._read_waiters.clear()
+
+
+def _nothing() -> None:
+    return None

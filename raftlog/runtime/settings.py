@@ -1,0 +1,125 @@
+"""How one node is started: identity, addresses, peers, data directory (CLI flags or TOML).
+
+`--peers` lists the initial voters of the metadata quorum as `ID=HOST:PORT` with their
+node-to-node (Raft) addresses; clients use `--listen`/`--advertise` (gRPC). A node whose id
+is not in `--peers` would join as an observer; every setting is validated eagerly and errors
+name the flag or key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raftlog.config import NodeConfig
+from raftlog.errors import ConfigError
+from raftlog.types import NodeId
+
+__all__ = ["Address", "BrokerSettings", "parse_address", "parse_peers", "settings_from_toml"]
+
+Address = tuple[str, int]
+
+
+def parse_address(text: str, *, setting: str) -> Address:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{setting}: expected HOST:PORT with a port in [0, 65535], got {text!r}")
+    return host, int(port)
+
+
+def parse_peers(text: str, *, setting: str = "--peers") -> dict[NodeId, Address]:
+    peers: dict[NodeId, Address] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        node, sep, address = item.partition("=")
+        if not sep or not node.isdigit():
+            raise ConfigError(f"{setting}: expected ID=HOST:PORT, got {item!r}")
+        node_id = NodeId(int(node))
+        if node_id in peers:
+            raise ConfigError(f"{setting}: node {node_id} is listed twice")
+        peers[node_id] = parse_address(address, setting=f"{setting} ({item})")
+    if not peers:
+        raise ConfigError(f"{setting}: at least one voter is required")
+    return peers
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerSettings:
+    node_id: NodeId
+    data_dir: Path
+    listen: Address
+    raft_listen: Address
+    peers: dict[NodeId, Address]
+    advertise: Address | None = None
+    raft_advertise: Address | None = None
+    cluster_id: str = "raftlog"
+    chaos: bool = False
+    config: NodeConfig = field(default_factory=NodeConfig)
+
+    def validate(self) -> BrokerSettings:
+        if self.node_id < 0:
+            raise ConfigError(f"node_id: must be >= 0, got {self.node_id}")
+        if not self.cluster_id or len(self.cluster_id) > 128:
+            raise ConfigError("cluster_id: must be 1 to 128 characters")
+        if len(self.peers) not in (1, 3, 5, 7):
+            raise ConfigError(
+                f"peers: the metadata quorum takes 1, 3, 5 or 7 voters, got {len(self.peers)}"
+            )
+        self.config.validate()
+        return self
+
+    @property
+    def client_address(self) -> str:
+        host, port = self.advertise or self.listen
+        return f"{host}:{port}"
+
+    @property
+    def raft_address(self) -> str:
+        host, port = self.raft_advertise or self.peers.get(self.node_id) or self.raft_listen
+        return f"{host}:{port}"
+
+
+def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
+    """Read `[node]` settings from a TOML file; keyword overrides win (from CLI flags)."""
+    try:
+        raw = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"--config {path}: {error}") from error
+    node = dict(raw.get("node", {}))
+    node.update({k: v for k, v in overrides.items() if v is not None})
+    known = {
+        "node_id",
+        "data_dir",
+        "listen",
+        "raft_listen",
+        "peers",
+        "advertise",
+        "raft_advertise",
+        "cluster_id",
+        "chaos",
+    }
+    unknown = sorted(set(node) - known)
+    if unknown:
+        raise ConfigError(f"--config {path}: unknown keys in [node]: {unknown}")
+    for required in ("node_id", "data_dir", "listen", "peers"):
+        if required not in node:
+            raise ConfigError(f"--config {path}: [node] {required} is required")
+    listen = parse_address(str(node["listen"]), setting="listen")
+    return BrokerSettings(
+        node_id=NodeId(int(node["node_id"])),
+        data_dir=Path(node["data_dir"]),
+        listen=listen,
+        raft_listen=parse_address(
+            str(node.get("raft_listen", f"{listen[0]}:{listen[1] + 100}")), setting="raft_listen"
+        ),
+        peers=parse_peers(str(node["peers"]), setting="peers"),
+        advertise=parse_address(str(node["advertise"]), setting="advertise")
+        if node.get("advertise")
+        else None,
+        raft_advertise=parse_address(str(node["raft_advertise"]), setting="raft_advertise")
+        if node.get("raft_advertise")
+        else None,
+        cluster_id=str(node.get("cluster_id", "raftlog")),
+        chaos=bool(node.get("chaos", False)),
+    ).validate()

@@ -1,0 +1,116 @@
+"""`raftlog serve`: run one node until SIGTERM or SIGINT.
+
+The node refuses to start under `python -O` (raftlog/__init__.py) and on any invalid
+setting, naming it. Logs go to stderr; the first line after start says where it listens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from raftlog.errors import ConfigError
+from raftlog.runtime.settings import BrokerSettings, parse_address, parse_peers, settings_from_toml
+from raftlog.types import NodeId
+
+__all__ = ["add_serve_parser", "run_serve"]
+
+
+def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("serve", help="run a raftlog node")
+    parser.add_argument("--config", type=Path, help="TOML file with a [node] table")
+    parser.add_argument("--node-id", type=int)
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument("--listen", help="client API HOST:PORT (gRPC)")
+    parser.add_argument("--advertise", help="client API address others should use")
+    parser.add_argument("--raft-listen", help="node-to-node HOST:PORT (default: listen port+100)")
+    parser.add_argument("--raft-advertise", help="node-to-node address others should use")
+    parser.add_argument(
+        "--peers", help="metadata quorum voters as ID=HOST:PORT,... (their node-to-node addresses)"
+    )
+    parser.add_argument("--cluster-id", default=None)
+    parser.add_argument("--log-level", default="INFO")
+    parser.set_defaults(func=run_serve)
+
+
+def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
+    if args.config is not None:
+        return settings_from_toml(
+            args.config,
+            node_id=args.node_id,
+            data_dir=str(args.data_dir) if args.data_dir else None,
+            listen=args.listen,
+            raft_listen=args.raft_listen,
+            peers=args.peers,
+            advertise=args.advertise,
+            raft_advertise=args.raft_advertise,
+            cluster_id=args.cluster_id,
+        )
+    missing = [
+        flag
+        for flag, value in (
+            ("--node-id", args.node_id),
+            ("--data-dir", args.data_dir),
+            ("--listen", args.listen),
+            ("--peers", args.peers),
+        )
+        if value is None
+    ]
+    if missing:
+        raise ConfigError(f"missing {', '.join(missing)} (or give --config FILE)")
+    listen = parse_address(args.listen, setting="--listen")
+    raft_listen = (
+        parse_address(args.raft_listen, setting="--raft-listen")
+        if args.raft_listen
+        else (listen[0], listen[1] + 100)
+    )
+    return BrokerSettings(
+        node_id=NodeId(args.node_id),
+        data_dir=args.data_dir,
+        listen=listen,
+        raft_listen=raft_listen,
+        peers=parse_peers(args.peers),
+        advertise=parse_address(args.advertise, setting="--advertise") if args.advertise else None,
+        raft_advertise=parse_address(args.raft_advertise, setting="--raft-advertise")
+        if args.raft_advertise
+        else None,
+        cluster_id=args.cluster_id or "raftlog",
+    ).validate()
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        settings = settings_from_args(args)
+    except ConfigError as error:
+        print(f"raftlog serve: {error}", file=sys.stderr)
+        return 2
+    return asyncio.run(_serve(settings))
+
+
+async def _serve(settings: BrokerSettings) -> int:
+    from raftlog.broker import Broker
+
+    broker = Broker(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await broker.start()
+    logging.getLogger("raftlog").info(
+        "node %s serving clients on %s, peers on %s",
+        settings.node_id,
+        settings.client_address,
+        settings.raft_address,
+    )
+    await stop.wait()
+    await broker.stop()
+    return 0

@@ -1,0 +1,264 @@
+"""gRPC servicers for cluster metadata: Admin, the Log service's Metadata and InitProducerId,
+and the node-to-controller Internal service.
+
+Theory of operation. Reads (Metadata, DescribeTopic, ListTopics, DescribeCluster) answer
+from this node's copy of the metadata state, so any node can serve them and a client may
+bootstrap anywhere. Writes go to the controller: a node that is not the controller answers
+NOT_CONTROLLER with the controller's id and address (clients retry there), except for
+node-internal commands (registration, heartbeats, leader reports), which a node forwards on
+its own through `Internal.SubmitMetadata`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import grpc
+from raftlog.metadata import (
+    ApplyResult,
+    CreateTopicRequest,
+    ErrorCode,
+    MetadataState,
+    decode_command,
+)
+from raftlog.metadata.commands import MetadataDecodeError
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+
+from raftlog import errors
+from raftlog.errors import NotControllerError
+from raftlog.types import NodeId
+
+if TYPE_CHECKING:
+    from raftlog.broker import Broker
+
+__all__ = ["AdminServicer", "InternalServicer", "metadata_response", "result_error"]
+
+TIMEOUT_MS_DEFAULT = 30_000
+TIMEOUT_MS_MAX = 300_000
+
+_RESULT_CODES = {
+    ErrorCode.TOPIC_ALREADY_EXISTS: pb.TOPIC_ALREADY_EXISTS,
+    ErrorCode.UNKNOWN_TOPIC: pb.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_PARTITION: pb.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.INVALID_PARTITIONS: pb.INVALID_PARTITIONS,
+    ErrorCode.INVALID_REPLICATION_FACTOR: pb.INVALID_REPLICATION_FACTOR,
+    ErrorCode.INVALID_CONFIG: pb.INVALID_CONFIG,
+}
+
+
+def result_error(result: ApplyResult) -> pb.Error | None:
+    if result.ok:
+        return None
+    return pb.Error(
+        code=_RESULT_CODES.get(result.code, pb.INVALID_REQUEST),  # type: ignore[arg-type]
+        message=f"{result.code.value}: {result.message}",
+        retriable=False,
+        leader_id=-1,
+    )
+
+
+def _raftlog_error(error: errors.RaftlogError, broker: Broker) -> pb.Error:
+    leader = getattr(error, "leader_hint", None)
+    if isinstance(error, NotControllerError):
+        code = pb.NOT_CONTROLLER
+    elif isinstance(error, errors.RequestTimedOutError | errors.ProposalDroppedError):
+        code = pb.REQUEST_TIMED_OUT
+    elif isinstance(error, errors.NotLeaderError):
+        code = pb.NOT_CONTROLLER
+    else:
+        code = pb.INVALID_REQUEST
+    return pb.Error(
+        code=code,  # type: ignore[arg-type]
+        message=str(error),
+        retriable=error.retriable,
+        leader_id=-1 if leader is None else leader,
+        leader_address="" if leader is None else broker.leader_address(leader),
+    )
+
+
+def _timeout_s(timeout_ms: int) -> float:
+    return (timeout_ms if 0 < timeout_ms <= TIMEOUT_MS_MAX else TIMEOUT_MS_DEFAULT) / 1000
+
+
+def topic_proto(broker: Broker, state: MetadataState, name: str) -> pb.TopicInfo | None:
+    topic = state.topic(name)
+    if topic is None:
+        return None
+    partitions = [
+        pb.PartitionInfo(
+            partition=int(p.partition),
+            leader_id=-1 if p.leader_id is None else int(p.leader_id),
+            leader_epoch=p.leader_epoch,
+            replicas=[int(r) for r in p.replicas],
+            high_watermark=broker.partition_high_watermark(name, int(p.partition)),
+        )
+        for p in state.partitions(name)
+    ]
+    return pb.TopicInfo(
+        name=topic.name,
+        topic_id=topic.topic_id,
+        replication_factor=topic.replication_factor,
+        partitions=partitions,
+        config=dict(topic.config),
+    )
+
+
+def _nodes(state: MetadataState) -> list[pb.Node]:
+    return [
+        pb.Node(node_id=int(n.node_id), address=n.client_address, alive=n.alive)
+        for n in state.nodes()
+    ]
+
+
+def _controller(broker: Broker) -> int:
+    controller = broker.controller_id
+    return -1 if controller is None else int(controller)
+
+
+def metadata_response(broker: Broker, request: pb.MetadataRequest) -> pb.MetadataResponse:
+    state = broker.metadata.state
+    names = list(request.topics) or [t.name for t in state.topics()]
+    topics = [t for t in (topic_proto(broker, state, n) for n in names) if t is not None]
+    return pb.MetadataResponse(
+        cluster_id=state.cluster_id,
+        controller_id=_controller(broker),
+        nodes=_nodes(state),
+        topics=topics,
+    )
+
+
+class AdminServicer(pb_grpc.AdminServicer):
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def CreateTopic(
+        self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateTopicResponse:
+        try:
+            result = await self._broker.create_topic(
+                CreateTopicRequest(
+                    name=request.name,
+                    partition_count=request.partitions,
+                    replication_factor=request.replication_factor,
+                    config=dict(request.config),
+                ),
+                timeout_s=_timeout_s(request.timeout_ms),
+            )
+        except errors.RaftlogError as error:
+            return pb.CreateTopicResponse(error=_raftlog_error(error, self._broker))
+        except TimeoutError:
+            return pb.CreateTopicResponse(
+                error=pb.Error(code=pb.REQUEST_TIMED_OUT, message="create not committed in time")
+            )
+        error_proto = result_error(result)
+        if error_proto is not None:
+            return pb.CreateTopicResponse(error=error_proto)
+        topic = topic_proto(self._broker, self._broker.metadata.state, request.name)
+        return pb.CreateTopicResponse(topic=topic)
+
+    async def DeleteTopic(
+        self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteTopicResponse:
+        try:
+            result = await self._broker.delete_topic(
+                request.name, timeout_s=_timeout_s(request.timeout_ms)
+            )
+        except errors.RaftlogError as error:
+            return pb.DeleteTopicResponse(error=_raftlog_error(error, self._broker))
+        except TimeoutError:
+            return pb.DeleteTopicResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
+        return pb.DeleteTopicResponse(error=result_error(result))
+
+    async def CreatePartitions(
+        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreatePartitionsResponse:
+        try:
+            result = await self._broker.create_partitions(
+                request.name, request.total_count, timeout_s=_timeout_s(request.timeout_ms)
+            )
+        except errors.RaftlogError as error:
+            return pb.CreatePartitionsResponse(error=_raftlog_error(error, self._broker))
+        except TimeoutError:
+            return pb.CreatePartitionsResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
+        return pb.CreatePartitionsResponse(error=result_error(result))
+
+    async def DescribeTopic(
+        self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeTopicResponse:
+        topic = topic_proto(self._broker, self._broker.metadata.state, request.name)
+        if topic is None:
+            return pb.DescribeTopicResponse(
+                error=pb.Error(
+                    code=pb.UNKNOWN_TOPIC_OR_PARTITION, message=f"unknown topic {request.name!r}"
+                )
+            )
+        return pb.DescribeTopicResponse(topic=topic)
+
+    async def ListTopics(
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTopicsResponse:
+        return pb.ListTopicsResponse(
+            names=sorted(t.name for t in self._broker.metadata.state.topics())
+        )
+
+    async def DescribeCluster(
+        self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DescribeClusterResponse:
+        state = self._broker.metadata.state
+        return pb.DescribeClusterResponse(
+            cluster_id=state.cluster_id,
+            controller_id=_controller(self._broker),
+            nodes=_nodes(state),
+        )
+
+
+class InternalServicer(pb_grpc.InternalServicer):
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def SubmitMetadata(
+        self, request: pb.SubmitMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SubmitMetadataResponse:
+        try:
+            command = decode_command(request.command)
+        except MetadataDecodeError as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"command: {error}")
+            raise
+        if not self._broker.is_controller():
+            controller = self._broker.controller_id
+            return pb.SubmitMetadataResponse(
+                error=_raftlog_error(NotControllerError(leader_hint=controller), self._broker)
+            )
+        try:
+            result = await self._broker.submit(command, timeout_s=_timeout_s(request.timeout_ms))
+        except errors.RaftlogError as error:
+            return pb.SubmitMetadataResponse(error=_raftlog_error(error, self._broker))
+        except TimeoutError:
+            return pb.SubmitMetadataResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
+        return pb.SubmitMetadataResponse(
+            result_code=result.code.value,
+            result_message=result.message,
+            producer_id_first=-1 if result.producer_id_first is None else result.producer_id_first,
+        )
+
+
+async def forward_to_controller(
+    address: str, command_bytes: bytes, timeout_s: float
+) -> ApplyResult:
+    """Client side of Internal.SubmitMetadata, used by a node that is not the controller."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.InternalStub(channel)
+        response = await stub.SubmitMetadata(
+            pb.SubmitMetadataRequest(command=command_bytes, timeout_ms=int(timeout_s * 1000)),
+            timeout=timeout_s,
+        )
+    if response.HasField("error") and response.error.code != pb.NONE:
+        hint = response.error.leader_id
+        raise NotControllerError(leader_hint=None if hint < 0 else NodeId(hint))
+    first = response.producer_id_first
+    return ApplyResult(
+        ErrorCode(response.result_code),
+        response.result_message,
+        producer_id_first=None if first < 0 else first,
+    )

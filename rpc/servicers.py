@@ -1,0 +1,168 @@
+"""gRPC servicers of the raftlog.v1 API: requests in, broker calls, responses out.
+
+Theory of operation. This module is the only place that knows both protobuf and the broker's
+exception tree. Each handler validates the request eagerly (a malformed request as a whole is
+INVALID_ARGUMENT with a message naming the field), calls the broker, and maps every raftlog
+error onto the per-partition `Error` message (code, message, retriable, leader hint), so one
+bad partition never fails a connection and clients always learn where the leader went.
+Unexpected exceptions are not swallowed: gRPC turns them into INTERNAL and the log records them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import grpc
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+
+from raftlog import errors
+from raftlog.runtime.group import Commitment
+
+if TYPE_CHECKING:
+    from raftlog.broker import Broker
+
+__all__ = ["LogServicer", "error_proto"]
+
+FETCH_BYTES_MAX = 64 * 1024 * 1024
+WAIT_MS_MAX = 60_000
+TIMEOUT_MS_MAX = 300_000
+
+_ACKS = {
+    pb.ACKS_ALL: Commitment.QUORUM,
+    pb.ACKS_LEADER: Commitment.LEADER,
+    pb.ACKS_NONE: Commitment.NONE,
+}
+
+# Most specific first: LeaderNotReadyError is also a NotLeaderError.
+_CODES: list[tuple[type[errors.RaftlogError], int]] = [
+    (errors.NotControllerError, pb.NOT_CONTROLLER),
+    (errors.LeaderNotReadyError, pb.NOT_LEADER),
+    (errors.NotLeaderError, pb.NOT_LEADER),
+    (errors.UnknownTopicOrPartitionError, pb.UNKNOWN_TOPIC_OR_PARTITION),
+    (errors.BatchTooLargeError, pb.BATCH_TOO_LARGE),
+    (errors.CorruptBatchError, pb.CORRUPT_BATCH),
+    (errors.RequestTimedOutError, pb.REQUEST_TIMED_OUT),
+    (errors.OffsetOutOfRangeError, pb.OFFSET_OUT_OF_RANGE),
+    (errors.OutOfOrderSequenceError, pb.OUT_OF_ORDER_SEQUENCE),
+    (errors.ProducerFencedError, pb.INVALID_PRODUCER_EPOCH),
+    (errors.ProposalDroppedError, pb.NOT_ENOUGH_REPLICAS),
+]
+
+
+def error_proto(error: errors.RaftlogError, broker: Broker) -> pb.Error:
+    code = next((c for kind, c in _CODES if isinstance(error, kind)), pb.INVALID_REQUEST)
+    leader = getattr(error, "leader_hint", None)
+    return pb.Error(
+        code=code,  # type: ignore[arg-type]
+        message=str(error),
+        retriable=error.retriable,
+        leader_id=-1 if leader is None else leader,
+        leader_address="" if leader is None else broker.leader_address(leader),
+    )
+
+
+async def _invalid(context: grpc.aio.ServicerContext, message: str) -> None:
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+async def _check_partition(context: grpc.aio.ServicerContext, topic: str, partition: int) -> None:
+    if not topic:
+        await _invalid(context, "topic: must not be empty")
+    if partition < 0:
+        await _invalid(context, f"partition: must be >= 0, got {partition}")
+
+
+class LogServicer(pb_grpc.LogServicer):
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ProduceResponse:
+        await _check_partition(context, request.topic, request.partition)
+        if not request.batches:
+            await _invalid(context, "batches: at least one record batch is required")
+        if request.acks not in _ACKS:
+            await _invalid(context, f"acks: unknown value {request.acks}")
+        if not 0 <= request.timeout_ms <= TIMEOUT_MS_MAX:
+            await _invalid(context, f"timeout_ms: must be in [0, {TIMEOUT_MS_MAX}]")
+        timeout_s = (request.timeout_ms or 30_000) / 1000
+        try:
+            result = await self._broker.produce(
+                request.topic,
+                request.partition,
+                list(request.batches),
+                commitment=_ACKS[request.acks],
+                timeout_s=timeout_s,
+            )
+        except errors.RaftlogError as error:
+            return pb.ProduceResponse(error=error_proto(error, self._broker))
+        return pb.ProduceResponse(
+            base_offset=result.base_offset,
+            last_offset=result.last_offset,
+            high_watermark=result.high_watermark,
+            log_append_time_ms=-1,
+        )
+
+    async def Fetch(
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+    ) -> pb.FetchResponse:
+        await _check_partition(context, request.topic, request.partition)
+        if request.offset < 0:
+            await _invalid(context, f"offset: must be >= 0, got {request.offset}")
+        if not 0 < request.max_bytes <= FETCH_BYTES_MAX:
+            await _invalid(context, f"max_bytes: must be in [1, {FETCH_BYTES_MAX}]")
+        if not 0 <= request.max_wait_ms <= WAIT_MS_MAX:
+            await _invalid(context, f"max_wait_ms: must be in [0, {WAIT_MS_MAX}]")
+        try:
+            result = await self._broker.fetch(
+                request.topic,
+                request.partition,
+                request.offset,
+                bytes_max=request.max_bytes,
+                wait_ms_max=request.max_wait_ms,
+                bytes_min=max(1, request.min_bytes),
+            )
+        except errors.RaftlogError as error:
+            return pb.FetchResponse(error=error_proto(error, self._broker))
+        return pb.FetchResponse(
+            batches=result.batches,
+            high_watermark=result.high_watermark,
+            log_start_offset=result.log_start_offset,
+            leader_epoch=result.leader_epoch,
+        )
+
+    async def ListOffsets(
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListOffsetsResponse:
+        await _check_partition(context, request.topic, request.partition)
+        if request.spec not in (pb.EARLIEST, pb.LATEST, pb.TIMESTAMP):
+            await _invalid(context, f"spec: unknown value {request.spec}")
+        try:
+            offset = self._broker.list_offsets(
+                request.topic, request.partition, request.spec, request.timestamp_ms
+            )
+        except errors.RaftlogError as error:
+            return pb.ListOffsetsResponse(error=error_proto(error, self._broker))
+        return pb.ListOffsetsResponse(offset=offset)
+
+    async def Metadata(
+        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MetadataResponse:
+        from raftlog.rpc.admin_servicer import metadata_response
+
+        return metadata_response(self._broker, request)
+
+    async def InitProducerId(
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
+    ) -> pb.InitProducerIdResponse:
+        try:
+            producer_id = await self._broker.allocate_producer_id(timeout_s=10.0)
+        except errors.RaftlogError as error:
+            return pb.InitProducerIdResponse(error=error_proto(error, self._broker))
+        except TimeoutError:
+            return pb.InitProducerIdResponse(
+                error=pb.Error(code=pb.REQUEST_TIMED_OUT, message="no producer id in time")
+            )
+        return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
