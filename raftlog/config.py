@@ -115,7 +115,8 @@ class LogConfig:
         _require(
             self.batch_bytes_max <= self.segment_bytes_max,
             "batch_bytes_max",
-            f"must not exceed segment_bytes_max ({self.batch_bytes_max} > {self.segment_bytes_max})",
+            f"must not exceed segment_bytes_max "
+            f"({self.batch_bytes_max} > {self.segment_bytes_max})",
         )
         _require(
             self.decompressed_bytes_max >= self.batch_bytes_max,

@@ -6,15 +6,14 @@ core requires:
 
     1. send each Ready's `messages` (a leader's appends go out before its own fsync);
     2. persist: install snapshots, append entries, save hard state (buffered writes);
-    3. one trip to the disk thread fsyncs every log and hard state touched in this pass
-       (group commit: one wait covers the appends of many groups);
+    3. fsync every log touched in this pass (group commit: the appends a pass gathered from
+       many proposals and groups share one round of fsyncs);
     4. send `persisted_messages` (votes, append acknowledgements), apply committed entries,
        answer reads, `advance`.
 
-Only step 3 leaves the event loop; while it runs, other tasks may step or propose into the
-groups (the core allows that between `ready()` and `advance()`), but no group produces a new
-Ready until its previous one is advanced. Messages for a group this node does not host (yet)
-are dropped: Raft retries, and the metadata quorum creates the group soon.
+A pass runs to the end without yielding to the loop, so no group is stepped between its
+`ready()` and `advance()` here (the core would allow it). Messages for a group this node does
+not host (yet) are dropped: Raft retries, and the metadata quorum creates the group soon.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from collections.abc import Callable, Iterable
 
 from raftlog.raft.types import Message
 from raftlog.runtime.group import RaftGroup
-from raftlog.runtime.ready import process_ready
+from raftlog.runtime.ready import complete_ready, persist_ready
 from raftlog.types import GroupId, NodeId
 
 __all__ = ["GroupHost"]
@@ -105,29 +104,46 @@ class GroupHost:
             self._wake.set()
 
     async def process_pass(self) -> None:
-        """One pass over every group that has work."""
-        # TODO(group commit): split persist and complete so one disk trip covers all groups.
-        busy = [group for group in list(self._groups.values()) if group.node.has_ready()]
-        if not busy:
+        """One group-commit pass over every group that has work."""
+        batch = [
+            (group, group.node.ready())
+            for group in list(self._groups.values())
+            if group.node.has_ready()
+        ]
+        if not batch:
             return
         self.passes += 1
-        for group in busy:
-            ready = process_ready(
+        for group, ready in batch:
+            persist_ready(
                 group.node,
+                ready,
                 log=group.log,
                 hard_state_store=group.hard_state_store,
                 send=self._sender(group),
-                apply=group.apply,
                 restore=group.restore,
-                on_read=group.on_read,
             )
+        # One pass, one round of fsyncs for every group that wrote. They run on the loop
+        # thread: the segmented log is not thread-safe, and a fetch or a Raft read could
+        # touch the same log while a disk thread synced it.
+        for group, ready in batch:
+            if ready.must_sync:
+                group.log.sync()
+        for group, ready in batch:
             if ready.entries:
                 group.on_durable(ready.entries[-1].last_offset)
+            complete_ready(
+                group.node,
+                ready,
+                send=self._sender(group),
+                apply=group.apply,
+                on_read=group.on_read,
+            )
             if ready.soft_state is not None:
                 group.fail_reads_if_not_leader()
                 if group.on_leadership_change is not None:
                     group.on_leadership_change(group)
-        if any(group.node.has_ready() for group in busy):
+        # A pass may leave more work (e.g. entries committed by the acks it just sent).
+        if any(group.node.has_ready() for group, _ in batch):
             self._wake.set()
 
     def _sender(self, group: RaftGroup) -> Callable[[Message], None]:
