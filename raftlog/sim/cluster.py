@@ -103,6 +103,7 @@ class RunStats:
     crashes: int
     messages_delivered: int
     last_offset: Offset
+    exercised: tuple[tuple[str, int], ...]  # feature -> times, for coverage reports
 
 
 class Cluster:
@@ -236,6 +237,7 @@ class Cluster:
         self.checker.on_restore(node.node_id, snapshot)
         node.applied_offset = snapshot.meta.offset
         self.trace.add(f"restore {node.node_id} to", snapshot.meta.offset)
+        self.workload.counts["snapshots installed"] += 1
 
     def _on_read(self, node: SimNode, read_state: ReadState) -> None:
         self.workload.on_read(node, read_state.request_id, read_state.commit_offset)
@@ -388,6 +390,7 @@ class Cluster:
             crashes=self.crashes,
             messages_delivered=self.delivered,
             last_offset=leader.raft.last_offset if leader and leader.raft else NO_OFFSET,
+            exercised=tuple(sorted(self.workload.counts.items())),
         )
 
     def heal(self) -> int:

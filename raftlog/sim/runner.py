@@ -51,6 +51,7 @@ class SeedResult:
                 f"{head}: ok: {s.proposed} proposed, {s.acked} acked, {s.lost} lost, "
                 f"{s.crashes} crashes, {s.messages_delivered} messages, last offset "
                 f"{s.last_offset}, healed in {s.heal_steps} steps"
+                + "".join(f", {count} {what}" for what, count in s.exercised)
             )
         first_line = self.detail.splitlines()[0] if self.detail else ""
         return f"{head}: FAILED {self.invariant}: {first_line[:400]}"

@@ -18,6 +18,7 @@ only traced: the API is called as is, nothing is feature-detected.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,8 @@ class Workload:
         self.lost_count = 0
         self.proposed_count = 0
         self._reads: dict[tuple[NodeId, int, int], Offset] = {}
+        # What the run exercised (membership changes, compactions, transfers, reads, ...).
+        self.counts: Counter[str] = Counter()
 
     # --- proposals ---
 
@@ -117,6 +120,7 @@ class Workload:
         required = self._reads.pop((node.node_id, node.incarnation, request_id), None)
         if required is not None:
             self._checker.on_read(node.node_id, commit_offset, required)
+            self.counts["reads"] += 1
 
     # --- operators ---
 
@@ -146,6 +150,7 @@ class Workload:
         try:
             leader.raft.propose_membership(target)
             self._trace.add(f"membership at {leader.node_id}", target)
+            self.counts["membership changes"] += 1
         except RaftError as error:
             self._trace.add(f"membership refused at {leader.node_id}", error)
 
@@ -162,12 +167,14 @@ class Workload:
         )
         log.compact(snapshot)
         self._trace.add(f"compact {node.node_id} to", entry.last_offset)
+        self.counts["compactions"] += 1
 
     def transfer(self, leader: SimNode, to: NodeId) -> None:
         assert leader.raft is not None and to != leader.node_id
         try:
             leader.raft.transfer_leadership(to)
             self._trace.add(f"transfer {leader.node_id} ->", to)
+            self.counts["transfers"] += 1
         except RaftError as error:
             self._trace.add(f"transfer refused at {leader.node_id}", error)
 
