@@ -52,6 +52,7 @@ from raftlog.metadata import (
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Membership, Role
+from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
 from raftlog.runtime.host import GroupHost
@@ -80,11 +81,16 @@ class Broker:
         self._producer_ids_next = 0
         self._producer_ids_end = 0
         self._rng = random.Random()
+        # Only a node started with --chaos has a fault hook on its transport (chaos suite).
+        self.faults = (
+            FaultInjector(rng=random.Random(self._rng.getrandbits(64))) if settings.chaos else None
+        )
         self.transport = PeerTransport(
             node_id=self.node_id,
             cluster_id=settings.cluster_id,
             config=self.config.transport,
             on_messages=self._on_messages,
+            faults=self.faults,
         )
         self.host = GroupHost(
             node_id=self.node_id,

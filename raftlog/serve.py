@@ -33,6 +33,11 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "--peers", help="metadata quorum voters as ID=HOST:PORT,... (their node-to-node addresses)"
     )
     parser.add_argument("--cluster-id", default=None)
+    parser.add_argument(
+        "--chaos",
+        action="store_true",
+        help="enable the fault-injection hook (Internal.SetFaults); for chaos tests only",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run_serve)
 
@@ -49,6 +54,7 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
             advertise=args.advertise,
             raft_advertise=args.raft_advertise,
             cluster_id=args.cluster_id,
+            chaos=args.chaos or None,
         )
     missing = [
         flag
@@ -79,6 +85,7 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
         if args.raft_advertise
         else None,
         cluster_id=args.cluster_id or "raftlog",
+        chaos=args.chaos,
     ).validate()
 
 

@@ -11,6 +11,8 @@ its own through `Internal.SubmitMetadata`.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import TYPE_CHECKING
 
 import grpc
@@ -22,6 +24,7 @@ from raftlog.metadata import (
     decode_command,
 )
 from raftlog.metadata.commands import MetadataDecodeError
+from raftlog.rpc.faults import Direction, FaultInjector, LinkFaults
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
@@ -241,6 +244,73 @@ class InternalServicer(pb_grpc.InternalServicer):
             result_message=result.message,
             producer_id_first=-1 if result.producer_id_first is None else result.producer_id_first,
         )
+
+    async def SetFaults(
+        self, request: pb.SetFaultsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetFaultsResponse:
+        injector = self._broker.faults
+        if injector is None:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"node {self._broker.node_id} was not started with --chaos",
+            )
+            raise AssertionError("unreachable")
+        try:
+            rules = json.loads(request.rules_json)
+            if not isinstance(rules, dict):
+                raise ValueError("rules_json: expected a JSON object")
+            apply_fault_rules(injector, rules)
+        except (ValueError, TypeError, errors.ConfigError) as error:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"rules_json: {error}")
+        return pb.SetFaultsResponse(state_json=fault_state_json(injector))
+
+
+def apply_fault_rules(injector: FaultInjector, rules: dict[str, object]) -> None:
+    """Apply one SetFaults rule object (see rpc/v1/raftlog.proto) to `injector`."""
+    directions = {
+        "both": Direction.BOTH,
+        "outgoing": Direction.OUTGOING,
+        "incoming": Direction.INCOMING,
+    }
+    direction = directions.get(str(rules.get("direction", "both")))
+    if direction is None:
+        raise ValueError(
+            f"direction: expected one of {sorted(directions)}, got {rules.get('direction')!r}"
+        )
+    if rules.get("heal"):
+        injector.heal()
+    for peer in _peer_list(rules, "block"):
+        injector.block(peer, direction=direction)
+    for peer in _peer_list(rules, "unblock"):
+        injector.unblock(peer, direction=direction)
+    link = rules.get("link")
+    if link is not None:
+        if not isinstance(link, dict):
+            raise ValueError("link: expected an object")
+        fields = dict(link)
+        peer = fields.pop("peer", None)
+        injector.set_link(None if peer is None else NodeId(int(peer)), LinkFaults(**fields))
+
+
+def _peer_list(rules: dict[str, object], key: str) -> list[NodeId]:
+    value = rules.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
+        raise ValueError(f"{key}: expected a list of node ids, got {value!r}")
+    return [NodeId(v) for v in value]
+
+
+def fault_state_json(injector: FaultInjector) -> str:
+    state = injector.state()
+    return json.dumps(
+        {
+            "blocked_outgoing": sorted(state.blocked_outgoing),
+            "blocked_incoming": sorted(state.blocked_incoming),
+            "default_link": dataclasses.asdict(state.default_link),
+            "links": {str(k): dataclasses.asdict(v) for k, v in sorted(state.links.items())},
+            "counters": dataclasses.asdict(injector.counters),
+        },
+        sort_keys=True,
+    )
 
 
 async def forward_to_controller(

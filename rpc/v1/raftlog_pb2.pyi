@@ -369,3 +369,15 @@ class SubmitMetadataResponse(_message.Message):
     result_message: str
     producer_id_first: int
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., result_code: _Optional[str] = ..., result_message: _Optional[str] = ..., producer_id_first: _Optional[int] = ...) -> None: ...
+
+class SetFaultsRequest(_message.Message):
+    __slots__ = ("rules_json",)
+    RULES_JSON_FIELD_NUMBER: _ClassVar[int]
+    rules_json: str
+    def __init__(self, rules_json: _Optional[str] = ...) -> None: ...
+
+class SetFaultsResponse(_message.Message):
+    __slots__ = ("state_json",)
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    state_json: str
+    def __init__(self, state_json: _Optional[str] = ...) -> None: ...

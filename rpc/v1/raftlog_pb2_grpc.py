@@ -570,12 +570,23 @@ class InternalStub:
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataRequest.SerializeToString,
                 response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataResponse.FromString,
                 _registered_method=True)
+        self.SetFaults = channel.unary_unary(
+                '/raftlog.v1.Internal/SetFaults',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SetFaultsRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SetFaultsResponse.FromString,
+                _registered_method=True)
 
 
 class InternalServicer:
     """Missing associated documentation comment in .proto file."""
 
     def SubmitMetadata(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetFaults(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -588,6 +599,11 @@ def add_InternalServicer_to_server(servicer, server):
                     servicer.SubmitMetadata,
                     request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataRequest.FromString,
                     response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataResponse.SerializeToString,
+            ),
+            'SetFaults': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetFaults,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SetFaultsRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SetFaultsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -617,6 +633,33 @@ class Internal:
             '/raftlog.v1.Internal/SubmitMetadata',
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataRequest.SerializeToString,
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SubmitMetadataResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetFaults(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Internal/SetFaults',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SetFaultsRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.SetFaultsResponse.FromString,
             options,
             channel_credentials,
             insecure,
