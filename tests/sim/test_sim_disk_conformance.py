@@ -24,7 +24,7 @@ MEMBERSHIP = Membership(frozenset({NodeId(1), NodeId(2)}))
 def _reads(log: SimLog | MemoryStorage) -> tuple[object, ...]:
     first, last = log.first_offset(), log.last_offset()
     terms = tuple(log.term_at(Offset(o)) for o in range(-1, last + 3))
-    batches = []
+    batches: list[tuple[Entry, ...] | None] = []
     for offset in range(first, last + 1):
         for bytes_max in (1, 200, 10_000):
             try:
