@@ -79,6 +79,7 @@ def tick_leader(node: RaftNode) -> None:
     if node.heartbeat_elapsed_ticks >= node.config.heartbeat_interval_ticks:
         node.heartbeat_elapsed_ticks = 0
         replication.bcast_heartbeat(node, node.reads.latest_context())
+    assert node.heartbeat_elapsed_ticks < node.config.heartbeat_interval_ticks
 
 
 def _quorum_active(node: RaftNode) -> bool:
@@ -88,6 +89,7 @@ def _quorum_active(node: RaftNode) -> bool:
         if progress.recent_active:
             active.add(member)
         progress.recent_active = False
+    assert not any(progress.recent_active for progress in node.progress.values())
     return quorum.has_quorum(node.configs.current.voters, active)
 
 
@@ -99,6 +101,7 @@ def start_election(node: RaftNode, *, transfer: bool) -> None:
         _request_votes(node, Term(node.current_term + 1), pre_vote=True, transfer=False)
     else:
         _campaign_for_real(node, transfer=transfer)
+    assert node.current_role is not Role.FOLLOWER or node.current_leader is None
 
 
 def _campaign_for_real(node: RaftNode, *, transfer: bool) -> None:
@@ -107,6 +110,8 @@ def _campaign_for_real(node: RaftNode, *, transfer: bool) -> None:
 
 
 def _request_votes(node: RaftNode, term: Term, *, pre_vote: bool, transfer: bool) -> None:
+    assert node.current_role is (Role.PRE_CANDIDATE if pre_vote else Role.CANDIDATE)
+    assert term == node.current_term + (1 if pre_vote else 0), (term, node.current_term)
     node.votes[node.node_id] = True
     if _tally(node, pre_vote=pre_vote):
         return  # a single voter wins at once
@@ -186,6 +191,7 @@ def _log_up_to_date(node: RaftNode, message: VoteRequest) -> bool:
 
 
 def on_vote_request(node: RaftNode, message: VoteRequest) -> None:
+    assert message.term >= node.current_term, "check_term drops requests of older terms"
     can_vote = (
         node.voted_for == message.sender
         or (node.voted_for is None and node.current_leader is None)
@@ -214,6 +220,7 @@ def on_vote_response(node: RaftNode, message: VoteResponse) -> None:
         expected_role, expected_term = Role.PRE_CANDIDATE, node.current_term + 1
     else:
         expected_role, expected_term = Role.CANDIDATE, node.current_term
+    assert message.term >= node.current_term, "check_term drops answers of older terms"
     if node.current_role is not expected_role:
         return
     if message.granted and message.term != expected_term:
@@ -235,12 +242,14 @@ def start_transfer(node: RaftNode, to: NodeId) -> None:
     assert node.current_role is Role.LEADER
     if to == node.node_id or node.lead_transferee == to:
         return
+    assert to in node.configs.current.voters, to
     node.lead_transferee = to
     node.election_elapsed_ticks = 0  # the transfer aborts after one election timeout
     maybe_send_timeout_now(node, to)
 
 
 def maybe_send_timeout_now(node: RaftNode, to: NodeId) -> None:
+    assert node.current_role is Role.LEADER and node.lead_transferee == to
     progress = node.progress.get(to)
     if progress is None:
         return

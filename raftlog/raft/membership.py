@@ -98,6 +98,7 @@ class ConfigHistory:
         assert all(offset > commit_offset for offset, _ in self.uncommitted)
 
     def on_restore(self, membership: Membership, snapshot_offset: Offset) -> None:
+        assert snapshot_offset >= self.base_offset, (snapshot_offset, self.base_offset)
         self.base = membership
         self.base_offset = snapshot_offset
         self.uncommitted = []

@@ -72,6 +72,7 @@ class ReadIndexQueue:
 
     def ack(self, node: RaftNode, sender: NodeId, read_context: int) -> None:
         """`sender` acknowledged our leadership after every read up to `read_context`."""
+        assert node.current_role is Role.LEADER and read_context < self.next_context
         for read in self.pending:
             if read.read_context > read_context:
                 break

@@ -97,12 +97,14 @@ def _send_snapshot(node: RaftNode, peer: NodeId, progress: Progress) -> bool:
 
 def bcast_append(node: RaftNode) -> None:
     """Send every follower what it lacks (empty appends carry a new commit offset)."""
+    assert node.current_role is Role.LEADER
     for peer in _peers(node):
         send_append(node, peer)
 
 
 def _fill_pipeline(node: RaftNode, peer: NodeId) -> None:
     """Send appends until the follower is up to date or its window is full (bounded)."""
+    assert node.current_role is Role.LEADER and peer != node.node_id
     for _ in range(node.config.inflight_messages_max):
         if not send_append(node, peer, send_empty=False):
             return
@@ -111,6 +113,7 @@ def _fill_pipeline(node: RaftNode, peer: NodeId) -> None:
 def bcast_heartbeat(node: RaftNode, read_context: int) -> None:
     """Raft §5.2 heartbeats; each commit is capped at the follower's match so a follower
     never commits an offset it has not matched with this leader."""
+    assert node.current_role is Role.LEADER and read_context >= 0
     for peer in _peers(node):
         progress = node.progress[peer]
         commit = min(node.commit, progress.match)
@@ -123,6 +126,7 @@ def bcast_heartbeat(node: RaftNode, read_context: int) -> None:
 
 def tick_snapshots(node: RaftNode) -> None:
     """A snapshot unanswered for an election timeout was probably lost: probe again."""
+    assert node.current_role is Role.LEADER
     for progress in node.progress.values():
         if progress.state is ProgressState.SNAPSHOT:
             progress.snapshot_elapsed_ticks += 1
@@ -131,6 +135,7 @@ def tick_snapshots(node: RaftNode) -> None:
 
 
 def on_append_response(node: RaftNode, message: AppendResponse) -> None:
+    assert message.term == node.current_term, "check_term dropped other terms"
     if node.current_role is not Role.LEADER:
         return
     progress = node.progress.get(message.sender)
@@ -147,8 +152,8 @@ def on_append_response(node: RaftNode, message: AppendResponse) -> None:
         progress.state is ProgressState.SNAPSHOT and snapshot_done
     ):
         progress.become_replicate()
-    if maybe_commit(node):
-        bcast_append(node)
+    if maybe_commit(node) and node.current_role is Role.LEADER:
+        bcast_append(node)  # (a leader removed by what just committed has stepped down)
     if node.current_role is Role.LEADER and message.sender in node.progress:
         _fill_pipeline(node, message.sender)
         if progress.sent_commit < min(node.commit, progress.match):
@@ -183,10 +188,12 @@ def _retreat(node: RaftNode, message: AppendResponse, progress: Progress) -> Off
         return Offset(hint)
     term = Term(min(hint_term, message.conflict_term + 1))
     start = node.log.first_offset_of_term_at_least(term)
+    assert start <= hint, (start, hint)  # hint's own term is >= `term`
     return max(progress.match, Offset(start - 1))
 
 
 def on_heartbeat_response(node: RaftNode, message: HeartbeatResponse) -> None:
+    assert message.term == node.current_term, "check_term dropped other terms"
     if node.current_role is not Role.LEADER:
         return
     progress = node.progress.get(message.sender)
@@ -218,6 +225,7 @@ def maybe_commit(node: RaftNode) -> bool:
     if node.log.term_at(candidate) != node.current_term and not old_term_allowed:
         return False
     _commit_to(node, candidate)
+    assert node.commit == candidate
     return True
 
 
@@ -239,7 +247,8 @@ def on_durable(node: RaftNode) -> None:
     """After advance(): the leader's own durable log counts towards the quorum now."""
     if node.current_role is Role.LEADER:
         own = node.progress[node.node_id]
-        if own.maybe_update(node.log.durable_last_offset()) and maybe_commit(node):
+        committed = own.maybe_update(node.log.durable_last_offset()) and maybe_commit(node)
+        if committed and node.current_role is Role.LEADER:
             bcast_append(node)
     else:
         follower.maybe_advance_commit(node)
