@@ -12,6 +12,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from raftlog.config import LogConfig
 from raftlog.raft.ports import DurableLog
@@ -172,3 +175,119 @@ def test_install_snapshot_interrupted_by_a_crash_is_finished_on_open() -> None:
     assert reopened.term_at(Offset(40)) == 7
     reopened.append([_data_entry(8, 41)])
     assert reopened.entries(Offset(41), bytes_max=1)[0].term == 8
+
+
+class RaftLogMachine(RuleBasedStateMachine):
+    """RaftLogStorage against a list of entries, through crashes: after a crash the storage
+    holds a prefix of the model that keeps every synced entry (Raft §5.1: what a node has
+    acknowledged is on disk), and every term_at agrees with the model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.files = SimFileSystem(seed=0)
+        self.storage = _open(self.files)
+        self.model: list[Entry] = []
+        self.durable_count = 0
+        self.snapshot_offset = -1
+        self.snapshot_term = 0
+        self.term = 1
+
+    @initialize(seed=st.integers(0, 2**32 - 1))
+    def seed_the_file_system(self, seed: int) -> None:
+        self.files.random.seed(seed)
+
+    def _next_offset(self, keep: int) -> int:
+        return self.model[keep - 1].last_offset + 1 if keep else self.snapshot_offset + 1
+
+    @rule(
+        back=st.integers(0, 3),
+        count=st.integers(1, 3),
+        bump=st.booleans(),
+        kind=st.sampled_from([EntryKind.DATA, EntryKind.NOOP, EntryKind.CONFIG, None]),
+    )
+    def append(self, back: int, count: int, bump: bool, kind: EntryKind | None) -> None:
+        keep = max(self.durable_count if back > 2 else 0, len(self.model) - back)
+        start, self.term = self._next_offset(keep), self.term + int(bump)
+        if kind is None:
+            new = _data_entry(self.term, start, count)  # a real batch
+        else:
+            new = Entry(
+                Term(self.term),
+                Offset(start),
+                1 if kind is not EntryKind.DATA else count,
+                kind,
+                b"x" * count,
+            )
+        self.storage.append([new])
+        self.model = [*self.model[:keep], new]
+        self.durable_count = min(self.durable_count, keep)
+
+    @rule()
+    def sync(self) -> None:
+        self.storage.sync()
+        self.durable_count = len(self.model)
+
+    @precondition(lambda self: self.durable_count > 0)
+    @rule(data=st.data())
+    def compact(self, data: st.DataObject) -> None:
+        # Raft compacts only committed, hence durable, entries.
+        upto = data.draw(st.integers(1, self.durable_count))
+        covered = self.model[upto - 1]
+        membership = Membership(frozenset({NodeId(1)}))
+        snapshot = Snapshot(SnapshotMeta(covered.last_offset, covered.term, membership), b"s")
+        self.storage.compact(snapshot)
+        self.model = self.model[upto:]
+        self.durable_count -= upto
+        self.snapshot_offset, self.snapshot_term = covered.last_offset, covered.term
+
+    @rule(ahead=st.integers(1, 20))
+    def install_snapshot(self, ahead: int) -> None:
+        offset = self._next_offset(len(self.model)) + ahead
+        self.term += 1
+        membership = Membership(frozenset({NodeId(2)}))
+        self.storage.install_snapshot(
+            Snapshot(SnapshotMeta(Offset(offset), Term(self.term), membership))
+        )
+        self.model, self.durable_count = [], 0
+        self.snapshot_offset, self.snapshot_term = offset, self.term
+
+    @rule()
+    def reopen(self) -> None:
+        self.storage.close()
+        self.durable_count = len(self.model)
+        self.storage = _open(self.files)
+
+    @rule(torn=st.sampled_from([None, True, False]))
+    def crash(self, torn: bool | None) -> None:
+        self.files.crash(torn=torn)
+        self.storage = _open(self.files)
+        held = len([e for e in self.model if e.last_offset <= self.storage.last_offset()])
+        assert self.durable_count <= held <= len(self.model)
+        self.model = self.model[:held]
+        self.durable_count = held
+
+    @invariant()
+    def matches_model(self) -> None:
+        storage = self.storage
+        assert storage.first_offset() == self.snapshot_offset + 1
+        assert storage.term_at(Offset(self.snapshot_offset)) == self.snapshot_term
+        last = self.model[-1].last_offset if self.model else self.snapshot_offset
+        assert storage.last_offset() == last
+        assert storage.term_at(Offset(last + 1)) is None
+        for entry in self.model:
+            assert storage.term_at(entry.last_offset) == entry.term
+        if self.model:
+            got = storage.entries(storage.first_offset(), bytes_max=10**9)
+            assert [(e.offset, e.term, e.kind, e.offset_count) for e in got] == [
+                (e.offset, e.term, e.kind, e.offset_count) for e in self.model
+            ]
+        configs = [e.offset for e in self.model if e.kind is EntryKind.CONFIG]
+        assert [e.offset for e in storage.config_entries()] == configs
+
+    def teardown(self) -> None:
+        if not self.storage.log.is_closed:
+            self.storage.close()
+
+
+RaftLogMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
+TestRaftLogMachine = RaftLogMachine.TestCase
