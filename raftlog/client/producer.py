@@ -189,6 +189,7 @@ class Producer:
 
     def flush(self, timeout_ms: int | None = None) -> None:
         """Send every buffered record now and wait until those sent before this call finish."""
+        self._refuse_from_sender_thread("flush")
         with self._accumulator.condition:
             self._accumulator.flushes_under_way += 1
             pending = [f for batch in self._accumulator.incomplete for f in batch.futures]
@@ -207,6 +208,7 @@ class Producer:
 
     def close(self, timeout_ms: int | None = None) -> None:
         """Deliver what is buffered (waiting up to `timeout_ms`), then stop; idempotent."""
+        self._refuse_from_sender_thread("close")
         with self._close_lock:
             if self._closed:
                 return
@@ -222,6 +224,12 @@ class Producer:
             self._thread.join()
         self._cluster.close()
         assert not self._thread.is_alive()
+
+    def _refuse_from_sender_thread(self, operation: str) -> None:
+        # Delivery callbacks run on the sender thread; waiting there for deliveries that only
+        # that thread can complete would never return.
+        if threading.current_thread() is self._thread:
+            raise ClientError(f"{operation}() from a delivery callback would deadlock")
 
     def __enter__(self) -> Producer:
         return self

@@ -16,6 +16,7 @@ from raftlog.client import Consumer, Producer, RecordMetadata
 from raftlog.client.errors import (
     BufferFullError,
     ClientClosedError,
+    ClientError,
     ConnectionFailedError,
     DeliveryFailedError,
     NotLeaderForPartitionError,
@@ -273,14 +274,18 @@ def test_callbacks_may_send_again_without_deadlock(cluster: FakeCluster) -> None
     cluster.state.create_topic("events", 1)
     chained: list[Future[RecordMetadata]] = []
     done = threading.Event()
-    with Producer(cluster.bootstrap) as producer:
+    with Producer(cluster.bootstrap, linger_ms=60_000) as producer:
 
         def on_done(_: Future[RecordMetadata]) -> None:
+            assert threading.current_thread().name == "raftlog-producer-sender"
             chained.append(producer.send("events", value=b"second"))
             done.set()
 
+        # Lingering: the callback is in place before delivery, so the sender thread runs it.
         producer.send("events", value=b"first").add_done_callback(on_done)
+        producer.flush()
         assert done.wait(TIMEOUT_S)
+        producer.flush()
         assert chained[0].result(TIMEOUT_S).offset == 2
 
 
@@ -403,3 +408,23 @@ def test_a_crash_of_the_sender_thread_fails_futures_instead_of_hanging(
         threading.excepthook = threading.__excepthook__
         producer.close()
     assert isinstance(errors[0], RuntimeError)
+
+
+def test_flush_from_a_delivery_callback_is_refused_not_deadlocked(cluster: FakeCluster) -> None:
+    cluster.state.create_topic("events", 1)
+    raised: list[BaseException] = []
+    done = threading.Event()
+    with Producer(cluster.bootstrap, linger_ms=60_000) as producer:
+
+        def on_done(_: Future[RecordMetadata]) -> None:
+            try:
+                producer.flush()
+            except ClientError as error:
+                raised.append(error)
+            done.set()
+
+        # Lingering: the record cannot be delivered before the callback is in place.
+        producer.send("events", value=b"a").add_done_callback(on_done)
+        producer.flush()
+        assert done.wait(TIMEOUT_S)
+    assert "would deadlock" in str(raised[0])
