@@ -428,3 +428,30 @@ def test_flush_from_a_delivery_callback_is_refused_not_deadlocked(cluster: FakeC
         producer.flush()
         assert done.wait(TIMEOUT_S)
     assert "would deadlock" in str(raised[0])
+
+
+def test_send_blocks_on_a_full_buffer_until_space_frees(cluster: FakeCluster) -> None:
+    cluster.state.create_topic("events", 1)
+    cluster.state.produce_gate.clear()
+
+    def open_gate_once_a_request_waits() -> None:
+        with cluster.state.condition:
+            cluster.state.condition.wait_for(
+                lambda: cluster.state.requests[(1, "Produce")] > 0, TIMEOUT_S
+            )
+        cluster.state.produce_gate.set()
+
+    opener = threading.Thread(target=open_gate_once_a_request_waits)
+    with Producer(
+        cluster.bootstrap,
+        batch_bytes_max=2048,
+        buffer_bytes_max=2048,
+        max_block_ms=TIMEOUT_S * 1000,
+        linger_ms=0,
+    ) as producer:
+        opener.start()
+        # Far more than the buffer holds: each send past the first few waits for a delivery.
+        futures = [producer.send("events", value=b"x" * 500) for _ in range(20)]
+        producer.flush()
+    opener.join()
+    assert [future.result(0).offset for future in futures] == list(range(1, 21))
