@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from raftlog.client._connection import TopicPartition
-from raftlog.client.errors import BufferFullError, RecordTooLargeError
+from raftlog.client.errors import BufferFullError, ClientClosedError, RecordTooLargeError
 from raftlog.storage.batch import BATCH_HEADER_BYTES
 from raftlog.storage.records import RecordInput
 
@@ -117,6 +117,12 @@ class Accumulator:
                 record_bytes=size, limit_name="batch_bytes_max", limit_bytes=self.batch_bytes_max
             )
         with self.condition:
+            # Checked under the lock: once closing is set the sender may exit as soon as the
+            # last batch completes, and a record added after that would never be sent.
+            if self.closing:
+                raise ClientClosedError(
+                    f"producer closed: cannot send to {tp.topic}/{tp.partition}"
+                )
             queue = self._queues.setdefault(tp, deque())
             needs_new = (
                 not queue or queue[-1].closed or queue[-1].size_bytes + size > self.batch_bytes_max
@@ -149,8 +155,10 @@ class Accumulator:
         # Called with the condition held; waits for the sender to release space.
         deadline = self.clock() + max_block_ms / 1000
         while self.reserved_bytes + size > self.buffer_bytes_max:
+            if self.closing:
+                raise ClientClosedError("producer closed while send() waited for buffer space")
             remaining = deadline - self.clock()
-            if remaining <= 0 or self.closing:
+            if remaining <= 0:
                 raise BufferFullError(
                     buffer_bytes_max=self.buffer_bytes_max,
                     max_block_ms=max_block_ms,
