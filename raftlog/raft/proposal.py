@@ -7,7 +7,8 @@ bounds keep a leader that cannot commit from growing its log without limit:
 proposal larger than the byte bound is still admitted when nothing else is pending, as in
 etcd, so it is not refused forever). Both are released as the commit offset passes them.
 Membership changes additionally follow dissertation §4.1 with the 2015 fix: one node at a
-time, none before the leader committed an entry of its term, none while another is pending.
+time, none before the leader committed an entry of its term, none while another is pending;
+and a node becomes a voter only once its log has caught up with the commit offset (§4.2.1).
 """
 
 from __future__ import annotations
@@ -73,4 +74,15 @@ def check_membership_change(node: RaftNode, membership: Membership) -> None:
             f"(commit {node.commit})",
             retriable=True,
         )
+    for joining in sorted(membership.voters - node.configs.current.voters):
+        # Issue 3 and §4.2.1: a new voter must have caught up first (as a learner), or the
+        # group could stall waiting for it to count towards commitment.
+        progress = node.progress.get(joining)
+        match = -1 if progress is None else progress.match
+        if match < node.commit:
+            raise MembershipChangeError(
+                f"node {joining} holds the log up to {match}, behind the commit offset "
+                f"{node.commit}: let it catch up as a learner first",
+                retriable=True,
+            )
     assert membership.voters, membership

@@ -158,3 +158,21 @@ def test_new_node_catches_up_from_an_empty_log() -> None:
     cluster.stabilize()
     assert cluster.nodes[N4].commit_offset == cluster.nodes[N1].commit_offset
     assert cluster.nodes[N4].membership == Membership(ids(1, 2, 3), ids(4))
+
+
+def test_a_voter_joins_only_once_caught_up() -> None:
+    """§4.2.1: promoting a learner that is behind would stall commitment; refused."""
+    cluster = _elected(Cluster([1, 2, 3]))
+    cluster.add_node(N4)
+    cluster.run("partition 4 | 1 2 3")
+    cluster.run("propose-membership 1 1,2,3 4")
+    cluster.stabilize()
+    with pytest.raises(MembershipChangeError, match="catch up as a learner") as caught:
+        cluster.nodes[N1].propose_membership(Membership(ids(1, 2, 3, 4)))
+    assert caught.value.retriable
+    with pytest.raises(MembershipChangeError, match="catch up"):
+        cluster.nodes[N1].propose_membership(Membership(ids(1, 2, 3, 5), ids(4)))
+    cluster.run("heal")
+    cluster.run("tick 1 x2")
+    cluster.stabilize()
+    cluster.nodes[N1].propose_membership(Membership(ids(1, 2, 3, 4)))
