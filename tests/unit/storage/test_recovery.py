@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from raftlog.config import LogConfig
-from raftlog.errors import CrcMismatchError
+from raftlog.errors import CorruptBatchError, CrcMismatchError
 from raftlog.storage.files import Buffer, FileHandle, FileSystem, ManualClock, SimFileSystem
 from raftlog.storage.log import SegmentedLog
 
@@ -210,3 +210,19 @@ def test_orphan_index_files_are_removed(open_log: OpenLog, tmp_path: Path) -> No
         pass
     open_log()
     assert not os.path.exists(orphan)
+
+
+def test_a_garbage_header_in_a_closed_segment_is_named(
+    open_log: OpenLog, batch: BatchFactory
+) -> None:
+    log = open_log()
+    _fill(log, batch, 40)
+    log.close()
+    size = len(batch(records=2))
+    with open(_segment_file(log, 0), "r+b") as file:
+        file.seek(2 * size + 8)
+        file.write(b"\xff\xff\xff\xf0")  # a negative batch_length
+    reopened = open_log()
+    with pytest.raises(CorruptBatchError, match=rf"00000000000000000000\.log at byte {2 * size}"):
+        reopened.read(4, bytes_max=10**6)
+    assert [h.base_offset for h in reopened.read(2, bytes_max=10**6).headers] == [2]
