@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -123,6 +123,7 @@ class Consumer:
         self._clock = clock
         self._partitions: dict[TopicPartition, _PartitionState] = {}
         self._drain_start = 0
+        self._request_timeout_ms = connection.request_timeout_ms
         self._closed = False
 
     # -- assignment and positions -----------------------------------------------------------
@@ -441,19 +442,26 @@ class Consumer:
 
     # -- iteration and lifecycle ------------------------------------------------------------
 
-    def __iter__(self) -> Iterator[ConsumerRecord]:
-        """Records as they arrive; stops after consumer_timeout_ms without one (if set)."""
+    def __iter__(self) -> Consumer:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record, polling as needed; StopIteration after `consumer_timeout_ms`
+        without a record (if set) or once the consumer is closed. One record at a time from
+        the fetched buffers, so position() always names the next record iteration yields."""
+        if self._closed:
+            raise StopIteration
         idle_ms_max = self.config.consumer_timeout_ms
-        # Without a consumer timeout, each poll gets a whole request timeout: retriable
-        # errors (an election) are retried that long before poll() raises them.
-        window_ms = (
-            idle_ms_max if idle_ms_max is not None else self.config.connection.request_timeout_ms
-        )
-        while not self._closed:
-            records = self.poll(timeout_ms=window_ms)
-            if not records and idle_ms_max is not None:
-                return  # poll() returns nothing only once its whole window has passed
-            yield from records
+        # Without a consumer timeout each poll gets a whole request timeout: retriable errors
+        # (an election) are retried that long before poll() raises them.
+        window_ms = idle_ms_max if idle_ms_max is not None else self._request_timeout_ms
+        while True:
+            records = self.poll(timeout_ms=window_ms, max_records=1)
+            if records:
+                assert len(records) == 1
+                return records[0]
+            if idle_ms_max is not None or self._closed:
+                raise StopIteration  # poll() returns nothing only once its window has passed
 
     def close(self) -> None:
         self._closed = True

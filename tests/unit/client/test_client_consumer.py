@@ -254,3 +254,21 @@ def test_position_lookup_rides_out_an_election(cluster: FakeCluster) -> None:
     with pytest.raises(ServerError, match="UNKNOWN_PRODUCER_ID"):
         c.end_offsets([TP])
     c.close()
+
+
+def test_next_yields_one_record_and_position_follows(cluster: FakeCluster) -> None:
+    cluster.state.create_topic("events", 1)
+    produce(cluster, [b"a", b"b", b"c"])
+    with Consumer(
+        cluster.bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=50,
+        fetch_max_wait_ms=10,
+    ) as c:
+        c.assign([TP])
+        assert next(c).value == b"a"
+        assert c.position(TP) == 2  # b is fetched but not yet returned
+        c.seek(TP, 1)
+        assert [record.offset for record in c] == [1, 2, 3]
+        with pytest.raises(StopIteration):
+            next(c)
