@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, fields
+from typing import Any
 
 from raftlog.config import PLANTED_BUGS, RaftConfig
 from raftlog.errors import ConfigError
 
-__all__ = ["PROFILES", "SimOptions", "derive_options", "parse_seed_range"]
+__all__ = ["PROFILES", "SimOptions", "derive_options", "parse_seed_range", "scripted_options"]
 
 PROFILES = ("calm", "lossy", "crashy", "partitioned", "churn", "mixed")
 
@@ -177,6 +178,46 @@ def derive_options(
         **_fault_rates(rng, profile),  # type: ignore[arg-type]
     )
     return options, rng
+
+
+def scripted_options(
+    *, nodes: int = 3, bugs: frozenset[str] = frozenset(), **overrides: Any
+) -> SimOptions:
+    """Options with every fault and random action off, for scenarios that script their own
+    partitions, crashes and proposals against a `Cluster` (e.g. Raft's Figure 8)."""
+    quiet: dict[str, Any] = {
+        "seed": 0,
+        "nodes": nodes,
+        "steps": 1,
+        "profile": "calm",
+        "bugs": bugs,
+        "election_timeout_ticks": 30,
+        "heartbeat_interval_ticks": 3,
+        "pre_vote": False,
+        "check_quorum": False,
+        "tick_rates": (1.0,) * nodes,
+        "drop_rate": 0.0,
+        "duplicate_rate": 0.0,
+        "delay_ticks_max": 1,
+        "partition_rate": 0.0,
+        "crash_rate": 0.0,
+        "power_failure_rate": 0.0,
+        "leader_crash_rate": 0.0,
+        "io_crash_rate": 0.0,
+        "save_crash_rate": 0.0,
+        "torn_writes": False,
+        "restart_delay_ticks_max": 1,
+        "propose_rate": 0.0,
+        "append_bytes_max": 256,
+        "membership_rate": 0.0,
+        "compaction_rate": 0.0,
+        "transfer_rate": 0.0,
+        "read_rate": 0.0,
+        "campaign_rate": 0.0,
+        "checkpoint_applied": False,
+        "heal_ticks_max": 600,
+    }
+    return SimOptions(**(quiet | overrides))
 
 
 def parse_seed_range(text: str) -> range:

@@ -17,9 +17,9 @@ from raftlog.sim.runner import SeedResult, run_seed
 SEEDS_MAX = 200
 
 # Committing an old-term entry harms only in Raft's Figure 8 interleaving: the committing
-# leader dies before its own no-op reaches the follower it counted, and a node holding a
-# conflicting entry of a newer term then wins. No seed in 1-3000 reached it end to end, so this
-# bug is proven by the current-term commit rule above, not by its consequence.
+# leader's own no-op must miss the follower it counted, and a node holding a conflicting entry
+# of a newer term must then win. No random seed in 1-3000 reached it, so its consequence is
+# shown by the scripted scenario in test_sim_figure8.py instead.
 END_TO_END_RARE = frozenset({"commit-old-term"})
 
 
