@@ -133,7 +133,7 @@ class Sender:
             self.in_flight += len(ready)
             if ready or self._responses or self._has_expired(now):
                 return ready
-            wake_at = accumulator.next_ready_at(now)
+            wake_at = accumulator.next_ready_at()
             expiry = self._next_expiry()
             deadlines = [t for t in (wake_at, expiry) if t is not None]
             accumulator.condition.wait(max(0.0, min(deadlines) - now) if deadlines else None)

@@ -186,7 +186,7 @@ class Accumulator:
         assert all(batch.closed for batch in drained)
         return drained
 
-    def next_ready_at(self, now: float) -> float | None:
+    def next_ready_at(self) -> float | None:
         """When the earliest unmuted head batch becomes ready (None: no batch waits)."""
         assert self._is_held()
         times = [
