@@ -24,7 +24,7 @@ from collections import deque
 
 from raftlog.config import RaftConfig
 from raftlog.errors import NotLeaderError, RaftError
-from raftlog.raft import election, follower, proposal, read_index, replication
+from raftlog.raft import election, follower, invariants, proposal, read_index, replication
 from raftlog.raft.membership import ConfigHistory
 from raftlog.raft.ports import LogStorage
 from raftlog.raft.progress import Progress
@@ -76,20 +76,11 @@ class RaftNode:
         self.voted_for: NodeId | None = hard_state.vote
         self.current_role = Role.FOLLOWER
         self.current_leader: NodeId | None = None
-        snapshot = storage.snapshot()
-        snapshot_offset = NO_OFFSET if snapshot is None else snapshot.meta.offset
-        assert applied_offset <= storage.last_offset(), (applied_offset, storage.last_offset())
-        # A durably checkpointed commit (or the snapshot) is where commit and apply restart.
-        self.commit: Offset = max(snapshot_offset, applied_offset)
-        self.applied: Offset = self.commit
-        self.commit_target: Offset = self.commit  # follower: what the leader let it commit
+        self.commit: Offset = NO_OFFSET
+        self.applied: Offset = NO_OFFSET
+        self.commit_target: Offset = NO_OFFSET  # follower: what the leader let it commit
         self.commit_as_leader: Offset = NO_OFFSET  # commit offset when last stepping down
-        base = bootstrap_membership or Membership(voters=frozenset())
-        if snapshot is not None:
-            base = snapshot.meta.membership
-        self.configs = ConfigHistory(base, snapshot_offset)
-        self.configs.on_append(storage.config_entries())
-        self.configs.on_commit(self.commit)
+        self.configs = self._recover(storage, bootstrap_membership, applied_offset)
         self.election_elapsed_ticks = 0
         self.heartbeat_elapsed_ticks = 0
         self.randomized_election_timeout_ticks = 0
@@ -108,6 +99,25 @@ class RaftNode:
         self.reported_soft_state: SoftState | None = None
         self.ready_pending = False
         self.become_follower(self.current_term, None)
+
+    def _recover(
+        self, storage: LogStorage, bootstrap: Membership | None, applied_offset: Offset
+    ) -> ConfigHistory:
+        """Restart point: commit and apply resume at the durably checkpointed applied offset
+        (or the snapshot); membership is the last CONFIG entry held, else the snapshot's,
+        else the bootstrap one (a fresh group)."""
+        snapshot = storage.snapshot()
+        snapshot_offset = NO_OFFSET if snapshot is None else snapshot.meta.offset
+        assert applied_offset <= storage.last_offset(), (applied_offset, storage.last_offset())
+        self.commit = self.applied = self.commit_target = max(snapshot_offset, applied_offset)
+        base = bootstrap or Membership(voters=frozenset())
+        if snapshot is not None:
+            base = snapshot.meta.membership
+        configs = ConfigHistory(base, snapshot_offset)
+        configs.on_append(storage.config_entries())
+        configs.on_commit(self.commit)
+        assert self.commit >= snapshot_offset
+        return configs
 
     # --- read-only views ---
 
@@ -251,26 +261,7 @@ class RaftNode:
     # --- inputs ---
 
     def check_invariants(self) -> None:
-        """Local Raft invariants, asserted after every input (TigerBeetle's habit)."""
-        persisted = self.persisted_hard_state
-        assert self.current_term >= persisted.term, "term went back (Raft §5.1)"
-        if persisted.term == self.current_term and persisted.vote is not None:
-            assert self.voted_for == persisted.vote, "two votes in one term (Raft §5.2)"
-        assert self.applied <= self.commit <= self.log.last_offset(), (
-            f"applied {self.applied} <= commit {self.commit} <= last {self.log.last_offset()}"
-        )
-        if self.current_role is Role.LEADER:
-            assert self.current_leader == self.node_id and self.node_id in self.progress
-        else:
-            # Followers commit only what they hold durably (a pending snapshot counts); a
-            # former leader may have counted a quorum of others before its own write synced.
-            durable = max(self.log.durable_last_offset(), self.commit_as_leader)
-            assert self.commit <= durable, (
-                f"follower commit {self.commit} beyond durable {self.log.durable_last_offset()}"
-            )
-        assert (self.current_role is Role.LEARNER) == (
-            self.node_id in self.configs.current.learners
-        ) or self.current_role is Role.LEADER, (self.current_role, self.configs.current)
+        invariants.check(self)
 
     def tick(self) -> None:
         if self.current_role is Role.LEADER:
