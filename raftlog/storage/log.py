@@ -251,6 +251,7 @@ class SegmentedLog:
         self._maybe_roll(len(copy), last_offset, now_ms)
         self._active().append(copy, _patched(header, offset, leader_epoch), now_ms)
         assert self.log_end_offset == last_offset + 1
+        assert self._durable_end_offset <= offset, "a new append is not durable yet"
         return AppendInfo(offset, last_offset, len(copy), header.max_timestamp)
 
     def _maybe_roll(self, batch_bytes: int, last_offset: int, now_ms: int) -> None:
@@ -291,6 +292,7 @@ class SegmentedLog:
             self._directory_dirty = False
         self._durable_end_offset = self.log_end_offset
         self._check_invariants()
+        assert not any(segment.is_dirty for segment in self._segments[-2:])
         return self._durable_end_offset
 
     # --- reading ------------------------------------------------------------------------
@@ -317,6 +319,7 @@ class SegmentedLog:
         bytes_max = min(bytes_max, self.config.read_bytes_max)
         result = segment.read(position, header, bytes_max)
         assert result.headers[0].base_offset <= offset <= result.headers[0].last_offset
+        assert len(result.data) == sum(h.size_bytes for h in result.headers), "whole batches"
         return ReadResult(result.data, segment.path, position, result.headers)
 
     def batches(self, start_offset: int, *, bytes_max: int) -> list[tuple[BatchHeader, memoryview]]:
@@ -379,6 +382,8 @@ class SegmentedLog:
         while count < len(self._segments) - 1 and self._segments[count].end_offset <= offset:
             count += 1
         self._delete_oldest(count)
+        # Postcondition: the first kept segment holds `offset` or later ones, or is the last.
+        assert offset < self._segments[0].end_offset or len(self._segments) == 1, (offset, self)
         return count
 
     def _delete_oldest(self, count: int) -> None:
@@ -413,9 +418,23 @@ class SegmentedLog:
     def apply_retention(self, now_ms: int) -> int:
         """Delete the oldest closed segments beyond `retention_bytes` or older than
         `retention_ms`; never the active segment. Returns how many were deleted."""
+        start_offset = self.log_start_offset
+        count = self._expired_count(now_ms)
+        self._delete_oldest(count)
+        assert self._segments and self.log_start_offset >= start_offset, "never the active"
+        return count
+
+    def retention_point(self, now_ms: int) -> int | None:
+        """The base offset of the first segment retention would keep, if it would delete
+        any: a Raft log records a snapshot there first (raftlog.storage.raft_log.compact)."""
+        count = self._expired_count(now_ms)
+        assert count < len(self._segments), "retention never reaches the active segment"
+        return self._base_offsets[count] if count else None
+
+    def _expired_count(self, now_ms: int) -> int:
         self._check_open()
         closed = self._segments[:-1]
-        count = expired_segment_count(
+        return expired_segment_count(
             [SegmentSummary(s.base_offset, s.size_bytes) for s in closed],
             total_bytes=self.size_bytes,
             now_ms=now_ms,
@@ -423,8 +442,6 @@ class SegmentedLog:
             retention_ms=self.config.retention_ms,
             max_timestamp_ms=lambda i: closed[i].max_timestamp_ms,
         )
-        self._delete_oldest(count)
-        return count
 
     def close(self) -> None:
         """Flush and release the files; further use raises LogClosedError."""

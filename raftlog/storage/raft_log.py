@@ -152,6 +152,7 @@ class RaftLogStorage:
                 result.append(entry)
                 size_bytes += entry.size_bytes
                 offset = header.last_offset + 1
+        assert result and result[0].offset == start, (start, self.directory)
         return result
 
     def config_entries(self) -> Sequence[Entry]:
@@ -182,6 +183,8 @@ class RaftLogStorage:
         for entry, batch in zip(entries, batches, strict=True):
             info = self.log.append(batch, leader_epoch=entry.term, base_offset=entry.offset)
             assert info.last_offset == entry.last_offset, (info, entry)
+        assert self.last_offset() == entries[-1].last_offset
+        assert self.term_at(entries[-1].last_offset) == entries[-1].term
 
     def install_snapshot(self, snapshot: Snapshot) -> None:
         offset = snapshot.meta.offset
@@ -210,6 +213,7 @@ class RaftLogStorage:
         self.log.delete_segments_before(offset + 1)
         self._config_offsets = [o for o in self._config_offsets if o > offset]
         self._save_checkpoint()
+        assert self.first_offset() == offset + 1 and self.log.log_start_offset <= offset + 1
 
     def sync(self) -> None:
         self.log.flush()
@@ -237,6 +241,7 @@ class RaftLogStorage:
     def _batch_for(self, entry: Entry) -> bytes:
         if entry.kind is EntryKind.DATA and _is_plain_batch(entry.data, entry.offset_count):
             return entry.data
+        assert entry.kind in _CONTROL_BY_KIND, entry.kind
         control = _CONTROL_BY_KIND[entry.kind]
         batch = encode_control_batch(control, entry.data, timestamp_ms=self.clock.now_ms())
         return _with_offset_count(batch, entry.offset_count)
@@ -270,6 +275,7 @@ class RaftLogStorage:
         """Drop what the cache says about offsets >= `offset` (after a truncation)."""
         kept = bisect.bisect_left(self._epoch_starts, offset)
         del self._epoch_terms[kept:], self._epoch_starts[kept:]
+        assert not self._epoch_starts or self._epoch_starts[-1] < offset
         self._config_offsets = [o for o in self._config_offsets if o < offset]
         self._save_checkpoint()
 
@@ -337,6 +343,7 @@ class RaftLogStorage:
         )[8:]
         body += membership + snapshot.data
         data = _SNAPSHOT_MAGIC + _CRC.pack(crc32c(body)) + body
+        assert self._snapshot is None or snapshot.meta.offset > self._snapshot.meta.offset
         write_file_atomically(self.files, self._snapshot_path(), data)
         self._snapshot = snapshot
 

@@ -46,10 +46,13 @@ def test_log_retention_by_bytes(
     for _ in range(60):
         log.append(batch(records=2), leader_epoch=1)
     before = log.size_bytes
+    point = log.retention_point(clock.now_ms())  # where a Raft log snapshots first
     deleted = log.apply_retention(clock.now_ms())
+    assert point == log.log_start_offset
     assert deleted > 0 and 2048 <= log.size_bytes < before
     assert log.log_start_offset == log.segment_base_offsets[0]
     assert log.apply_retention(clock.now_ms()) == 0
+    assert log.retention_point(clock.now_ms()) is None
 
 
 def test_log_retention_by_age_never_the_active_segment(
