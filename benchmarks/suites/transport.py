@@ -376,8 +376,8 @@ async def measure(
         grpc_rate = metrics[f"transport_grpc_{size_kib}k_gb_s"]
         for name in ("tcp", "tcpbuf"):
             ratio = metrics[f"transport_{name}_{size_kib}k_gb_s"] / grpc_rate
-            metrics[f"transport_{name}_over_grpc_{size_kib}k_ratio"] = ratio
-    metrics["transport_raft_append_over_grpc_256k_ratio"] = (
+            metrics[f"transport_{name}_vs_grpc_{size_kib}k"] = ratio
+    metrics["transport_raft_append_vs_grpc_256k"] = (
         metrics["transport_raft_append_gb_s"] / metrics["transport_grpc_256k_gb_s"]
     )
     metrics["transport_load_average_1m"] = os.getloadavg()[0]
