@@ -106,6 +106,7 @@ class Admin:
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         config = ConnectionConfig(
             request_timeout_ms=request_timeout_ms,
@@ -114,6 +115,8 @@ class Admin:
         )
         self._cluster = Cluster(bootstrap, config, clock=clock)
         self._clock = clock
+        # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
+        self._sleep = sleep
         self._request_timeout_ms = request_timeout_ms
         self._retry_backoff_ms = retry_backoff_ms
         # The controller gets most of the request timeout to commit the change, so it can
@@ -190,6 +193,7 @@ class Admin:
         NOT_CONTROLLER answer means nothing was done, so a retry is always safe.
         """
         deadline = self._clock() + self._request_timeout_ms / 1000
+        backoff_s = self._retry_backoff_ms / 1000
         candidates = self._cluster.addresses()
         queue = deque(candidates)
         failures: list[ClientError] = []
@@ -210,8 +214,8 @@ class Admin:
             hops += 1
             if target is not None and target != address:
                 queue.appendleft(target)
-            elif isinstance(refusal, NotControllerError) and self._clock() < deadline:
-                time.sleep(self._retry_backoff_ms / 1000)  # an election is under way
+            elif isinstance(refusal, NotControllerError) and self._clock() + backoff_s < deadline:
+                self._sleep(backoff_s)  # an election is under way
                 queue.appendleft(address)
             else:
                 raise refusal

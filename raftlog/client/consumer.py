@@ -103,6 +103,7 @@ class Consumer:
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         connection = ConnectionConfig(
             request_timeout_ms=request_timeout_ms,
@@ -121,6 +122,8 @@ class Consumer:
         ).validate()
         self._cluster = Cluster(bootstrap, connection, clock=clock)
         self._clock = clock
+        # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
+        self._sleep = sleep
         self._partitions: dict[TopicPartition, _PartitionState] = {}
         self._drain_start = 0
         self._request_timeout_ms = connection.request_timeout_ms
@@ -252,7 +255,7 @@ class Consumer:
                 )
                 hops = hops + 1 if hinted else 0
                 if not hinted or hops > _LEADER_HOPS_MAX:
-                    time.sleep(backoff_s)  # let the election finish before asking again
+                    self._sleep(backoff_s)  # let the election finish before asking again
 
     def _call_leader_once(self, tp: TopicPartition, rpc: str, request: Any) -> Any:
         address = self._cluster.leader_address(tp)
@@ -297,7 +300,7 @@ class Consumer:
                 return []
             if errors:
                 backoff_s = self.config.connection.retry_backoff_ms / 1000
-                time.sleep(max(0.0, min(backoff_s, deadline - self._clock())))
+                self._sleep(max(0.0, min(backoff_s, deadline - self._clock())))
 
     def _drain(self, limit: int) -> list[ConsumerRecord]:
         """Up to `limit` buffered records, starting one partition further each time so a

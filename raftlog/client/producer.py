@@ -66,6 +66,7 @@ class Producer:
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
         wall_clock_ms: Callable[[], int] = _wall_clock_ms,
         rng: random.Random | None = None,
     ) -> None:
@@ -88,6 +89,8 @@ class Producer:
         ).validate()
         self._cluster = Cluster(bootstrap, connection, clock=clock)
         self._clock = clock
+        # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
+        self._sleep = sleep
         self._wall_clock_ms = wall_clock_ms
         self._partitioner = StickyPartitioner(rng if rng is not None else random.Random())
         self._accumulator = Accumulator(
@@ -178,7 +181,7 @@ class Producer:
             except ClientError as error:
                 if not error.retriable or self._clock() + backoff_s >= deadline:
                     raise
-            time.sleep(backoff_s)  # waiting for metadata to spread: the caller blocks by design
+            self._sleep(backoff_s)  # waiting for metadata to spread: the caller blocks by design
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition ids of `topic` as this producer routes to them."""

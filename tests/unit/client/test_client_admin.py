@@ -132,3 +132,37 @@ def test_ambiguous_timeouts_are_not_retried(cluster: FakeCluster) -> None:
     ):
         admin.create_topic("events", partitions=1, replication_factor=1)
     assert cluster.state.requests[(1, "CreateTopic")] == 1
+
+
+class ManualClock:
+    """Clock and sleep ports in one: sleeping moves the clock, no real time passes."""
+
+    def __init__(self) -> None:
+        self.now_s = 0.0
+        self.slept_s = 0.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_s += seconds
+        self.slept_s += seconds
+
+
+def test_an_election_that_outlasts_the_request_timeout_is_reported(cluster: FakeCluster) -> None:
+    cluster.state.fail_next["CreateTopic"] = [pb.NOT_CONTROLLER] * 1000
+    clock = ManualClock()
+    with (
+        Admin(
+            cluster.address(1),
+            request_timeout_ms=1000,
+            retry_backoff_ms=100,
+            clock=clock,
+            sleep=clock.sleep,
+        ) as admin,
+        pytest.raises(ServerError, match=r"create topic 'events' at .*NOT_CONTROLLER") as caught,
+    ):
+        admin.create_topic("events", partitions=1, replication_factor=1)
+    assert caught.value.retriable
+    assert clock.slept_s == pytest.approx(1.0)  # backed off until the request timeout
+    assert cluster.state.requests[(1, "CreateTopic")] == 11
