@@ -75,13 +75,24 @@ class FileHardStateStore:
         self.files = files or OsFileSystem()
         self.path = os.path.join(self.directory, HARD_STATE_FILE_NAME)
         self.files.make_directory(self.directory)
+        self._last: HardState | None = None  # what this store last loaded or saved
 
     def load(self) -> HardState:
         if not self.files.exists(self.path):
-            return HardState()
-        return decode_hard_state(read_whole_file(self.files, self.path), path=self.path)
+            self._last = HardState()
+        else:
+            self._last = decode_hard_state(read_whole_file(self.files, self.path), path=self.path)
+        return self._last
 
     def save(self, hard_state: HardState) -> None:
+        # Raft §5.1: currentTerm only increases; a vote changes only with the term.
+        last = self._last
+        assert (
+            last is None
+            or hard_state.term > last.term
+            or (hard_state.term == last.term and last.vote in (None, hard_state.vote))
+        ), f"{self.path}: hard state {last} may not become {hard_state}"
         data = encode_hard_state(hard_state)
         write_file_atomically(self.files, self.path, data)
         assert decode_hard_state(data, path=self.path) == hard_state
+        self._last = hard_state

@@ -63,3 +63,13 @@ def test_a_crash_during_save_leaves_old_or_new_never_neither() -> None:
         reopened.save(HardState(Term(2), NodeId(3)))
         sim.crash()
         assert FileHardStateStore("/n", files=sim).load() == HardState(Term(2), NodeId(3))
+
+
+def test_a_term_going_back_or_a_changed_vote_is_refused() -> None:
+    store = FileHardStateStore("/n", files=SimFileSystem())
+    store.save(HardState(Term(3), NodeId(1)))
+    with pytest.raises(AssertionError, match="may not become"):
+        store.save(HardState(Term(2), None))  # Raft §5.1: terms only increase
+    with pytest.raises(AssertionError, match="may not become"):
+        store.save(HardState(Term(3), NodeId(2)))  # one vote per term
+    store.save(HardState(Term(3), NodeId(1)))  # saving the same state again is fine
