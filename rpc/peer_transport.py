@@ -437,7 +437,8 @@ class PeerTransport:
     def _deliver(self, sender: NodeId, body: memoryview, frame_bytes: int) -> None:
         self._counters.frames_received += 1
         self._counters.bytes_received += frame_bytes
-        if self._faults is not None and not self._faults.allow_incoming(sender):
+        faults = self._faults
+        if faults is not None and faults.active and not faults.allow_incoming(sender):
             self._counters.frames_blocked_incoming += 1
             return
         items = decode_messages(body, messages_max=self.config.frame_messages_max)

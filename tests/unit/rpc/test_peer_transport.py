@@ -102,6 +102,25 @@ def test_a_full_queue_drops_instead_of_blocking() -> None:
     run(scenario)
 
 
+def test_a_peer_that_is_down_gets_nothing_queued() -> None:
+    slow_redial = TransportConfig(reconnect_backoff_ms_min=60_000, reconnect_backoff_ms_max=60_000)
+
+    async def scenario() -> None:
+        closed = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = closed.sockets[0].getsockname()[1]
+        closed.close()
+        await closed.wait_closed()  # nothing listens on `port` now: dialing it fails
+        a, _ = await node(A, Inbox(), config=slow_redial)
+        a.update_peers({B: ("127.0.0.1", port)})
+        while a.counters().connect_failures < 1:
+            await asyncio.sleep(0)  # yield until the first dial has failed
+        a.send(B, GroupId(1), heartbeat(A, B, 1))  # backing off for a minute: dropped at once
+        assert a.counters().messages_dropped_peer_down == 1 and a.queued_bytes(B) == 0
+        await closing(a)
+
+    run(scenario)
+
+
 def test_reconnects_after_the_peer_restarts() -> None:
     async def scenario() -> None:
         a, b, _, inbox_b = await pair()
