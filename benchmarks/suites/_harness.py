@@ -1,0 +1,192 @@
+"""Shared helpers of the cluster benchmark suites (cluster, failover, scale); not a suite.
+
+Theory of operation. Every cluster figure is measured against real node processes on
+loopback (`raftlog.local_cluster.LocalCluster`), started fresh in a work directory under the
+output directory and stopped (SIGTERM, then SIGKILL) however the measurement ends. The
+benchmark process itself is the one client process: it produces through
+`raftlog.client.Producer` with the same seeded random, incompressible payloads everywhere.
+
+Measurement rules, shared so the suites agree:
+- a throughput is bytes (or records) acknowledged divided by the seconds from the first
+  `send` to the return of `flush()`, after a warm-up that fetched metadata and a producer id;
+- a latency is the time from when a record was *due* (open-loop schedule) to when its future
+  completed, so a stalled sender is charged for the records it should have sent
+  (no coordinated omission);
+- CPU is utime + stime of a node process from /proc/<pid>/stat, differenced over a window.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import random
+import shutil
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from raftlog.client import Admin, Producer
+from raftlog.client.accumulator import RecordMetadata
+from raftlog.client.admin import TopicDescription
+from raftlog.cluster_cli import wait_for_controller
+from raftlog.local_cluster import LocalCluster
+
+SEED = 20261122
+KIB = 1024
+MIB = 1024 * KIB
+PAYLOAD_POOL_SIZE = 64
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+LEADERS_WAIT_S_MAX = 120.0
+
+
+def payloads(record_bytes: int, count: int = PAYLOAD_POOL_SIZE) -> list[bytes]:
+    """Seeded random values: a disk or link that compresses favours no one."""
+    assert record_bytes > 0 and count > 0, (record_bytes, count)
+    rng = random.Random(SEED + record_bytes)
+    return [rng.randbytes(record_bytes) for _ in range(count)]
+
+
+@contextlib.contextmanager
+def running_cluster(
+    work: pathlib.Path, *, node_count: int = 3, flags: Sequence[str] = ()
+) -> Iterator[LocalCluster]:
+    """A fresh cluster in `work` (wiped first), stopped and wiped on exit."""
+    shutil.rmtree(work, ignore_errors=True)
+    cluster = LocalCluster.create(work, node_count=node_count)
+    cluster.start(*flags)
+    try:
+        wait_for_controller(cluster.bootstrap, timeout_s=30)
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def wait_leaders(
+    admin: Admin, topic: str, *, timeout_s: float = LEADERS_WAIT_S_MAX
+) -> TopicDescription:
+    """The topic's description once every partition has a leader."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(Exception):
+            description = admin.describe_topic(topic)
+            if all(p.leader is not None for p in description.partitions):
+                return description
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"topic {topic!r}: not every partition has a leader after {timeout_s} s"
+            )
+        time.sleep(0.2)
+
+
+def create_topic(admin: Admin, topic: str, *, partitions: int) -> TopicDescription:
+    admin.create_topic(topic, partitions=partitions, replication_factor=3)
+    return wait_leaders(admin, topic)
+
+
+@dataclass(frozen=True, slots=True)
+class Throughput:
+    records: int
+    value_bytes: int
+    elapsed_s: float
+
+    @property
+    def mb_s(self) -> float:
+        return self.value_bytes / self.elapsed_s / 1e6
+
+    @property
+    def records_s(self) -> float:
+        return self.records / self.elapsed_s
+
+
+def warm_up(producer: Producer, topic: str, values: list[bytes]) -> None:
+    """Metadata, producer id and connections, so the timed part measures steady state."""
+    futures = [producer.send(topic, value=values[i % len(values)]) for i in range(200)]
+    producer.flush()
+    for future in futures:
+        future.result(timeout=60)
+
+
+def produce_throughput(
+    producer: Producer, topic: str, *, record_bytes: int, total_bytes: int
+) -> Throughput:
+    """Closed loop: send as fast as the producer's bounded buffer admits, then flush."""
+    values = payloads(record_bytes)
+    warm_up(producer, topic, values)
+    count = total_bytes // record_bytes
+    assert count > 0, (total_bytes, record_bytes)
+    failures: list[BaseException] = []
+
+    def on_done(future: Future[RecordMetadata]) -> None:
+        if future.exception() is not None:
+            failures.append(future.exception())  # type: ignore[arg-type]
+
+    send = producer.send
+    started = time.perf_counter()
+    for i in range(count):
+        send(topic, value=values[i & (PAYLOAD_POOL_SIZE - 1)]).add_done_callback(on_done)
+    producer.flush()
+    elapsed_s = time.perf_counter() - started
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {count} sends to {topic!r} failed: {failures[0]!r}")
+    return Throughput(count, count * record_bytes, elapsed_s)
+
+
+def produce_latencies_ms(
+    producer: Producer, topic: str, *, record_bytes: int, rate_records_s: float, duration_s: float
+) -> list[float]:
+    """Open loop at `rate_records_s`: each record's ack time minus the time it was due."""
+    values = payloads(record_bytes)
+    warm_up(producer, topic, values)
+    count = int(rate_records_s * duration_s)
+    assert count > 0, (rate_records_s, duration_s)
+    latencies_ms: list[float] = []
+    failures: list[BaseException] = []
+
+    def completion(due_s: float) -> object:
+        def on_done(future: Future[RecordMetadata]) -> None:
+            if future.exception() is not None:
+                failures.append(future.exception())  # type: ignore[arg-type]
+            latencies_ms.append((time.perf_counter() - due_s) * 1e3)
+
+        return on_done
+
+    started = time.perf_counter()
+    sent = 0
+    while sent < count:
+        now = time.perf_counter()
+        due = min(count, int((now - started) * rate_records_s) + 1)
+        while sent < due:
+            due_s = started + sent / rate_records_s
+            future = producer.send(topic, value=values[sent & (PAYLOAD_POOL_SIZE - 1)])
+            future.add_done_callback(completion(due_s))  # type: ignore[arg-type]
+            sent += 1
+        time.sleep(max(0.0, started + sent / rate_records_s - time.perf_counter()))
+    producer.flush()
+    if failures:
+        raise RuntimeError(f"{len(failures)} of {count} paced sends failed: {failures[0]!r}")
+    assert len(latencies_ms) == count, (len(latencies_ms), count)
+    return sorted(latencies_ms)
+
+
+def percentile(sorted_values: Sequence[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending sequence."""
+    assert sorted_values and 0.0 <= fraction <= 1.0, (len(sorted_values), fraction)
+    rank = min(len(sorted_values) - 1, max(0, round(fraction * len(sorted_values)) - 1))
+    return sorted_values[rank]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far (fields 14 and 15 of /proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(") ", 1)[1].split()
+    # fields[0] is field 3 (state), so field N is fields[N - 3].
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+
+
+def node_pids(cluster: LocalCluster) -> dict[int, int]:
+    pids = {node_id: node.pid for node_id, node in cluster.nodes.items()}
+    assert all(pids.values()), pids
+    return pids
