@@ -59,11 +59,12 @@ def _heard_from_leader(node: RaftNode, leader: NodeId) -> None:
 def maybe_advance_commit(node: RaftNode) -> None:
     """Commit up to what the leader allowed and this node holds durably."""
     assert node.current_role is not Role.LEADER
+    before = node.commit
     target = min(node.commit_target, node.log.durable_last_offset())
     if target > node.commit:
         node.commit = target
         node.configs.on_commit(target)
-    assert node.commit <= max(node.log.durable_last_offset(), node.applied), node.commit
+    assert node.commit >= before, "the commit offset never goes back"
 
 
 def _acknowledge(node: RaftNode, request: AppendRequest, last_offset: Offset) -> None:

@@ -145,7 +145,9 @@ def on_append_response(node: RaftNode, message: AppendResponse) -> None:
     if not message.success:
         _on_reject(node, message, progress)
         return
-    if not progress.maybe_update(message.last_offset):
+    # A probe answered at exactly `match` also confirms where the logs agree (etcd).
+    confirmed = progress.state is ProgressState.PROBE and message.last_offset == progress.match
+    if not progress.maybe_update(message.last_offset) and not confirmed:
         return
     snapshot_done = progress.match >= progress.pending_snapshot
     if progress.state is ProgressState.PROBE or (
