@@ -511,6 +511,15 @@ class _Connection(asyncio.BufferedProtocol):
             # The dialer speaks first; the listener answers only a HELLO it accepts, so a
             # refused dialer never believes it is connected.
             transport.write(self.owner._hello)
+        else:
+            # A stranger that connects and never says HELLO does not get to hold a socket.
+            timeout_s = self.owner.config.hello_timeout_ms / 1000
+            asyncio.get_running_loop().call_later(timeout_s, self.abort_without_hello)
+
+    def abort_without_hello(self) -> None:
+        if self.peer_id is None and self.transport is not None:
+            self.owner._counters.handshakes_refused += 1
+            self.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.owner._forget(self)

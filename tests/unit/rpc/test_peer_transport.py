@@ -232,6 +232,18 @@ def test_dialer_refuses_a_listener_that_is_not_the_peer_it_dialed(answer: codec.
     run(scenario)
 
 
+def test_a_silent_connection_is_closed_after_the_hello_timeout() -> None:
+    async def scenario() -> None:
+        b, port_b = await node(B, Inbox(), config=TransportConfig(hello_timeout_ms=1))
+        reader, writer = await raw_connection(port_b)
+        assert await refused(reader) == b""  # we never said HELLO
+        assert b.counters().handshakes_refused == 1
+        writer.close()
+        await closing(b)
+
+    run(scenario)
+
+
 @pytest.mark.parametrize(
     ("tail", "counter"),
     [
