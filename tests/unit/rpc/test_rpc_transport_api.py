@@ -1,0 +1,41 @@
+"""Pins the public API of the node-to-node transport modules: changing it is a decision."""
+
+from __future__ import annotations
+
+import inspect
+
+from raftlog.rpc import codec, faults, peer_transport
+
+
+def test_public_names() -> None:
+    assert sorted(peer_transport.__all__) == ["OnMessages", "PeerTransport", "TransportCounters"]
+    assert sorted(faults.__all__) == [
+        "DELIVER",
+        "Direction",
+        "FaultCounters",
+        "FaultInjector",
+        "FaultState",
+        "FrameFate",
+        "LinkFaults",
+    ]
+    assert "encode_messages" in codec.__all__ and "decode_messages" in codec.__all__
+
+
+def test_transport_signatures() -> None:
+    init = inspect.signature(peer_transport.PeerTransport.__init__)
+    assert [p.name for p in init.parameters.values() if p.kind is p.KEYWORD_ONLY] == [
+        "node_id",
+        "cluster_id",
+        "config",
+        "on_messages",
+        "ssl_server",
+        "ssl_client",
+        "faults",
+        "rng",
+    ]
+    send = inspect.signature(peer_transport.PeerTransport.send)
+    assert list(send.parameters) == ["self", "peer_id", "group", "message"]
+    for name in ("start", "close", "wait_connected", "wait_queue_below"):
+        assert inspect.iscoroutinefunction(getattr(peer_transport.PeerTransport, name)), name
+    for name in ("update_peers", "counters", "is_connected", "queued_bytes"):
+        assert not inspect.iscoroutinefunction(getattr(peer_transport.PeerTransport, name)), name
