@@ -32,8 +32,15 @@ from dataclasses import dataclass, field
 from raftlog.errors import ConfigError
 from raftlog.types import NodeId
 
-__all__ = ["DELIVER", "Direction", "FaultCounters", "FaultInjector", "FaultState", "FrameFate"]
-__all__ += ["LinkFaults"]
+__all__ = [
+    "DELIVER",
+    "Direction",
+    "FaultCounters",
+    "FaultInjector",
+    "FaultState",
+    "FrameFate",
+    "LinkFaults",
+]
 
 
 class Direction(enum.Flag):
