@@ -72,3 +72,18 @@ def test_the_command_line_lists_bugs_and_exits_by_outcome(
     assert main(["--seeds", "1-2", "--steps", "60", "--bug", "ack-before-durable", "-q"]) == 1
     assert "FAILED" in capsys.readouterr().out
     assert main(["--seeds", "nonsense"]) == 2
+
+
+def test_the_public_api_is_pinned() -> None:
+    import raftlog.sim
+
+    assert raftlog.sim.__all__ == [
+        "Checker",
+        "InvariantViolation",
+        "SeedResult",
+        "SimOptions",
+        "derive_options",
+        "run_seed",
+        "run_seeds",
+        "scripted_options",
+    ]
