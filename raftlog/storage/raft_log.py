@@ -306,7 +306,13 @@ class RaftLogStorage:
         self._epoch_starts = [s for _, s in pairs]
         first, end = self.first_offset(), self.log.log_end_offset
         self._config_offsets = [o for o in raw["configs"] if first <= o < end]
-        return self._checkpoint_matches_log()
+        if not self._checkpoint_matches_log():
+            return False
+        if len(pairs) != len(raw["epochs"]) or len(self._config_offsets) != len(raw["configs"]):
+            # Persist the cut at once: a later append in the same term writes no checkpoint,
+            # and the dropped entries must not come back when the log grows past them again.
+            self._save_checkpoint()
+        return True
 
     def _checkpoint_matches_log(self) -> bool:
         if self.last_offset() < self.first_offset():

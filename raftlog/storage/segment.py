@@ -147,7 +147,10 @@ class Segment:
     def _index_from_scan(self, now_ms: int) -> None:
         """Rebuild the in-memory state (indexes, size, end offset) from the verified batches
         of the file; everything after the first bad batch is outside the segment."""
-        self._start_fresh_indexes()
+        # Room for one entry per possible batch: a segment written under a larger
+        # index_entries_max must still open (it then rolls at its next append).
+        batches_max = self._require_handle().size_bytes() // BATCH_HEADER_BYTES + 2
+        self._start_fresh_indexes(max(self.config.index_entries_max, batches_max))
         self.rolling_base_ms = _TIMESTAMP_NONE
         self.size_bytes, self.end_offset = 0, self.base_offset
         for position, base_offset, last_offset, size_bytes, max_timestamp_ms in self._scan(0):
@@ -157,8 +160,8 @@ class Segment:
         self._written_bytes = self.size_bytes
         assert self.end_offset >= self.base_offset
 
-    def _start_fresh_indexes(self) -> None:
-        entries_max = self.config.index_entries_max
+    def _start_fresh_indexes(self, entries_max: int | None = None) -> None:
+        entries_max = entries_max or self.config.index_entries_max
         self._offset_index = OffsetIndex(self.base_offset, entries_max=entries_max)
         self._time_index = TimeIndex(self.base_offset, entries_max=entries_max)
         self._max_timestamp_ms = _TIMESTAMP_NONE

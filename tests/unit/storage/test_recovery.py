@@ -226,3 +226,19 @@ def test_a_garbage_header_in_a_closed_segment_is_named(
     with pytest.raises(CorruptBatchError, match=rf"00000000000000000000\.log at byte {2 * size}"):
         reopened.read(4, bytes_max=10**6)
     assert [h.base_offset for h in reopened.read(2, bytes_max=10**6).headers] == [2]
+
+
+def test_a_smaller_index_entries_max_still_opens(
+    open_log: OpenLog, batch: BatchFactory, small_config: LogConfig
+) -> None:
+    dense = replace(small_config, index_interval_bytes=1, segment_bytes_max=4096)
+    log = open_log(dense)
+    bases = _fill(log, batch, 30)
+    log.close()
+    for suffix in (".index", ".timeindex"):
+        for number in range(len(log.segment_base_offsets) - 1):
+            os.remove(_segment_file(log, number, suffix))
+    reopened = open_log(replace(dense, index_entries_max=2))
+    assert [reopened.read(b, bytes_max=1).base_offset for b in bases] == bases
+    reopened.append(batch(), leader_epoch=1)  # the active segment rolls: its index is full
+    assert reopened.log_end_offset == bases[-1] + 3
