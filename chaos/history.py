@@ -109,6 +109,7 @@ class HistoryRecorder:
         self._start_ns = clock_ns()
         self._sink = sink
         self._lock = threading.Lock()
+        self._closed = False
         self.events: list[Event] = []
 
     def now_ns(self) -> int:
@@ -119,11 +120,21 @@ class HistoryRecorder:
         with self._lock:
             # The time is taken under the lock so the file is in time order.
             event = Event(process, type, f, value, self.now_ns())
+            if self._closed:
+                return event  # after the run: a late completion stays unknown, as it was
             assert not self.events or self.events[-1].time <= event.time
             self.events.append(event)
             if self._sink is not None:
                 self._sink.write(event.to_json() + "\n")
         return event
+
+    def close(self) -> None:
+        """Record nothing more (late callbacks of abandoned sends are ignored)."""
+        with self._lock:
+            self._closed = True
+            if self._sink is not None:
+                self._sink.flush()
+            self._sink = None
 
 
 def dump_history(events: Iterable[Event], path: Path) -> None:

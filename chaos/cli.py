@@ -1,0 +1,115 @@
+"""`raftlog chaos run ...`: one Jepsen-style run from the command line; exit 0 exactly when valid.
+
+    raftlog chaos run --backend local --nodes 3 --nemesis kill,partition,pause \\
+        --duration 60 --acks all --seed 7 --out chaos-out
+
+Also `python -m raftlog.chaos run ...`. Exit codes: 0 valid, 1 invalid (anomalies found, or a
+partition the final read could not judge), 2 bad usage or a run that could not start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+from raftlog.chaos.nemesis import NEMESES
+from raftlog.chaos.runner import Backend, RunOptions, run
+from raftlog.chaos.workload import WorkloadOptions
+
+__all__ = ["add_chaos_parser", "main"]
+
+BACKENDS = ("local", "docker", "pysyncobj")
+
+
+def _nemeses(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none")
+    unknown = [n for n in names if n not in NEMESES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown nemesis {unknown}; choose from {NEMESES}")
+    return names
+
+
+def add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("chaos", help="Jepsen-style fault-injection runs")
+    commands = parser.add_subparsers(dest="chaos_command", metavar="SUBCOMMAND", required=True)
+    run_parser = commands.add_parser("run", help="run a workload under faults and check it")
+    _add_run_arguments(run_parser)
+    run_parser.set_defaults(func=_run)
+
+
+def _add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=BACKENDS, default="local")
+    p.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    p.add_argument("--nemesis", type=_nemeses, default=("kill", "partition", "pause"),
+                   help=f"comma-separated from {','.join(NEMESES)} (or none)")  # fmt: skip
+    p.add_argument("--duration", type=float, default=60.0, help="seconds of load under faults")
+    p.add_argument("--acks", choices=("all", "1", "0"), default="all")
+    p.add_argument("--no-idempotence", action="store_true", help="producers without idempotence")
+    p.add_argument("--seed", type=int, default=None, help="default: random, printed first")
+    p.add_argument("--out", type=Path, required=True, help="directory for history and report")
+    p.add_argument("--partitions", type=int, default=3)
+    p.add_argument("--producers", type=int, default=2)
+    p.add_argument("--consumers", type=int, default=1)
+    p.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
+    p.add_argument("--base-port", type=int, default=None, help="local backend: client ports")
+    p.add_argument("--image", default="raftlog:local", help="docker backend: node image")
+
+
+def _backend(args: argparse.Namespace, topic: str) -> Backend:
+    if args.backend == "local":
+        from raftlog.chaos.local_backend import LocalBackend
+
+        return LocalBackend(args.out, node_count=args.nodes, topic=topic, base_port=args.base_port)
+    if args.backend == "docker":
+        from raftlog.chaos.docker_backend import DockerBackend
+
+        return DockerBackend(args.out, node_count=args.nodes, topic=topic, image=args.image)
+    from raftlog.chaos.syncobj_log import SyncObjBackend
+
+    return SyncObjBackend(args.out, node_count=args.nodes, base_port=args.base_port)
+
+
+def options_from_args(args: argparse.Namespace) -> RunOptions:
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
+    workload = WorkloadOptions(
+        partitions=args.partitions,
+        replication_factor=min(3, args.nodes),
+        producers=args.producers,
+        consumers=args.consumers,
+        acks=args.acks,
+        idempotence=not args.no_idempotence,
+        send_rate_per_s=args.rate,
+    )
+    return RunOptions(
+        out_dir=args.out,
+        seed=seed,
+        duration_s=args.duration,
+        nemeses=tuple(args.nemesis),
+        workload=workload,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        options = options_from_args(args)
+        backend = _backend(args, options.workload.topic)
+    except (ValueError, RuntimeError) as error:
+        print(f"raftlog chaos run: {error}", file=sys.stderr)
+        return 2
+    try:
+        results = run(options, backend, say=lambda line: print(line, flush=True))
+    except (TimeoutError, OSError, RuntimeError) as error:
+        print(f"raftlog chaos run: could not run: {error}", file=sys.stderr)
+        return 2
+    return 0 if results["valid"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m raftlog.chaos")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add_chaos_parser(subparsers)
+    args = parser.parse_args(["chaos", *(sys.argv[1:] if argv is None else argv)])
+    result: int = args.func(args)
+    return result

@@ -1,0 +1,143 @@
+"""The local backend: real node processes on loopback, faults by signals and the chaos hook.
+
+Theory of operation. `LocalBackend.start` creates a `LocalCluster` under `DIR/cluster`,
+starts every node with `--chaos` (which gives its node-to-node transport a fault injector)
+and waits for a controller. Crashes are SIGKILL (restart: start the process again on the same
+data directory), pauses are SIGSTOP/SIGCONT, and network faults are rules sent to each node's
+`Internal.SetFaults`. No root and no Docker are needed. Every control call is bounded by
+`control_timeout_s` and reports failure as False instead of raising: a nemesis acting on a
+node that is down (or paused, so its gRPC server cannot answer) must not stop the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+from raftlog.chaos.clients import LogClients, RaftlogClients
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+
+from raftlog.client import Admin
+from raftlog.cluster_cli import wait_for_controller
+from raftlog.local_cluster import LocalCluster
+
+__all__ = ["LocalBackend"]
+
+
+class LocalBackend:
+    """`ClusterControl` over a `LocalCluster`; `start` returns the clients for it."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        node_count: int,
+        topic: str,
+        base_port: int | None = None,
+        control_timeout_s: float = 2.0,
+    ) -> None:
+        assert node_count in (1, 3, 5), node_count
+        self._cluster = LocalCluster.create(
+            directory / "cluster", node_count=node_count, base_port=base_port
+        )
+        self.node_ids: Sequence[int] = sorted(self._cluster.nodes)
+        self.topic = topic
+        self._timeout_s = control_timeout_s
+        self._paused: set[int] = set()
+
+    @property
+    def log_paths(self) -> list[str]:
+        return [node.log_file for node in self._cluster.nodes.values()]
+
+    def start(self, *, timeout_s: float = 60.0) -> LogClients:
+        self._cluster.start("--chaos")
+        try:
+            wait_for_controller(self._cluster.bootstrap, timeout_s=timeout_s)
+        except TimeoutError:
+            self.stop()
+            raise
+        return RaftlogClients(self._cluster.bootstrap)
+
+    def stop(self) -> None:
+        for node in list(self._paused):
+            self.resume(node)
+        self._cluster.stop()
+
+    # -- process faults ---------------------------------------------------------------------
+
+    def kill(self, node: int) -> bool:
+        self._paused.discard(node)
+        self._cluster.kill_node(node, sig=signal.SIGKILL)
+        return True
+
+    def restart(self, node: int) -> bool:
+        if self._cluster.is_running(node):
+            return True
+        self._cluster.start_node(node, "--chaos")
+        return True
+
+    def _signal(self, node: int, sig: int) -> bool:
+        pid = self._cluster.nodes[node].pid
+        if not pid or not self._cluster.is_running(node):
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+            return True
+        return False
+
+    def pause(self, node: int) -> bool:
+        self._paused.add(node)
+        return self._signal(node, signal.SIGSTOP)
+
+    def resume(self, node: int) -> bool:
+        self._paused.discard(node)
+        return self._signal(node, signal.SIGCONT)
+
+    # -- network faults and lookups ---------------------------------------------------------
+
+    def set_faults(self, node: int, rules: dict[str, Any]) -> bool:
+        if node in self._paused or not self._cluster.is_running(node):
+            return False
+        address = self._cluster.nodes[node].client_address
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.InternalStub(channel)
+            try:
+                stub.SetFaults(
+                    pb.SetFaultsRequest(rules_json=json.dumps(rules)), timeout=self._timeout_s
+                )
+            except grpc.RpcError:
+                return False
+        return True
+
+    def _admin(self) -> Admin:
+        running = [
+            n.client_address
+            for n in self._cluster.nodes.values()
+            if n.node_id not in self._paused and self._cluster.is_running(n.node_id)
+        ]
+        return Admin(
+            running or self._cluster.bootstrap, request_timeout_ms=int(self._timeout_s * 1000)
+        )
+
+    def partition_leader(self, partition: int) -> int | None:
+        try:
+            with self._admin() as admin:
+                leader = admin.describe_topic(self.topic).partitions[partition].leader
+        except Exception:  # a lookup during a fault may fail: the nemesis then picks at random
+            return None
+        return leader if leader in self.node_ids else None
+
+    def controller(self) -> int | None:
+        try:
+            with self._admin() as admin:
+                controller = admin.describe_cluster().controller_id
+        except Exception:
+            return None
+        return controller if controller in self.node_ids else None

@@ -1,0 +1,192 @@
+"""Nemeses: faults planned as data, injected and healed through a `ClusterControl` port.
+
+Theory of operation. A fault is decided in two steps. `plan_fault` is pure: from the nemesis
+name, the node ids, the current leaders and a seeded `random.Random` it picks a concrete
+`Fault` (which nodes to kill or pause, which directed links to cut). `Nemesis.start` then
+injects it through the backend and `Nemesis.stop` heals exactly what it injected, so faults
+can be tested without processes and replayed from the seed.
+
+Network faults are sets of directed links `(src, dst)`: frames from src to dst are dropped.
+Each cut is installed on both ends (outgoing on src, incoming on dst) so a frame already on
+the wire is dropped too. The partitions, as Jepsen names them:
+
+    halves            a random minority against the majority, both ways
+    isolate-leader    the leader of a partition against everyone, both ways
+    isolate-controller the metadata quorum's leader against everyone
+    ring              each node reaches a majority but no two the same majority (5 nodes:
+                      neighbours on a shuffled ring; 3 nodes: a directed ring)
+    bridge            two halves joined only through one node
+    one-way           a random half's frames to the other half vanish, the reverse flows
+
+Process faults: kill (SIGKILL of a random node, of a partition leader, or of all nodes at
+once; healed by restarting) and pause (SIGSTOP of a random node or a leader; SIGCONT).
+`flaky` makes every link drop, duplicate, delay and reorder frames. "Loss of unsynced writes"
+is not here: it needs a node-side hook that cuts data files back to what was fsynced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = ["NEMESES", "ClusterControl", "Fault", "Nemesis", "partition_links", "plan_fault"]
+
+NEMESES = ("kill", "pause", "partition", "flaky")
+PARTITIONS = ("halves", "isolate-leader", "isolate-controller", "ring", "bridge", "one-way")
+Link = tuple[int, int]
+FLAKY_LINK = {
+    "drop_probability": 0.05,
+    "duplicate_probability": 0.05,
+    "reorder_probability": 0.1,
+    "reorder_window_ms": 50,
+    "delay_ms": 5,
+    "delay_jitter_ms": 20,
+}
+
+
+class ClusterControl(Protocol):
+    """What a backend offers the nemesis. Every call is bounded in time and never raises for
+    an unreachable node: it returns False (the nemesis logs it; a fault may land partially)."""
+
+    node_ids: Sequence[int]
+
+    def kill(self, node: int) -> bool: ...
+
+    def restart(self, node: int) -> bool: ...
+
+    def pause(self, node: int) -> bool: ...
+
+    def resume(self, node: int) -> bool: ...
+
+    def set_faults(self, node: int, rules: dict[str, Any]) -> bool: ...
+
+    def partition_leader(self, partition: int) -> int | None: ...
+
+    def controller(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    nemesis: str
+    kind: str
+    nodes: tuple[int, ...] = ()
+    links: frozenset[Link] = field(default_factory=frozenset)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "fault": self.nemesis,
+            "kind": self.kind,
+            "nodes": list(self.nodes),
+            "links": sorted([list(link) for link in self.links]),
+        }
+
+
+def _both_ways(a: Sequence[int], b: Sequence[int]) -> frozenset[Link]:
+    return frozenset({(x, y) for x in a for y in b} | {(y, x) for x in a for y in b})
+
+
+def partition_links(
+    kind: str, nodes: Sequence[int], rng: random.Random, target: int
+) -> frozenset[Link]:
+    """The directed links a partition of `kind` cuts; `target` is the node to isolate."""
+    assert len(nodes) >= 2 and len(set(nodes)) == len(nodes)
+    order = list(nodes)
+    rng.shuffle(order)
+    half = len(order) // 2
+    if kind in ("isolate-leader", "isolate-controller"):
+        links = _both_ways([target], [n for n in nodes if n != target])
+    elif kind == "halves":
+        links = _both_ways(order[:half], order[half:])
+    elif kind == "one-way":
+        links = frozenset((x, y) for x in order[:half] for y in order[half:])
+    elif kind == "bridge":
+        links = _both_ways(order[:half], order[half + 1 :])
+    elif kind == "ring" and len(order) >= 5:
+        ring = len(order)
+        far = [(i, j) for i, j in itertools.permutations(range(ring), 2)]
+        links = frozenset(
+            (order[i], order[j]) for i, j in far if min((i - j) % ring, (j - i) % ring) > 1
+        )
+    elif kind == "ring":
+        # Three nodes: each sends only to its successor, so each hears exactly one peer.
+        links = frozenset((order[i], order[i - 1]) for i in range(len(order)))
+    else:
+        raise ValueError(f"unknown partition kind {kind!r}; expected one of {PARTITIONS}")
+    assert all(a != b and a in nodes and b in nodes for a, b in links)
+    return links
+
+
+def plan_fault(
+    nemesis: str,
+    nodes: Sequence[int],
+    rng: random.Random,
+    *,
+    leader: int | None,
+    controller: int | None,
+) -> Fault:
+    """A concrete fault for `nemesis`; the leader and controller may be None when unknown."""
+    if nemesis not in NEMESES:
+        raise ValueError(f"unknown nemesis {nemesis!r}; expected one of {NEMESES}")
+    someone = rng.choice(list(nodes))
+    if nemesis == "kill":
+        kind = rng.choice(("random-node", "leader", "all-nodes"))
+        if kind == "all-nodes":
+            return Fault(nemesis, kind, tuple(nodes))
+        return Fault(nemesis, kind, (leader if kind == "leader" and leader else someone,))
+    if nemesis == "pause":
+        kind = rng.choice(("random-node", "leader"))
+        return Fault(nemesis, kind, (leader if kind == "leader" and leader else someone,))
+    if nemesis == "flaky":
+        return Fault(nemesis, "links", tuple(nodes))
+    kind = rng.choice(PARTITIONS)
+    target = {"isolate-leader": leader, "isolate-controller": controller}.get(kind) or someone
+    return Fault(nemesis, kind, (), partition_links(kind, nodes, rng, target))
+
+
+class Nemesis:
+    """Injects and heals faults on a backend; remembers what it did so heal is exact."""
+
+    def __init__(self, control: ClusterControl) -> None:
+        self._control = control
+
+    def start(self, fault: Fault) -> None:
+        control = self._control
+        if fault.nemesis == "kill":
+            for node in fault.nodes:
+                control.kill(node)
+        elif fault.nemesis == "pause":
+            for node in fault.nodes:
+                control.pause(node)
+        elif fault.nemesis == "flaky":
+            for node in fault.nodes:
+                control.set_faults(node, {"link": {"peer": None, **FLAKY_LINK}})
+        else:
+            for node in control.node_ids:
+                outgoing = sorted(dst for src, dst in fault.links if src == node)
+                incoming = sorted(src for src, dst in fault.links if dst == node)
+                if outgoing:
+                    control.set_faults(node, {"block": outgoing, "direction": "outgoing"})
+                if incoming:
+                    control.set_faults(node, {"block": incoming, "direction": "incoming"})
+
+    def stop(self, fault: Fault) -> None:
+        control = self._control
+        if fault.nemesis == "kill":
+            for node in fault.nodes:
+                control.restart(node)
+        elif fault.nemesis == "pause":
+            for node in fault.nodes:
+                control.resume(node)
+        else:
+            for node in control.node_ids:
+                control.set_faults(node, {"heal": True})
+
+    def heal_all(self) -> None:
+        """Before the final read: every node running, resumed and fully connected."""
+        for node in self._control.node_ids:
+            self._control.resume(node)
+            self._control.restart(node)
+            self._control.set_faults(node, {"heal": True})

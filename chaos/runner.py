@@ -1,0 +1,220 @@
+"""One chaos run, start to verdict: cluster up, load under faults, heal, final read, check.
+
+Theory of operation. Everything random derives from `RunOptions.seed`, printed first with
+every option. The run has four phases:
+
+1. setup: the backend starts the nodes; the topic is created; the run waits until every
+   partition answers a high-watermark read (a run that cannot start is an error, not a
+   verdict).
+2. load: the workers send, poll and read watermarks while the main thread plays the fault
+   schedule (`fault_schedule`), each fault planned against the current leaders when it starts
+   (`plan_fault`) and recorded as nemesis `start`/`stop` events; a progress line is printed
+   every `progress_interval_s` (elapsed time, operations completed, faults active).
+3. heal: workers stop, every node is resumed, restarted and reconnected, and the run waits
+   (up to `recovery_timeout_s`) until every partition answers again.
+4. verdict: the final read of every partition; the checker and the stats; results.json,
+   history.jsonl and the report are written to `out_dir`.
+
+The backend is a port (`Backend`): `LocalBackend` (processes), `DockerBackend` (containers)
+and `SyncObjBackend` (the pysyncobj baseline) all run through this same function.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from raftlog.chaos.checker import check
+from raftlog.chaos.clients import LogClients
+from raftlog.chaos.generator import PlannedFault, fault_schedule
+from raftlog.chaos.history import NEMESIS, HistoryRecorder, pair_operations
+from raftlog.chaos.nemesis import NEMESES, ClusterControl, Nemesis, plan_fault
+from raftlog.chaos.stats import availability, fault_windows, latency_percentiles
+from raftlog.chaos.workload import Workers, WorkloadOptions, final_read
+
+__all__ = ["Backend", "RunOptions", "run"]
+
+
+class Backend(ClusterControl, Protocol):
+    log_paths: list[str]
+
+    def start(self, *, timeout_s: float = 60.0) -> LogClients: ...
+
+    def stop(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOptions:
+    out_dir: Path
+    seed: int
+    duration_s: float = 60.0
+    nemeses: tuple[str, ...] = ("kill", "partition", "pause")
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    gap_s: tuple[float, float] = (2.0, 5.0)
+    hold_s: tuple[float, float] = (2.0, 6.0)
+    recovery_timeout_s: float = 60.0
+    progress_interval_s: float = 5.0
+    examples_max: int = 10
+
+    def __post_init__(self) -> None:
+        unknown = set(self.nemeses) - set(NEMESES)
+        if unknown:
+            raise ValueError(f"--nemesis: unknown {sorted(unknown)}; choose from {NEMESES}")
+        if self.duration_s <= 0:
+            raise ValueError(f"--duration must be positive, got {self.duration_s}")
+
+
+def _wait_ready(clients: LogClients, options: WorkloadOptions, *, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    partitions = list(range(options.partitions))
+    while time.monotonic() < deadline:
+        try:
+            clients.high_watermarks(options.topic, partitions)
+            return True
+        except Exception:
+            time.sleep(0.5)  # an election or a restart under way: ask again shortly
+    return False
+
+
+class _Progress:
+    def __init__(self, recorder: HistoryRecorder, say: Callable[[str], None], interval_s: float):
+        self._recorder = recorder
+        self._say = say
+        self._interval_s = interval_s
+        self._next_s = time.monotonic() + interval_s
+        self.active: list[str] = []
+
+    def maybe_report(self, *, force: bool = False) -> None:
+        if not force and time.monotonic() < self._next_s:
+            return
+        self._next_s = time.monotonic() + self._interval_s
+        events = self._recorder.events
+        done = sum(1 for e in events if e.type != "invoke" and e.process != NEMESIS)
+        ok = sum(1 for e in events if e.type == "ok")
+        faults = ", ".join(self.active) or "none"
+        elapsed = self._recorder.now_ns() / 1e9
+        self._say(f"[{elapsed:6.1f}s] operations {done} done ({ok} ok); faults active: {faults}")
+
+
+def _sleep_until(target_s: float, start_s: float, progress: _Progress) -> None:
+    while (remaining := start_s + target_s - time.monotonic()) > 0:
+        time.sleep(min(remaining, 0.5))
+        progress.maybe_report()
+
+
+def _play_faults(
+    backend: Backend,
+    schedule: Sequence[PlannedFault],
+    rng: random.Random,
+    recorder: HistoryRecorder,
+    progress: _Progress,
+    options: RunOptions,
+) -> None:
+    nemesis = Nemesis(backend)
+    start_s = time.monotonic()
+    for number, planned in enumerate(schedule):
+        _sleep_until(planned.start_s, start_s, progress)
+        leader = backend.partition_leader(rng.randrange(options.workload.partitions))
+        fault = plan_fault(
+            planned.nemesis, backend.node_ids, rng, leader=leader, controller=backend.controller()
+        )
+        described = {"id": number, **fault.describe()}
+        recorder.record(NEMESIS, "info", "start", described)
+        nemesis.start(fault)
+        progress.active = [f"{fault.nemesis}/{fault.kind} {list(fault.nodes) or ''}".strip()]
+        _sleep_until(planned.stop_s, start_s, progress)
+        nemesis.stop(fault)
+        recorder.record(NEMESIS, "info", "stop", described)
+        progress.active = []
+    _sleep_until(options.duration_s, start_s, progress)
+
+
+def run(
+    options: RunOptions, backend: Backend, *, say: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Run once and write history.jsonl, results.json and the report; returns the results."""
+    say(f"chaos run seed={options.seed} options={json.dumps(_options_json(options))}")
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(options.seed)
+    schedule = fault_schedule(
+        rng,
+        options.nemeses,
+        duration_s=options.duration_s,
+        gap_s=options.gap_s,
+        hold_s=options.hold_s,
+    )
+    clients = backend.start()
+    try:
+        work = options.workload
+        clients.create_topic(work.topic, work.partitions, work.replication_factor)
+        if not _wait_ready(clients, work, timeout_s=options.recovery_timeout_s):
+            raise TimeoutError(
+                f"topic {work.topic!r} not readable {options.recovery_timeout_s}s after creation"
+            )
+        with (options.out_dir / "history.jsonl").open("w", buffering=1) as sink:
+            recorder = HistoryRecorder(time.monotonic_ns, sink)
+            progress = _Progress(recorder, say, options.progress_interval_s)
+            results = _load_heal_read(options, backend, clients, recorder, progress, schedule, rng)
+            recorder.close()
+    finally:
+        backend.stop()
+    (options.out_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    from raftlog.chaos.report import write_report
+
+    write_report(options.out_dir, recorder.events, results)
+    say(
+        f"valid: {results['valid']}; wrote {options.out_dir}/results.json, history.jsonl, report.md"
+    )
+    return results
+
+
+def _load_heal_read(
+    options: RunOptions,
+    backend: Backend,
+    clients: LogClients,
+    recorder: HistoryRecorder,
+    progress: _Progress,
+    schedule: Sequence[PlannedFault],
+    rng: random.Random,
+) -> dict[str, Any]:
+    workers = Workers(clients, recorder, options.workload, options.seed)
+    workers.start()
+    try:
+        _play_faults(backend, schedule, rng, recorder, progress, options)
+    finally:
+        load_end_ns = recorder.now_ns()
+        stuck = workers.stop(timeout_s=options.workload.close_timeout_s + 10)
+        Nemesis(backend).heal_all()
+    recorder.record(NEMESIS, "info", "heal", {"stuck_workers": stuck})
+    progress.maybe_report(force=True)
+    recovered = _wait_ready(clients, options.workload, timeout_s=options.recovery_timeout_s)
+    final_read(clients, recorder, options.workload)
+    ops = list(pair_operations(recorder.events))
+    verdict = check(ops, examples_max=options.examples_max)
+    windows = fault_windows(recorder.events, end_ns=load_end_ns)
+    load_ops = [op for op in ops if op.f != "final_read"]
+    # A partition the final read could not judge makes the run unproven, so not valid.
+    return {
+        "valid": verdict.valid and not verdict.unchecked,
+        "seed": options.seed,
+        "options": _options_json(options),
+        "anomaly_counts": verdict.counts,
+        "anomalies": verdict.anomalies,
+        "unchecked": verdict.unchecked,
+        "recovered_after_heal": recovered,
+        "availability": availability(load_ops, end_ns=load_end_ns),
+        "latency_ms": latency_percentiles(ops),
+        "faults": [asdict(w) for w in windows],
+        "node_logs": backend.log_paths,
+    }
+
+
+def _options_json(options: RunOptions) -> dict[str, Any]:
+    raw = asdict(options)
+    raw["out_dir"] = str(options.out_dir)
+    return raw

@@ -1,0 +1,228 @@
+"""The workload: producer, consumer and watermark processes that record what they see.
+
+Theory of operation. Each worker is one thread that plays one or more Jepsen processes. A
+producer process sends unique values (`"<process>-<n>"`) to random partitions at a bounded
+rate with at most `in_flight_max` sends outstanding; completions are recorded from the
+producer's callbacks, so sends really pipeline (which is what makes per-partition order worth
+checking). A consumer process polls every partition from offset 0 and records the records it
+got; when its consumer fails for good it is replaced, under a new process id, as a crashed
+Jepsen process is. A watermark process reads every partition's high watermark twice a
+second. After the load phase and the heal, `final_read` reads every partition from 0.
+
+Every worker records an invoke before acting and exactly one completion after (see
+`raftlog.chaos.history`); a send still outstanding when the run ends is left without a
+completion, which the checker counts as unknown.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from raftlog.chaos.clients import ChaosConsumer, LogClients, send_outcome
+from raftlog.chaos.generator import RateLimiter
+from raftlog.chaos.history import HistoryRecorder
+
+__all__ = ["ProcessIds", "Workers", "WorkloadOptions", "final_read"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkloadOptions:
+    topic: str = "chaos"
+    partitions: int = 3
+    replication_factor: int = 3
+    producers: int = 2
+    consumers: int = 1
+    acks: str = "all"
+    idempotence: bool = True
+    send_rate_per_s: float = 40.0  # per producer process
+    in_flight_max: int = 16  # sends outstanding per producer process
+    poll_timeout_ms: int = 500
+    watermark_interval_s: float = 0.5
+    close_timeout_s: float = 5.0
+    final_read_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        assert self.partitions > 0 and self.producers >= 0 and self.consumers >= 0
+        assert self.send_rate_per_s > 0 and self.in_flight_max > 0
+        if self.acks not in ("all", "1", "0"):
+            raise ValueError(f"acks: 'all', '1' or '0', got {self.acks!r}")
+
+
+class ProcessIds:
+    """Thread-safe source of fresh process ids."""
+
+    def __init__(self) -> None:
+        self._next = itertools.count()
+        self._lock = threading.Lock()
+
+    def take(self) -> int:
+        with self._lock:
+            return next(self._next)
+
+
+def _error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"[:300]
+
+
+def _producer(
+    clients: LogClients,
+    recorder: HistoryRecorder,
+    options: WorkloadOptions,
+    process: int,
+    rng: random.Random,
+    stop: threading.Event,
+) -> None:
+    producer = clients.producer(acks=options.acks, idempotence=options.idempotence)
+    window = threading.BoundedSemaphore(options.in_flight_max)
+    limiter = RateLimiter(options.send_rate_per_s, clock=time.monotonic, sleep=stop.wait)
+
+    def completed(invoke: dict[str, Any], future: Future[int]) -> None:
+        error = future.exception()
+        if error is None:
+            recorder.record(process, "ok", "send", {**invoke, "offset": future.result()})
+        else:
+            recorder.record(
+                process, send_outcome(error), "send", {**invoke, "error": _error(error)}
+            )
+        window.release()
+
+    try:
+        for n in itertools.count(1):
+            limiter.wait()
+            if stop.is_set():
+                break
+            if not window.acquire(timeout=0.5):
+                continue
+            invoke = {"topic": options.topic, "partition": rng.randrange(options.partitions),
+                      "value": f"{process}-{n}"}  # fmt: skip
+            recorder.record(process, "invoke", "send", invoke)
+            try:
+                future = producer.send(options.topic, invoke["partition"], invoke["value"])
+            except Exception as error:  # refused before it was queued: certainly not written
+                recorder.record(process, "fail", "send", {**invoke, "error": _error(error)})
+                window.release()
+                continue
+            future.add_done_callback(lambda done, invoke=invoke: completed(invoke, done))
+    finally:
+        producer.close(options.close_timeout_s)
+
+
+def _consumer(
+    clients: LogClients,
+    recorder: HistoryRecorder,
+    options: WorkloadOptions,
+    ids: ProcessIds,
+    stop: threading.Event,
+) -> None:
+    consumer: ChaosConsumer | None = None
+    process = -1
+    partitions = list(range(options.partitions))
+    while not stop.is_set():
+        if consumer is None:
+            process = ids.take()
+            consumer = clients.consumer(options.topic, partitions)
+        recorder.record(process, "invoke", "poll", None)
+        try:
+            records = consumer.poll(options.poll_timeout_ms)
+        except Exception as error:  # a read changes nothing, so a failed poll is a `fail`
+            recorder.record(process, "fail", "poll", {"error": _error(error)})
+            if not getattr(error, "retriable", False):
+                consumer.close()
+                consumer = None  # its position is no longer trusted: a new process
+                stop.wait(0.2)
+            continue
+        rows = [{"topic": options.topic, "partition": r.partition, "offset": r.offset,
+                 "value": r.value} for r in records]  # fmt: skip
+        recorder.record(process, "ok", "poll", {"records": rows})
+    if consumer is not None:
+        consumer.close()
+
+
+def _watermarks(
+    clients: LogClients,
+    recorder: HistoryRecorder,
+    options: WorkloadOptions,
+    process: int,
+    stop: threading.Event,
+) -> None:
+    partitions = list(range(options.partitions))
+    while not stop.wait(options.watermark_interval_s):
+        recorder.record(process, "invoke", "watermarks", {"topic": options.topic})
+        try:
+            hws = clients.high_watermarks(options.topic, partitions)
+        except Exception as error:
+            recorder.record(process, "fail", "watermarks", {"error": _error(error)})
+            continue
+        value = {"topic": options.topic, "high_watermarks": {str(p): hw for p, hw in hws.items()}}
+        recorder.record(process, "ok", "watermarks", value)
+
+
+class Workers:
+    """Starts every worker thread; `stop` asks them to finish and waits (bounded)."""
+
+    def __init__(
+        self, clients: LogClients, recorder: HistoryRecorder, options: WorkloadOptions, seed: int
+    ) -> None:
+        self.stop_event = threading.Event()
+        self.ids = ProcessIds()
+        self._threads: list[threading.Thread] = []
+        targets: list[tuple[str, Callable[[], None]]] = []
+        for _ in range(options.producers):
+            process = self.ids.take()
+            rng = random.Random(seed * 1000 + process)
+            args = (clients, recorder, options, process, rng, self.stop_event)
+            targets.append((f"producer-{process}", lambda a=args: _producer(*a)))
+        for n in range(options.consumers):
+            args2 = (clients, recorder, options, self.ids, self.stop_event)
+            targets.append((f"consumer-{n}", lambda a=args2: _consumer(*a)))
+        args3 = (clients, recorder, options, self.ids.take(), self.stop_event)
+        targets.append(("watermarks", lambda a=args3: _watermarks(*a)))
+        for name, target in targets:
+            self._threads.append(threading.Thread(target=target, name=f"chaos-{name}", daemon=True))
+        self.options = options
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self, *, timeout_s: float) -> list[str]:
+        """Stop and join; returns the names of threads that did not finish in time."""
+        self.stop_event.set()
+        deadline = time.monotonic() + timeout_s
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return [t.name for t in self._threads if t.is_alive()]
+
+
+def final_read(
+    clients: LogClients,
+    recorder: HistoryRecorder,
+    options: WorkloadOptions,
+    *,
+    attempts_max: int = 3,
+) -> None:
+    """Read every partition from offset 0; a failed read is retried, each try recorded."""
+    assert attempts_max > 0
+    for partition in range(options.partitions):
+        invoke = {"topic": options.topic, "partition": partition}
+        for _ in range(attempts_max):
+            recorder.record("final", "invoke", "final_read", invoke)
+            try:
+                read = clients.final_read(
+                    options.topic, partition, timeout_s=options.final_read_timeout_s
+                )
+            except Exception as error:
+                recorder.record("final", "fail", "final_read", {**invoke, "error": _error(error)})
+                continue
+            rows = [{"topic": options.topic, "partition": r.partition, "offset": r.offset,
+                     "value": r.value} for r in read.records]  # fmt: skip
+            value = {**invoke, "records": rows, "end_offset": read.end_offset}
+            recorder.record("final", "ok", "final_read", value)
+            break
