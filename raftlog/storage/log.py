@@ -37,9 +37,14 @@ Removing data.
 * `apply_retention(now_ms)` deletes a prefix of closed segments by bytes and age
   (`raftlog.storage.retention`).
 
+  `retention_point(now_ms)` says where that cut would fall, so a Raft log can record a
+  snapshot there first (`RaftLogStorage.compact`) and only then drop the segments.
+
 Reads return raw bytes of whole, CRC-verified batches from one segment, with the segment's
 path and the file position (a server could sendfile them). A batch whose CRC fails is never
 returned: the read stops before it, or raises `CrcMismatchError` naming file and position.
+
+A log has one owner (its Raft group's driver) and is not thread-safe.
 """
 
 from __future__ import annotations
