@@ -114,6 +114,8 @@ class Cluster:
         self.now = 0
         self.crashes = 0
         self.delivered = 0
+        # Acknowledged count when healing began; -1 while chaos lasts (no ack is demanded).
+        self._heal_acked_before = -1
         self._rng = rng
         self.workload = Workload(rng=rng, checker=self.checker, trace=trace)
         self.crash_switch = CrashSwitch(rng, options.io_crash_rate)
@@ -370,8 +372,6 @@ class Cluster:
                 self.checker.check_leader_complete(node.node_id, node.incarnation, raft.term, log)
 
     # --- the run ---
-
-    _heal_acked_before = -1
 
     def _heal_needs_ack(self) -> bool:
         return self.workload.acked_count <= self._heal_acked_before
