@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from raftlog.config import PLANTED_BUGS
 from raftlog.errors import ConfigError
-from raftlog.sim.options import parse_seed_range
+from raftlog.sim.options import PROFILES, parse_seed_range
 from raftlog.sim.runner import DEFAULT_STEPS, run_seed, run_seeds
 
 __all__ = ["main"]
@@ -60,6 +60,11 @@ def _parser() -> argparse.ArgumentParser:
         help="skip the protocol-rule checks (durable replies, current-term commit): only "
         "end-to-end invariants decide",
     )
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        help="force a fault profile (default: drawn from each seed)",
+    )
     parser.add_argument("--list-bugs", action="store_true", help="list the planted bugs")
     parser.add_argument(
         "--jobs",
@@ -87,6 +92,7 @@ def _run_one(seed: int, args: argparse.Namespace) -> int:
         steps=args.steps,
         bugs=frozenset(args.bug),
         protocol_checks=not args.end_to_end,
+        profile=args.profile,
         verbose=args.verbose,
         out=sys.stdout,
     )
@@ -104,6 +110,7 @@ def _run_range(seeds: range, args: argparse.Namespace) -> int:
         steps=args.steps,
         bugs=frozenset(args.bug),
         protocol_checks=not args.end_to_end,
+        profile=args.profile,
         jobs=max(1, args.jobs),
     ):
         ran += 1

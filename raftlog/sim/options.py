@@ -148,11 +148,17 @@ def derive_options(
     steps: int,
     bugs: frozenset[str] = frozenset(),
     protocol_checks: bool = True,
+    profile: str | None = None,
 ) -> tuple[SimOptions, random.Random]:
-    """Draw a run's options from `seed`; return them with the generator the run continues on."""
+    """Draw a run's options from `seed`; return them with the generator the run continues on.
+
+    `profile` forces a fault profile (the draw still happens, so nothing else shifts)."""
     rng = random.Random(seed)
     node_count = nodes if nodes is not None else (3 if seed % 2 else 5)
-    profile = rng.choice(PROFILES)
+    drawn_profile = rng.choice(PROFILES)
+    if profile is not None and profile not in PROFILES:
+        raise ConfigError(f"profile: expected one of {PROFILES}, got {profile!r}")
+    profile = profile or drawn_profile
     election_timeout_ticks = rng.randint(8, 20)
     skew = rng.choice((0.0, 0.1, 0.3))
     options = SimOptions(

@@ -75,12 +75,18 @@ def run_seed(
     steps: int = DEFAULT_STEPS,
     bugs: frozenset[str] = frozenset(),
     protocol_checks: bool = True,
+    profile: str | None = None,
     verbose: bool = False,
     out: TextIO | None = None,
 ) -> SeedResult:
     """Run one seed to completion and say how it went (a failing seed is a result, not a raise)."""
     options, rng = derive_options(
-        seed, nodes=nodes, steps=steps, bugs=bugs, protocol_checks=protocol_checks
+        seed,
+        nodes=nodes,
+        steps=steps,
+        bugs=bugs,
+        protocol_checks=protocol_checks,
+        profile=profile,
     )
     if out is not None:
         print(f"seed {seed}: {options.describe()}", file=out)
@@ -121,6 +127,7 @@ class _Job:
     steps: int
     bugs: frozenset[str]
     protocol_checks: bool
+    profile: str | None
 
     def __call__(self, seed: int) -> SeedResult:
         return run_seed(
@@ -129,6 +136,7 @@ class _Job:
             steps=self.steps,
             bugs=self.bugs,
             protocol_checks=self.protocol_checks,
+            profile=self.profile,
         )
 
 
@@ -139,11 +147,12 @@ def run_seeds(
     steps: int = DEFAULT_STEPS,
     bugs: frozenset[str] = frozenset(),
     protocol_checks: bool = True,
+    profile: str | None = None,
     jobs: int = 1,
 ) -> Iterator[SeedResult]:
     """Yield each seed's result, in seed order, running `jobs` seeds at a time."""
     assert jobs >= 1, jobs
-    job = _Job(nodes, steps, bugs, protocol_checks)
+    job = _Job(nodes, steps, bugs, protocol_checks, profile)
     if jobs == 1:
         yield from map(job, seeds)
         return

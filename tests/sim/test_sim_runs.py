@@ -51,6 +51,13 @@ def test_options_come_from_the_seed_and_are_all_printed() -> None:
     assert all(f"{f.name}=" in described for f in fields(options))
     with pytest.raises(ConfigError, match="bugs"):
         derive_options(5, nodes=3, steps=10, bugs=frozenset({"no-such-bug"}))
+    forced, _ = derive_options(5, nodes=None, steps=10, profile="churn")
+    assert (
+        forced.profile == "churn"
+        and forced.election_timeout_ticks == options.election_timeout_ticks
+    )
+    with pytest.raises(ConfigError, match="profile"):
+        derive_options(5, nodes=None, steps=10, profile="stormy")
 
 
 def test_seed_ranges_parse_and_reject_nonsense() -> None:
