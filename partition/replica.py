@@ -31,6 +31,7 @@ from raftlog.partition.producer_state import ProducerStateTable, Verdict
 
 from raftlog.config import LogConfig
 from raftlog.errors import (
+    BatchTooLargeError,
     CorruptBatchError,
     LeaderNotReadyError,
     NotLeaderError,
@@ -39,10 +40,10 @@ from raftlog.errors import (
     ProducerFencedError,
     RequestTimedOutError,
 )
-from raftlog.raft.types import Entry, EntryKind, Role, Snapshot
+from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
 from raftlog.runtime.group import Commitment, RaftGroup
 from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
-from raftlog.types import Offset
+from raftlog.types import Offset, Term
 
 __all__ = ["FetchResult", "OffsetSpec", "PartitionLog", "PartitionReplica", "ProduceResult"]
 
@@ -152,6 +153,17 @@ class PartitionReplica:
         )
         self._leader_producers = None
 
+    def compaction_snapshot(self, offset: Offset, term: Term, membership: Membership) -> Snapshot:
+        """The snapshot a partition records before retention drops the log below `offset`.
+
+        A partition's state *is* its log, so the snapshot carries only the producer table
+        (for idempotence across the cut); a follower that installs it starts its log empty
+        at `offset + 1`. The table is the applied one, which may be slightly ahead of
+        `offset`: entries re-applied after it only repeat what it already remembers.
+        """
+        assert offset <= self.group.node.commit_offset, (offset, self.group.node.commit_offset)
+        return Snapshot(SnapshotMeta(offset, term, membership), self.snapshot_data())
+
     def snapshot_data(self) -> bytes:
         """What a partition snapshot carries: the producer table (the log holds the rest)."""
         return self._committed_producers.encode()
@@ -193,6 +205,8 @@ class PartitionReplica:
         return ProduceResult(first, last, self.high_watermark, duplicate=not futures)
 
     def _verify(self, batch: bytes) -> BatchHeader:
+        if len(batch) > self._config.batch_bytes_max:
+            raise BatchTooLargeError(len(batch), batch_bytes_max=self._config.batch_bytes_max)
         header = verify_batch(batch, batch_bytes_max=self._config.batch_bytes_max)
         if header.size_bytes != len(batch):
             raise CorruptBatchError(

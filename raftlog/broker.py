@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import shutil
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import grpc
 
+from raftlog.config import LogConfig
 from raftlog.errors import (
     NotControllerError,
     NotLeaderError,
@@ -60,7 +62,7 @@ from raftlog.runtime.metadata_machine import MetadataMachine
 from raftlog.runtime.settings import BrokerSettings, parse_address
 from raftlog.storage.hard_state import FileHardStateStore
 from raftlog.storage.raft_log import RaftLogStorage
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import GroupId, NodeId, Offset, PartitionId
 
 __all__ = ["Broker"]
 
@@ -100,11 +102,14 @@ class Broker:
         self.metadata_group: RaftGroup | None = None
         self.forward: Callable[[str, Command, float], Awaitable[ApplyResult]] | None = None
         self._grpc: grpc.aio.Server | None = None
+        # Set when a task of the node fails: `raftlog serve` then exits non-zero.
+        self.failed: asyncio.Future[None] | None = None
         self.bound_port = 0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.failed = asyncio.get_running_loop().create_future()
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         storage, hard_state_store = self._open_storage(self.settings.data_dir / "metadata")
         self.metadata_group = self._make_group(
@@ -124,6 +129,7 @@ class Broker:
         self.forward = self._forward
         await self._start_grpc()
         self._spawn(self._liveness_loop(), "liveness")
+        self._spawn(self._retention_loop(), "retention")
 
     async def _start_grpc(self) -> None:
         from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -187,8 +193,12 @@ class Broker:
                 await coroutine
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("node %s: task %s failed", self.node_id, name)
+            except Exception as error:
+                # A failed assertion or bug stops the node: it must never limp on with a
+                # dead Raft loop (STYLE: assertions are never swallowed).
+                log.exception("node %s: task %s failed; stopping the node", self.node_id, name)
+                if self.failed is not None and not self.failed.done():
+                    self.failed.set_exception(error)
                 raise
 
         self._tasks.append(asyncio.create_task(guarded(), name=name))
@@ -198,9 +208,11 @@ class Broker:
 
     # -- groups ------------------------------------------------------------------------------
 
-    def _open_storage(self, directory: Path) -> tuple[RaftLogStorage, FileHardStateStore]:
+    def _open_storage(
+        self, directory: Path, log_config: LogConfig | None = None
+    ) -> tuple[RaftLogStorage, FileHardStateStore]:
         directory.mkdir(parents=True, exist_ok=True)
-        storage = RaftLogStorage.open(directory / "log", config=self.config.log)
+        storage = RaftLogStorage.open(directory / "log", config=log_config or self.config.log)
         return storage, FileHardStateStore(directory)
 
     def _make_group(
@@ -219,6 +231,7 @@ class Broker:
             rng=random.Random(self._rng.getrandbits(64)),
             bootstrap_membership=Membership(voters=voters),
         )
+        bootstrap = Membership(voters=voters)
         self._storages[group_id] = storage
         return RaftGroup(
             group_id=group_id,
@@ -227,6 +240,7 @@ class Broker:
             hard_state_store=hard_state_store,
             state_machine=machine,
             config=self.config.raft,
+            bootstrap_membership=bootstrap,
         )
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
@@ -254,10 +268,12 @@ class Broker:
     def _create_replica(
         self, topic: str, partition: int, group_id: GroupId, replicas: tuple[NodeId, ...]
     ) -> None:
-        storage, hard_state_store = self._open_storage(self._partition_dir(topic, partition))
-        replica = PartitionReplica(
-            topic=topic, partition=partition, log=storage, config=self.config.log
+        topic_info = self.metadata.state.topic(topic)
+        log_config = topic_log_config(self.config.log, topic_info.config if topic_info else {})
+        storage, hard_state_store = self._open_storage(
+            self._partition_dir(topic, partition), log_config
         )
+        replica = PartitionReplica(topic=topic, partition=partition, log=storage, config=log_config)
         group = self._make_group(group_id, storage, hard_state_store, frozenset(replicas), replica)
         replica.attach(group)
         group.on_leadership_change = self._on_partition_leadership
@@ -356,7 +372,43 @@ class Broker:
                 log.debug("node %s: liveness submit failed: %s", self.node_id, error)
             if self.is_controller():
                 await self._controller_duties()
+            self._move_leaders_to_preferred()
             await asyncio.sleep(interval_s if registered else 0.2)
+
+    def _move_leaders_to_preferred(self) -> None:
+        """Hand partition leadership back to the preferred replica when it is alive.
+
+        After a failure, leadership piles up on the survivors; each leader gives it back on
+        its own (no controller round trip). The core's transfer (Raft §3.10) first brings
+        the target up to date and aborts after an election timeout, so a lagging or dead
+        target costs nothing but a retry at the next pass.
+        """
+        state = self.metadata.state
+        for replica in self.replicas.values():
+            node = replica.group.node
+            info = state.partition(replica.topic, replica.partition)
+            if info is None or node.role is not Role.LEADER:
+                continue
+            preferred = info.preferred_leader
+            target = state.node(preferred)
+            if preferred == self.node_id or target is None or not target.alive:
+                continue
+            if preferred not in node.membership.voters or not replica.is_leader_ready():
+                continue
+            with contextlib.suppress(RaftlogError):
+                node.transfer_leadership(preferred)
+                replica.group.wake()
+
+    async def _retention_loop(self) -> None:
+        interval_s = self.config.retention_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            now_ms = _now_ms()
+            for group_id, replica in list(self._replicas_by_group.items()):
+                storage = self._storages.get(group_id)
+                if storage is not None:
+                    bootstrap = replica.group.bootstrap_membership
+                    apply_retention(replica, storage, bootstrap, now_ms)
 
     async def _controller_duties(self) -> None:
         now_ms = _now_ms()
@@ -471,6 +523,64 @@ class Broker:
         if replica is None or replica.group.node.role is not Role.LEADER:
             return -1
         return replica.high_watermark
+
+
+def topic_log_config(base: LogConfig, topic_config: Mapping[str, str]) -> LogConfig:
+    """The node's log config with a topic's overrides (Kafka's names; -1 = unlimited)."""
+    changes: dict[str, int | None] = {}
+    for key, field_name in _TOPIC_LOG_KEYS.items():
+        if key in topic_config:
+            value = int(topic_config[key])
+            changes[field_name] = (
+                None if value < 0 and field_name.startswith("retention") else value
+            )
+    segment_bytes = changes.get("segment_bytes_max") or base.segment_bytes_max
+    if "batch_bytes_max" not in changes and base.batch_bytes_max > segment_bytes:
+        changes["batch_bytes_max"] = segment_bytes  # a batch must fit in a segment
+    return dataclasses.replace(base, **changes).validate()  # type: ignore[arg-type]
+
+
+_TOPIC_LOG_KEYS = {
+    "retention.bytes": "retention_bytes",
+    "retention.ms": "retention_ms",
+    "segment.bytes": "segment_bytes_max",
+    "segment.ms": "segment_age_ms_max",
+    "max.message.bytes": "batch_bytes_max",
+}
+
+
+def apply_retention(
+    replica: PartitionReplica, storage: RaftLogStorage, bootstrap: Membership, now_ms: int
+) -> None:
+    """Drop whole expired segments, recording a snapshot at the cut first (Raft §7).
+
+    Only committed data is ever dropped: a cut above the commit offset waits. The snapshot
+    is what a follower behind the new log start receives instead of the missing entries.
+    """
+    point = storage.log.retention_point(now_ms)
+    if point is None:
+        return
+    offset = Offset(min(point, replica.group.node.commit_offset + 1) - 1)
+    snapshot = storage.snapshot()
+    if offset < storage.first_offset() or (snapshot and offset <= snapshot.meta.offset):
+        return
+    term = storage.term_at(offset)
+    if term is None or offset + 1 != point:
+        return  # the cut must fall on a segment (hence batch) boundary below the commit
+    membership = membership_at(storage, offset, bootstrap)
+    storage.compact(replica.compaction_snapshot(offset, term, membership))
+
+
+def membership_at(storage: RaftLogStorage, offset: Offset, bootstrap: Membership) -> Membership:
+    """The membership in force at `offset`: the last CONFIG entry at or before it, else the
+    snapshot's, else the group's bootstrap voters."""
+    configs = [e for e in storage.config_entries() if e.offset <= offset]
+    if configs:
+        return Membership.decode(configs[-1].data)
+    snapshot = storage.snapshot()
+    if snapshot is not None:
+        return snapshot.meta.membership
+    return bootstrap
 
 
 def _now_ms() -> int:

@@ -147,7 +147,9 @@ def _produce(args: argparse.Namespace) -> int:
     acks: int | str = "all" if args.acks == "all" else int(args.acks)
     key = args.key.encode() if args.key is not None else None
     futures = []
-    with Producer(resolve_bootstrap(args.bootstrap, args.dir), acks=acks) as producer:  # type: ignore[arg-type]
+    bootstrap = resolve_bootstrap(args.bootstrap, args.dir)
+    # Idempotence needs acks=all (as in Kafka); the weaker acks send without it.
+    with Producer(bootstrap, acks=acks, enable_idempotence=acks == "all") as producer:  # type: ignore[arg-type]
         for line in sys.stdin.buffer:
             value = line.rstrip(b"\n")
             futures.append(

@@ -241,6 +241,8 @@ class NodeConfig:
     transport: TransportConfig = field(default_factory=TransportConfig)
     metadata: MetadataConfig = field(default_factory=MetadataConfig)
     tick_interval_ms: int = 50
+    # How often each partition checks retention (whole segments, by bytes and age).
+    retention_check_interval_ms: int = 5000
 
     def validate(self) -> NodeConfig:
         self.raft.validate()
@@ -255,6 +257,11 @@ class NodeConfig:
             "must exceed twice raft.append_bytes_max so any AppendRequest fits in one frame",
         )
         _require(self.tick_interval_ms > 0, "tick_interval_ms", "must be positive")
+        _require(
+            self.retention_check_interval_ms > 0,
+            "retention_check_interval_ms",
+            "must be positive",
+        )
         _require(
             self.raft.append_bytes_max >= self.log.batch_bytes_max,
             "raft.append_bytes_max",

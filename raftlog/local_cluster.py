@@ -63,6 +63,9 @@ class LocalCluster:
         self.directory = directory
         self.nodes = {n.node_id: n for n in nodes}
         self.cluster_id = cluster_id
+        # Popen objects of the nodes this object started, kept so they are reaped with wait()
+        # (a process started by an earlier command is only known by its pid).
+        self._processes: dict[int, subprocess.Popen[bytes]] = {}
 
     @classmethod
     def create(
@@ -151,6 +154,7 @@ class LocalCluster:
             start_new_session=True,
         )
         log.close()
+        self._processes[node_id] = process
         node.pid = process.pid
         self.save()
         return node
@@ -163,9 +167,21 @@ class LocalCluster:
         node = self.nodes[node_id]
         if node.pid and _alive(node.pid):
             os.kill(node.pid, sig)
-            _reap(node.pid, timeout_s=10.0)
+            self._reap(node_id, timeout_s=10.0)
         node.pid = 0
         self.save()
+
+    def _reap(self, node_id: int, *, timeout_s: float) -> None:
+        process = self._processes.pop(node_id, None)
+        pid = self.nodes[node_id].pid
+        if process is None:
+            _reap(pid, timeout_s=timeout_s)
+            return
+        try:
+            process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
 
     def stop(self) -> None:
         for node in self.nodes.values():
@@ -174,7 +190,7 @@ class LocalCluster:
         deadline = time.monotonic() + 10
         for node in self.nodes.values():
             if node.pid:
-                _reap(node.pid, timeout_s=max(0.1, deadline - time.monotonic()))
+                self._reap(node.node_id, timeout_s=max(0.1, deadline - time.monotonic()))
                 if _alive(node.pid):
                     os.kill(node.pid, signal.SIGKILL)
                     _reap(node.pid, timeout_s=5)

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import signal
 import sys
 from pathlib import Path
 
 from raftlog.errors import ConfigError
-from raftlog.runtime.settings import BrokerSettings, parse_address, parse_peers, settings_from_toml
+from raftlog.runtime.settings import (
+    BrokerSettings,
+    apply_overrides,
+    parse_address,
+    parse_peers,
+    settings_from_toml,
+)
 from raftlog.types import NodeId
 
 __all__ = ["add_serve_parser", "run_serve"]
@@ -38,11 +45,27 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         action="store_true",
         help="enable the fault-injection hook (Internal.SetFaults); for chaos tests only",
     )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config bound, e.g. raft.election_timeout_ticks=20 (repeatable)",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run_serve)
 
 
 def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
+    settings = _base_settings(args)
+    if not args.overrides:
+        return settings
+    config = apply_overrides(settings.config, args.overrides)
+    return dataclasses.replace(settings, config=config).validate()
+
+
+def _base_settings(args: argparse.Namespace) -> BrokerSettings:
     if args.config is not None:
         return settings_from_toml(
             args.config,
@@ -118,6 +141,10 @@ async def _serve(settings: BrokerSettings) -> int:
         settings.client_address,
         settings.raft_address,
     )
-    await stop.wait()
+    assert broker.failed is not None
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([stopping, broker.failed], return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    failed = broker.failed.done()
     await broker.stop()
-    return 0
+    return 1 if failed else 0

@@ -29,7 +29,7 @@ from raftlog.config import RaftConfig
 from raftlog.errors import NotLeaderError, ProposalDroppedError
 from raftlog.raft.node import RaftNode
 from raftlog.raft.ports import DurableLog, HardStateStore
-from raftlog.raft.types import Entry, ReadState, Role, Snapshot
+from raftlog.raft.types import Entry, Membership, ReadState, Role, Snapshot
 from raftlog.types import GroupId, Offset, Term
 
 __all__ = ["Commitment", "RaftGroup", "StateMachine"]
@@ -73,6 +73,7 @@ class RaftGroup:
         hard_state_store: HardStateStore,
         state_machine: StateMachine,
         config: RaftConfig,
+        bootstrap_membership: Membership,
     ) -> None:
         self.group_id = group_id
         self.node = node
@@ -80,6 +81,9 @@ class RaftGroup:
         self.hard_state_store = hard_state_store
         self.state_machine = state_machine
         self._config = config
+        # The voters the group was created with (needed to name the membership of a
+        # snapshot taken below every CONFIG entry).
+        self.bootstrap_membership = bootstrap_membership
         self._waiters: deque[_Waiter] = deque()
         self._read_waiters: dict[int, asyncio.Future[Offset]] = {}
         self._next_read_id = 1

@@ -8,6 +8,7 @@ name the flag or key.
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,14 @@ from raftlog.config import NodeConfig
 from raftlog.errors import ConfigError
 from raftlog.types import NodeId
 
-__all__ = ["Address", "BrokerSettings", "parse_address", "parse_peers", "settings_from_toml"]
+__all__ = [
+    "Address",
+    "BrokerSettings",
+    "apply_overrides",
+    "parse_address",
+    "parse_peers",
+    "settings_from_toml",
+]
 
 Address = tuple[str, int]
 
@@ -78,6 +86,39 @@ class BrokerSettings:
     def raft_address(self) -> str:
         host, port = self.raft_advertise or self.peers.get(self.node_id) or self.raft_listen
         return f"{host}:{port}"
+
+
+def apply_overrides(config: NodeConfig, items: list[str]) -> NodeConfig:
+    """Apply `--set SECTION.FIELD=VALUE` (or `FIELD=VALUE` for NodeConfig's own fields)."""
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
+        section_name, dot, field_name = key.rpartition(".")
+        target = getattr(config, section_name) if dot else config
+        if dot and not dataclasses.is_dataclass(target):
+            raise ConfigError(f"--set {key}: unknown section {section_name!r}")
+        known = {f.name: f for f in dataclasses.fields(target)}
+        if field_name not in known or dataclasses.is_dataclass(getattr(target, field_name)):
+            raise ConfigError(f"--set {key}: unknown setting; known: {sorted(known)}")
+        current = getattr(target, field_name)
+        value = _parse_value(key, text, current)
+        updated = dataclasses.replace(target, **{field_name: value})
+        config = dataclasses.replace(config, **{section_name: updated}) if dot else updated
+    return config.validate()
+
+
+def _parse_value(key: str, text: str, current: object) -> object:
+    if isinstance(current, bool):
+        if text not in ("true", "false"):
+            raise ConfigError(f"--set {key}: expected true or false, got {text!r}")
+        return text == "true"
+    if text == "none":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"--set {key}: expected an integer, got {text!r}") from None
 
 
 def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
