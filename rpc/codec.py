@@ -313,7 +313,7 @@ class _Reader:
             self.fail(
                 f"truncated {what}: needs {length} bytes, {len(self.body) - self.position} left"
             )
-        data = bytes(self.body[self.position : end])
+        data = self.body[self.position : end].tobytes()
         self.position = end
         return data
 
@@ -436,7 +436,7 @@ def _decode_entries(
             )
         # term and offset come out of unpack_from typed Any: wrapping them in Term()/Offset()
         # would cost two Python calls per entry for nothing (NewTypes are erased at run time).
-        data = bytes(body[data_start:end])
+        data = body[data_start:end].tobytes()
         append(Entry(term, offset, offset_count, kinds[kind], data))
         next_offset, term_floor, position = offset + offset_count, term, end
     reader.position = position
