@@ -22,11 +22,11 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from raftlog.client import Admin, Consumer, Producer
+from raftlog.client import Admin, Consumer, Producer, RecordMetadata
 from raftlog.client.errors import DeliveryFailedError, ServerError
 
 __all__ = ["ChaosConsumer", "ChaosProducer", "LogClients", "RaftlogClients", "ReadRecord"]
-__all__ += ["send_outcome"]
+__all__ += ["DefiniteSendFailure", "FinalRead", "send_outcome"]
 
 # Server codes that mean the batch was refused before anything was appended.
 DEFINITE_REFUSALS = frozenset(
@@ -42,6 +42,10 @@ DEFINITE_REFUSALS = frozenset(
 )
 
 
+class DefiniteSendFailure(Exception):
+    """A log under test refused a send before appending it anywhere (so: `fail`)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ReadRecord:
     partition: int
@@ -51,6 +55,8 @@ class ReadRecord:
 
 def send_outcome(error: BaseException) -> Literal["fail", "info"]:
     """`fail` when the record certainly is not in the log, else `info` (see module doc)."""
+    if isinstance(error, DefiniteSendFailure):
+        return "fail"
     if isinstance(error, DeliveryFailedError):
         if error.attempts == 0:
             return "fail"
@@ -110,12 +116,12 @@ class _RaftlogProducer:
         offset: Future[int] = Future()
         sent = self._producer.send(topic, value=value.encode(), partition=partition)
 
-        def done(meta: Future[object]) -> None:
+        def done(meta: Future[RecordMetadata]) -> None:
             error = meta.exception()
             if error is not None:
                 offset.set_exception(error)
             else:
-                offset.set_result(int(getattr(meta.result(), "offset", -1)))
+                offset.set_result(meta.result().offset)
 
         sent.add_done_callback(done)
         return offset

@@ -57,7 +57,7 @@ class RateLimiter:
     """Invocations at most `rate_per_s`, evenly spaced; `wait` sleeps through `sleep`."""
 
     def __init__(
-        self, rate_per_s: float, *, clock: Callable[[], float], sleep: Callable[[float], None]
+        self, rate_per_s: float, *, clock: Callable[[], float], sleep: Callable[[float], object]
     ) -> None:
         assert rate_per_s > 0
         self._interval_s = 1.0 / rate_per_s

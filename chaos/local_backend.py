@@ -107,7 +107,7 @@ class LocalBackend:
             return False
         address = self._cluster.nodes[node].client_address
         with grpc.insecure_channel(address) as channel:
-            stub = pb_grpc.InternalStub(channel)
+            stub = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
             try:
                 stub.SetFaults(
                     pb.SetFaultsRequest(rules_json=json.dumps(rules)), timeout=self._timeout_s

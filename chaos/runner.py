@@ -41,7 +41,8 @@ __all__ = ["Backend", "RunOptions", "run"]
 
 
 class Backend(ClusterControl, Protocol):
-    log_paths: list[str]
+    @property
+    def log_paths(self) -> list[str]: ...
 
     def start(self, *, timeout_s: float = 60.0) -> LogClients: ...
 

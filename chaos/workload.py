@@ -16,6 +16,7 @@ completion, which the checker counts as unknown.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import random
 import threading
@@ -100,16 +101,20 @@ def _producer(
                 break
             if not window.acquire(timeout=0.5):
                 continue
-            invoke = {"topic": options.topic, "partition": rng.randrange(options.partitions),
-                      "value": f"{process}-{n}"}  # fmt: skip
+            partition, value = rng.randrange(options.partitions), f"{process}-{n}"
+            invoke: dict[str, Any] = {
+                "topic": options.topic,
+                "partition": partition,
+                "value": value,
+            }
             recorder.record(process, "invoke", "send", invoke)
             try:
-                future = producer.send(options.topic, invoke["partition"], invoke["value"])
+                future = producer.send(options.topic, partition, value)
             except Exception as error:  # refused before it was queued: certainly not written
                 recorder.record(process, "fail", "send", {**invoke, "error": _error(error)})
                 window.release()
                 continue
-            future.add_done_callback(lambda done, invoke=invoke: completed(invoke, done))
+            future.add_done_callback(functools.partial(completed, invoke))
     finally:
         producer.close(options.close_timeout_s)
 
@@ -174,18 +179,20 @@ class Workers:
         self.ids = ProcessIds()
         self._threads: list[threading.Thread] = []
         targets: list[tuple[str, Callable[[], None]]] = []
+        stop = self.stop_event
         for _ in range(options.producers):
             process = self.ids.take()
             rng = random.Random(seed * 1000 + process)
-            args = (clients, recorder, options, process, rng, self.stop_event)
-            targets.append((f"producer-{process}", lambda a=args: _producer(*a)))
+            target = functools.partial(_producer, clients, recorder, options, process, rng, stop)
+            targets.append((f"producer-{process}", target))
         for n in range(options.consumers):
-            args2 = (clients, recorder, options, self.ids, self.stop_event)
-            targets.append((f"consumer-{n}", lambda a=args2: _consumer(*a)))
-        args3 = (clients, recorder, options, self.ids.take(), self.stop_event)
-        targets.append(("watermarks", lambda a=args3: _watermarks(*a)))
-        for name, target in targets:
-            self._threads.append(threading.Thread(target=target, name=f"chaos-{name}", daemon=True))
+            target = functools.partial(_consumer, clients, recorder, options, self.ids, stop)
+            targets.append((f"consumer-{n}", target))
+        process = self.ids.take()
+        target = functools.partial(_watermarks, clients, recorder, options, process, stop)
+        targets.append(("watermarks", target))
+        for name, work in targets:
+            self._threads.append(threading.Thread(target=work, name=f"chaos-{name}", daemon=True))
         self.options = options
 
     def start(self) -> None:
