@@ -21,10 +21,11 @@ the simulated one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -120,26 +121,40 @@ class _OsFileHandle:
     def path(self) -> str:
         return self._path
 
+    def _descriptor(self) -> int:
+        if self._fd < 0:
+            raise StorageError(f"{self._path} is closed")
+        return self._fd
+
     def append(self, buffers: Sequence[Buffer]) -> None:
         # The descriptor is O_APPEND; loop because writev may write less than asked.
         pending = [memoryview(b).cast("B") for b in buffers if len(b)]
-        while pending:
-            written = os.writev(self._fd, pending[:_IOV_MAX])
-            while pending and written >= len(pending[0]):
-                written -= len(pending[0])
-                pending.pop(0)
-            if written:
-                pending[0] = pending[0][written:]
+        total_bytes = sum(len(view) for view in pending)
+        first = 0
+        with _os_errors(self._path, "append to"):
+            while first < len(pending):
+                written = os.writev(self._descriptor(), pending[first : first + _IOV_MAX])
+                total_bytes -= written
+                while first < len(pending) and written >= len(pending[first]):
+                    written -= len(pending[first])
+                    first += 1
+                if written:
+                    pending[first] = pending[first][written:]
+        assert total_bytes == 0, f"{self._path}: {total_bytes} bytes left unwritten"
 
     def read_at(self, size_bytes: int, position: int) -> bytes:
         assert size_bytes >= 0 and position >= 0, (size_bytes, position)
-        data = os.pread(self._fd, size_bytes, position)
+        with _os_errors(self._path, "read"):
+            return self._read_at(size_bytes, position)
+
+    def _read_at(self, size_bytes: int, position: int) -> bytes:
+        data = os.pread(self._descriptor(), size_bytes, position)
         if len(data) == size_bytes or not data:
             return data
         parts = [data]  # a short read before the end of file: keep reading
         got = len(data)
         while got < size_bytes:
-            more = os.pread(self._fd, size_bytes - got, position + got)
+            more = os.pread(self._descriptor(), size_bytes - got, position + got)
             if not more:
                 break
             parts.append(more)
@@ -147,19 +162,32 @@ class _OsFileHandle:
         return b"".join(parts)
 
     def size_bytes(self) -> int:
-        return os.fstat(self._fd).st_size
+        return os.fstat(self._descriptor()).st_size
 
     def sync(self) -> None:
-        os.fdatasync(self._fd)
+        # A failed fdatasync may have dropped the dirty pages (Linux): never retried, the
+        # error reaches the owner, which must stop using the log.
+        with _os_errors(self._path, "fdatasync"):
+            os.fdatasync(self._descriptor())
 
     def truncate(self, size_bytes: int) -> None:
         assert size_bytes >= 0, size_bytes
-        os.ftruncate(self._fd, size_bytes)
+        with _os_errors(self._path, "truncate"):
+            os.ftruncate(self._descriptor(), size_bytes)
 
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+@contextlib.contextmanager
+def _os_errors(path: str, action: str) -> Iterator[None]:
+    """Turn an OSError into a StorageError that names the file and what failed."""
+    try:
+        yield
+    except OSError as error:
+        raise StorageError(f"cannot {action} {path}: {error.strerror or error}") from error
 
 
 class OsFileSystem:

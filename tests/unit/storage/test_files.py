@@ -4,6 +4,7 @@ of the simulated one (what survives a crash is exactly what was synced, plus tor
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from raftlog.errors import StorageError
 from raftlog.storage.files import (
     FileSystem,
     ManualClock,
+    OsFileSystem,
     SimFileSystem,
     SystemClock,
     read_whole_file,
@@ -136,3 +138,15 @@ def test_clocks() -> None:
     clock.advance(7)
     assert clock.now_ms() == 12
     assert SystemClock().now_ms() > 1_600_000_000_000
+
+
+def test_os_errors_name_the_file(tmp_path: Path) -> None:
+    files = OsFileSystem()
+    handle = files.open(str(tmp_path / "f"), create=True)
+    handle.close()
+    with pytest.raises(StorageError, match=r"/f is closed"):
+        handle.read_at(1, 0)
+    with pytest.raises(StorageError, match=r"/f is closed"):
+        handle.sync()
+    with pytest.raises(StorageError, match=r"cannot open .*/missing/f: No such file"):
+        files.open(str(tmp_path / "missing" / "f"), create=True)
