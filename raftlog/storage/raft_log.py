@@ -27,6 +27,12 @@ its state machine) lives in `snapshot`, also replaced atomically, and is written
 log drops the entries it covers. `first_offset()` is `snapshot.offset + 1`; the segmented log
 deletes whole segments only, so it may still hold older batches, which are then invisible here.
 After a crash between writing a snapshot and trimming the log, open finishes the job.
+
+Files (next to the segments; big-endian):
+    raft-checkpoint  crc32c u32 of the rest, then JSON {"epochs": [[term, start_offset], ...],
+                     "configs": [offset, ...]}
+    snapshot         b"RLSN", crc32c u32 of the rest, offset i64, term i64, membership
+                     length u32, Membership.encode(), then the snapshot's data to the end
 """
 
 from __future__ import annotations
