@@ -497,6 +497,7 @@ class _Connection(asyncio.BufferedProtocol):
         size = owner.config.receive_buffer_bytes
         self.buffer = bytearray(size)
         self.view = memoryview(self.buffer)
+        self.start = 0  # buffer[start:filled] holds bytes received and not yet parsed
         self.filled = 0
         self.large: bytearray | None = None  # a frame bigger than the buffer, filled in place
         self.large_kind = FrameKind.MESSAGES
@@ -572,8 +573,12 @@ class _Connection(asyncio.BufferedProtocol):
             self.fail(error)
 
     def parse(self) -> None:
-        start, header_bytes = 0, FRAME_HEADER.size
+        """Deliver every complete frame in buffer[start:filled]. A partial frame stays where
+        it is while the rest of it fits behind it; it moves to the front only when it would
+        not, and a frame larger than the whole buffer moves into a buffer of its own."""
+        start, header_bytes = self.start, FRAME_HEADER.size
         frame_bytes_max = self.owner.config.frame_bytes_max
+        needed_bytes = header_bytes  # to make progress from `start`
         while self.filled - start >= header_bytes and self.transport is not None:
             header = self.view[start : start + header_bytes]
             kind, length = decode_frame_header(header, frame_bytes_max=frame_bytes_max)
@@ -582,18 +587,23 @@ class _Connection(asyncio.BufferedProtocol):
                 self.on_frame(kind, self.view[body_start : body_start + length])
                 start = body_start + length
                 continue
-            if header_bytes + length > len(self.buffer):
+            needed_bytes = header_bytes + length
+            if needed_bytes > len(self.buffer):
                 # Too big for the shared buffer: its own buffer, filled by the kernel directly.
                 self.large = bytearray(length)
                 self.large_kind = kind
                 self.large_filled = self.filled - body_start
                 self.large[: self.large_filled] = self.view[body_start : self.filled]
-                start = self.filled
+                start, needed_bytes = self.filled, header_bytes
             break
-        remaining = self.filled - start
-        self.buffer[:remaining] = self.view[start : self.filled]
-        self.filled = remaining
-        assert 0 <= self.filled < len(self.buffer), (self.filled, len(self.buffer))
+        if start == self.filled:
+            start = self.filled = 0
+        elif start + needed_bytes > len(self.buffer):
+            remaining = self.filled - start
+            self.buffer[:remaining] = self.view[start : self.filled]
+            start, self.filled = 0, remaining
+        self.start = start
+        assert 0 <= self.start <= self.filled < len(self.buffer), (self.start, self.filled)
 
     def on_frame(self, kind: FrameKind, body: memoryview) -> None:
         if self.peer_id is None:

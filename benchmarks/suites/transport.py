@@ -97,6 +97,7 @@ class BufferedReceiver(asyncio.BufferedProtocol):
     def __init__(self) -> None:
         self.buffer = bytearray(self.chunk_bytes)
         self.view = memoryview(self.buffer)
+        self.start = 0
         self.filled = 0
         self.large: bytearray | None = None
         self.large_filled = 0
@@ -123,24 +124,31 @@ class BufferedReceiver(asyncio.BufferedProtocol):
         self.parse()
 
     def parse(self) -> None:
-        start = 0
+        # The same discipline as PeerTransport's receiver: a partial frame stays in place
+        # while the rest of it fits behind it, so mid-sized frames are never shifted.
+        start, needed = self.start, 4
         while self.filled - start >= 4:
             (length,) = LENGTH.unpack_from(self.buffer, start)
             if self.filled - start - 4 >= length:
                 self.on_frame(self.view[start + 4 : start + 4 + length])
                 start += 4 + length
                 continue
-            if 4 + length > self.chunk_bytes:
+            needed = 4 + length
+            if needed > self.chunk_bytes:
                 # Too big for the shared buffer: move the head into its own buffer.
                 self.large = bytearray(length)
                 head = self.filled - start - 4
                 self.large[:head] = self.view[start + 4 : self.filled]
                 self.large_filled = head
-                start = self.filled
+                start, needed = self.filled, 4
             break
-        remaining = self.filled - start
-        self.buffer[:remaining] = self.view[start : self.filled]
-        self.filled = remaining
+        if start == self.filled:
+            start = self.filled = 0
+        elif start + needed > self.chunk_bytes:
+            remaining = self.filled - start
+            self.buffer[:remaining] = self.view[start : self.filled]
+            start, self.filled = 0, remaining
+        self.start = start
 
     def on_frame(self, frame: memoryview) -> None:
         if len(frame) == 0:
