@@ -27,9 +27,14 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
+import grpc
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+
 from raftlog.client import Admin, Producer
 from raftlog.client.accumulator import RecordMetadata
 from raftlog.client.admin import TopicDescription
+from raftlog.client.errors import NoNodeAnsweredError, TopicAlreadyExistsError
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 
@@ -82,7 +87,19 @@ def wait_leaders(
 
 
 def create_topic(admin: Admin, topic: str, *, partitions: int) -> TopicDescription:
-    admin.create_topic(topic, partitions=partitions, replication_factor=3)
+    """Creates the topic (asking again while no node answers: the machine is shared and a
+    node may be slow to accept its first connection), then waits for its leaders."""
+    deadline = time.monotonic() + LEADERS_WAIT_S_MAX
+    while True:
+        try:
+            admin.create_topic(topic, partitions=partitions, replication_factor=3)
+            break
+        except NoNodeAnsweredError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+        except TopicAlreadyExistsError:
+            break  # an earlier attempt did reach the controller
     return wait_leaders(admin, topic)
 
 
@@ -184,6 +201,33 @@ def cpu_seconds(pid: int) -> float:
         fields = stat.read().rsplit(") ", 1)[1].split()
     # fields[0] is field 3 (state), so field N is fields[N - 3].
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
+
+
+def fetch_error(
+    address: str, topic: str, partition: int, *, timeout_s: float = 1.0
+) -> tuple[int, int]:
+    """(error code, leader epoch) of a one-byte, no-wait Fetch from offset 0 at `address`;
+    code NONE means this node leads the partition and serves committed reads."""
+    request = pb.FetchRequest(
+        topic=topic, partition=partition, offset=0, max_bytes=1, max_wait_ms=0
+    )
+    with grpc.insecure_channel(address) as channel:
+        response = pb_grpc.LogStub(channel).Fetch(request, timeout=timeout_s)
+    return int(response.error.code), int(response.leader_epoch)
+
+
+def serving_leader(cluster: LocalCluster, topic: str, partition: int) -> int | None:
+    """The node that really leads the partition now, asked of the nodes themselves (the
+    metadata's leader field can lag behind an election)."""
+    leaders: list[tuple[int, int]] = []
+    for node_id, node in cluster.nodes.items():
+        if not cluster.is_running(node_id):
+            continue
+        with contextlib.suppress(grpc.RpcError):
+            code, epoch = fetch_error(node.client_address, topic, partition)
+            if code == pb.ErrorCode.NONE:
+                leaders.append((epoch, node_id))
+    return max(leaders)[1] if leaders else None
 
 
 def node_pids(cluster: LocalCluster) -> dict[int, int]:
