@@ -46,7 +46,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"comma-separated from {','.join(NEMESES)} (or none)")  # fmt: skip
     p.add_argument("--duration", type=float, default=60.0, help="seconds of load under faults")
     p.add_argument("--acks", choices=("all", "1", "0"), default="all")
-    p.add_argument("--no-idempotence", action="store_true", help="producers without idempotence")
+    p.add_argument("--no-idempotence", action="store_true",
+                   help="producers without idempotence (implied by --acks 1 or 0)")  # fmt: skip
     p.add_argument("--seed", type=int, default=None, help="default: random, printed first")
     p.add_argument("--out", type=Path, required=True, help="directory for history and report")
     p.add_argument("--partitions", type=int, default=3)
@@ -82,7 +83,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         producers=args.producers,
         consumers=args.consumers,
         acks=args.acks,
-        idempotence=not args.no_idempotence,
+        idempotence=not args.no_idempotence and args.acks == "all",
         send_rate_per_s=args.rate,
     )
     return RunOptions(

@@ -28,7 +28,7 @@ from raftlog.client import Admin
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "lookup_controller", "lookup_leader", "send_fault_rules"]
 
 
 class LocalBackend:
@@ -105,39 +105,48 @@ class LocalBackend:
     def set_faults(self, node: int, rules: dict[str, Any]) -> bool:
         if node in self._paused or not self._cluster.is_running(node):
             return False
-        address = self._cluster.nodes[node].client_address
-        with grpc.insecure_channel(address) as channel:
-            stub = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
-            try:
-                stub.SetFaults(
-                    pb.SetFaultsRequest(rules_json=json.dumps(rules)), timeout=self._timeout_s
-                )
-            except grpc.RpcError:
-                return False
-        return True
+        return send_fault_rules(self._cluster.nodes[node].client_address, rules, self._timeout_s)
 
-    def _admin(self) -> Admin:
+    def _answering(self) -> list[str]:
         running = [
             n.client_address
             for n in self._cluster.nodes.values()
             if n.node_id not in self._paused and self._cluster.is_running(n.node_id)
         ]
-        return Admin(
-            running or self._cluster.bootstrap, request_timeout_ms=int(self._timeout_s * 1000)
-        )
+        return running or self._cluster.bootstrap.split(",")
 
     def partition_leader(self, partition: int) -> int | None:
-        try:
-            with self._admin() as admin:
-                leader = admin.describe_topic(self.topic).partitions[partition].leader
-        except Exception:  # a lookup during a fault may fail: the nemesis then picks at random
-            return None
+        leader = lookup_leader(self._answering(), self.topic, partition, self._timeout_s)
         return leader if leader in self.node_ids else None
 
     def controller(self) -> int | None:
-        try:
-            with self._admin() as admin:
-                controller = admin.describe_cluster().controller_id
-        except Exception:
-            return None
+        controller = lookup_controller(self._answering(), self._timeout_s)
         return controller if controller in self.node_ids else None
+
+
+def send_fault_rules(address: str, rules: dict[str, Any], timeout_s: float) -> bool:
+    """Internal.SetFaults at one node (started with --chaos); False if it did not answer."""
+    with grpc.insecure_channel(address) as channel:
+        stub = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            stub.SetFaults(pb.SetFaultsRequest(rules_json=json.dumps(rules)), timeout=timeout_s)
+        except grpc.RpcError:
+            return False
+    return True
+
+
+def lookup_leader(addresses: list[str], topic: str, partition: int, timeout_s: float) -> int | None:
+    """The partition's leader as the cluster reports it; None when no answer came in time."""
+    try:
+        with Admin(addresses, request_timeout_ms=int(timeout_s * 1000)) as admin:
+            return int(admin.describe_topic(topic).partitions[partition].leader)
+    except Exception:  # a lookup during a fault may fail: the nemesis then picks at random
+        return None
+
+
+def lookup_controller(addresses: list[str], timeout_s: float) -> int | None:
+    try:
+        with Admin(addresses, request_timeout_ms=int(timeout_s * 1000)) as admin:
+            return int(admin.describe_cluster().controller_id)
+    except Exception:
+        return None

@@ -191,6 +191,8 @@ def _load_heal_read(
         load_end_ns = recorder.now_ns()
         stuck = workers.stop(timeout_s=options.workload.close_timeout_s + 10)
         Nemesis(backend).heal_all()
+    if workers.crashes:
+        raise RuntimeError(f"worker crashed: {'; '.join(workers.crashes)}")
     recorder.record(NEMESIS, "info", "heal", {"stuck_workers": stuck})
     progress.maybe_report(force=True)
     recovered = _wait_ready(clients, options.workload, timeout_s=options.recovery_timeout_s)

@@ -54,6 +54,8 @@ class WorkloadOptions:
         assert self.send_rate_per_s > 0 and self.in_flight_max > 0
         if self.acks not in ("all", "1", "0"):
             raise ValueError(f"acks: 'all', '1' or '0', got {self.acks!r}")
+        if self.idempotence and self.acks != "all":
+            raise ValueError(f"idempotence needs acks=all (got acks={self.acks}): disable it")
 
 
 class ProcessIds:
@@ -191,9 +193,21 @@ class Workers:
         process = self.ids.take()
         target = functools.partial(_watermarks, clients, recorder, options, process, stop)
         targets.append(("watermarks", target))
+        self.crashes: list[str] = []
         for name, work in targets:
-            self._threads.append(threading.Thread(target=work, name=f"chaos-{name}", daemon=True))
+            thread = threading.Thread(
+                target=self._guard, args=(name, work), name=f"chaos-{name}", daemon=True
+            )
+            self._threads.append(thread)
         self.options = options
+
+    def _guard(self, name: str, work: Callable[[], None]) -> None:
+        # A worker that dies would silently thin the history: the run must say so instead.
+        try:
+            work()
+        except Exception as error:
+            self.crashes.append(f"{name}: {_error(error)}")
+            self.stop_event.set()
 
     def start(self) -> None:
         for thread in self._threads:
