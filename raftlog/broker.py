@@ -53,7 +53,7 @@ from raftlog.metadata import (
 )
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
 from raftlog.raft.node import RaftNode
-from raftlog.raft.types import Membership, Role
+from raftlog.raft.types import Membership, Role, Snapshot, SnapshotMeta
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
@@ -125,6 +125,7 @@ class Broker:
             {node: addr for node, addr in self.settings.peers.items() if node != self.node_id}
         )
         self.host.add(self.metadata_group)
+        self._reconcile()  # partitions this node hosted before a restart (from a snapshot)
         self._spawn(self.host.run(), "group-host")
         self.forward = self._forward
         await self._start_grpc()
@@ -233,6 +234,10 @@ class Broker:
         )
         bootstrap = Membership(voters=voters)
         self._storages[group_id] = storage
+        snapshot = storage.snapshot()
+        if snapshot is not None:
+            # The core resumes applying after the snapshot; the machine starts from it.
+            machine.restore(snapshot)
         return RaftGroup(
             group_id=group_id,
             node=node,
@@ -373,6 +378,7 @@ class Broker:
             if self.is_controller():
                 await self._controller_duties()
             self._move_leaders_to_preferred()
+            self._maybe_snapshot_metadata()
             await asyncio.sleep(interval_s if registered else 0.2)
 
     def _move_leaders_to_preferred(self) -> None:
@@ -398,6 +404,32 @@ class Broker:
             with contextlib.suppress(RaftlogError):
                 node.transfer_leadership(preferred)
                 replica.group.wake()
+
+    def _maybe_snapshot_metadata(self) -> None:
+        """Keep the metadata log short: snapshot the state every `metadata_snapshot_offsets`.
+
+        The snapshot is taken at the applied offset, which always ends an entry, and written
+        before the log below it is dropped (raftlog.storage.raft_log.compact).
+        """
+        group = self.metadata_group
+        assert group is not None
+        storage = self._storages[METADATA_GROUP_ID]
+        applied = Offset(self.metadata.state.applied_offset)
+        snapshot = storage.snapshot()
+        last_snapshot = -1 if snapshot is None else snapshot.meta.offset
+        if applied - last_snapshot < self.config.metadata_snapshot_offsets:
+            return
+        if applied > group.node.commit_offset or applied < storage.first_offset():
+            return
+        term = storage.term_at(applied)
+        if term is None:
+            return
+        membership = membership_at(storage, applied, group.bootstrap_membership)
+        data = self.metadata.state.snapshot()
+        storage.compact(Snapshot(SnapshotMeta(applied, term, membership), data))
+        log.info(
+            "node %s: metadata snapshot at offset %s (%d bytes)", self.node_id, applied, len(data)
+        )
 
     async def _retention_loop(self) -> None:
         interval_s = self.config.retention_check_interval_ms / 1000

@@ -243,6 +243,8 @@ class NodeConfig:
     tick_interval_ms: int = 50
     # How often each partition checks retention (whole segments, by bytes and age).
     retention_check_interval_ms: int = 5000
+    # The metadata quorum snapshots its state after this many offsets (keeps its log short).
+    metadata_snapshot_offsets: int = 2000
 
     def validate(self) -> NodeConfig:
         self.raft.validate()

@@ -197,6 +197,7 @@ class Admin:
         candidates = self._cluster.addresses()
         queue = deque(candidates)
         failures: list[ClientError] = []
+        unreachable: set[str] = set()
         hops = 0
         while queue:
             address = queue.popleft()
@@ -206,13 +207,29 @@ class Admin:
                 if not error.retriable:
                     raise
                 failures.append(error)
+                unreachable.add(address)
+                if not queue and self._clock() + backoff_s < deadline:
+                    # Every address failed this round (a controller that just died is still
+                    # named by the survivors until they elect another): wait and go again.
+                    self._sleep(backoff_s)
+                    queue.extend(
+                        a
+                        for a in candidates
+                        if a not in unreachable or len(unreachable) == len(candidates)
+                    )
+                    unreachable.clear()
                 continue
             if response.error.code == pb.NONE:
                 return response
             refusal = server_error(response.error, concerning=f"{concerning} at {address}")
-            target = self._controller_address(refusal) if hops < _CONTROLLER_HOPS_MAX else None
-            hops += 1
-            if target is not None and target != address:
+            target = self._controller_address(refusal)
+            if target is not None and target != address and target not in unreachable:
+                hops += 1
+                if hops > _CONTROLLER_HOPS_MAX:
+                    # Hints keep moving (elections): slow down rather than give up.
+                    if self._clock() + backoff_s >= deadline:
+                        raise refusal
+                    self._sleep(backoff_s)
                 queue.appendleft(target)
             elif isinstance(refusal, NotControllerError) and self._clock() + backoff_s < deadline:
                 self._sleep(backoff_s)  # an election is under way

@@ -1,0 +1,144 @@
+"""The metadata quorum on real node processes (issue 5): any node answers, the controller
+fails over, metadata survives restarts, leadership moves away from a dead node and back."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from raftlog.client import Admin, Producer
+from raftlog.client.admin import TopicDescription
+from raftlog.local_cluster import LocalCluster
+from tests.integration.conftest import start_cluster, wait_until
+
+
+def _assignment(description: TopicDescription) -> list[tuple[int, tuple[int, ...]]]:
+    return [(p.id, tuple(p.replicas)) for p in description.partitions]
+
+
+def _describe_everywhere(cluster: LocalCluster, topic: str) -> list[TopicDescription]:
+    descriptions = []
+    for node in cluster.nodes.values():
+        admin = Admin(node.client_address)
+        try:
+            descriptions.append(admin.describe_topic(topic))
+        finally:
+            admin.close()
+    return descriptions
+
+
+@pytest.mark.parametrize("node_count", [3, 5])
+def test_any_node_describes_topics_and_the_controller_fails_over(
+    tmp_path: Path, node_count: int
+) -> None:
+    cluster = start_cluster(tmp_path, node_count)
+    try:
+        admin = Admin(cluster.bootstrap)
+        admin.create_topic("orders", partitions=6, replication_factor=3)
+        wait_until(
+            lambda: (
+                len({tuple(_assignment(d)) for d in _describe_everywhere(cluster, "orders")}) == 1
+            ),
+            timeout_s=10,
+            what="every node to describe the same assignment",
+        )
+        for description in _describe_everywhere(cluster, "orders"):
+            assert len(description.partitions) == 6
+            assert all(len(set(p.replicas)) == 3 for p in description.partitions)
+
+        controller = admin.describe_cluster().controller_id
+        cluster.kill_node(controller, sig=signal.SIGKILL)
+        survivors = ",".join(
+            n.client_address for n in cluster.nodes.values() if n.node_id != controller
+        )
+        started = time.monotonic()
+        admin = Admin(survivors)
+        admin.create_topic("after-failover", partitions=2, replication_factor=3)
+        elapsed = time.monotonic() - started
+        assert elapsed < 15, f"creating a topic after the controller died took {elapsed:.1f}s"
+        assert admin.describe_cluster().controller_id not in (controller, -1)
+        assert "after-failover" in admin.list_topics()
+    finally:
+        cluster.stop()
+
+
+def test_metadata_survives_a_restart_of_every_node(tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path, 3)
+    try:
+        admin = Admin(cluster.bootstrap)
+        for i in range(3):
+            admin.create_topic(f"keep-{i}", partitions=3, replication_factor=3)
+        before = {f"keep-{i}": _assignment(admin.describe_topic(f"keep-{i}")) for i in range(3)}
+        admin.close()
+        cluster.stop()
+        cluster.start()
+        admin = Admin(cluster.bootstrap)
+        wait_until(
+            lambda: set(admin.list_topics()) >= set(before),
+            timeout_s=30,
+            what="topics after restart",
+        )
+        for name, assignment in before.items():
+            assert _assignment(admin.describe_topic(name)) == assignment
+        with Producer(cluster.bootstrap, acks="all") as producer:
+            producer.send("keep-0", value=b"still writable", partition=0).result(timeout=30)
+    finally:
+        cluster.stop()
+
+
+def test_leadership_leaves_a_dead_node_and_returns_when_it_comes_back(tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path, 3)
+    try:
+        admin = Admin(cluster.bootstrap)
+        admin.create_topic("balanced", partitions=6, replication_factor=3)
+        wait_until(
+            lambda: all(
+                p.leader == p.replicas[0] for p in admin.describe_topic("balanced").partitions
+            ),
+            timeout_s=30,
+            what="every partition led by its preferred replica",
+        )
+        led = [p.id for p in admin.describe_topic("balanced").partitions if p.leader == 1]
+        assert led, "node 1 leads some partitions"
+        cluster.kill_node(1, sig=signal.SIGKILL)
+        survivors = Admin(",".join(cluster.nodes[i].client_address for i in (2, 3)))
+        wait_until(
+            lambda: all(
+                p.leader in (2, 3) for p in survivors.describe_topic("balanced").partitions
+            ),
+            timeout_s=30,
+            what="partitions of node 1 led elsewhere",
+        )
+        cluster.start_node(1)
+        wait_until(
+            lambda: all(
+                p.leader == p.replicas[0] for p in admin.describe_topic("balanced").partitions
+            ),
+            timeout_s=60,
+            what="preferred leaders restored after node 1 returned",
+        )
+    finally:
+        cluster.stop()
+
+
+def test_deleting_a_topic_removes_its_files(cluster3: LocalCluster) -> None:
+    admin = Admin(cluster3.bootstrap)
+    admin.create_topic("doomed", partitions=2, replication_factor=3)
+    with Producer(cluster3.bootstrap, acks="all") as producer:
+        producer.send("doomed", value=b"bye", partition=0).result(timeout=30)
+    directories = [
+        Path(node.data_dir) / "partitions" / f"doomed-{p}"
+        for node in cluster3.nodes.values()
+        for p in range(2)
+    ]
+    assert all(d.exists() for d in directories)
+    admin.delete_topic("doomed")
+    wait_until(
+        lambda: not any(d.exists() for d in directories),
+        timeout_s=20,
+        what="partition directories removed on every node",
+    )
+    assert "doomed" not in admin.list_topics()
