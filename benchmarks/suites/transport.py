@@ -29,6 +29,7 @@ import json
 import os
 import pathlib
 import random
+import resource
 import struct
 import subprocess
 import sys
@@ -281,7 +282,7 @@ def append_request(entries: tuple[Entry, ...]) -> AppendRequest:
 
 async def send_raft_append(
     port: int, volume_bytes: int, announce: Callable[[int], None], *, entry_bytes: int = KIB
-) -> int:
+) -> tuple[int, float]:
     """Bytes of entry data per second through codec + PeerTransport, 1 MiB appends made of
     `entry_bytes` entries, spread over 100 groups; the sender paces with wait_queue_below."""
     entries = tuple(
@@ -315,7 +316,7 @@ async def send_raft_append(
     await sender.close()
     dropped = sender.counters().messages_dropped_queue_full
     assert received == sent and dropped == 0, (received, sent, dropped)
-    return int(sent / elapsed)
+    return sent, elapsed
 
 
 # --- driver -----------------------------------------------------------------------------------
@@ -345,25 +346,45 @@ def raft_timed(
     port: int, volume_bytes: int, announce: Callable[[int], None], entry_bytes: int
 ) -> Measurement:
     async def once() -> tuple[int, float]:
-        rate = await send_raft_append(port, volume_bytes, announce, entry_bytes=entry_bytes)
-        return rate, 1.0
+        return await send_raft_append(port, volume_bytes, announce, entry_bytes=entry_bytes)
 
     return once
 
 
-async def interleaved_medians(measurements: dict[str, Measurement]) -> dict[str, float]:
-    """GB/s per metric: every round runs each candidate once, so load that comes and goes on
-    a shared machine hits all candidates alike; the median of the rounds is reported."""
+def cpu_seconds(server_pid: int) -> float:
+    """CPU time used so far by this process (all its threads) and by the receiver process.
+
+    Wall-clock rates on an oversubscribed machine favour candidates with more threads (gRPC's
+    core runs its own), so CPU seconds per GB moved is reported too: it does not depend on
+    what else runs. The receiver's figure has the kernel's clock-tick resolution (10 ms)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    stat = pathlib.Path(f"/proc/{server_pid}/stat").read_text().rsplit(")", 1)[1].split()
+    server_ticks = int(stat[11]) + int(stat[12])  # utime, stime: fields 14 and 15
+    return own.ru_utime + own.ru_stime + server_ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def interleaved_medians(
+    measurements: dict[str, Measurement], server_pid: int
+) -> dict[str, float]:
+    """`<name>_gb_s` and `<name>_cpu_s_per_gb` per measurement: every round runs each
+    candidate once, so load that comes and goes hits all alike; medians of the rounds."""
     rates: dict[str, list[float]] = {name: [] for name in measurements}
+    costs: dict[str, list[float]] = {name: [] for name in measurements}
     for _ in range(REPEATS):
         for name, measure_once in measurements.items():
+            cpu_before = cpu_seconds(server_pid)
             moved_bytes, elapsed_s = await measure_once()
+            cpu_s = cpu_seconds(server_pid) - cpu_before
             rates[name].append(moved_bytes / elapsed_s / 1e9)
-    return {name: sorted(values)[REPEATS // 2] for name, values in rates.items()}
+            costs[name].append(cpu_s / (moved_bytes / 1e9))
+    metrics = {f"{name}_gb_s": sorted(v)[REPEATS // 2] for name, v in rates.items()}
+    for name, values in costs.items():
+        metrics[f"{name}_cpu_s_per_gb"] = sorted(values)[REPEATS // 2]
+    return metrics
 
 
 async def measure(
-    ports: dict[str, int], announce: Callable[[int], None], *, quick: bool
+    ports: dict[str, int], announce: Callable[[int], None], server_pid: int, *, quick: bool
 ) -> dict[str, float]:
     volume_bytes = (64 if quick else 256) * MIB
     measurements: dict[str, Measurement] = {}
@@ -371,20 +392,24 @@ async def measure(
         messages = payloads(size_kib * KIB)
         for name, send in SENDERS.items():
             await send(ports[name], messages, 4 * MIB)  # warm up connections and caches
-            measurements[f"transport_{name}_{size_kib}k_gb_s"] = timed(
+            measurements[f"transport_{name}_{size_kib}k"] = timed(
                 send, ports[name], messages, volume_bytes
             )
     await send_raft_append(ports["raft_append"], 16 * MIB, announce)  # warm up
     for entry_kib, name in ((1, "raft_append"), (16, "raft_append_16k_entries")):
-        measurements[f"transport_{name}_gb_s"] = raft_timed(
+        measurements[f"transport_{name}"] = raft_timed(
             ports["raft_append"], volume_bytes, announce, entry_kib * KIB
         )
-    metrics = await interleaved_medians(measurements)
+    metrics = await interleaved_medians(measurements, server_pid)
     for size_kib in (16, 256):
         grpc_rate = metrics[f"transport_grpc_{size_kib}k_gb_s"]
+        grpc_cost = metrics[f"transport_grpc_{size_kib}k_cpu_s_per_gb"]
         for name in ("tcp", "tcpbuf"):
-            ratio = metrics[f"transport_{name}_{size_kib}k_gb_s"] / grpc_rate
-            metrics[f"transport_{name}_vs_grpc_{size_kib}k"] = ratio
+            rate = metrics[f"transport_{name}_{size_kib}k_gb_s"]
+            cost = metrics[f"transport_{name}_{size_kib}k_cpu_s_per_gb"]
+            metrics[f"transport_{name}_vs_grpc_{size_kib}k"] = rate / grpc_rate
+            # > 1: the candidate needs that many times less CPU than gRPC per byte.
+            metrics[f"transport_{name}_vs_grpc_{size_kib}k_cpu_saving"] = grpc_cost / cost
     metrics["transport_raft_append_vs_grpc_256k"] = (
         metrics["transport_raft_append_gb_s"] / metrics["transport_grpc_256k_gb_s"]
     )
@@ -408,7 +433,7 @@ def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
 
     try:
         ports = json.loads(server.stdout.readline())
-        metrics = asyncio.run(measure(ports, announce, quick=quick))
+        metrics = asyncio.run(measure(ports, announce, server.pid, quick=quick))
     finally:
         stdin.close()
         server.wait(timeout=30)
