@@ -315,29 +315,12 @@ class Cluster:
         return self.log or ["  ok"]
 
     def _dispatch(self, verb: str, args: list[str]) -> None:
-        node = lambda i: self.nodes[NodeId(int(args[i]))]  # noqa: E731
+        if verb in ("campaign", "propose", "propose-membership", "transfer", "read-index"):
+            self._dispatch_node(verb, self.nodes[NodeId(int(args[0]))], args[1:])
+            return
         match verb:
             case "add-node":
                 self.add_node(NodeId(int(args[0])))
-            case "campaign":
-                node(0).campaign()
-            case "propose":
-                count = int(args[2]) if len(args) > 2 else 1
-                offset = node(0).propose(args[1].encode(), offset_count=count)
-                self.log.append(f"  proposed at {offset}")
-            case "propose-membership":
-                voters = frozenset(NodeId(int(n)) for n in args[1].split(","))
-                learners = (
-                    frozenset(NodeId(int(n)) for n in args[2].split(","))
-                    if len(args) > 2
-                    else frozenset()
-                )
-                offset = node(0).propose_membership(Membership(voters, learners))
-                self.log.append(f"  proposed at {offset}")
-            case "transfer":
-                node(0).transfer_leadership(NodeId(int(args[1])))
-            case "read-index":
-                node(0).read_index(int(args[1]))
             case "compact":
                 self.compact(NodeId(int(args[0])), Offset(int(args[1])))
             case "partition":
@@ -345,19 +328,12 @@ class Cluster:
                 self.partition([{NodeId(int(n)) for n in g.split()} for g in groups])
             case "heal":
                 self.cut.clear()
-            case "deliver" | "drop":
-                link = _parse_link(args[0]) if args else None
-                count = self.deliver(link) if verb == "deliver" else self.drop(link)
-                if verb == "drop":
-                    self.log.append(f"  dropped {count}")
+            case "deliver":
+                self.deliver(_parse_link(args[0]) if args else None)
+            case "drop":
+                self.log.append(f"  dropped {self.drop(_parse_link(args[0]) if args else None)}")
             case "tick":
-                times = int(args[1].lstrip("x")) if len(args) > 1 else 1
-                targets = sorted(self.nodes) if args[0] == "all" else [NodeId(int(args[0]))]
-                for _ in range(times):
-                    for target in targets:
-                        self.nodes[target].tick()
-                    while self.process():
-                        pass
+                self._tick(args)
             case "stabilize":
                 self.stabilize()
             case "status":
@@ -368,6 +344,38 @@ class Cluster:
                 self.restart(NodeId(int(args[0])))
             case _:
                 raise ValueError(f"unknown command {verb!r}")
+
+    def _dispatch_node(self, verb: str, node: RaftNode, args: list[str]) -> None:
+        """Commands addressed to one node's API."""
+        match verb:
+            case "campaign":
+                node.campaign()
+            case "propose":
+                count = int(args[1]) if len(args) > 1 else 1
+                self.log.append(
+                    f"  proposed at {node.propose(args[0].encode(), offset_count=count)}"
+                )
+            case "propose-membership":
+                learners = _parse_ids(args[1]) if len(args) > 1 else frozenset()
+                offset = node.propose_membership(Membership(_parse_ids(args[0]), learners))
+                self.log.append(f"  proposed at {offset}")
+            case "transfer":
+                node.transfer_leadership(NodeId(int(args[0])))
+            case "read-index":
+                node.read_index(int(args[0]))
+
+    def _tick(self, args: list[str]) -> None:
+        times = int(args[1].lstrip("x")) if len(args) > 1 else 1
+        targets = sorted(self.nodes) if args[0] == "all" else [NodeId(int(args[0]))]
+        for _ in range(times):
+            for target in targets:
+                self.nodes[target].tick()
+            while self.process():
+                pass
+
+
+def _parse_ids(text: str) -> frozenset[NodeId]:
+    return frozenset(NodeId(int(n)) for n in text.split(","))
 
 
 def _parse_link(text: str) -> tuple[NodeId, NodeId]:
