@@ -78,11 +78,10 @@ class FetchDecoded:
 class _Sections:
     """Record sections of the data batches, with per-batch values repeated per record."""
 
-    extra: list[bytes]  # decompressed sections, laid after the fetch bytes
-    extra_bytes: int
-    starts: list[np.ndarray]  # per batch, its records' starts in the joined buffer
-    ends: list[int]  # per batch, the end of its records section in the joined buffer
+    pieces: list[tuple[bytes, int, int]]  # per batch: (bytes, begin, end) of its records
+    starts: list[np.ndarray]  # per batch, its records' starts within its piece's bytes
     headers: list[BatchHeader]
+    compressed: bool = False
 
 
 def decode_fetch(
@@ -123,7 +122,7 @@ def _decode(
     decompressed_bytes_max: int,
 ) -> FetchDecoded:
     offset_from, offset_to = offset_range
-    sections = _Sections([], 0, [], [], [])
+    sections = _Sections([], [], [])
     next_offset = offset_from
     for position, header in iter_batches(data):
         if header.last_offset >= high_watermark:
@@ -138,7 +137,7 @@ def _decode(
         next_offset = max(next_offset, header.last_offset + 1)
     if not sections.starts:
         return FetchDecoded(None, next_offset)
-    buffer = b"".join([data, *sections.extra]) if sections.extra else data
+    buffer = _one_buffer(data, sections)
     batch = _columns(buffer, sections, topic, partition, offset_range, include_headers)
     assert batch is None or batch.num_rows <= sum(map(len, sections.starts))
     return FetchDecoded(batch, next_offset)
@@ -153,20 +152,33 @@ def _add_section(
 ) -> None:
     begin = position + BATCH_HEADER_BYTES
     end = position + header.size_bytes
-    section, base = data, 0
+    section = data
     if header.compression is not Compression.NONE:
         section = decompress(
             header.compression, memoryview(data)[begin:end], bytes_max=decompressed_bytes_max
         )
-        begin, end, base = 0, len(section), len(data) + sections.extra_bytes
-        sections.extra.append(section)
-        sections.extra_bytes += len(section)
+        begin, end = 0, len(section)
+        sections.compressed = True
     starts = _uniform_starts(section, begin, end, header.record_count)
     if starts is None:
         starts = _record_starts(section, begin, end, header.record_count, position)
-    sections.starts.append(starts + base)
-    sections.ends.append(end + base)
+    sections.pieces.append((section, begin, end))
+    sections.starts.append(starts)
     sections.headers.append(header)
+
+
+def _one_buffer(data: bytes, sections: _Sections) -> bytes:
+    """One buffer holding every record section in offset order (what `_binary` needs), with
+    `sections.starts` made relative to it. Without compression that is `data` itself."""
+    if not sections.compressed:
+        return data
+    base = 0
+    for index, (_, begin, end) in enumerate(sections.pieces):
+        sections.starts[index] = sections.starts[index] - begin + base
+        base += end - begin
+    buffer = b"".join(memoryview(piece)[begin:end] for piece, begin, end in sections.pieces)
+    assert len(buffer) == base
+    return buffer
 
 
 def _uniform_starts(data: bytes, begin: int, end: int, count: int) -> np.ndarray | None:
@@ -334,6 +346,7 @@ def _binary(buf: np.ndarray, at: np.ndarray, lengths: np.ndarray) -> pa.Array:
     # them in order. Cheaper than an index per byte (np.repeat) by half.
     marks = np.zeros(len(buf) + 1, np.int8)
     nonempty = sizes > 0
+    assert np.all(np.diff(at[nonempty]) > 0), "ranges must lie in buffer order"
     marks[at[nonempty]] += 1
     marks[(at + sizes)[nonempty]] -= 1
     gathered = buf[np.cumsum(marks[:-1], dtype=np.int8).view(bool)]
