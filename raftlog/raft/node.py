@@ -68,7 +68,7 @@ class RaftNode:
         bootstrap_membership: Membership | None = None,
         applied_offset: Offset = NO_OFFSET,
     ) -> None:
-        self.node_id = node_id
+        self._node_id = node_id
         self.config = config.validate()
         self.rng = rng
         self.log = RaftLog(storage)
@@ -120,6 +120,10 @@ class RaftNode:
         return configs
 
     # --- read-only views ---
+
+    @property
+    def node_id(self) -> NodeId:
+        return self._node_id
 
     @property
     def role(self) -> Role:
