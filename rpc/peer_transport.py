@@ -213,8 +213,21 @@ class PeerTransport:
             if node_id not in self._peers:
                 peer = _Peer(node_id, address)
                 peer.task = self._loop.create_task(self._connect_loop(peer))
+                peer.task.add_done_callback(self._on_connect_loop_done)
                 self._peers[node_id] = peer
         assert set(self._peers) == set(peers)
+
+    def _on_connect_loop_done(self, task: asyncio.Task[None]) -> None:
+        # The loop only ends by cancellation; anything else is a bug the node must not hide.
+        if not task.cancelled() and task.exception() is not None:
+            assert self._loop is not None
+            self._loop.call_exception_handler(
+                {
+                    "message": f"node {self.node_id}: connect loop failed",
+                    "task": task,
+                    "exception": task.exception(),
+                }
+            )
 
     def _remove_peer(self, peer: _Peer, *, keep_inbound: bool = False) -> None:
         peer.removed = True
