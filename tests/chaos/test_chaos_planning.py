@@ -6,18 +6,19 @@ the port, not a patch): each fault must be injected and then healed exactly.
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from raftlog.chaos.clients import DefiniteSendFailure, send_outcome
 from raftlog.chaos.generator import RateLimiter, fault_schedule
 from raftlog.chaos.history import Event, Op, pair_operations
 from raftlog.chaos.nemesis import PARTITIONS, Nemesis, partition_links, plan_fault
 from raftlog.chaos.stats import availability, fault_windows, latency_percentiles, percentile
+
 from raftlog.client.errors import DeliveryFailedError, RequestTimedOutError, ServerError
 
 
@@ -146,7 +147,7 @@ def test_a_kill_is_healed_by_restarting_the_same_nodes() -> None:
 def test_the_schedule_heals_every_fault_before_the_end(seed: int, duration_s: float) -> None:
     schedule = fault_schedule(random.Random(seed), ["kill", "pause"], duration_s=duration_s)
     assert all(0 < f.start_s < f.stop_s < duration_s for f in schedule)
-    assert all(a.stop_s < b.start_s for a, b in zip(schedule, schedule[1:], strict=False))
+    assert all(a.stop_s < b.start_s for a, b in itertools.pairwise(schedule))
     again = fault_schedule(random.Random(seed), ["kill", "pause"], duration_s=duration_s)
     assert schedule == again  # replays from its seed
 
