@@ -174,6 +174,10 @@ def _heal_and_converge(cluster: Cluster, ids: list[NodeId], checker: Checker) ->
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("size", [3, 5])
 def test_random_faults_keep_safety_and_liveness(seed: int, size: int, split: bool) -> None:
+    run_random(seed, size, split=split, steps=STEPS)
+
+
+def run_random(seed: int, size: int, *, split: bool, steps: int) -> None:
     rng = random.Random(seed * 10 + size)
     ids = [NodeId(n) for n in range(1, size + 1)]
     config = RaftConfig(
@@ -190,10 +194,19 @@ def test_random_faults_keep_safety_and_liveness(seed: int, size: int, split: boo
     else:
         cluster = Cluster(ids, config=config)
     checker = Checker(cluster)
-    for _ in range(STEPS):
+    for _ in range(steps):
         crashed = set(ids) - set(cluster.nodes)
         _step(cluster, rng, ids)
         for node_id in crashed - (set(ids) - set(cluster.nodes)):
             checker.forget(node_id)
         checker.check()
     _heal_and_converge(cluster, ids, checker)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+def test_random_faults_long_campaign(split: bool) -> None:
+    """The same properties over many more seeds and steps (make test; not test-fast)."""
+    for seed in range(100, 160):
+        for size in (3, 5):
+            run_random(seed, size, split=split, steps=1500)
