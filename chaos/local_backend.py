@@ -139,7 +139,7 @@ def lookup_leader(addresses: list[str], topic: str, partition: int, timeout_s: f
     """The partition's leader as the cluster reports it; None when no answer came in time."""
     try:
         with Admin(addresses, request_timeout_ms=int(timeout_s * 1000)) as admin:
-            return int(admin.describe_topic(topic).partitions[partition].leader)
+            return admin.describe_topic(topic).partitions[partition].leader
     except Exception:  # a lookup during a fault may fail: the nemesis then picks at random
         return None
 
@@ -147,6 +147,6 @@ def lookup_leader(addresses: list[str], topic: str, partition: int, timeout_s: f
 def lookup_controller(addresses: list[str], timeout_s: float) -> int | None:
     try:
         with Admin(addresses, request_timeout_ms=int(timeout_s * 1000)) as admin:
-            return int(admin.describe_cluster().controller_id)
+            return admin.describe_cluster().controller_id
     except Exception:
         return None

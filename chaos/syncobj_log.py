@@ -51,7 +51,7 @@ class _LogState(SyncObj):  # type: ignore[misc]  # pysyncobj has no type informa
         super().__init__(address, partners, conf)
         self.partitions: dict[int, list[str]] = {}
 
-    @replicated  # type: ignore[misc]
+    @replicated  # type: ignore[untyped-decorator]
     def append(self, partition: int, value: str) -> int:
         log = self.partitions.setdefault(partition, [])
         log.append(value)
