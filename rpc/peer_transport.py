@@ -242,41 +242,41 @@ class PeerTransport:
 
     # --- sending ---
 
-    def send(self, peer_id: NodeId, group: GroupId, message: Message) -> None:
-        """Queue `message` for `peer_id`; never blocks, drops (and counts) when it cannot queue.
+    def send(self, peer: NodeId, group: GroupId, message: Message) -> None:
+        """Queue `message` for `peer`; never blocks, drops (and counts) when it cannot queue.
 
         Raises FrameError for a message that could never fit in a frame: that is a bug in the
         caller's bounds (NodeConfig.validate keeps appends well below frame_bytes_max)."""
-        peer = self._peers.get(peer_id)
-        if peer is None:
+        state = self._peers.get(peer)
+        if state is None:
             self._counters.messages_dropped_unknown_peer += 1
             return
         size = item_size_bytes(message)
         if size + FRAME_OVERHEAD_BYTES > self.config.frame_bytes_max:
             raise FrameError(
-                f"{type(message).__name__} of {size} bytes for node {peer_id} cannot fit in "
+                f"{type(message).__name__} of {size} bytes for node {peer} cannot fit in "
                 f"frame_bytes_max={self.config.frame_bytes_max}"
             )
-        if peer.phase is _Phase.DOWN:
+        if state.phase is _Phase.DOWN:
             self._counters.messages_dropped_peer_down += 1
             return
-        if peer.queued_bytes + size > self.config.peer_queue_bytes_max:
+        if state.queued_bytes + size > self.config.peer_queue_bytes_max:
             self._counters.messages_dropped_queue_full += 1
             return
         if (
-            peer.pending_bytes + size + FRAME_OVERHEAD_BYTES > self.config.frame_bytes_max
-            or len(peer.pending) >= self.config.frame_messages_max
+            state.pending_bytes + size + FRAME_OVERHEAD_BYTES > self.config.frame_bytes_max
+            or len(state.pending) >= self.config.frame_messages_max
         ):
-            self._seal(peer)
-        peer.pending.append((group, message))
-        peer.pending_bytes += size
-        peer.queued_bytes += size
-        if peer.pending_bytes >= self.config.frame_bytes_target:
-            self._seal(peer)
-        elif not peer.flush_scheduled:
-            peer.flush_scheduled = True
+            self._seal(state)
+        state.pending.append((group, message))
+        state.pending_bytes += size
+        state.queued_bytes += size
+        if state.pending_bytes >= self.config.frame_bytes_target:
+            self._seal(state)
+        elif not state.flush_scheduled:
+            state.flush_scheduled = True
             assert self._loop is not None
-            self._loop.call_soon(self._flush, peer)
+            self._loop.call_soon(self._flush, state)
 
     def _flush(self, peer: _Peer) -> None:
         peer.flush_scheduled = False
@@ -475,24 +475,24 @@ class PeerTransport:
         values = {f.name: getattr(self._counters, f.name) for f in fields(TransportCounters)}
         return TransportCounters(**values)
 
-    def is_connected(self, peer_id: NodeId) -> bool:
-        peer = self._peers.get(peer_id)
-        return peer is not None and peer.phase is _Phase.CONNECTED
+    def is_connected(self, peer: NodeId) -> bool:
+        state = self._peers.get(peer)
+        return state is not None and state.phase is _Phase.CONNECTED
 
-    async def wait_connected(self, peer_id: NodeId) -> None:
-        """Wait until the outbound connection to `peer_id` has exchanged HELLOs."""
-        await self._peers[peer_id].connected.wait()
+    async def wait_connected(self, peer: NodeId) -> None:
+        """Wait until the outbound connection to `peer` has exchanged HELLOs."""
+        await self._peers[peer].connected.wait()
 
-    def queued_bytes(self, peer_id: NodeId) -> int:
-        return self._peers[peer_id].queued_bytes
+    def queued_bytes(self, peer: NodeId) -> int:
+        return self._peers[peer].queued_bytes
 
-    async def wait_queue_below(self, peer_id: NodeId, size_bytes: int) -> None:
-        """Wait until fewer than `size_bytes` are queued for `peer_id` (for bulk senders that
+    async def wait_queue_below(self, peer: NodeId, size_bytes: int) -> None:
+        """Wait until fewer than `size_bytes` are queued for `peer` (for bulk senders that
         prefer to pace themselves rather than have messages dropped)."""
-        peer = self._peers[peer_id]
-        while peer.queued_bytes >= size_bytes and not peer.removed:
-            peer.space.clear()
-            await peer.space.wait()
+        state = self._peers[peer]
+        while state.queued_bytes >= size_bytes and not state.removed:
+            state.space.clear()
+            await state.space.wait()
 
 
 class _Connection(asyncio.BufferedProtocol):

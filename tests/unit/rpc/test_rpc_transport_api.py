@@ -34,7 +34,7 @@ def test_transport_signatures() -> None:
         "rng",
     ]
     send = inspect.signature(peer_transport.PeerTransport.send)
-    assert list(send.parameters) == ["self", "peer_id", "group", "message"]
+    assert list(send.parameters) == ["self", "peer", "group", "message"]
     for name in ("start", "close", "wait_connected", "wait_queue_below"):
         assert inspect.iscoroutinefunction(getattr(peer_transport.PeerTransport, name)), name
     for name in ("update_peers", "counters", "is_connected", "queued_bytes"):
