@@ -34,7 +34,7 @@ from raftlog.chaos.clients import LogClients
 from raftlog.chaos.generator import PlannedFault, fault_schedule
 from raftlog.chaos.history import NEMESIS, HistoryRecorder, pair_operations
 from raftlog.chaos.nemesis import NEMESES, ClusterControl, Nemesis, plan_fault
-from raftlog.chaos.stats import availability, fault_windows, latency_percentiles
+from raftlog.chaos.stats import availability, error_summary, fault_windows, latency_percentiles
 from raftlog.chaos.workload import Workers, WorkloadOptions, final_read
 
 __all__ = ["Backend", "RunOptions", "run"]
@@ -212,6 +212,7 @@ def _load_heal_read(
         "recovered_after_heal": recovered,
         "availability": availability(load_ops, end_ns=load_end_ns),
         "latency_ms": latency_percentiles(ops),
+        "errors": error_summary(ops),
         "faults": [asdict(w) for w in windows],
         "node_logs": backend.log_paths,
     }

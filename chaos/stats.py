@@ -19,7 +19,7 @@ from typing import Any
 from raftlog.chaos.history import NEMESIS, Event, Op
 
 __all__ = ["FaultWindow", "availability", "fault_windows", "latency_percentiles"]
-__all__ += ["percentile", "throughput_series"]
+__all__ += ["error_summary", "percentile", "throughput_series"]
 
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
@@ -74,6 +74,23 @@ def availability(ops: Sequence[Op], *, end_ns: int) -> dict[str, Any]:
         "operations": counts,
         "ok_fraction": fractions,
         "longest_window_without_ok_send_s": round(gap_ns / NS_PER_S, 3),
+    }
+
+
+def error_summary(ops: Sequence[Op], *, kinds_max: int = 10) -> dict[str, dict[str, int]]:
+    """The most frequent error messages of failed or unknown operations, per kind of op.
+
+    The client checks some invariants itself (offsets increase, records below the high
+    watermark) and raises; those surface here rather than in the checker."""
+    by_f: dict[str, dict[str, int]] = {}
+    for op in ops:
+        error = op.value.get("error") if isinstance(op.value, dict) else None
+        if op.type != "ok" and error:
+            key = " ".join(str(error).split())[:160]
+            counts = by_f.setdefault(op.f, {})
+            counts[key] = counts.get(key, 0) + 1
+    return {
+        f: dict(sorted(c.items(), key=lambda item: -item[1])[:kinds_max]) for f, c in by_f.items()
     }
 
 
