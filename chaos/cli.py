@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import signal
 import sys
 from pathlib import Path
 
@@ -102,12 +103,20 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, RuntimeError) as error:
         print(f"raftlog chaos run: {error}", file=sys.stderr)
         return 2
+    # SIGTERM (a CI timeout) unwinds like Ctrl-C, so the runner still stops every node.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         results = run(options, backend, say=lambda line: print(line, flush=True))
     except (TimeoutError, OSError, RuntimeError) as error:
         print(f"raftlog chaos run: could not run: {error}", file=sys.stderr)
         return 2
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0 if results["valid"] else 1
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:

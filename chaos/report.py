@@ -124,7 +124,20 @@ def _markdown(results: dict[str, Any]) -> str:
         json.dumps(results["availability"], indent=2),
         "```",
     ]
-    lines += ["", "## Latency (ms, ok operations)", "", "| op | count | p50 | p90 | p99 | max |"]
+    lines += [
+        "",
+        "## Most frequent errors",
+        "",
+        "```json",
+        json.dumps(results.get("errors", {}), indent=2),
+    ]
+    lines += [
+        "```",
+        "",
+        "## Latency (ms, ok operations)",
+        "",
+        "| op | count | p50 | p90 | p99 | max |",
+    ]
     lines += ["|---|---|---|---|---|---|"]
     for f, s in results["latency_ms"].items():
         cells = [f, s["count"], s["p50_ms"], s["p90_ms"], s["p99_ms"], s["max_ms"]]
