@@ -27,7 +27,7 @@ from typing import Any, Literal, TextIO
 from raftlog.errors import RaftlogError
 
 __all__ = ["Event", "EventType", "HistoryRecorder", "Op", "load_history", "pair_operations"]
-__all__ += ["NEMESIS", "dump_history"]
+__all__ += ["NEMESIS", "HistoryError", "dump_history"]
 
 EventType = Literal["invoke", "ok", "fail", "info"]
 EVENT_TYPES: frozenset[str] = frozenset({"invoke", "ok", "fail", "info"})

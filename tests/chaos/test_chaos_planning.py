@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +16,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from raftlog.chaos.clients import DefiniteSendFailure, send_outcome
 from raftlog.chaos.generator import RateLimiter, fault_schedule
-from raftlog.chaos.history import Event, Op, pair_operations
+from raftlog.chaos.history import (
+    Event,
+    HistoryError,
+    HistoryRecorder,
+    Op,
+    load_history,
+    pair_operations,
+)
 from raftlog.chaos.nemesis import PARTITIONS, Nemesis, partition_links, plan_fault
 from raftlog.chaos.stats import availability, fault_windows, latency_percentiles, percentile
 
@@ -223,3 +231,33 @@ def test_fault_windows_pair_start_and_stop_and_close_open_ones_at_the_end() -> N
         ("kill", 10, 20),
         ("pause", 30, 99),
     ]
+
+
+def test_history_round_trips_through_json_lines(tmp_path: Path) -> None:
+    clock = iter(range(0, 10_000, 7))
+    with (tmp_path / "h.jsonl").open("w") as sink:
+        recorder = HistoryRecorder(lambda: next(clock), sink)
+        recorder.record(0, "invoke", "send", {"topic": "t", "partition": 0, "value": "0-1"})
+        recorder.record(
+            0, "ok", "send", {"topic": "t", "partition": 0, "value": "0-1", "offset": 1}
+        )
+        recorder.close()
+        recorder.record(0, "info", "poll", None)  # after close: not recorded
+    loaded = load_history(tmp_path / "h.jsonl")
+    assert loaded == recorder.events
+    assert [e.type for e in loaded] == ["invoke", "ok"]
+    assert all(a.time <= b.time for a, b in itertools.pairwise(loaded))
+
+
+def test_a_bad_history_line_is_refused_with_its_number(tmp_path: Path) -> None:
+    path = tmp_path / "h.jsonl"
+    path.write_text(
+        '{"process": 0, "type": "invoke", "f": "poll", "value": null, "time": 1}\n{oops\n'
+    )
+    with pytest.raises(HistoryError, match="line 2"):
+        load_history(path)
+
+
+def test_a_completion_without_invoke_is_refused() -> None:
+    with pytest.raises(HistoryError, match="without invoke"):
+        list(pair_operations([Event(0, "ok", "poll", {}, 5)]))
