@@ -159,6 +159,14 @@ def check_term(node: RaftNode, message: Message) -> bool:
                 pass  # granted pre-votes carry the term we would campaign in
             case AppendRequest() | HeartbeatRequest() | SnapshotRequest():
                 node.become_follower(message.term, message.sender)
+            case VoteRequest():
+                # Figure 2: only a leader's append or a granted vote restarts the election
+                # timer. Restarting it on every higher-term request would let a candidate
+                # with a stale log that times out faster keep a up-to-date one from ever
+                # campaigning (a livelock without pre-vote).
+                elapsed_ticks = node.election_elapsed_ticks
+                node.become_follower(message.term, None)
+                node.election_elapsed_ticks = elapsed_ticks
             case _:
                 node.become_follower(message.term, None)
         return True
