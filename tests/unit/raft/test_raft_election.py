@@ -222,3 +222,15 @@ def test_learner_never_campaigns() -> None:
     assert harness.drain() == [] and harness.node.term == 0
     request = VoteRequest(Term(1), N1, NodeId(3), Offset(-1), Term(0))
     assert harness.step(request)[0].granted is False
+
+
+def test_rejected_higher_term_vote_does_not_restart_the_election_timer() -> None:
+    """Figure 2: only a leader's append or a granted vote restarts the timer; otherwise a
+    stale candidate that times out faster could keep an up-to-date node from campaigning."""
+    config = RaftConfig(pre_vote=False, election_timeout_ticks=10)
+    harness = Harness(1, entries=[data_entry(1, 0), data_entry(2, 1)], config=config)
+    harness.tick(5)
+    assert harness.step(_vote_request(7, 2, 0, 1))[0].granted is False  # stale log
+    assert harness.node.term == 7 and harness.node.election_elapsed_ticks == 5
+    harness.step(_vote_request(8, 3, 5, 2))  # an up-to-date candidate gets the vote ...
+    assert harness.node.election_elapsed_ticks == 0  # ... which restarts the timer
