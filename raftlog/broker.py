@@ -53,7 +53,7 @@ from raftlog.metadata import (
 )
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
 from raftlog.raft.node import RaftNode
-from raftlog.raft.types import Membership, Role, Snapshot, SnapshotMeta
+from raftlog.raft.types import Membership, Message, Role, Snapshot, SnapshotMeta
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
@@ -147,10 +147,10 @@ class Broker:
                 ("grpc.max_send_message_length", message_bytes_max),
             ]
         )
-        raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(self), server)
-        raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self), server)
-        raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(self), server)
-        self._health = health.aio.HealthServicer()
+        raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(self), server)  # type: ignore[no-untyped-call]
+        raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self), server)  # type: ignore[no-untyped-call]
+        raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(self), server)  # type: ignore[no-untyped-call]
+        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             raftlog_pb2.DESCRIPTOR.services_by_name[name].full_name
@@ -204,8 +204,8 @@ class Broker:
 
         self._tasks.append(asyncio.create_task(guarded(), name=name))
 
-    def _on_messages(self, sender: NodeId, items: list[tuple[GroupId, object]]) -> None:
-        self.host.deliver(sender, items)  # type: ignore[arg-type]
+    def _on_messages(self, sender: NodeId, items: list[tuple[GroupId, Message]]) -> None:
+        self.host.deliver(sender, items)
 
     # -- groups ------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from raftlog.errors import RaftlogError
@@ -81,7 +82,7 @@ def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     consume.set_defaults(func=_guard(_consume))
 
 
-def _guard(command):  # type: ignore[no-untyped-def]
+def _guard(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
             result: int = command(args)

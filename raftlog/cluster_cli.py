@@ -44,8 +44,8 @@ def wait_for_controller(bootstrap: str, *, timeout_s: float) -> int:
             finally:
                 admin.close()
             expected = len(bootstrap.split(","))
-            if cluster.controller_id >= 0 and len(cluster.nodes) >= expected:
-                return int(cluster.controller_id)
+            if cluster.controller_id is not None and len(cluster.nodes) >= expected:
+                return cluster.controller_id
         except Exception as error:
             last_error = error
         time.sleep(0.2)

@@ -31,8 +31,8 @@ def say(message: str) -> None:
 
 def leader_of(admin: Admin, partition: int) -> int:
     for p in admin.describe_topic(TOPIC).partitions:
-        if p.id == partition:
-            return int(p.leader)
+        if p.id == partition and p.leader is not None:
+            return p.leader
     raise RuntimeError(f"no partition {partition}")
 
 

@@ -142,8 +142,9 @@ async def _serve(settings: BrokerSettings) -> int:
         settings.raft_address,
     )
     assert broker.failed is not None
-    stopping = asyncio.create_task(stop.wait())
-    await asyncio.wait([stopping, broker.failed], return_when=asyncio.FIRST_COMPLETED)
+    stopping: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
+    failing: asyncio.Future[object] = broker.failed  # type: ignore[assignment]
+    await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
     failed = broker.failed.done()
     await broker.stop()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from raftlog.metadata import (
@@ -54,7 +54,7 @@ def result_error(result: ApplyResult) -> pb.Error | None:
     if result.ok:
         return None
     return pb.Error(
-        code=_RESULT_CODES.get(result.code, pb.INVALID_REQUEST),  # type: ignore[arg-type]
+        code=_RESULT_CODES.get(result.code, pb.INVALID_REQUEST),
         message=f"{result.code.value}: {result.message}",
         retriable=False,
         leader_id=-1,
@@ -72,7 +72,7 @@ def _raftlog_error(error: errors.RaftlogError, broker: Broker) -> pb.Error:
     else:
         code = pb.INVALID_REQUEST
     return pb.Error(
-        code=code,  # type: ignore[arg-type]
+        code=code,
         message=str(error),
         retriable=error.retriable,
         leader_id=-1 if leader is None else leader,
@@ -136,7 +136,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         self._broker = broker
 
     async def CreateTopic(
-        self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateTopicResponse:
         try:
             result = await self._broker.create_topic(
@@ -161,7 +161,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         return pb.CreateTopicResponse(topic=topic)
 
     async def DeleteTopic(
-        self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteTopicResponse:
         try:
             result = await self._broker.delete_topic(
@@ -174,7 +174,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         return pb.DeleteTopicResponse(error=result_error(result))
 
     async def CreatePartitions(
-        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreatePartitionsResponse:
         try:
             result = await self._broker.create_partitions(
@@ -187,7 +187,7 @@ class AdminServicer(pb_grpc.AdminServicer):
         return pb.CreatePartitionsResponse(error=result_error(result))
 
     async def DescribeTopic(
-        self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeTopicResponse:
         topic = topic_proto(self._broker, self._broker.metadata.state, request.name)
         if topic is None:
@@ -199,14 +199,14 @@ class AdminServicer(pb_grpc.AdminServicer):
         return pb.DescribeTopicResponse(topic=topic)
 
     async def ListTopics(
-        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListTopicsResponse:
         return pb.ListTopicsResponse(
             names=sorted(t.name for t in self._broker.metadata.state.topics())
         )
 
     async def DescribeCluster(
-        self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext
+        self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeClusterResponse:
         state = self._broker.metadata.state
         return pb.DescribeClusterResponse(
@@ -221,7 +221,7 @@ class InternalServicer(pb_grpc.InternalServicer):
         self._broker = broker
 
     async def SubmitMetadata(
-        self, request: pb.SubmitMetadataRequest, context: grpc.aio.ServicerContext
+        self, request: pb.SubmitMetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.SubmitMetadataResponse:
         try:
             command = decode_command(request.command)
@@ -246,7 +246,7 @@ class InternalServicer(pb_grpc.InternalServicer):
         )
 
     async def SetFaults(
-        self, request: pb.SetFaultsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.SetFaultsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.SetFaultsResponse:
         injector = self._broker.faults
         if injector is None:
@@ -319,7 +319,7 @@ async def forward_to_controller(
     """Client side of Internal.SubmitMetadata, used by a node that is not the controller."""
     try:
         async with grpc.aio.insecure_channel(address) as channel:
-            stub = pb_grpc.InternalStub(channel)
+            stub = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
             response = await stub.SubmitMetadata(
                 pb.SubmitMetadataRequest(command=command_bytes, timeout_ms=int(timeout_s * 1000)),
                 timeout=timeout_s,

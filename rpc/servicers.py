@@ -10,7 +10,7 @@ Unexpected exceptions are not swallowed: gRPC turns them into INTERNAL and the l
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from raftlog.rpc.v1 import raftlog_pb2 as pb
@@ -62,11 +62,13 @@ def error_proto(error: errors.RaftlogError, broker: Broker) -> pb.Error:
     )
 
 
-async def _invalid(context: grpc.aio.ServicerContext, message: str) -> None:
+async def _invalid(context: grpc.aio.ServicerContext[Any, Any], message: str) -> None:
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
-async def _check_partition(context: grpc.aio.ServicerContext, topic: str, partition: int) -> None:
+async def _check_partition(
+    context: grpc.aio.ServicerContext[Any, Any], topic: str, partition: int
+) -> None:
     if not topic:
         await _invalid(context, "topic: must not be empty")
     if partition < 0:
@@ -78,7 +80,7 @@ class LogServicer(pb_grpc.LogServicer):
         self._broker = broker
 
     async def Produce(
-        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
         await _check_partition(context, request.topic, request.partition)
         if not request.batches:
@@ -106,7 +108,7 @@ class LogServicer(pb_grpc.LogServicer):
         )
 
     async def Fetch(
-        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext
+        self, request: pb.FetchRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.FetchResponse:
         await _check_partition(context, request.topic, request.partition)
         if request.offset < 0:
@@ -134,7 +136,7 @@ class LogServicer(pb_grpc.LogServicer):
         )
 
     async def ListOffsets(
-        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext
+        self, request: pb.ListOffsetsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListOffsetsResponse:
         await _check_partition(context, request.topic, request.partition)
         if request.spec not in (pb.EARLIEST, pb.LATEST, pb.TIMESTAMP):
@@ -148,14 +150,14 @@ class LogServicer(pb_grpc.LogServicer):
         return pb.ListOffsetsResponse(offset=offset)
 
     async def Metadata(
-        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext
+        self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MetadataResponse:
         from raftlog.rpc.admin_servicer import metadata_response
 
         return metadata_response(self._broker, request)
 
     async def InitProducerId(
-        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext
+        self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.InitProducerIdResponse:
         try:
             producer_id = await self._broker.allocate_producer_id(timeout_s=10.0)

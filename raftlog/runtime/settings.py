@@ -103,8 +103,10 @@ def apply_overrides(config: NodeConfig, items: list[str]) -> NodeConfig:
             raise ConfigError(f"--set {key}: unknown setting; known: {sorted(known)}")
         current = getattr(target, field_name)
         value = _parse_value(key, text, current)
-        updated = dataclasses.replace(target, **{field_name: value})
-        config = dataclasses.replace(config, **{section_name: updated}) if dot else updated
+        updated: Any = dataclasses.replace(target, **{field_name: value})
+        if dot:
+            updated = dataclasses.replace(config, **{section_name: updated})
+        config = updated
     return config.validate()
 
 

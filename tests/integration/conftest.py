@@ -45,6 +45,6 @@ def wait_until(condition: Callable[[], bool], *, timeout_s: float, what: str) ->
 
 def leader_of(admin: Admin, topic: str, partition: int) -> int:
     for p in admin.describe_topic(topic).partitions:
-        if p.id == partition:
-            return int(p.leader)
-    raise AssertionError(f"no partition {topic}-{partition}")
+        if p.id == partition and p.leader is not None:
+            return p.leader
+    raise AssertionError(f"no leader known for {topic}-{partition}")
