@@ -1,0 +1,379 @@
+"""The Spark connector against a real 3-node cluster and a real local SparkSession.
+
+Streaming tests write with `foreachBatch` into a dict keyed by batch id: Spark replays a batch
+after a restart under the same id, so a dict models an idempotent sink (exactly-once output),
+and a replayed batch must hold exactly the rows it held the first time. Waiting is Spark's own
+`processAllAvailable` / `awaitTermination` (with timeouts), never a sleep.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import signal
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+
+from raftlog.client import Admin, Consumer, Producer, RecordMetadata
+from raftlog.connectors.spark.options import parse_source_options
+from raftlog.connectors.spark.source import RaftlogStreamReader
+from raftlog.local_cluster import LocalCluster
+
+# PySpark 4.x warns that it does not fully support pandas 3 (which these tests do not use).
+PANDAS_WARNING = "ignore:PySpark does not yet fully support pandas:FutureWarning"
+pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings(PANDAS_WARNING)]
+QUERY_TIMEOUT_S = 120
+
+
+def _topic(request: pytest.FixtureRequest) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "-", request.node.name)[:60]
+
+
+@pytest.fixture
+def topic(request: pytest.FixtureRequest) -> str:
+    return _topic(request)
+
+
+def create_topic(cluster: LocalCluster, name: str, partitions: int) -> None:
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(name, partitions=partitions, replication_factor=3)
+
+
+def produce(
+    cluster: LocalCluster, topic: str, values: list[bytes], **send: Any
+) -> list[RecordMetadata]:
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        futures = [producer.send(topic, value=value, **send) for value in values]
+        producer.flush()
+        return [future.result(timeout=60) for future in futures]
+
+
+def committed(cluster: LocalCluster, topic: str) -> dict[tuple[int, int], bytes | None]:
+    """Every committed record of `topic`, by (partition, offset), read with the Consumer."""
+    result: dict[tuple[int, int], bytes | None] = {}
+    with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
+        tps = [(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        consumer.assign(tps)
+        ends = consumer.end_offsets(tps)
+        while any(consumer.position(tp) < ends[tp] for tp in ends):
+            for record in consumer.poll(timeout_ms=5000):
+                result[(record.partition, record.offset)] = record.value
+    return result
+
+
+def stream(spark: Any, cluster: LocalCluster, **options: str) -> Any:
+    reader = spark.readStream.format("raftlog").option("bootstrap", cluster.bootstrap)
+    for name, value in options.items():
+        reader = reader.option(name, value)
+    return reader.load()
+
+
+class Batches:
+    """A foreachBatch sink keyed by batch id; a replay must equal the first run."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, list[tuple[int, int, bytes]]] = {}
+        self.lock = threading.Lock()
+
+    def __call__(self, frame: Any, batch_id: int) -> None:
+        rows = sorted((r.partition, r.offset, bytes(r.value)) for r in frame.collect())
+        with self.lock:
+            if batch_id in self.rows:
+                assert self.rows[batch_id] == rows, f"batch {batch_id} replayed differently"
+            self.rows[batch_id] = rows
+
+    def values(self) -> list[bytes]:
+        with self.lock:
+            return [value for batch_id in sorted(self.rows) for _, _, value in self.rows[batch_id]]
+
+
+def run_available_now(frame: Any, sink: Batches, checkpoint: Path) -> None:
+    query = (
+        frame.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_TIMEOUT_S), "availableNow query did not finish"
+    assert query.exception() is None, query.exception()
+
+
+# -- batch reads --------------------------------------------------------------------------------
+
+
+def test_batch_read_equals_what_was_produced(spark: Any, cluster: LocalCluster, topic: str) -> None:
+    create_topic(cluster, topic, 3)
+    values = [b"value-%04d" % i for i in range(600)]
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        futures = [
+            producer.send(
+                topic,
+                value=value,
+                key=None if i % 4 == 0 else b"key-%d" % (i % 7),
+                headers=[("n", b"%d" % i), ("none", None)] if i % 5 == 0 else None,
+            )
+            for i, value in enumerate(values)
+        ]
+        producer.flush()
+        metadata = [future.result(timeout=60) for future in futures]
+    frame = (
+        spark.read.format("raftlog")
+        .option("bootstrap", cluster.bootstrap)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+        .option("minPartitions", "5")
+        .load()
+    )
+    assert frame.rdd.getNumPartitions() >= 5
+    rows = {(r.partition, r.offset): r for r in frame.collect()}
+    assert len(rows) == len(values)
+    for i, meta in enumerate(metadata):
+        row = rows[(meta.partition, meta.offset)]
+        assert (row.topic, bytes(row.value)) == (topic, values[i])
+        assert row.key == (None if i % 4 == 0 else b"key-%d" % (i % 7))
+        headers = [(h.key, h.value) for h in row.headers] if row.headers else None
+        assert headers == ([("n", b"%d" % i), ("none", None)] if i % 5 == 0 else None)
+        assert round(row.timestamp.timestamp() * 1000) == meta.timestamp_ms
+        assert row.timestampType == 0
+
+
+def test_batch_read_with_ending_offsets_reads_exactly_the_range(
+    spark: Any, cluster: LocalCluster, topic: str
+) -> None:
+    create_topic(cluster, topic, 1)
+    metadata = produce(cluster, topic, [b"%d" % i for i in range(50)], partition=0)
+    first, last = metadata[10].offset, metadata[30].offset
+    frame = (
+        spark.read.format("raftlog")
+        .option("bootstrap", cluster.bootstrap)
+        .option("assign", json.dumps({topic: [0]}))
+        .option("startingOffsets", json.dumps({topic: {"0": first}}))
+        .option("endingOffsets", json.dumps({topic: {"0": last}}))
+        .load()
+    )
+    assert sorted(int(r.value) for r in frame.collect()) == list(range(10, 30))
+
+
+def test_options_that_are_wrong_fail_naming_the_option(spark: Any, cluster: LocalCluster) -> None:
+    from pyspark.errors import PySparkException
+
+    def load(**options: str) -> Any:
+        reader = spark.read.format("raftlog").option("bootstrap", cluster.bootstrap)
+        for name, value in options.items():
+            reader = reader.option(name, value)
+        return reader.load()
+
+    with pytest.raises(PySparkException, match=r"kafka\.bootstrap\.servers: unknown option"):
+        load(**{"subscribe": "t", "kafka.bootstrap.servers": "x:1"})
+    with pytest.raises(PySparkException, match="assign: exactly one of subscribe"):
+        load(subscribe="t", assign='{"t": [0]}')
+    with pytest.raises(PySparkException, match="startingOffsets: not JSON"):
+        load(subscribe="t", startingOffsets="{oops")
+    with pytest.raises(PySparkException, match=r"startingOffsets: 'latest' is not allowed"):
+        load(subscribe="t", startingOffsets="latest").collect()
+
+
+def test_stream_reader_pickles_to_plain_options(cluster: LocalCluster) -> None:
+    options = parse_source_options(
+        {"bootstrap": cluster.bootstrap, "subscribe": "t"}, streaming=True
+    )
+    reader = RaftlogStreamReader(options)
+    reader.view()  # a driver-side connection exists ...
+    clone = pickle.loads(pickle.dumps(reader))  # ... but workers receive only the options
+    assert clone.options == options and clone.__getstate__() == {"options": options}
+    reader.stop()
+
+
+# -- streaming ----------------------------------------------------------------------------------
+
+
+def test_streaming_restart_from_checkpoint_sees_every_record_once(
+    spark: Any, cluster: LocalCluster, topic: str, tmp_path: Path
+) -> None:
+    create_topic(cluster, topic, 2)
+    sink = Batches()
+    checkpoint = tmp_path / "checkpoint"
+    options = {"subscribe": topic, "startingOffsets": "earliest", "maxOffsetsPerTrigger": "70"}
+    produce(cluster, topic, [b"a%d" % i for i in range(300)])
+    run_available_now(stream(spark, cluster, **options), sink, checkpoint)
+    # The rate limit held and the query stopped at the target (availableNow respects limits).
+    assert len(sink.rows) >= 300 // 70 and all(len(rows) <= 70 for rows in sink.rows.values())
+    assert sorted(sink.values()) == sorted(b"a%d" % i for i in range(300))
+
+    # A continuous query, stopped while records keep arriving, then resumed from the checkpoint;
+    # a partition added meanwhile is picked up from its first record.
+    query = (
+        stream(spark, cluster, **options)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        produce(cluster, topic, [b"b%d" % i for i in range(200)])
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_partitions(topic, 3)
+    produce(cluster, topic, [b"c%d" % i for i in range(200)])
+    produce(cluster, topic, [b"d%d" % i for i in range(30)], partition=2)
+    run_available_now(stream(spark, cluster, **options), sink, checkpoint)
+    expected = [
+        b"%s%d" % (p, i) for p, n in ((b"a", 300), (b"b", 200), (b"c", 200)) for i in range(n)
+    ]
+    expected += [b"d%d" % i for i in range(30)]
+    assert sorted(sink.values()) == sorted(expected)
+    assert len(sink.values()) == len(set(sink.values()))
+
+
+def _leader(cluster: LocalCluster, topic: str, partition: int) -> int:
+    with Admin(cluster.bootstrap) as admin:
+        leader = admin.describe_topic(topic).partitions[partition].leader
+    assert leader is not None
+    return leader
+
+
+def test_leader_killed_during_a_streaming_query_loses_and_duplicates_nothing(
+    spark: Any, cluster: LocalCluster, topic: str, tmp_path: Path
+) -> None:
+    create_topic(cluster, topic, 1)
+    sink = Batches()
+    query = (
+        stream(spark, cluster, subscribe=topic, startingOffsets="earliest")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(processingTime="100 milliseconds")
+        .start()
+    )
+    sent = [b"r%d" % i for i in range(1500)]
+    futures: list[Future[RecordMetadata]] = []
+    victim = None
+    try:
+        with Producer(cluster.bootstrap, acks="all", linger_ms=2) as producer:
+            for i, value in enumerate(sent):
+                futures.append(producer.send(topic, value=value, partition=0))
+                if i == 500:
+                    futures[-1].result(timeout=60)
+                    query.processAllAvailable()  # the query is reading from this leader ...
+                    victim = _leader(cluster, topic, 0)
+                    cluster.kill_node(victim, sig=signal.SIGKILL)  # ... when it dies
+            producer.flush()
+        acknowledged = {sent[i] for i, f in enumerate(futures) if f.exception() is None}
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+        if victim is not None:
+            cluster.start_node(victim, "--chaos")
+    seen = sink.values()
+    assert len(seen) == len(set(seen)), "a record was read twice"
+    assert acknowledged <= set(seen), f"lost {len(acknowledged - set(seen))} acknowledged records"
+    assert set(seen) <= set(sent)
+    assert len(acknowledged) > 500
+
+
+def _set_faults(cluster: LocalCluster, node_id: int, rules: dict[str, Any]) -> None:
+    with grpc.insecure_channel(cluster.nodes[node_id].client_address) as channel:
+        stub: Any = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
+        stub.SetFaults(pb.SetFaultsRequest(rules_json=json.dumps(rules)), timeout=10)
+
+
+def test_records_above_the_high_watermark_are_never_read(
+    spark: Any, cluster: LocalCluster, topic: str, tmp_path: Path
+) -> None:
+    """Records a cut-off leader appended but could not commit (acks=1) must not be read: a
+    later leader may overwrite them. Whatever Spark read must match the final committed log."""
+    create_topic(cluster, topic, 1)
+    produce(cluster, topic, [b"committed-%d" % i for i in range(20)], partition=0)
+    leader = _leader(cluster, topic, 0)
+    others = [n for n in cluster.nodes if n != leader]
+    _set_faults(cluster, leader, {"block": others, "direction": "both"})
+    try:
+        with Producer(cluster.bootstrap, acks=1, retries=0, delivery_timeout_ms=3000) as producer:
+            pending = [
+                producer.send(topic, value=b"uncommitted-%d" % i, partition=0) for i in range(5)
+            ]
+            producer.flush()
+        assert any(f.exception() is None for f in pending), "the cut-off leader took no write"
+        frame = (
+            spark.read.format("raftlog")
+            .option("bootstrap", cluster.bootstrap)
+            .option("assign", json.dumps({topic: [0]}))
+            .load()
+        )
+        read = {(r.partition, r.offset): bytes(r.value) for r in frame.collect()}
+    finally:
+        _set_faults(cluster, leader, {"heal": True})
+    assert not any(v.startswith(b"uncommitted") for v in read.values()), read
+    final = committed(cluster, topic)
+    assert all(final.get(key) == value for key, value in read.items())
+
+
+# -- the sink -----------------------------------------------------------------------------------
+
+
+def test_sink_writes_each_row_once_with_acks_all(
+    spark: Any, cluster: LocalCluster, topic: str, tmp_path: Path
+) -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        BinaryType,
+        IntegerType,
+        StringType,
+        StructField,
+        StructType,
+    )
+
+    create_topic(cluster, topic, 2)
+    header = StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+    schema = StructType(
+        [
+            StructField("key", StringType()),
+            StructField("value", BinaryType()),
+            StructField("partition", IntegerType()),
+            StructField("headers", ArrayType(header)),
+        ]
+    )
+    rows = [
+        (f"k{i}" if i % 3 else None, b"w%d" % i, i % 2, [("h", b"%d" % i)] if i % 4 == 0 else None)
+        for i in range(400)
+    ]
+    frame = spark.createDataFrame(rows, schema).repartition(3)
+    frame.write.format("raftlog").option("bootstrap", cluster.bootstrap).option(
+        "topic", topic
+    ).mode("append").save()
+    log = committed(cluster, topic)
+    assert sorted(v for v in log.values() if v) == sorted(b"w%d" % i for i in range(400))
+    assert all(int(value[1:]) % 2 == partition for (partition, _), value in log.items() if value)
+
+    with pytest.raises(Exception, match="extra: not a column the raftlog sink writes"):
+        spark.createDataFrame([(b"v", 1)], "value binary, extra int").write.format(
+            "raftlog"
+        ).option("bootstrap", cluster.bootstrap).option("topic", topic).mode("append").save()
+
+    # Stream to stream: copy the topic into another with the streaming sink.
+    copy = topic + "-copy"
+    create_topic(cluster, copy, 1)
+    query = (
+        stream(spark, cluster, subscribe=topic, startingOffsets="earliest")
+        .selectExpr("key", "value")
+        .writeStream.format("raftlog")
+        .option("bootstrap", cluster.bootstrap)
+        .option("topic", copy)
+        .option("checkpointLocation", str(tmp_path / "copy-checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(QUERY_TIMEOUT_S)
+    assert query.exception() is None
+    copied = committed(cluster, copy)
+    assert sorted(v for v in copied.values() if v) == sorted(b"w%d" % i for i in range(400))
