@@ -209,6 +209,15 @@ class MetadataConfig:
     producer_id_block_size: int = 1000
     # Replica moves and preferred-leader swaps in one rebalance plan.
     rebalance_moves_max: int = 64
+    # Consumer groups (raftlog.metadata.groups): a member silent for the session timeout is
+    # removed and its partitions move; members heartbeat every interval; a member asked to
+    # revoke partitions is removed if it has not confirmed within its rebalance timeout
+    # (capped here). Groups and members are soft state in the controller's memory: bounded.
+    group_session_timeout_ms: int = 10_000
+    group_heartbeat_interval_ms: int = 1000
+    group_rebalance_timeout_ms_max: int = 300_000
+    groups_max: int = 10_000
+    group_members_max: int = 1000
 
     def validate(self) -> MetadataConfig:
         _require_positive_ints(self)
@@ -217,6 +226,12 @@ class MetadataConfig:
             "node_heartbeat_interval_ms",
             f"must be below node_lease_ms ({self.node_heartbeat_interval_ms} >= "
             f"{self.node_lease_ms})",
+        )
+        _require(
+            self.group_heartbeat_interval_ms < self.group_session_timeout_ms,
+            "group_heartbeat_interval_ms",
+            f"must be below group_session_timeout_ms ({self.group_heartbeat_interval_ms} >= "
+            f"{self.group_session_timeout_ms})",
         )
         # The protocol caps of raftlog.metadata.commands (10,000 partitions, 15 replicas).
         _require(
