@@ -9,9 +9,10 @@ Encoding (format version 1): one version byte, then UTF-8 JSON with sorted keys 
 whitespace: `{"type": "<class name>", "<field>": <value>, ...}`. Each command type lists its
 fields and their kinds in `_FIELD_KINDS` (a table, not code): `int` is a JSON integer in
 [0, 2**63) and never a boolean, `str` a string, `ints` a list of them, `int_lists` a list of
-lists, `str_map` an object of strings. Decode demands exactly the listed fields; anything else
-raises `MetadataDecodeError` naming the field and value, and `MetadataState.apply` turns that
-into an `INVALID_REQUEST` result instead of guessing.
+lists, `str_map` an object of strings, `offsets` a list of [topic, partition, offset].
+Decode demands exactly the listed fields; anything else raises `MetadataDecodeError` naming
+the field and value, and `MetadataState.apply` turns that into an `INVALID_REQUEST` result
+instead of guessing.
 
 Time is an input: commands that need it carry `now_ms`, read by the proposing controller from
 its clock, so every node applies the same instant.
@@ -52,8 +53,10 @@ __all__ = [
     "ApplyResult",
     "AssignmentError",
     "Command",
+    "CommitGroupOffsets",
     "CreatePartitions",
     "CreateTopic",
+    "DeleteGroup",
     "DeleteTopic",
     "ErrorCode",
     "FenceNode",
@@ -82,6 +85,9 @@ TOPIC_ID_CHARS_MAX = 64
 CONFIG_VALUE_CHARS_MAX = 255
 GROUP_ID_LIMIT = 1 << 31  # group ids travel as 32-bit values between nodes
 INT_LIMIT = 1 << 63  # every integer field is a non-negative signed 64-bit value
+CONSUMER_GROUP_ID_CHARS_MAX = 255
+OFFSETS_PER_COMMIT_MAX = 10_000
+CONSUMER_GROUPS_MAX = 100_000  # groups with committed offsets
 
 
 class MetadataError(RaftlogError):
@@ -115,6 +121,7 @@ class ErrorCode(enum.Enum):
     STALE_INCARNATION = "STALE_INCARNATION"  # an older process of a node that restarted
     LEASE_NOT_EXPIRED = "LEASE_NOT_EXPIRED"  # a heartbeat was applied after the fence was planned
     STALE_LEADER_EPOCH = "STALE_LEADER_EPOCH"
+    UNKNOWN_GROUP = "UNKNOWN_GROUP"  # a consumer group with no committed offsets
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +234,22 @@ class AllocateProducerIds:
     count: int
 
 
+@dataclass(frozen=True, slots=True)
+class CommitGroupOffsets:
+    """A consumer group's committed offsets: (topic, partition, next offset to consume).
+    The coordinator checked the committing member owns the partitions before proposing."""
+
+    group_id: str  # a consumer group's name (not a Raft GroupId)
+    offsets: tuple[tuple[str, PartitionId, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroup:
+    """Forget a consumer group's committed offsets (the group has no members)."""
+
+    group_id: str
+
+
 Command: TypeAlias = (
     RegisterNode
     | NodeHeartbeat
@@ -237,6 +260,8 @@ Command: TypeAlias = (
     | ReassignPartition
     | ReportLeader
     | AllocateProducerIds
+    | CommitGroupOffsets
+    | DeleteGroup
 )
 
 # The wire schema, as data: command type -> field -> kind.
@@ -270,6 +295,8 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "epoch": "int",
     },
     AllocateProducerIds: {"count": "int"},
+    CommitGroupOffsets: {"group_id": "str", "offsets": "offsets"},
+    DeleteGroup: {"group_id": "str"},
 }
 _TYPES_BY_NAME: dict[str, type[Any]] = {t.__name__: t for t in _FIELD_KINDS}
 assert all(tuple(f.name for f in fields(t)) == tuple(k) for t, k in _FIELD_KINDS.items())
@@ -283,8 +310,8 @@ def encode_command(command: Command) -> bytes:
         value = getattr(command, name)
         if kind == "int_lists":
             value = [list(replicas) for replicas in value]
-        elif kind == "ints":
-            value = list(value)
+        elif kind in ("ints", "offsets"):
+            value = [list(item) for item in value] if kind == "offsets" else list(value)
         elif kind == "str_map":
             value = dict(value)
         body[name] = value
@@ -360,6 +387,19 @@ def _decode_ints(where: str, value: object) -> tuple[int, ...]:
     )
 
 
+def decode_offsets(where: str, value: object) -> tuple[tuple[str, PartitionId, int], ...]:
+    """A list of [topic, partition, offset] triples."""
+    triples = []
+    for i, item in enumerate(decode_list(where, value)):
+        triple = decode_list(f"{where}[{i}]", item)
+        if len(triple) != 3:
+            raise MetadataDecodeError(f"{where}[{i}]: expected [topic, partition, offset]")
+        topic = decode_str(f"{where}[{i}][0]", triple[0])
+        partition = PartitionId(decode_int(f"{where}[{i}][1]", triple[1]))
+        triples.append((topic, partition, decode_int(f"{where}[{i}][2]", triple[2])))
+    return tuple(triples)
+
+
 def _decode_str_map(where: str, value: object) -> dict[str, str]:
     if not isinstance(value, dict):
         raise MetadataDecodeError(f"{where}: expected an object, got {value!r}")
@@ -377,6 +417,7 @@ def _decode_field(where: str, kind: str, value: object) -> object:
             _decode_ints(f"{w}[{i}]", item) for i, item in enumerate(decode_list(w, v))
         ),
         "str_map": _decode_str_map,
+        "offsets": decode_offsets,
     }
     return decoders[kind](where, value)
 

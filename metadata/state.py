@@ -21,7 +21,10 @@ What the state holds:
 - partitions: Raft group id (unique for ever: ids are never reused, so a late message from a
   deleted topic's group cannot touch its successor), replicas (the first is the preferred
   leader) and the leader with the highest epoch that reported itself;
-- the next group id and the next producer id to hand out.
+- the next group id and the next producer id to hand out;
+- consumer groups' committed offsets: group name -> (topic, partition) -> the next offset to
+  consume. Offsets of a deleted topic are dropped with it (a topic re-created under the same
+  name starts over); a group whose last offset went is forgotten.
 
 Lookups by group id and by node scan the partitions (O(partitions)): the metadata of one
 cluster is small, and a derived index would be one more thing to keep consistent.
@@ -35,8 +38,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from raftlog.metadata.commands import (
+    CONSUMER_GROUP_ID_CHARS_MAX,
+    CONSUMER_GROUPS_MAX,
     GROUP_ID_LIMIT,
     INT_LIMIT,
+    OFFSETS_PER_COMMIT_MAX,
     OK,
     PARTITIONS_PER_TOPIC_MAX,
     PRODUCER_ID_BLOCK_MAX,
@@ -44,8 +50,10 @@ from raftlog.metadata.commands import (
     AllocateProducerIds,
     ApplyResult,
     Command,
+    CommitGroupOffsets,
     CreatePartitions,
     CreateTopic,
+    DeleteGroup,
     DeleteTopic,
     ErrorCode,
     FenceNode,
@@ -62,6 +70,7 @@ from raftlog.metadata.commands import (
     decode_command,
     decode_int,
     decode_list,
+    decode_offsets,
     decode_str,
     parse_json_object,
     reject,
@@ -133,6 +142,7 @@ class MetadataState:
         self._nodes: dict[NodeId, NodeInfo] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._partitions: dict[str, tuple[PartitionInfo, ...]] = {}
+        self._group_offsets: dict[str, dict[tuple[str, int], int]] = {}
 
     # ---- read accessors ----------------------------------------------------------------
 
@@ -184,6 +194,17 @@ class MetadataState:
 
     def partition_by_group(self, group_id: GroupId) -> PartitionInfo | None:
         return next((p for p in self.all_partitions() if p.group_id == group_id), None)
+
+    def consumer_group_ids(self) -> tuple[str, ...]:
+        """Consumer groups with committed offsets, by name."""
+        return tuple(sorted(self._group_offsets))
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """A consumer group's committed offsets by (topic, partition); empty if none."""
+        return dict(sorted(self._group_offsets.get(group_id, {}).items()))
+
+    def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
+        return self._group_offsets.get(group_id, {}).get((topic, partition))
 
     def group_ids_for_node(self, node_id: NodeId) -> frozenset[GroupId]:
         """The partition groups `node_id` must host (its replicas; fenced or not)."""
@@ -430,6 +451,33 @@ class MetadataState:
             return reject(ErrorCode.INVALID_REQUEST, "producer ids are exhausted")
         return None
 
+    def _check_commit_group_offsets(self, command: CommitGroupOffsets) -> ApplyResult | None:
+        problem = _check_consumer_group_id(command.group_id)
+        if problem is None and not 1 <= len(command.offsets) <= OFFSETS_PER_COMMIT_MAX:
+            problem = reject(
+                ErrorCode.INVALID_REQUEST,
+                f"a commit holds 1-{OFFSETS_PER_COMMIT_MAX} offsets, got {len(command.offsets)}",
+            )
+        if problem is None and len({(t, p) for t, p, _ in command.offsets}) != len(command.offsets):
+            problem = reject(ErrorCode.INVALID_REQUEST, "a commit names a partition twice")
+        for topic, partition, _ in command.offsets:
+            problem = problem or self._check_partition_known(topic, partition)
+        new_group = command.group_id not in self._group_offsets
+        if problem is None and new_group and len(self._group_offsets) >= CONSUMER_GROUPS_MAX:
+            problem = reject(
+                ErrorCode.INVALID_REQUEST,
+                f"{CONSUMER_GROUPS_MAX} consumer groups already hold offsets",
+            )
+        return problem
+
+    def _check_delete_group(self, command: DeleteGroup) -> ApplyResult | None:
+        problem = _check_consumer_group_id(command.group_id)
+        if problem is None and command.group_id not in self._group_offsets:
+            problem = reject(
+                ErrorCode.UNKNOWN_GROUP, f"consumer group {command.group_id!r} has no offsets"
+            )
+        return problem
+
     # ---- effects (run only after their check passed) ------------------------------------
 
     def _register_node(self, command: RegisterNode) -> ApplyResult:
@@ -495,6 +543,24 @@ class MetadataState:
         # Group ids are not handed back: next_group_id only grows.
         del self._topics[command.name]
         del self._partitions[command.name]
+        for group_id, offsets in list(self._group_offsets.items()):
+            kept = {tp: o for tp, o in offsets.items() if tp[0] != command.name}
+            if kept:
+                self._group_offsets[group_id] = kept
+            else:
+                del self._group_offsets[group_id]
+        return OK
+
+    def _commit_group_offsets(self, command: CommitGroupOffsets) -> ApplyResult:
+        offsets = self._group_offsets.setdefault(command.group_id, {})
+        for topic, partition, offset in command.offsets:
+            offsets[(topic, int(partition))] = offset
+        assert offsets, command
+        return OK
+
+    def _delete_group(self, command: DeleteGroup) -> ApplyResult:
+        del self._group_offsets[command.group_id]
+        assert command.group_id not in self._group_offsets
         return OK
 
     def _create_partitions(self, command: CreatePartitions) -> ApplyResult:
@@ -566,6 +632,10 @@ class MetadataState:
             violations.append("two topics share a topic id")
         if any(n.node_id != key for key, n in self._nodes.items()):
             violations.append("a node is filed under another id")
+        for group_id, offsets in self._group_offsets.items():
+            unknown = [tp for tp in offsets if self.partition(*tp) is None]
+            if not offsets or unknown:
+                violations.append(f"consumer group {group_id!r} offsets of {unknown or 'nothing'}")
         return violations
 
     def check_invariants(self) -> None:
@@ -609,7 +679,22 @@ _HANDLERS: dict[
         MetadataState._check_allocate_producer_ids,
         MetadataState._allocate_producer_ids,
     ),
+    CommitGroupOffsets: (
+        MetadataState._check_commit_group_offsets,
+        MetadataState._commit_group_offsets,
+    ),
+    DeleteGroup: (MetadataState._check_delete_group, MetadataState._delete_group),
 }
+
+
+def _check_consumer_group_id(group_id: str) -> ApplyResult | None:
+    if not 1 <= len(group_id) <= CONSUMER_GROUP_ID_CHARS_MAX:
+        return reject(
+            ErrorCode.INVALID_REQUEST,
+            f"consumer group id must be 1-{CONSUMER_GROUP_ID_CHARS_MAX} characters, "
+            f"got {len(group_id)}",
+        )
+    return None
 
 
 # ---- snapshot codec ------------------------------------------------------------------------
@@ -620,7 +705,10 @@ _HANDLERS: dict[
 #    "topics": [{"name", "topic_id", "replication_factor", "config",
 #                "partitions": [{"group_id", "replicas", "leader_id", "leader_epoch"}]}] by name}
 # where leader_id and leader_epoch are -1 while no leader has reported, and applied_offset is
-# -1 before the first command. Decoding is as strict as for commands.
+# -1 before the first command. Decoding is as strict as for commands. When consumer groups
+# have committed offsets the root also holds
+#   "group_offsets": [{"group_id", "offsets": [[topic, partition, offset], ...]}] by group,
+# and only then, so snapshots taken before consumer groups existed still decode.
 
 SNAPSHOT_FORMAT_VERSION = 1
 
@@ -644,6 +732,14 @@ def _encode_snapshot(state: MetadataState) -> bytes:
         ],
         "topics": [_encode_topic(t, state.partitions(t.name)) for t in state.topics()],
     }
+    if state.consumer_group_ids():
+        body["group_offsets"] = [
+            {
+                "group_id": group_id,
+                "offsets": [[t, p, o] for (t, p), o in state.committed_offsets(group_id).items()],
+            }
+            for group_id in state.consumer_group_ids()
+        ]
     return bytes([SNAPSHOT_FORMAT_VERSION]) + canonical_json(body)
 
 
@@ -684,7 +780,9 @@ def _decode_snapshot(data: bytes) -> MetadataState:
         version = data[0] if data else None
         raise MetadataDecodeError(f"unknown metadata snapshot format version {version}")
     keys = ("applied_offset", "cluster_id", "next_group_id", "next_producer_id", "nodes", "topics")
-    body = _object("root", parse_json_object(data[1:], what="snapshot"), keys)
+    body = parse_json_object(data[1:], what="snapshot")
+    group_offsets = body.pop("group_offsets", None)  # present only when there are some
+    body = _object("root", body, keys)
     cluster_id = decode_str("cluster_id", body["cluster_id"])
     if not cluster_id:
         raise MetadataDecodeError("snapshot cluster_id is empty")
@@ -703,7 +801,22 @@ def _decode_snapshot(data: bytes) -> MetadataState:
             raise MetadataDecodeError(f"snapshot topics[{i}]: topic {topic.name!r} twice")
         state._topics[topic.name] = topic
         state._partitions[topic.name] = partitions
+    if group_offsets is not None:
+        state._group_offsets = _decode_group_offsets(group_offsets)
     return state
+
+
+def _decode_group_offsets(raw: object) -> dict[str, dict[tuple[str, int], int]]:
+    groups: dict[str, dict[tuple[str, int], int]] = {}
+    for i, item in enumerate(decode_list("group_offsets", raw)):
+        fields_ = _object(f"group_offsets[{i}]", item, ("group_id", "offsets"))
+        group_id = decode_str(f"group_offsets[{i}].group_id", fields_["group_id"])
+        triples = decode_offsets(f"group_offsets[{i}].offsets", fields_["offsets"])
+        offsets = {(t, int(p)): o for t, p, o in triples}
+        if group_id in groups or not offsets or len(offsets) != len(triples):
+            raise MetadataDecodeError(f"snapshot group_offsets[{i}]: {group_id!r} twice or empty")
+        groups[group_id] = offsets
+    return groups
 
 
 def _decode_node(where: str, raw: object) -> NodeInfo:
