@@ -81,6 +81,8 @@ _SINK_OPTIONS = (
     "compression",
     "deliveryTimeoutMs",
 )
+# Options Spark itself sets on a data source (a streaming sink gets its checkpoint location).
+_SPARK_OWN_OPTIONS = frozenset({"checkpointlocation", "path"})
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 _DURATION = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$")
 _DURATION_UNIT_MS = {
@@ -137,6 +139,8 @@ def _canonical(options: Mapping[str, str], known: tuple[str, ...], role: str) ->
     by_lower = {name.lower(): name for name in known}
     result: dict[str, str] = {}
     for key, value in options.items():
+        if key.lower() in _SPARK_OWN_OPTIONS:
+            continue
         name = by_lower.get(key.lower())
         if name is None:
             raise ConfigError(

@@ -13,6 +13,7 @@ import pickle
 import re
 import signal
 import threading
+import time
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -23,13 +24,15 @@ from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
 from raftlog.client import Admin, Consumer, Producer, RecordMetadata
+from raftlog.client.errors import ClientError
 from raftlog.connectors.spark.options import parse_source_options
 from raftlog.connectors.spark.source import RaftlogStreamReader
 from raftlog.local_cluster import LocalCluster
 
 # PySpark 4.x warns that it does not fully support pandas 3 (which these tests do not use).
 PANDAS_WARNING = "ignore:PySpark does not yet fully support pandas:FutureWarning"
-pytestmark = [pytest.mark.spark, pytest.mark.filterwarnings(PANDAS_WARNING)]
+# Spark start-up alone takes 20-60 s on this 2-core machine: the module is `slow` too.
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.filterwarnings(PANDAS_WARNING)]
 QUERY_TIMEOUT_S = 120
 
 
@@ -40,6 +43,22 @@ def _topic(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def topic(request: pytest.FixtureRequest) -> str:
     return _topic(request)
+
+
+def wait_all_alive(cluster: LocalCluster, *, timeout_s: float = 60) -> None:
+    """After a node restarts or a partition heals: wait until every node holds its lease
+    again (the controller refuses replication factor 3 before that)."""
+    deadline = time.monotonic() + timeout_s
+    with Admin(cluster.bootstrap) as admin:
+        while time.monotonic() < deadline:
+            try:
+                nodes = admin.describe_cluster().nodes
+                if len(nodes) == len(cluster.nodes) and all(n.alive for n in nodes):
+                    return
+            except ClientError:
+                pass  # an election is under way: ask again
+            threading.Event().wait(0.2)
+    raise TimeoutError(f"not every node alive within {timeout_s} s")
 
 
 def create_topic(cluster: LocalCluster, name: str, partitions: int) -> None:
@@ -274,6 +293,7 @@ def test_leader_killed_during_a_streaming_query_loses_and_duplicates_nothing(
         query.stop()
         if victim is not None:
             cluster.start_node(victim, "--chaos")
+            wait_all_alive(cluster)
     seen = sink.values()
     assert len(seen) == len(set(seen)), "a record was read twice"
     assert acknowledged <= set(seen), f"lost {len(acknowledged - set(seen))} acknowledged records"
@@ -298,7 +318,14 @@ def test_records_above_the_high_watermark_are_never_read(
     others = [n for n in cluster.nodes if n != leader]
     _set_faults(cluster, leader, {"block": others, "direction": "both"})
     try:
-        with Producer(cluster.bootstrap, acks=1, retries=0, delivery_timeout_ms=3000) as producer:
+        with Producer(
+            cluster.bootstrap,
+            acks=1,
+            enable_idempotence=False,
+            retries=0,
+            request_timeout_ms=2000,
+            delivery_timeout_ms=3000,
+        ) as producer:
             pending = [
                 producer.send(topic, value=b"uncommitted-%d" % i, partition=0) for i in range(5)
             ]
@@ -313,6 +340,7 @@ def test_records_above_the_high_watermark_are_never_read(
         read = {(r.partition, r.offset): bytes(r.value) for r in frame.collect()}
     finally:
         _set_faults(cluster, leader, {"heal": True})
+        wait_all_alive(cluster)
     assert not any(v.startswith(b"uncommitted") for v in read.values()), read
     final = committed(cluster, topic)
     assert all(final.get(key) == value for key, value in read.items())
