@@ -55,6 +55,7 @@ from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica,
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Membership, Message, Role, Snapshot, SnapshotMeta
 from raftlog.rpc.faults import FaultInjector
+from raftlog.rpc.group_servicer import GroupService
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
 from raftlog.runtime.host import GroupHost
@@ -100,6 +101,18 @@ class Broker:
             send=self.transport.send,
         )
         self.metadata_group: RaftGroup | None = None
+        # Consumer groups, coordinated by the controller (raftlog.rpc.group_servicer).
+        self.groups = GroupService.create(
+            self.config.metadata,
+            controller_term=lambda: (
+                int(self.metadata_group.node.term)
+                if self.metadata_group is not None and self.is_controller()
+                else None
+            ),
+            controller_id=lambda: None if self.metadata_group is None else self.controller_id,
+            metadata=lambda: self.metadata.state,
+            submit=self.submit,
+        )
         self.forward: Callable[[str, Command, float], Awaitable[ApplyResult]] | None = None
         self._grpc: grpc.aio.Server | None = None
         # Set when a task of the node fails: `raftlog serve` then exits non-zero.
@@ -137,6 +150,7 @@ class Broker:
         from grpc_reflection.v1alpha import reflection
 
         from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer
+        from raftlog.rpc.group_servicer import GroupServicer
         from raftlog.rpc.servicers import LogServicer
         from raftlog.rpc.v1 import raftlog_pb2, raftlog_pb2_grpc
 
@@ -150,11 +164,13 @@ class Broker:
         raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(self), server)  # type: ignore[no-untyped-call]
         raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self), server)  # type: ignore[no-untyped-call]
         raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(self), server)  # type: ignore[no-untyped-call]
+        groups = GroupServicer(self.groups, self.leader_address)
+        raftlog_pb2_grpc.add_GroupsServicer_to_server(groups, server)  # type: ignore[no-untyped-call]
         self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             raftlog_pb2.DESCRIPTOR.services_by_name[name].full_name
-            for name in ("Log", "Admin", "Internal")
+            for name in ("Log", "Admin", "Internal", "Groups")
         ]
         reflection.enable_server_reflection(
             [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server

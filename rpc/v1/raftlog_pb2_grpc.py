@@ -669,3 +669,247 @@ class Internal:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class GroupsStub:
+    """Missing associated documentation comment in .proto file."""
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.ConsumerGroupHeartbeat = channel.unary_unary(
+                '/raftlog.v1.Groups/ConsumerGroupHeartbeat',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ConsumerGroupHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.OffsetCommit = channel.unary_unary(
+                '/raftlog.v1.Groups/OffsetCommit',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetCommitRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.OffsetFetch = channel.unary_unary(
+                '/raftlog.v1.Groups/OffsetFetch',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetFetchRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetFetchResponse.FromString,
+                _registered_method=True)
+        self.LeaveGroup = channel.unary_unary(
+                '/raftlog.v1.Groups/LeaveGroup',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.LeaveGroupRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.LeaveGroupResponse.FromString,
+                _registered_method=True)
+        self.DeleteGroup = channel.unary_unary(
+                '/raftlog.v1.Groups/DeleteGroup',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteGroupRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteGroupResponse.FromString,
+                _registered_method=True)
+
+
+class GroupsServicer:
+    """Missing associated documentation comment in .proto file."""
+
+    def ConsumerGroupHeartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OffsetFetch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LeaveGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteGroup(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_GroupsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'ConsumerGroupHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.ConsumerGroupHeartbeat,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ConsumerGroupHeartbeatRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ConsumerGroupHeartbeatResponse.SerializeToString,
+            ),
+            'OffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetCommit,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetCommitRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetCommitResponse.SerializeToString,
+            ),
+            'OffsetFetch': grpc.unary_unary_rpc_method_handler(
+                    servicer.OffsetFetch,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetFetchRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetFetchResponse.SerializeToString,
+            ),
+            'LeaveGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaveGroup,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.LeaveGroupRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.LeaveGroupResponse.SerializeToString,
+            ),
+            'DeleteGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteGroup,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteGroupRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteGroupResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'raftlog.v1.Groups', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('raftlog.v1.Groups', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Groups:
+    """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def ConsumerGroupHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Groups/ConsumerGroupHeartbeat',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ConsumerGroupHeartbeatRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ConsumerGroupHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Groups/OffsetCommit',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetCommitRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OffsetFetch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Groups/OffsetFetch',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetFetchRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.OffsetFetchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaveGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Groups/LeaveGroup',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.LeaveGroupRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.LeaveGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Groups/DeleteGroup',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteGroupRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteGroupResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
