@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from raftlog.rpc.v1 import raftlog_pb2 as pb
@@ -37,13 +38,19 @@ from raftlog.client.admin import TopicDescription
 from raftlog.client.errors import NoNodeAnsweredError, TopicAlreadyExistsError
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
+from raftlog.storage.batch import parse_header
+from raftlog.storage.records import RecordInput, encode_batch
 
 SEED = 20261122
 KIB = 1024
 MIB = 1024 * KIB
+GIB = 1024 * MIB
 PAYLOAD_POOL_SIZE = 64
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 LEADERS_WAIT_S_MAX = 120.0
+PROBE_TIMEOUT_S = 30.0
+BATCH_OVERHEAD_BYTES = 61  # RecordBatch v2 header; the rest counts as payload
+GRPC_OPTIONS = [("grpc.max_send_message_length", 64 * MIB)]
 
 
 def payloads(record_bytes: int, count: int = PAYLOAD_POOL_SIZE) -> list[bytes]:
@@ -86,13 +93,15 @@ def wait_leaders(
         time.sleep(0.2)
 
 
-def create_topic(admin: Admin, topic: str, *, partitions: int) -> TopicDescription:
+def create_topic(
+    admin: Admin, topic: str, *, partitions: int, replication_factor: int = 3, wait: bool = True
+) -> TopicDescription | None:
     """Creates the topic (asking again while no node answers: the machine is shared and a
     node may be slow to accept its first connection), then waits for its leaders."""
     deadline = time.monotonic() + LEADERS_WAIT_S_MAX
     while True:
         try:
-            admin.create_topic(topic, partitions=partitions, replication_factor=3)
+            admin.create_topic(topic, partitions=partitions, replication_factor=replication_factor)
             break
         except NoNodeAnsweredError:
             if time.monotonic() > deadline:
@@ -100,7 +109,7 @@ def create_topic(admin: Admin, topic: str, *, partitions: int) -> TopicDescripti
             time.sleep(0.5)
         except TopicAlreadyExistsError:
             break  # an earlier attempt did reach the controller
-    return wait_leaders(admin, topic)
+    return wait_leaders(admin, topic) if wait else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +197,45 @@ def produce_latencies_ms(
     return sorted(latencies_ms)
 
 
+def raw_batch(record_bytes: int, records: int) -> bytes:
+    """One RecordBatch v2 of `records` seeded random values, encoded once and resent: the
+    server patches base offset and epoch, so a non-idempotent batch may be appended again."""
+    values = payloads(record_bytes)
+    now_ms = time.time_ns() // 1_000_000
+    inputs = [RecordInput(None, values[i % len(values)], now_ms) for i in range(records)]
+    return encode_batch(inputs)
+
+
+def produce_raw_batches(
+    address: str, topic: str, batch: bytes, *, count: int, acks: int, window: int = 4
+) -> Throughput:
+    """Sends `batch` `count` times to partition 0 at `address` with gRPC alone (no client
+    library), `window` requests in flight: what the server sustains without the Python
+    producer's per-record work."""
+    assert count > 0 and window > 0, (count, window)
+    request = pb.ProduceRequest(
+        topic=topic, partition=0, batches=[batch], acks=acks, timeout_ms=30_000
+    )  # type: ignore[arg-type]
+    records = parse_header(batch).record_count
+    in_flight: list[Any] = []
+    with grpc.insecure_channel(address, options=GRPC_OPTIONS) as channel:
+        produce = pb_grpc.LogStub(channel).Produce
+        started = time.perf_counter()
+        for _ in range(count):
+            if len(in_flight) == window:
+                check_produced(in_flight.pop(0).result(timeout=60), topic)
+            in_flight.append(produce.future(request, timeout=60))
+        for future in in_flight:
+            check_produced(future.result(timeout=60), topic)
+        elapsed_s = time.perf_counter() - started
+    return Throughput(count * records, count * (len(batch) - BATCH_OVERHEAD_BYTES), elapsed_s)
+
+
+def check_produced(response: Any, topic: str) -> None:
+    if response.error.code != pb.ErrorCode.NONE:
+        raise RuntimeError(f"produce to {topic!r} failed: {response.error}")
+
+
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
     """Nearest-rank percentile of an ascending sequence."""
     assert sorted_values and 0.0 <= fraction <= 1.0, (len(sorted_values), fraction)
@@ -214,6 +262,32 @@ def fetch_error(
     with grpc.insecure_channel(address) as channel:
         response = pb_grpc.LogStub(channel).Fetch(request, timeout=timeout_s)
     return int(response.error.code), int(response.leader_epoch)
+
+
+def leader_epochs(cluster: LocalCluster, topic: str, partitions: int) -> dict[int, int]:
+    """Partition -> epoch (Raft term) of the node that serves it as leader, asked of every
+    running node with a no-wait fetch per partition, all in flight at once (a node busy
+    electing answers slowly); partitions that no node serves are left out."""
+    epochs: dict[int, int] = {}
+    for node_id, node in cluster.nodes.items():
+        if not cluster.is_running(node_id):
+            continue
+        with grpc.insecure_channel(node.client_address) as channel:
+            fetch = pb_grpc.LogStub(channel).Fetch
+            futures = [
+                fetch.future(
+                    pb.FetchRequest(topic=topic, partition=p, offset=0, max_bytes=1, max_wait_ms=0),
+                    timeout=PROBE_TIMEOUT_S,
+                )
+                for p in range(partitions)
+            ]
+            for partition, future in enumerate(futures):
+                with contextlib.suppress(grpc.RpcError):
+                    response = future.result()
+                    if response.error.code == pb.ErrorCode.NONE:
+                        epoch = int(response.leader_epoch)
+                        epochs[partition] = max(epoch, epochs.get(partition, epoch))
+    return epochs
 
 
 def serving_leader(cluster: LocalCluster, topic: str, partition: int) -> int | None:

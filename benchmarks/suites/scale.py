@@ -1,0 +1,175 @@
+"""Benchmark: idle cost of 1,000 partitions, and a restart with a large log.
+
+Theory of operation.
+
+Idle (`idle_cpu_cores_per_node_1000_partitions`, `spurious_elections_1000_partitions`):
+3 nodes, one topic of 1,000 partitions with replication factor 3, no traffic. After creating
+the topic the suite waits until the set of partitions that some node serves as leader stops
+growing (or all 1,000 are served, or a bound passes), lets the cluster settle, then reads
+each node's CPU time from /proc/<pid>/stat at both ends of a window (60 s; 20 s in quick
+mode) and divides by the window. Elections are counted from the nodes themselves, outside the
+window: for every partition, the epoch (Raft term) of the node that serves it as leader, from
+a no-wait fetch, before and after; each term step is an election no one asked for. (The
+metadata's leader epochs would do too, but were seen to lag behind: see benchmarks/README.md.)
+
+Restart (`restart_to_serving_s`): a single node (replication factor 1, so the restarted node is
+the one that must serve) is filled with `restart_log_gib` of 1 KiB records sent as ready-made
+1 MiB batches over gRPC (acks=leader, so filling is quick), SIGKILLed, its files dropped from
+the page cache (posix_fadvise DONTNEED), and started again; the figure is from the spawn to
+the first fetch at offset 0 that succeeds. The same restart with an empty log
+(`restart_to_serving_empty_log_s`) shows how much of it is the process start alone. Quick
+mode uses 256 MiB instead of 2 GiB.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import time
+
+from raftlog.client import Admin
+from raftlog.local_cluster import LocalCluster
+
+SUITES_DIR = pathlib.Path(__file__).resolve().parent
+sys.path[:0] = [str(SUITES_DIR)]
+from _harness import (  # noqa: E402
+    GIB,
+    KIB,
+    MIB,
+    cpu_seconds,
+    create_topic,
+    fetch_error,
+    leader_epochs,
+    node_pids,
+    produce_raw_batches,
+    raw_batch,
+    running_cluster,
+)
+from raftlog.rpc.v1 import raftlog_pb2 as pb  # noqa: E402
+
+PARTITIONS = 1000
+LEADERS_STABLE_S = 20.0  # no new leader for this long: the cluster has settled
+SETTLE_S = 10.0
+RESTART_WAIT_S_MAX = 120.0
+
+
+def wait_leaders_settled(cluster: LocalCluster, topic: str, *, wait_s_max: float) -> dict[int, int]:
+    """Leader epochs once every partition is served or the served set stopped growing."""
+    deadline = time.monotonic() + wait_s_max
+    epochs = leader_epochs(cluster, topic, PARTITIONS)
+    last_growth = time.monotonic()
+    while len(epochs) < PARTITIONS and time.monotonic() < deadline:
+        if time.monotonic() - last_growth > LEADERS_STABLE_S:
+            break
+        time.sleep(2.0)
+        now = leader_epochs(cluster, topic, PARTITIONS)
+        if len(now) > len(epochs):
+            last_growth = time.monotonic()
+        epochs = now
+    print(f"   {len(epochs)} of {PARTITIONS} partitions served by a leader", flush=True)
+    return epochs
+
+
+def idle_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
+    window_s = 20.0 if quick else 60.0
+    with running_cluster(out_dir / "idle-work") as cluster, Admin(cluster.bootstrap) as admin:
+        started = time.monotonic()
+        create_topic(admin, "idle", partitions=PARTITIONS, wait=False)
+        before = wait_leaders_settled(cluster, "idle", wait_s_max=60.0 if quick else 300.0)
+        settled_s = time.monotonic() - started
+        time.sleep(SETTLE_S)
+        pids = node_pids(cluster)
+        cpu_before = {node: cpu_seconds(pid) for node, pid in pids.items()}
+        window_started = time.monotonic()
+        time.sleep(window_s)
+        elapsed_s = time.monotonic() - window_started
+        cpu_after = {node: cpu_seconds(pid) for node, pid in pids.items()}
+        after = leader_epochs(cluster, "idle", PARTITIONS)
+        alive = sum(cluster.is_running(node) for node in pids)
+    cores = {node: (cpu_after[node] - cpu_before[node]) / elapsed_s for node in pids}
+    print(f"   idle CPU cores per node: {cores}", flush=True)
+    # A term step of a partition led at both ends is an election no one asked for; a
+    # partition first led inside the window means elections had not settled.
+    elections = sum(after.get(p, epoch) - epoch for p, epoch in before.items())
+    newly_led = len(set(after) - set(before))
+    return {
+        "idle_cpu_cores_per_node_1000_partitions": sum(cores.values()) / len(cores),
+        "idle_cpu_cores_max_node_1000_partitions": max(cores.values()),
+        "spurious_elections_1000_partitions": float(elections),
+        "partitions_led_1000_partitions": float(len(after)),
+        "partitions_newly_led_in_window_1000_partitions": float(newly_led),
+        "leaders_settled_s_1000_partitions": settled_s,
+        "nodes_alive_after_idle_1000_partitions": float(alive),
+    }
+
+
+def drop_page_cache(directory: pathlib.Path) -> None:
+    for path in directory.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def restart_to_serving_s(cluster: LocalCluster, topic: str) -> float:
+    """SIGKILL node 1, drop its files from the page cache, start it, time the first fetch."""
+    node = cluster.nodes[1]
+    cluster.kill_node(1)
+    drop_page_cache(pathlib.Path(node.data_dir))
+    started = time.perf_counter()
+    cluster.start_node(1)
+    while time.perf_counter() - started < RESTART_WAIT_S_MAX:
+        try:
+            code, _ = fetch_error(node.client_address, topic, 0, timeout_s=1.0)
+        except Exception:  # not listening yet
+            code = -1
+        if code == pb.ErrorCode.NONE:
+            return time.perf_counter() - started
+        time.sleep(0.01)
+    raise TimeoutError(f"node 1 did not serve {topic}-0 within {RESTART_WAIT_S_MAX} s")
+
+
+def restart_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
+    log_bytes = 256 * MIB if quick else 2 * GIB
+    with running_cluster(out_dir / "restart-work", node_count=1) as cluster:
+        with Admin(cluster.bootstrap) as admin:
+            create_topic(admin, "restart", partitions=1, replication_factor=1)
+        empty_s = restart_to_serving_s(cluster, "restart")
+        batch = raw_batch(KIB, 1000)  # just under the 1 MiB batch_bytes_max
+        address = cluster.nodes[1].client_address
+        fill = produce_raw_batches(
+            address, "restart", batch, count=log_bytes // len(batch), acks=pb.ACKS_LEADER
+        )
+        print(f"   filled {fill.value_bytes / GIB:.2f} GiB at {fill.mb_s:.0f} MB/s", flush=True)
+        full_s = restart_to_serving_s(cluster, "restart")
+        on_disk = sum(
+            p.stat().st_size
+            for p in pathlib.Path(cluster.nodes[1].data_dir).rglob("*")
+            if p.is_file()
+        )
+    return {
+        "restart_to_serving_s": full_s,
+        "restart_to_serving_empty_log_s": empty_s,
+        "restart_log_gib": on_disk / GIB,
+        "fill_raw_batches_acks_leader_mb_s": fill.mb_s,
+    }
+
+
+def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics = restart_metrics(out_dir, quick=quick)
+    metrics.update(idle_metrics(out_dir, quick=quick))
+    (out_dir / "scale.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
+    return metrics
+
+
+if __name__ == "__main__":
+    result = run(
+        pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else "bench-out"),
+        quick="--full" not in sys.argv,
+    )
+    print(json.dumps(result, indent=2, sort_keys=True))
