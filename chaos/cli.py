@@ -74,7 +74,7 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
 
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:
-    network = {"partition", "flaky"} & set(args.nemesis)
+    network = {"partition", "flaky", "isolate-leader"} & set(args.nemesis)
     if args.backend == "pysyncobj" and network:
         raise ValueError(f"--backend pysyncobj has no network fault hook: drop {sorted(network)}")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)

@@ -20,6 +20,8 @@ the wire is dropped too. The partitions, as Jepsen names them:
 
 Process faults: kill (SIGKILL of a random node, of a partition leader, or of all nodes at
 once; healed by restarting) and pause (SIGSTOP of a random node or a leader; SIGCONT).
+`kill-leader`, `pause-leader` and `isolate-leader` always aim at a partition's leader, which
+is where acks=1 loses writes.
 `flaky` makes every link drop, duplicate, delay and reorder frames. "Loss of unsynced writes"
 is not here: it needs a node-side hook that cuts data files back to what was fsynced.
 """
@@ -34,7 +36,13 @@ from typing import Any, Protocol
 
 __all__ = ["NEMESES", "ClusterControl", "Fault", "Nemesis", "partition_links", "plan_fault"]
 
-NEMESES = ("kill", "pause", "partition", "flaky")
+NEMESES = ("kill", "pause", "partition", "flaky", "kill-leader", "pause-leader", "isolate-leader")
+# Targeted variants: always the leader of a partition, to aim at the acks=1 loss window.
+TARGETED = {
+    "kill-leader": ("kill", "leader"),
+    "pause-leader": ("pause", "leader"),
+    "isolate-leader": ("partition", "isolate-leader"),
+}
 PARTITIONS = ("halves", "isolate-leader", "isolate-controller", "ring", "bridge", "one-way")
 Link = tuple[int, int]
 FLAKY_LINK = {
@@ -131,6 +139,12 @@ def plan_fault(
     if nemesis not in NEMESES:
         raise ValueError(f"unknown nemesis {nemesis!r}; expected one of {NEMESES}")
     someone = rng.choice(list(nodes))
+    if nemesis in TARGETED:
+        base, kind = TARGETED[nemesis]
+        target = leader or someone
+        if base == "partition":
+            return Fault(base, kind, (), partition_links(kind, nodes, rng, target))
+        return Fault(base, kind, (target,))
     if nemesis == "kill":
         kind = rng.choice(("random-node", "leader", "all-nodes"))
         if kind == "all-nodes":

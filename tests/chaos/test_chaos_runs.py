@@ -52,13 +52,25 @@ def test_a_ci_sized_local_run_with_every_network_nemesis_is_valid(tmp_path: Path
 
 
 @pytest.mark.slow
-def test_acks_0_with_leader_kills_loses_acknowledged_writes(tmp_path: Path) -> None:
-    # acks=0 acknowledges before the leader has even written: kills must lose some of them.
+@pytest.mark.parametrize("acks", ["1", "0"])
+def test_acks_below_all_lose_acknowledged_writes_when_the_leader_is_cut_off(
+    tmp_path: Path, acks: str
+) -> None:
+    # The unsafe configuration: a leader cut off from its followers keeps acknowledging
+    # acks=1/0 writes until it steps down; the majority elects a new leader and truncates them.
     out = tmp_path / "run"
-    argv = ["run", "--backend", "local", "--nemesis", "kill", "--acks", "0"]
-    argv += ["--duration", "40", "--seed", "5", "--out", str(out), "--rate", "100"]
+    argv = ["run", "--backend", "local", "--nemesis", "isolate-leader", "--acks", acks]
+    argv += ["--duration", "25", "--seed", "6", "--out", str(out), "--rate", "100"]
     assert main(argv) == 1
     assert _results(out)["anomaly_counts"]["lost"] > 0
+
+
+@pytest.mark.slow
+def test_acks_all_keeps_every_acknowledged_write_when_leaders_are_targeted(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--nemesis", "isolate-leader,kill-leader,pause-leader"]
+    argv += ["--duration", "30", "--seed", "6", "--out", str(out), "--rate", "100"]
+    assert main(argv) == 0, _results(out)["anomalies"]
 
 
 class _LossyProducer:
