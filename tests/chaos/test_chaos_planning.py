@@ -261,3 +261,15 @@ def test_a_bad_history_line_is_refused_with_its_number(tmp_path: Path) -> None:
 def test_a_completion_without_invoke_is_refused() -> None:
     with pytest.raises(HistoryError, match="without invoke"):
         list(pair_operations([Event(0, "ok", "poll", {}, 5)]))
+
+
+def test_the_public_api_is_pinned() -> None:
+    import raftlog.chaos
+
+    assert sorted(raftlog.chaos.__all__) == sorted(
+        ["ANOMALIES", "NEMESES", "Backend", "CheckResult", "ClusterControl", "Event", "Fault",
+         "HistoryRecorder", "LogClients", "Nemesis", "Op", "RaftlogClients", "RunOptions",
+         "WorkloadOptions", "check", "load_history", "pair_operations", "plan_fault", "run",
+         "send_outcome"]
+    )  # fmt: skip
+    assert all(hasattr(raftlog.chaos, name) for name in raftlog.chaos.__all__)
