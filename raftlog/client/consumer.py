@@ -21,20 +21,35 @@ breaks either. NOT_LEADER follows the leader hint; other retriable errors (unrea
 timeout, election) are retried until poll's timeout and, if no fetch succeeded at all in that
 time, the last one is raised. OFFSET_OUT_OF_RANGE resets the position per `auto_offset_reset`.
 
-Not yet: `subscribe(topics, group_id=...)` and `commit()` need group-coordinator RPCs that the
-raftlog.v1 API does not have yet.
+Consumer groups. `subscribe(topics, group_id=...)` (or `group_id=` in the constructor) joins
+a group instead of `assign`: the cluster's controller shares the topics' partitions among the
+group's members and moves them incrementally as members come and go (raftlog.client._group
+has the member's side, raftlog.metadata.groups the coordinator's). `poll` drives the
+membership: it heartbeats when due, and applies each new assignment between fetch rounds. A
+revoked partition's position is committed first (with `enable_auto_commit`), then dropped,
+and the revocation confirmed at once; partitions kept are never paused. A new partition
+starts at the group's committed offset, else per `auto_offset_reset`. With auto-commit the
+positions of owned partitions are also committed every `auto_commit_interval_ms` (those that
+moved only: each commit is a metadata quorum entry) and on close. `commit()` commits the
+positions of all owned partitions now, `commit(offsets)` the given ones; `committed(tp)`
+reads the group's committed offset. A consumer that assigns partitions itself may still
+commit to a `group_id` as long as that group has no members (Kafka's standalone consumer).
+Heartbeats happen only inside poll: a consumer that stops polling for the session timeout
+loses its partitions to the other members (and, by its own rule, drops them too).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 from raftlog.client._connection import Cluster, TopicPartition
+from raftlog.client._group import GroupMember
 from raftlog.client.config import AutoOffsetReset, ConnectionConfig, ConsumerConfig
 from raftlog.client.errors import (
     ClientClosedError,
@@ -44,7 +59,7 @@ from raftlog.client.errors import (
     ServerError,
     server_error,
 )
-from raftlog.errors import CorruptBatchError
+from raftlog.errors import ConfigError, CorruptBatchError
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.storage.records import Headers, Record, decode_batch
 
@@ -53,6 +68,8 @@ __all__ = ["Consumer", "ConsumerRecord"]
 _RESETS = {"earliest": pb.EARLIEST, "latest": pb.LATEST}
 # A leader lookup that keeps answering NOT_LEADER is given up after this many hops.
 _LEADER_HOPS_MAX = 5
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +90,7 @@ class _PartitionState:
     buffer: deque[ConsumerRecord] = field(default_factory=deque)
     high_watermark: int | None = None
     last_offset: int = -1  # the highest offset buffered since the last seek
+    group_offset_pending: bool = False  # given by the group: look up its committed offset
 
     def position(self) -> int | None:
         return self.buffer[0].offset if self.buffer else self.fetch_offset
@@ -102,9 +120,18 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
+        group_id: str | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        rebalance_timeout_ms: int = 60_000,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        if auto_commit_interval_ms <= 0 or rebalance_timeout_ms <= 0:
+            raise ConfigError(
+                f"auto_commit_interval_ms ({auto_commit_interval_ms}) and rebalance_timeout_ms "
+                f"({rebalance_timeout_ms}) must be positive"
+            )
         connection = ConnectionConfig(
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
@@ -128,12 +155,22 @@ class Consumer:
         self._drain_start = 0
         self._request_timeout_ms = connection.request_timeout_ms
         self._closed = False
+        self._group_id = group_id
+        self._enable_auto_commit = enable_auto_commit
+        self._auto_commit_interval_s = auto_commit_interval_ms / 1000
+        self._rebalance_timeout_ms = rebalance_timeout_ms
+        self._group: GroupMember | None = None  # set by subscribe(), or by commit() alone
+        self._subscribed = False
+        self._next_auto_commit_at = float("inf")
+        self._last_committed: dict[TopicPartition, int] = {}
 
     # -- assignment and positions -----------------------------------------------------------
 
     def assign(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Read exactly these partitions; positions of partitions kept are kept."""
         self._check_open()
+        if self._subscribed:
+            raise ClientError("assign() on a subscribed consumer: call unsubscribe() first")
         wanted = [_as_tp(tp) for tp in partitions]
         self._partitions = {tp: self._partitions.get(tp, _PartitionState()) for tp in wanted}
 
@@ -218,6 +255,12 @@ class Consumer:
     def _resolve_position(
         self, tp: TopicPartition, state: _PartitionState, *, retry: bool = True
     ) -> None:
+        if state.group_offset_pending and self._group is not None:
+            committed = self._group.committed([tp])[tp]
+            state.group_offset_pending = False
+            if committed is not None:
+                state.fetch_offset, state.last_offset = committed, -1
+                return
         reset = state.reset or self.config.auto_offset_reset
         if reset == "error":
             raise OffsetOutOfRangeError(
@@ -276,7 +319,7 @@ class Consumer:
         self._check_open()
         if timeout_ms < 0:
             raise ClientError(f"poll timeout_ms must not be negative, got {timeout_ms}")
-        if not self._partitions:
+        if not self._partitions and not self._subscribed:
             raise ClientError("poll() with no partitions assigned: call assign() first")
         limit = self.config.max_poll_records if max_records is None else max_records
         assert limit > 0, limit
@@ -284,11 +327,20 @@ class Consumer:
         last_error: ClientError | None = None
         fetched = False
         while True:
+            self._group_work()
             records = self._drain(limit)
             if records:
                 return records
             remaining_ms = int((deadline - self._clock()) * 1000)
-            wait_ms = max(0, min(self.config.fetch_max_wait_ms, remaining_ms))
+            if not self._partitions:  # a group member with nothing (yet) to read
+                if remaining_ms <= 0:
+                    return []
+                assert self._group is not None
+                self._sleep(
+                    max(0.001, min(self._group.seconds_to_heartbeat(), remaining_ms / 1000))
+                )
+                continue
+            wait_ms = max(0, min(self.config.fetch_max_wait_ms, remaining_ms, self._heartbeat_ms()))
             errors = self._fetch_round(wait_ms)
             fetched = fetched or len(errors) < len(self._partitions)
             last_error = errors[-1] if errors else last_error
@@ -306,6 +358,8 @@ class Consumer:
         """Up to `limit` buffered records, starting one partition further each time so a
         partition with a deep buffer cannot hold the others back."""
         states = list(self._partitions.values())
+        if not states:
+            return []
         self._drain_start = (self._drain_start + 1) % len(states)
         records: list[ConsumerRecord] = []
         for state in states[self._drain_start :] + states[: self._drain_start]:
@@ -443,6 +497,150 @@ class Consumer:
             )
         assert not state.buffer or state.buffer[-1].offset == state.last_offset
 
+    # -- consumer groups --------------------------------------------------------------------
+
+    def subscribe(self, topics: Iterable[str], *, group_id: str | None = None) -> None:
+        """Consume `topics` as a member of `group_id` (or the constructor's group_id): the
+        group's coordinator decides which of their partitions this consumer reads."""
+        self._check_open()
+        names = tuple(sorted(set(topics)))
+        if not names or not all(isinstance(name, str) and name for name in names):
+            raise ClientError(f"subscribe() needs non-empty topic names, got {names!r}")
+        group = group_id or self._group_id
+        if group is None:
+            raise ClientError("subscribe() needs a group_id (here or in Consumer(group_id=...))")
+        if self._group is None or self._group.group_id != group or not self._subscribed:
+            if self._subscribed:
+                self.unsubscribe()
+            self._partitions = {}
+            self._group = self._new_group_member(group)
+            self._next_auto_commit_at = self._clock() + self._auto_commit_interval_s
+        self._group_id = group
+        self._subscribed = True
+        self._group.topics = names
+        self._group.hurry()
+
+    def subscription(self) -> set[str]:
+        return set(self._group.topics) if self._subscribed and self._group else set()
+
+    def unsubscribe(self) -> None:
+        """Leave the group (committing first with auto-commit); drops every partition."""
+        self._check_open()
+        if self._subscribed and self._group is not None:
+            if self._enable_auto_commit:
+                self._commit_quietly(self._positions(), why="on unsubscribe")
+            self._group.leave()
+        self._subscribed = False
+        self._partitions = {}
+
+    def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
+        """Commit `offsets` (the next offset to consume, per partition), or the positions of
+        every owned partition, to the group durably; raises if the cluster refuses."""
+        self._check_open()
+        chosen = (
+            self._positions() if offsets is None else {_as_tp(tp): o for tp, o in offsets.items()}
+        )
+        if any(not isinstance(o, int) or o < 0 for o in chosen.values()):
+            raise ClientError(f"committed offsets must be non-negative ints, got {chosen!r}")
+        self._group_for_offsets().commit(chosen, as_member=self._subscribed)
+        self._last_committed.update(chosen)
+
+    def committed(self, tp: tuple[str, int]) -> int | None:
+        """The group's committed offset for `tp` (None when none was committed)."""
+        self._check_open()
+        partition = _as_tp(tp)
+        return self._group_for_offsets().committed([partition])[partition]
+
+    def _new_group_member(self, group_id: str) -> GroupMember:
+        return GroupMember(
+            self._cluster,
+            group_id,
+            rebalance_timeout_ms=self._rebalance_timeout_ms,
+            clock=self._clock,
+            sleep=self._sleep,
+        )
+
+    def _group_for_offsets(self) -> GroupMember:
+        if self._group is None:
+            if self._group_id is None:
+                raise ClientError("commit()/committed() need a group_id: pass Consumer(group_id=)")
+            self._group = self._new_group_member(self._group_id)
+        return self._group
+
+    def _positions(self) -> dict[TopicPartition, int]:
+        positions = {tp: state.position() for tp, state in self._partitions.items()}
+        return {tp: p for tp, p in positions.items() if p is not None}
+
+    def _heartbeat_ms(self) -> int:
+        if not self._subscribed or self._group is None:
+            return self.config.fetch_max_wait_ms
+        return int(self._group.seconds_to_heartbeat() * 1000)
+
+    def _group_work(self) -> None:
+        """Heartbeat when due and apply what it answered; auto-commit when due."""
+        group = self._group
+        if not self._subscribed or group is None:
+            return
+        if group.heartbeat_due() or group.session_lost():
+            answer = group.heartbeat(self._partitions.keys())
+            if answer.lost:
+                # Our partitions may already be someone else's: drop them uncommitted.
+                log.info(
+                    "group %s: membership lost; dropping %d partitions",
+                    group.group_id,
+                    len(self._partitions),
+                )
+                self._partitions = {}
+            if answer.assignment is not None:
+                self._reconcile(answer.assignment)
+        if self._enable_auto_commit and self._clock() >= self._next_auto_commit_at:
+            self._next_auto_commit_at = self._clock() + self._auto_commit_interval_s
+            self._commit_quietly(self._positions(), why="auto-commit")
+
+    def _reconcile(self, assignment: frozenset[TopicPartition]) -> None:
+        """Revoke (commit, drop, confirm soon), then add partitions at committed offsets."""
+        assert self._group is not None
+        revoked = set(self._partitions) - assignment
+        added = sorted(assignment - set(self._partitions))
+        if revoked:
+            if self._enable_auto_commit:
+                positions = self._positions()
+                self._commit_quietly(
+                    {tp: positions[tp] for tp in revoked if tp in positions}, why="on revoke"
+                )
+            for tp in revoked:
+                del self._partitions[tp]
+            self._group.hurry()  # confirm, so the new owners get them sooner
+        for tp in added:
+            self._partitions[tp] = _PartitionState(group_offset_pending=True)
+        if added:
+            try:
+                committed = self._group.committed(added)
+            except ClientError as error:
+                log.info(
+                    "group %s: committed offsets not read yet: %s", self._group.group_id, error
+                )
+                return  # each new partition looks its own up when first fetched
+            for tp, offset in committed.items():
+                state = self._partitions[tp]
+                state.group_offset_pending = False
+                if offset is not None:
+                    state.fetch_offset = offset
+        assert set(self._partitions) == set(assignment)
+
+    def _commit_quietly(self, offsets: Mapping[TopicPartition, int], *, why: str) -> None:
+        """Commit what moved since the last commit; a failure is logged (at-least-once: the
+        next owner re-reads from the older committed offset)."""
+        changed = {tp: o for tp, o in offsets.items() if self._last_committed.get(tp) != o}
+        if not changed or self._group is None:
+            return
+        try:
+            self._group.commit(changed, as_member=self._subscribed)
+        except ClientError as error:
+            log.warning("group %s: commit %s failed: %s", self._group.group_id, why, error)
+            return
+        self._last_committed.update(changed)
+
     # -- iteration and lifecycle ------------------------------------------------------------
 
     def __iter__(self) -> Consumer:
@@ -467,6 +665,15 @@ class Consumer:
                 raise StopIteration  # poll() returns nothing only once its window has passed
 
     def close(self) -> None:
+        """Commit (with auto-commit) and leave the group, then release every connection."""
+        if self._closed:
+            return
+        if self._subscribed and self._group is not None:
+            if self._enable_auto_commit:
+                self._commit_quietly(self._positions(), why="on close")
+            self._group.leave()
+        if self._group is not None:
+            self._group.close()
         self._closed = True
         self._cluster.close()
 
