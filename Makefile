@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast check fmt demo sim bench clean
+.PHONY: install test test-fast check fmt demo sim bench clean image
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -41,6 +41,11 @@ sim: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py --suite quick --out bench-out
+
+# raftlog:local with no image registry: a debootstrap base (kept once built), wheels built on
+# this host, an offline install in the image (deploy/README.md).
+image: $(STAMP)
+	PYTHON=$(BIN)/python deploy/build-image.sh raftlog:local
 
 clean:
 	rm -rf build dist bench-out .mypy_cache .ruff_cache .pytest_cache
