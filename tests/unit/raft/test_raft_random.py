@@ -31,6 +31,7 @@ class Checker:
         self.cluster = cluster
         self.leaders: dict[Term, NodeId] = {}
         self.committed: dict[Offset, Entry] = {}  # offset -> entry, from applied entries
+        self.commit_term: dict[Offset, Term] = {}  # an upper bound of the term it committed in
         self.commit: dict[NodeId, Offset] = {}
 
     def check(self) -> None:
@@ -44,6 +45,9 @@ class Checker:
             for entry in self.cluster.applied[node_id]:
                 known = self.committed.setdefault(entry.offset, entry)
                 assert known == entry, f"offset {entry.offset}: {known} vs {entry} on {node_id}"
+                # The entry was committed in a term <= the applier's current term.
+                seen = self.commit_term.get(entry.offset, node.term)
+                self.commit_term[entry.offset] = min(seen, node.term)
             self.cluster.applied[node_id].clear()
             if node.role is Role.LEADER:
                 self._check_leader_complete(node_id)
@@ -51,8 +55,9 @@ class Checker:
     def _check_leader_complete(self, node_id: NodeId) -> None:
         node = self.cluster.nodes[node_id]
         for offset, entry in self.committed.items():
-            # Leaders of later terms only; a deposed leader may not know yet.
-            if offset >= node.log.first_offset() and node.term >= entry.term:
+            # Leader Completeness (§5.4.1) binds leaders of terms after the commit's term;
+            # a deposed leader of an earlier term may not know yet.
+            if offset >= node.log.first_offset() and node.term > self.commit_term[offset]:
                 assert node.log.term_at(offset) == entry.term, (
                     f"leader {node_id} of term {node.term} lacks committed {entry}"
                 )
