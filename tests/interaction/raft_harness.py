@@ -182,8 +182,23 @@ class Cluster:
         assert offset <= node.log.durable_last_offset() and offset <= node.applied, offset
         term = node.log.term_at(offset)
         assert term is not None, offset
-        meta = SnapshotMeta(offset=offset, term=term, membership=node.configs.base)
+        meta = SnapshotMeta(
+            offset=offset, term=term, membership=self._membership_at(node_id, offset)
+        )
         self.storages[node_id].compact(Snapshot(meta))
+
+    def _membership_at(self, node_id: NodeId, offset: Offset) -> Membership:
+        """The membership in force at `offset`: the last CONFIG entry at or before it."""
+        storage = self.storages[node_id]
+        configs = [e for e in storage.config_entries() if e.offset <= offset]
+        if configs:
+            return Membership.decode(configs[-1].data)
+        snapshot = storage.snapshot()
+        if snapshot is not None:
+            return snapshot.meta.membership
+        bootstrap = self.bootstraps[node_id]
+        assert bootstrap is not None, f"node {node_id} has no membership at {offset}"
+        return bootstrap
 
     # --- network ---
 
