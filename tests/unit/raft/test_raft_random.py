@@ -18,7 +18,8 @@ from raft_harness import Cluster
 
 from raftlog.config import RaftConfig
 from raftlog.errors import RaftError
-from raftlog.raft.types import Entry, Ready, Role
+from raftlog.raft.node import RaftNode
+from raftlog.raft.types import Entry, Membership, Ready, Role
 from raftlog.runtime.ready import complete_ready, persist_ready
 from raftlog.types import NodeId, Offset, Term
 
@@ -143,7 +144,11 @@ def _step(cluster: Cluster, rng: random.Random, ids: list[NodeId]) -> None:
         node = cluster.nodes.get(target)
         if node is not None and node.applied > node.log.first_offset() + 2:
             cluster.compact(target, node.applied)  # applied offsets end entries
-    elif action < 0.88:
+    elif action < 0.89:
+        leader = cluster.leader()
+        if leader is not None:
+            _change_membership(leader, ids, rng)
+    elif action < 0.90:
         leader = cluster.leader()
         if leader is not None:
             with contextlib.suppress(RaftError):
@@ -153,6 +158,26 @@ def _step(cluster: Cluster, rng: random.Random, ids: list[NodeId]) -> None:
     else:
         while cluster.process():
             pass
+
+
+def _change_membership(leader: RaftNode, ids: list[NodeId], rng: random.Random) -> bool:
+    """One step of full -> remove a voter -> re-add it as a learner -> promote (diss. §4);
+    False when the membership is already full and nothing is to be removed."""
+    current = leader.membership
+    everyone = frozenset(ids)
+    if current.learners:
+        learner = min(current.learners)
+        target = Membership(current.voters | {learner}, current.learners - {learner})
+    elif current.voters != everyone:
+        target = Membership(current.voters, frozenset({min(everyone - current.voters)}))
+    elif rng.random() < 0.5:
+        removed = rng.choice(sorted(current.voters - {leader.node_id}))
+        target = Membership(current.voters - {removed})
+    else:
+        return False
+    with contextlib.suppress(RaftError):
+        leader.propose_membership(target)
+    return True
 
 
 def _heal_and_converge(cluster: Cluster, ids: list[NodeId], checker: Checker) -> None:
@@ -169,6 +194,9 @@ def _heal_and_converge(cluster: Cluster, ids: list[NodeId], checker: Checker) ->
         cluster.stabilize()
         checker.check()
         leader = cluster.leader()
+        if leader is not None and leader.membership.voters != frozenset(ids):
+            _change_membership(leader, ids, random.Random(0))  # back to every node a voter
+            continue
         commits = {n.commit_offset for n in cluster.nodes.values()}
         if leader is not None and len(commits) == 1 and leader.commit_offset == leader.last_offset:
             return
