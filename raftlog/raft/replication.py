@@ -10,7 +10,7 @@ A rejection carries the follower's term at min(prev_offset, its last offset) (th
 conflict term). The leader then retreats in one step to an offset where its own log ends an
 entry and could still match: the same offset if it has the same term there (log matching:
 same term at an offset means the same batch, so the batch ends there too), otherwise to
-just before the first entry of the smaller of the two terms (dissertation §5.3's
+just before the first entry of the smaller of the two terms (Raft §5.3's
 optimisation, in Kafka's "end offset of epoch" form). Every retreat strictly lowers `next`.
 
 Commitment (Raft §5.4.2): the leader commits the highest offset a majority of voters hold,

@@ -111,7 +111,7 @@ def test_leader_counts_itself_only_once_durable() -> None:
 
 
 def test_backtracking_skips_a_whole_conflicting_term_per_round_trip() -> None:
-    """Dissertation §5.3 optimisation: with conflict-term hints the leader needs one round
+    """Raft §5.3 optimisation: with conflict-term hints the leader needs one round
     trip per conflicting term, not one per entry. The follower holds 30 entries of term 3
     that the leader (20 entries of term 2) does not have."""
     config = RaftConfig(pre_vote=False)
