@@ -57,10 +57,12 @@ from raftlog.raft.types import Membership, Message, Role, Snapshot, SnapshotMeta
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.group_servicer import GroupService
 from raftlog.rpc.peer_transport import PeerTransport
+from raftlog.rpc.security import security_peer_ssl, security_server_setup  # issue 10
 from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
 from raftlog.runtime.host import GroupHost
 from raftlog.runtime.metadata_machine import MetadataMachine
 from raftlog.runtime.settings import BrokerSettings, parse_address
+from raftlog.storage.files import DATA_DIRECTORY_MODE  # issue 10
 from raftlog.storage.hard_state import FileHardStateStore
 from raftlog.storage.raft_log import RaftLogStorage
 from raftlog.types import GroupId, NodeId, Offset, PartitionId
@@ -88,12 +90,20 @@ class Broker:
         self.faults = (
             FaultInjector(rng=random.Random(self._rng.getrandbits(64))) if settings.chaos else None
         )
+        # --- security (issue 10): an owner-only data directory (files inside are 0600)
+        settings.data_dir.mkdir(mode=DATA_DIRECTORY_MODE, parents=True, exist_ok=True)
+        settings.data_dir.chmod(DATA_DIRECTORY_MODE)
+        # mutual TLS between nodes with --peer-tls (raftlog.tls)
+        peer_ssl = security_peer_ssl(settings)
+        # --- end security
         self.transport = PeerTransport(
             node_id=self.node_id,
             cluster_id=settings.cluster_id,
             config=self.config.transport,
             on_messages=self._on_messages,
             faults=self.faults,
+            ssl_server=peer_ssl[0],  # issue 10
+            ssl_client=peer_ssl[1],  # issue 10
         )
         self.host = GroupHost(
             node_id=self.node_id,
@@ -155,11 +165,17 @@ class Broker:
         from raftlog.rpc.v1 import raftlog_pb2, raftlog_pb2_grpc
 
         message_bytes_max = 2 * self.config.log.read_bytes_max
+        # --- security (issue 10): auth, permissions and limits (raftlog.rpc.security)
+        security = security_server_setup(self.settings)
+        self.forward = security.forward
+        # --- end security
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", message_bytes_max),
                 ("grpc.max_send_message_length", message_bytes_max),
-            ]
+                *security.options,  # issue 10
+            ],
+            interceptors=[security.interceptor],  # issue 10
         )
         raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(self), server)  # type: ignore[no-untyped-call]
         raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self), server)  # type: ignore[no-untyped-call]
@@ -176,7 +192,12 @@ class Broker:
             [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server
         )
         host, port = self.settings.listen
-        self.bound_port = server.add_insecure_port(f"{host}:{port}")
+        # --- security (issue 10): TLS on the client API with --tls-cert/--tls-key
+        if security.credentials is not None:
+            self.bound_port = server.add_secure_port(f"{host}:{port}", security.credentials)
+        else:
+            self.bound_port = server.add_insecure_port(f"{host}:{port}")
+        # --- end security
         await server.start()
         await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
         self._grpc = server

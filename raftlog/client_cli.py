@@ -43,6 +43,16 @@ def resolve_bootstrap(flag: str | None, directory: Path | None = None) -> str:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="HOST:PORT[,HOST:PORT...] of any nodes")
     parser.add_argument("--dir", type=Path, help="a local cluster's directory (cluster.json)")
+    # --- security (issue 10; docs/security.md)
+    parser.add_argument("--tls-ca", type=Path, help="connect over TLS, trusting this PEM CA")
+    parser.add_argument("--token", help="bearer token (default: $RAFTLOG_TOKEN)")
+    # --- end security
+
+
+def _security(args: argparse.Namespace) -> dict[str, object]:
+    """Keyword options for Admin/Producer/Consumer: TLS CA and token (flag, then env)."""
+    token = args.token or os.environ.get("RAFTLOG_TOKEN") or None
+    return {"tls_ca": args.tls_ca, "token": token}  # issue 10
 
 
 def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -113,7 +123,7 @@ def _parse_configs(items: list[str]) -> dict[str, str]:
 def _topic(args: argparse.Namespace) -> int:
     from raftlog.client import Admin
 
-    admin = Admin(resolve_bootstrap(args.bootstrap, args.dir))
+    admin = Admin(resolve_bootstrap(args.bootstrap, args.dir), **_security(args))  # type: ignore[arg-type]
     try:
         if args.topic_command == "create":
             admin.create_topic(
@@ -150,7 +160,8 @@ def _produce(args: argparse.Namespace) -> int:
     futures = []
     bootstrap = resolve_bootstrap(args.bootstrap, args.dir)
     # Idempotence needs acks=all (as in Kafka); the weaker acks send without it.
-    with Producer(bootstrap, acks=acks, enable_idempotence=acks == "all") as producer:  # type: ignore[arg-type]
+    security = _security(args)  # issue 10
+    with Producer(bootstrap, acks=acks, enable_idempotence=acks == "all", **security) as producer:  # type: ignore[arg-type]
         for line in sys.stdin.buffer:
             value = line.rstrip(b"\n")
             futures.append(
@@ -166,7 +177,7 @@ def _produce(args: argparse.Namespace) -> int:
 def _consume(args: argparse.Namespace) -> int:
     from raftlog.client import Consumer
 
-    consumer = Consumer(resolve_bootstrap(args.bootstrap, args.dir))
+    consumer = Consumer(resolve_bootstrap(args.bootstrap, args.dir), **_security(args))  # type: ignore[arg-type]
     try:
         partitions = (
             [args.partition]

@@ -260,6 +260,12 @@ class NodeConfig:
     retention_check_interval_ms: int = 5000
     # The metadata quorum snapshots its state after this many offsets (keeps its log short).
     metadata_snapshot_offsets: int = 2000
+    # --- security limits (issue 10; raftlog.rpc.security): a client over one is refused
+    # with RESOURCE_EXHAUSTED at once; the node and other clients are unaffected.
+    client_requests_in_flight_max: int = 256
+    produce_buffer_bytes_max: int = 256 * MIB
+    client_streams_per_connection_max: int = 256
+    # --- end security limits
 
     def validate(self) -> NodeConfig:
         self.raft.validate()
@@ -284,4 +290,13 @@ class NodeConfig:
             "raft.append_bytes_max",
             "must hold at least one batch of log.batch_bytes_max",
         )
+        # --- security limits (issue 10)
+        for name in ("client_requests_in_flight_max", "client_streams_per_connection_max"):
+            _require(getattr(self, name) > 0, name, "must be positive")
+        _require(
+            self.produce_buffer_bytes_max >= self.log.batch_bytes_max,
+            "produce_buffer_bytes_max",
+            "must hold at least one batch of log.batch_bytes_max",
+        )
+        # --- end security limits
         return self

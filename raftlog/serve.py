@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from raftlog.errors import ConfigError
 from raftlog.runtime.settings import (
@@ -54,11 +55,31 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="override a config bound, e.g. raft.election_timeout_ticks=20 (repeatable)",
     )
     parser.add_argument("--log-level", default="INFO")
+    # --- security (issue 10; docs/security.md)
+    parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain of this node")
+    parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-ca", type=Path, help="PEM CA bundle that signs node certificates")
+    parser.add_argument(
+        "--peer-tls", action="store_true", help="mutual TLS between nodes (needs --tls-ca)"
+    )
+    parser.add_argument("--auth-tokens", type=Path, help="TOML token file (client auth, ACLs)")
+    # --- end security
     parser.set_defaults(func=run_serve)
 
 
 def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     settings = _base_settings(args)
+    # --- security (issue 10): flags win over the TOML file
+    flags: dict[str, Any] = {
+        name: getattr(args, name, None)
+        for name in ("tls_cert", "tls_key", "tls_ca", "auth_tokens")
+        if getattr(args, name, None) is not None
+    }
+    if getattr(args, "peer_tls", False):
+        flags["peer_tls"] = True
+    if flags:
+        settings = dataclasses.replace(settings, **flags).validate()
+    # --- end security
     if not args.overrides:
         return settings
     config = apply_overrides(settings.config, args.overrides)

@@ -17,11 +17,13 @@ never a network call.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import grpc
@@ -37,8 +39,10 @@ from raftlog.client.errors import (
     UnknownTopicOrPartitionError,
     server_error,
 )
+from raftlog.rpc.security import bearer_metadata  # issue 10
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+from raftlog.tls import grpc_channel_credentials  # issue 10
 
 __all__ = [
     "Cluster",
@@ -153,7 +157,12 @@ def _short_reason(details: str | None) -> str:
 class _Channel:
     """One gRPC channel with the stubs of both services."""
 
-    def __init__(self, address: str, config: ConnectionConfig) -> None:
+    def __init__(
+        self,
+        address: str,
+        config: ConnectionConfig,
+        credentials: grpc.ChannelCredentials | None = None,  # issue 10: TLS
+    ) -> None:
         options = [
             ("grpc.max_receive_message_length", config.message_bytes_max),
             ("grpc.max_send_message_length", config.message_bytes_max),
@@ -161,7 +170,12 @@ class _Channel:
             ("grpc.min_reconnect_backoff_ms", config.reconnect_backoff_ms_min),
             ("grpc.max_reconnect_backoff_ms", config.reconnect_backoff_ms_max),
         ]
-        self.channel = grpc.insecure_channel(address, options=options)
+        # --- security (issue 10): TLS when the client was given tls_ca=
+        if credentials is not None:
+            self.channel = grpc.secure_channel(address, credentials, options=options)
+        else:
+            self.channel = grpc.insecure_channel(address, options=options)
+        # --- end security
         # The generated stubs are untyped; calls through them return protobuf messages.
         self.log: Any = pb_grpc.LogStub(self.channel)  # type: ignore[no-untyped-call]
         self.admin: Any = pb_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
@@ -181,8 +195,14 @@ class Cluster:
         config: ConnectionConfig,
         *,
         clock: Clock = time.monotonic,
+        tls_ca: str | os.PathLike[str] | None = None,
+        token: str | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        # --- security (issue 10): TLS trusting `tls_ca`, and a bearer token on every call
+        self._credentials = None if tls_ca is None else grpc_channel_credentials(Path(tls_ca))
+        self._call_metadata = bearer_metadata(token)
+        # --- end security
         self.config = config.validate()
         self._clock = clock
         self._lock = threading.Lock()
@@ -201,7 +221,7 @@ class Cluster:
         assert timeout_ms > 0, timeout_ms
         method = self._channel(address).method(rpc)
         try:
-            return method(request, timeout=timeout_ms / 1000)
+            return method(request, timeout=timeout_ms / 1000, metadata=self._call_metadata)
         except grpc.RpcError as error:
             raise translate_rpc_error(
                 error, address=address, operation=rpc, timeout_ms=timeout_ms
@@ -210,7 +230,11 @@ class Cluster:
     def call_future(self, address: str, rpc: str, request: Any, *, timeout_ms: int) -> Any:
         """Start `rpc` at `address`; the grpc future's errors go through translate_rpc_error."""
         assert timeout_ms > 0, timeout_ms
-        return self._channel(address).method(rpc).future(request, timeout=timeout_ms / 1000)
+        return (
+            self._channel(address)
+            .method(rpc)
+            .future(request, timeout=timeout_ms / 1000, metadata=self._call_metadata)
+        )
 
     def result(self, future: Any, *, address: str, rpc: str, timeout_ms: int) -> Any:
         """The answer of a `call_future` (waiting for it), or its failure as a `ClientError`."""
@@ -229,7 +253,7 @@ class Cluster:
                 raise ClientClosedError(f"client closed: cannot reach {address}")
             channel = self._channels.get(address)
             if channel is None:
-                channel = _Channel(address, self.config)
+                channel = _Channel(address, self.config, self._credentials)
                 self._channels[address] = channel
             self._channels.move_to_end(address)
             evicted = []

@@ -11,6 +11,7 @@ the server's code and message and name the topic concerned.
 
 from __future__ import annotations
 
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -107,13 +108,15 @@ class Admin:
         metadata_max_age_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        tls_ca: str | os.PathLike[str] | None = None,  # issue 10: TLS, trusting this CA
+        token: str | None = None,  # issue 10: bearer token (docs/security.md)
     ) -> None:
         config = ConnectionConfig(
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             metadata_max_age_ms=metadata_max_age_ms,
         )
-        self._cluster = Cluster(bootstrap, config, clock=clock)
+        self._cluster = Cluster(bootstrap, config, clock=clock, tls_ca=tls_ca, token=token)
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep

@@ -41,6 +41,7 @@ loses its partitions to the other members (and, by its own rule, drops them too)
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -126,6 +127,8 @@ class Consumer:
         rebalance_timeout_ms: int = 60_000,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        tls_ca: str | os.PathLike[str] | None = None,  # issue 10: TLS, trusting this CA
+        token: str | None = None,  # issue 10: bearer token (docs/security.md)
     ) -> None:
         if auto_commit_interval_ms <= 0 or rebalance_timeout_ms <= 0:
             raise ConfigError(
@@ -147,7 +150,7 @@ class Consumer:
             consumer_timeout_ms=consumer_timeout_ms,
             connection=connection,
         ).validate()
-        self._cluster = Cluster(bootstrap, connection, clock=clock)
+        self._cluster = Cluster(bootstrap, connection, clock=clock, tls_ca=tls_ca, token=token)
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep

@@ -15,6 +15,7 @@ flushes, stops the sender and closes the channels (also on leaving a `with` bloc
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -67,6 +68,8 @@ class Producer:
         metadata_max_age_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        tls_ca: str | os.PathLike[str] | None = None,  # issue 10: TLS, trusting this CA
+        token: str | None = None,  # issue 10: bearer token (docs/security.md)
         wall_clock_ms: Callable[[], int] = _wall_clock_ms,
         rng: random.Random | None = None,
     ) -> None:
@@ -87,7 +90,7 @@ class Producer:
             delivery_timeout_ms=delivery_timeout_ms,
             connection=connection,
         ).validate()
-        self._cluster = Cluster(bootstrap, connection, clock=clock)
+        self._cluster = Cluster(bootstrap, connection, clock=clock, tls_ca=tls_ca, token=token)
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep

@@ -64,6 +64,13 @@ class BrokerSettings:
     cluster_id: str = "raftlog"
     chaos: bool = False
     config: NodeConfig = field(default_factory=NodeConfig)
+    # --- security (issue 10; raftlog.tls, raftlog.rpc.security)
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    peer_tls: bool = False
+    auth_tokens: Path | None = None
+    # --- end security
 
     def validate(self) -> BrokerSettings:
         if self.node_id < 0:
@@ -75,6 +82,12 @@ class BrokerSettings:
                 f"peers: the metadata quorum takes 1, 3, 5 or 7 voters, got {len(self.peers)}"
             )
         self.config.validate()
+        # --- security (issue 10)
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ConfigError("tls_cert and tls_key (--tls-cert, --tls-key) go together")
+        if self.peer_tls and (self.tls_cert is None or self.tls_ca is None):
+            raise ConfigError("peer_tls (--peer-tls) needs tls_cert, tls_key and tls_ca")
+        # --- end security
         return self
 
     @property
@@ -141,6 +154,7 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         "raft_advertise",
         "cluster_id",
         "chaos",
+        *_SECURITY_KEYS,  # issue 10
     }
     unknown = sorted(set(node) - known)
     if unknown:
@@ -165,4 +179,17 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         else None,
         cluster_id=str(node.get("cluster_id", "raftlog")),
         chaos=bool(node.get("chaos", False)),
+        **_security_settings(node),  # issue 10
     ).validate()
+
+
+# --- security (issue 10): TOML keys tls_cert, tls_key, tls_ca, peer_tls, auth_tokens
+_SECURITY_KEYS = ("tls_cert", "tls_key", "tls_ca", "peer_tls", "auth_tokens")
+
+
+def _security_settings(node: dict[str, Any]) -> dict[str, Any]:
+    paths = {k: Path(str(node[k])) for k in _SECURITY_KEYS if k != "peer_tls" and node.get(k)}
+    return {**paths, "peer_tls": bool(node.get("peer_tls", False))}
+
+
+# --- end security

@@ -32,6 +32,8 @@ from typing import Protocol
 from raftlog.errors import StorageError
 
 __all__ = [
+    "DATA_DIRECTORY_MODE",
+    "DATA_FILE_MODE",
     "Buffer",
     "Clock",
     "FileHandle",
@@ -190,13 +192,19 @@ def _os_errors(path: str, action: str) -> Iterator[None]:
         raise StorageError(f"cannot {action} {path}: {error.strerror or error}") from error
 
 
+# Modes of the data files and directories a node creates (issue 10): owner-only.
+DATA_FILE_MODE = 0o600
+DATA_DIRECTORY_MODE = 0o700
+
+
 class OsFileSystem:
     def open(self, path: str, *, create: bool = False) -> FileHandle:
         flags = os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
         if create:
             flags |= os.O_CREAT
         try:
-            return _OsFileHandle(path, os.open(path, flags, 0o644))
+            # Owner-only (issue 10): a log holds a company's data.
+            return _OsFileHandle(path, os.open(path, flags, DATA_FILE_MODE))
         except OSError as error:
             raise StorageError(f"cannot open {path}: {error.strerror}") from error
 
@@ -208,7 +216,7 @@ class OsFileSystem:
 
     def make_directory(self, directory: str) -> None:
         if not os.path.isdir(directory):
-            os.makedirs(directory, exist_ok=True)
+            os.makedirs(directory, mode=DATA_DIRECTORY_MODE, exist_ok=True)
             self.sync_directory(os.path.dirname(os.path.abspath(directory)))
 
     def remove(self, path: str) -> None:

@@ -1,0 +1,485 @@
+"""Client authentication, per-topic permissions and per-client limits on the gRPC API.
+
+Theory of operation. Every unary call to a raftlog service passes through one
+`SecurityInterceptor` before its servicer runs, in this order:
+
+1. authenticate: with a token file (`--auth-tokens`), the call must carry the metadata
+   `authorization: Bearer <token>`; a missing or unknown token is UNAUTHENTICATED. Without a
+   token file every caller is the principal `anonymous` with every permission;
+2. authorize: `METHOD_RULES` names the permission each method needs (read, write, admin,
+   cluster) and which topics of the request it concerns; every such topic must be granted,
+   else PERMISSION_DENIED naming the principal, the topic and the missing permission;
+3. limit: a client (its principal, or its connection when anonymous) may have at most
+   `client_requests_in_flight_max` calls in flight, and the node buffers at most
+   `produce_buffer_bytes_max` of Produce requests at once; a call over either bound is
+   refused at once with RESOURCE_EXHAUSTED (it never queues), so the node stays up and
+   other clients are unaffected.
+
+Health checks and reflection stay open (load balancers and grpcurl use them); a non-unary
+method of any other service is refused (deny by default).
+
+Token file (TOML):
+
+    [tokens]                    # token -> principal
+    "4f9c...e1" = "alice"
+    "77ab...02" = "node"
+    [permissions.alice]         # topic pattern -> permissions; "orders-*" is a prefix
+    "orders" = ["read", "write"]
+    "*" = ["read"]
+    [permissions.node]
+    "*" = ["read", "write", "admin", "cluster"]
+
+`cluster` is what nodes need for `Internal` (metadata forwarding); a node uses the first
+token whose principal has it. Only SHA-256 digests of tokens are kept in memory, and no
+token is ever logged or named in an error.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import inspect
+import logging
+import ssl
+import tomllib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from raftlog.metadata import ApplyResult, Command, ErrorCode, encode_command
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+
+from raftlog.errors import ConfigError, NotControllerError
+from raftlog.runtime.settings import BrokerSettings
+from raftlog.tls import (
+    TlsFiles,
+    grpc_channel_credentials,
+    grpc_server_credentials,
+    peer_ssl_contexts,
+)
+from raftlog.types import NodeId
+
+__all__ = [
+    "ANONYMOUS",
+    "AUTHORIZATION_KEY",
+    "METHOD_RULES",
+    "AccessControl",
+    "ClientLimits",
+    "Permission",
+    "Rule",
+    "SecurityInterceptor",
+    "ServerSecurity",
+    "bearer_metadata",
+    "forward_to_controller_secure",
+    "load_access_control",
+    "security_peer_ssl",
+    "security_server_setup",
+]
+
+AUTHORIZATION_KEY = "authorization"
+ANONYMOUS = "anonymous"
+_BEARER = "Bearer "
+_TOKEN_CHARS_MIN = 16
+log = logging.getLogger(__name__)
+_PUBLIC_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+
+
+class Permission(enum.Enum):
+    READ = "read"
+    WRITE = "write"
+    ADMIN = "admin"
+    CLUSTER = "cluster"
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Permissions on a topic pattern: an exact name, or a prefix ending in `*`."""
+
+    pattern: str
+    permissions: frozenset[Permission]
+
+    def matches(self, topic: str) -> bool:
+        if self.pattern.endswith("*"):
+            return topic.startswith(self.pattern[:-1])
+        return topic == self.pattern
+
+
+@dataclass(frozen=True, slots=True)
+class AccessControl:
+    """Token digests -> principal, and principal -> grants (see the module docstring)."""
+
+    principals_by_digest: dict[bytes, str]
+    grants: dict[str, tuple[Grant, ...]]
+    node_token: str | None = field(default=None, repr=False)
+
+    def authenticate(self, token: str) -> str | None:
+        digest = _digest(token)
+        for known, principal in self.principals_by_digest.items():
+            if hmac.compare_digest(known, digest):
+                return principal
+        return None
+
+    def allowed(self, principal: str, permission: Permission, topic: str) -> bool:
+        grants = self.grants.get(principal, ())
+        return any(g.matches(topic) and permission in g.permissions for g in grants)
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def load_access_control(path: Path) -> AccessControl:
+    """Parse a token file; errors name the file and key but never a token."""
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError(f"--auth-tokens {path}: {error}") from None
+    unknown = sorted(set(raw) - {"tokens", "permissions"})
+    if unknown:
+        raise ConfigError(f"--auth-tokens {path}: unknown tables {unknown}")
+    principals: dict[bytes, str] = {}
+    tokens = _table(raw, "tokens", path)
+    for number, (token, principal) in enumerate(tokens.items(), start=1):
+        if len(token) < _TOKEN_CHARS_MIN or not isinstance(principal, str) or not principal:
+            raise ConfigError(
+                f"--auth-tokens {path}: [tokens] entry {number}: the token must have at least "
+                f"{_TOKEN_CHARS_MIN} characters and map to a principal name"
+            )
+        principals[_digest(token)] = principal
+    grants = {
+        name: _grants(entries, path, name)
+        for name, entries in _table(raw, "permissions", path).items()
+    }
+    node_token = next(
+        (
+            t
+            for t, p in tokens.items()
+            if any(Permission.CLUSTER in g.permissions for g in grants.get(p, ()))
+        ),
+        None,
+    )
+    assert len(principals) == len(tokens)
+    return AccessControl(principals, grants, node_token)
+
+
+def _table(raw: dict[str, Any], name: str, path: Path) -> dict[str, Any]:
+    table = raw.get(name, {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"--auth-tokens {path}: [{name}] must be a table")
+    return table
+
+
+def _grants(entries: object, path: Path, principal: str) -> tuple[Grant, ...]:
+    if not isinstance(entries, dict):
+        raise ConfigError(f"--auth-tokens {path}: [permissions.{principal}] must be a table")
+    grants = []
+    for pattern, names in entries.items():
+        valid = {p.value for p in Permission}
+        if not isinstance(names, list) or not set(names) <= valid:
+            raise ConfigError(
+                f"--auth-tokens {path}: [permissions.{principal}] {pattern!r}: expected a list "
+                f"of {sorted(valid)}, got {names!r}"
+            )
+        grants.append(Grant(pattern, frozenset(Permission(n) for n in names)))
+    return tuple(grants)
+
+
+# -- which permission each method needs -------------------------------------------------------
+
+Topics = Callable[[Any], Sequence[str]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """`permission` on every topic `topics(request)` names; None: authentication only."""
+
+    permission: Permission | None
+    topics: Topics
+
+
+def _none(request: Any) -> Sequence[str]:
+    return ()
+
+
+def _topic(request: Any) -> Sequence[str]:
+    return (request.topic,)
+
+
+def _name(request: Any) -> Sequence[str]:
+    return (request.name,)
+
+
+def _topics(request: Any) -> Sequence[str]:
+    return tuple(request.topics)
+
+
+def _nested(request: Any, attribute: str) -> Sequence[str]:
+    return tuple(item.topic for item in getattr(request, attribute))
+
+
+_AUTHENTICATED = Rule(None, _none)
+_CLUSTER = Rule(Permission.CLUSTER, lambda request: ("",))
+
+METHOD_RULES: dict[str, Rule] = {
+    "/raftlog.v1.Log/Produce": Rule(Permission.WRITE, _topic),
+    "/raftlog.v1.Log/Fetch": Rule(Permission.READ, _topic),
+    "/raftlog.v1.Log/ListOffsets": Rule(Permission.READ, _topic),
+    "/raftlog.v1.Log/Metadata": Rule(Permission.READ, _topics),
+    "/raftlog.v1.Log/InitProducerId": _AUTHENTICATED,
+    "/raftlog.v1.Admin/CreateTopic": Rule(Permission.ADMIN, _name),
+    "/raftlog.v1.Admin/DeleteTopic": Rule(Permission.ADMIN, _name),
+    "/raftlog.v1.Admin/CreatePartitions": Rule(Permission.ADMIN, _name),
+    "/raftlog.v1.Admin/DescribeTopic": Rule(Permission.READ, _name),
+    "/raftlog.v1.Admin/ListTopics": _AUTHENTICATED,
+    "/raftlog.v1.Admin/DescribeCluster": _AUTHENTICATED,
+    "/raftlog.v1.Internal/SubmitMetadata": _CLUSTER,
+    "/raftlog.v1.Internal/SetFaults": _CLUSTER,
+    "/raftlog.v1.Groups/ConsumerGroupHeartbeat": Rule(Permission.READ, _topics),
+    "/raftlog.v1.Groups/OffsetCommit": Rule(Permission.READ, lambda r: _nested(r, "offsets")),
+    "/raftlog.v1.Groups/OffsetFetch": Rule(Permission.READ, lambda r: _nested(r, "partitions")),
+    "/raftlog.v1.Groups/LeaveGroup": _AUTHENTICATED,
+    "/raftlog.v1.Groups/DeleteGroup": _AUTHENTICATED,
+}
+
+
+# -- limits ---------------------------------------------------------------------------------
+
+
+class ClientLimits:
+    """In-flight calls per client and buffered Produce bytes per node (see the docstring)."""
+
+    def __init__(self, *, requests_in_flight_max: int, produce_buffer_bytes_max: int) -> None:
+        assert requests_in_flight_max > 0 and produce_buffer_bytes_max > 0
+        self.requests_in_flight_max = requests_in_flight_max
+        self.produce_buffer_bytes_max = produce_buffer_bytes_max
+        self.in_flight: dict[str, int] = {}
+        self.produce_bytes = 0
+
+    def refusal(self, client: str, produce_bytes: int) -> str | None:
+        """Why a new call of `client` must be refused now, or None (then `acquire` it)."""
+        if self.in_flight.get(client, 0) >= self.requests_in_flight_max:
+            return (
+                f"client {client!r} already has {self.requests_in_flight_max} requests in "
+                f"flight (client_requests_in_flight_max); wait for answers before sending more"
+            )
+        if produce_bytes and self.produce_bytes + produce_bytes > self.produce_buffer_bytes_max:
+            return (
+                f"this node buffers {self.produce_bytes} bytes of produce requests; "
+                f"{produce_bytes} more would exceed produce_buffer_bytes_max="
+                f"{self.produce_buffer_bytes_max}; retry later"
+            )
+        return None
+
+    def acquire(self, client: str, produce_bytes: int) -> None:
+        self.in_flight[client] = self.in_flight.get(client, 0) + 1
+        self.produce_bytes += produce_bytes
+        assert self.in_flight[client] <= self.requests_in_flight_max
+        assert self.produce_bytes <= self.produce_buffer_bytes_max
+
+    def release(self, client: str, produce_bytes: int) -> None:
+        count = self.in_flight[client] - 1
+        if count:
+            self.in_flight[client] = count
+        else:
+            del self.in_flight[client]  # keep the table as small as the set of active clients
+        self.produce_bytes -= produce_bytes
+        assert self.produce_bytes >= 0 and count >= 0
+
+
+# -- the interceptor ------------------------------------------------------------------------
+
+Context = grpc.aio.ServicerContext[Any, Any]
+# The stubs make RpcMethodHandler generic; at run time it is not subscriptable.
+Handler = Any
+
+
+class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
+    """Authenticate, authorize and limit every unary call (module docstring)."""
+
+    def __init__(self, access: AccessControl | None, limits: ClientLimits) -> None:
+        self.access = access
+        self.limits = limits
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Handler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> Handler:
+        method: str = handler_call_details.method
+        handler = await continuation(handler_call_details)
+        if handler is None or method.startswith(_PUBLIC_PREFIXES):
+            return handler
+        rule = METHOD_RULES.get(method)
+        if rule is None or handler.unary_unary is None:
+            return None  # type: ignore[return-value]  # deny by default: UNIMPLEMENTED
+        token = _bearer(handler_call_details)
+        return grpc.unary_unary_rpc_method_handler(
+            self._guarded(method, rule, token, handler.unary_unary),
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _guarded(
+        self, method: str, rule: Rule, token: str | None, behavior: Callable[..., Any]
+    ) -> Callable[[Any, Context], Awaitable[Any]]:
+        async def guarded(request: Any, context: Context) -> Any:
+            principal = await self._authenticate(token, method, context)
+            await self._authorize(principal, method, rule, request, context)
+            client = principal if self.access is not None else f"{context.peer()}"
+            produce_bytes = request.ByteSize() if method.endswith("/Produce") else 0
+            refusal = self.limits.refusal(client, produce_bytes)
+            if refusal is not None:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{method}: {refusal}")
+            self.limits.acquire(client, produce_bytes)
+            try:
+                result = behavior(request, context)
+                return await result if inspect.isawaitable(result) else result
+            finally:
+                self.limits.release(client, produce_bytes)
+
+        return guarded
+
+    async def _authenticate(self, token: str | None, method: str, context: Context) -> str:
+        if self.access is None:
+            return ANONYMOUS
+        if token is None:
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{method}: no credentials: send metadata '{AUTHORIZATION_KEY}: Bearer <token>' "
+                "(client option token=, CLI --token or RAFTLOG_TOKEN)",
+            )
+        principal = self.access.authenticate(token or "")
+        if principal is None:
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, f"{method}: the token is not valid on this node"
+            )
+        assert principal is not None
+        return principal
+
+    async def _authorize(
+        self, principal: str, method: str, rule: Rule, request: Any, context: Context
+    ) -> None:
+        if self.access is None or rule.permission is None:
+            return
+        for topic in rule.topics(request):
+            if not self.access.allowed(principal, rule.permission, topic):
+                what = f"topic {topic!r}" if topic else "the cluster"
+                await context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"{method}: principal {principal!r} lacks the "
+                    f"{rule.permission.value!r} permission on {what}",
+                )
+
+
+def _bearer(details: grpc.HandlerCallDetails) -> str | None:
+    metadata = details.invocation_metadata or ()
+    for key, value in metadata:
+        if key == AUTHORIZATION_KEY and isinstance(value, str) and value.startswith(_BEARER):
+            return value[len(_BEARER) :]
+    return None
+
+
+def bearer_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
+    """The call metadata that carries `token` (empty without one)."""
+    return () if token is None else ((AUTHORIZATION_KEY, _BEARER + token),)
+
+
+async def forward_to_controller_secure(
+    address: str,
+    command_bytes: bytes,
+    timeout_s: float,
+    *,
+    credentials: grpc.ChannelCredentials | None,
+    token: str | None,
+) -> ApplyResult:
+    """Internal.SubmitMetadata over TLS and/or with the node's token.
+
+    The same as raftlog.rpc.admin_servicer.forward_to_controller, which only dials in clear.
+    """
+    request = pb.SubmitMetadataRequest(command=command_bytes, timeout_ms=int(timeout_s * 1000))
+    channel = (
+        grpc.aio.insecure_channel(address)
+        if credentials is None
+        else grpc.aio.secure_channel(address, credentials)
+    )
+    try:
+        async with channel:
+            stub = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
+            response = await stub.SubmitMetadata(
+                request, timeout=timeout_s, metadata=bearer_metadata(token)
+            )
+    except grpc.aio.AioRpcError as error:
+        raise NotControllerError(leader_hint=None) from error
+    if response.HasField("error") and response.error.code != pb.NONE:
+        hint = response.error.leader_id
+        raise NotControllerError(leader_hint=None if hint < 0 else NodeId(hint))
+    first = response.producer_id_first
+    return ApplyResult(
+        ErrorCode(response.result_code),
+        response.result_message,
+        producer_id_first=None if first < 0 else first,
+    )
+
+
+# -- wiring a node (called by raftlog.broker) -----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSecurity:
+    """What a node's gRPC server needs: credentials, interceptor, options, forwarding."""
+
+    credentials: grpc.ServerCredentials | None
+    interceptor: SecurityInterceptor
+    options: tuple[tuple[str, int], ...]
+    forward: Callable[[str, Command, float], Awaitable[ApplyResult]]
+
+
+def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
+    """TLS credentials, the interceptor and a metadata forwarder that speaks TLS and tokens."""
+    config = settings.config
+    access = None if settings.auth_tokens is None else load_access_control(settings.auth_tokens)
+    files = _tls_files(settings)
+    credentials = None if files is None else grpc_server_credentials(files)
+    # A node dials other nodes' client API (forwarding to the controller) like a client.
+    channel_credentials = None if files is None else grpc_channel_credentials(files.ca)
+    token = None if access is None else access.node_token
+    if access is not None and token is None:
+        log.warning("--auth-tokens: no principal has 'cluster': forwarding will be refused")
+
+    async def forward(address: str, command: Command, timeout_s: float) -> ApplyResult:
+        if not address:
+            raise NotControllerError(leader_hint=None)
+        return await forward_to_controller_secure(
+            address,
+            encode_command(command),
+            timeout_s,
+            credentials=channel_credentials,
+            token=token,
+        )
+
+    limits = ClientLimits(
+        requests_in_flight_max=config.client_requests_in_flight_max,
+        produce_buffer_bytes_max=config.produce_buffer_bytes_max,
+    )
+    options = (("grpc.max_concurrent_streams", config.client_streams_per_connection_max),)
+    return ServerSecurity(credentials, SecurityInterceptor(access, limits), options, forward)
+
+
+def security_peer_ssl(
+    settings: BrokerSettings,
+) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
+    """(server, client) ssl contexts for node-to-node traffic; (None, None) in clear."""
+    files = _tls_files(settings)
+    if not settings.peer_tls or files is None:
+        return None, None
+    return peer_ssl_contexts(files)
+
+
+def _tls_files(settings: BrokerSettings) -> TlsFiles | None:
+    if settings.tls_cert is None or settings.tls_key is None:
+        return None
+    return TlsFiles(cert=settings.tls_cert, key=settings.tls_key, ca=settings.tls_ca).validate()
