@@ -173,9 +173,11 @@ def _check_lost(facts: _Facts, result: CheckResult) -> None:
 def _check_offsets(facts: _Facts, result: CheckResult) -> None:
     values_at: dict[tuple[TopicPartition, int], dict[str, Observation]] = defaultdict(dict)
     offsets_of: dict[str, dict[tuple[TopicPartition, int], Observation]] = defaultdict(dict)
+    sources: dict[tuple[str, TopicPartition, int], set[str]] = defaultdict(set)
     for seen in facts.observations:
         values_at[(seen.tp, seen.offset)].setdefault(seen.value, seen)
         offsets_of[seen.value].setdefault((seen.tp, seen.offset), seen)
+        sources[(seen.value, seen.tp, seen.offset)].add(seen.source)
     for (tp, offset), by_value in sorted(values_at.items()):
         if len(by_value) > 1:
             result.add(
@@ -189,9 +191,12 @@ def _check_offsets(facts: _Facts, result: CheckResult) -> None:
             )
     for value, by_place in offsets_of.items():
         if len(by_place) > 1:
-            result.add(
-                "duplicate", {"value": value, "seen": [_describe(s) for s in by_place.values()]}
-            )
+            # Each place lists every source that saw the value there (ack, poll, final).
+            seen = [
+                {**_describe(s), "sources": sorted(sources[(value, s.tp, s.offset)])}
+                for s in by_place.values()
+            ]
+            result.add("duplicate", {"value": value, "seen": seen})
 
 
 def _describe(seen: Observation) -> dict[str, Any]:
