@@ -4,12 +4,15 @@ Theory of operation. One run, one machine, the same seeded random 1 KiB values e
 
 1. `cluster_raw_append_mb_s`: the storage suite's raw loop (1 MiB writes, fdatasync each),
    measured again here so `replication_efficiency` divides figures taken minutes apart, not
-   suites apart.
+   suites apart; `fdatasync_4k_p50_ms` / `_p99_ms`: 4 KiB append + fdatasync, the floor
+   under any acks=all latency on this disk.
 2. Pairs, alternated because the machine is shared and noisy: the pysyncobj baseline (three
    processes, `_pysyncobj_node.py`, commands with callbacks) then raftlog acks=all on a fresh
    topic. Each figure is the median over pairs; `produce_vs_pysyncobj` is the median of the
    per-pair ratios.
-3. acks=1 and acks=0 at 1 KiB, then acks=all at 100-byte records (records/s).
+3. acks=1 and acks=0 at 1 KiB; `produce_raw_batches_acks_all_mb_s`: acks=all with ready-made
+   1 MiB batches sent over bare gRPC (no client library), the server's own capacity; then
+   acks=all at 100-byte records (records/s).
 4. Offered load: open-loop acks=all 1 KiB at fractions of the measured maximum; the point at
    30% gives `produce_latency_p50/p99/p999_ms`.
 5. `consume_mb_s`: one consumer reads every partition of the acks=all topic from offset 0
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
 import selectors
 import statistics
@@ -35,7 +39,7 @@ from types import ModuleType
 
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.client.config import AcksOption
-from raftlog.local_cluster import free_port_base
+from raftlog.local_cluster import LocalCluster, free_port_base
 
 SUITES_DIR = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(SUITES_DIR), str(SUITES_DIR.parent)]
@@ -45,11 +49,16 @@ from _harness import (  # noqa: E402
     MIB,
     Throughput,
     create_topic,
+    payloads,
     percentile,
     produce_latencies_ms,
+    produce_raw_batches,
     produce_throughput,
+    raw_batch,
     running_cluster,
+    serving_leader,
 )
+from raftlog.rpc.v1 import raftlog_pb2 as pb  # noqa: E402
 
 PARTITIONS = 3
 LINGER_MS = 20
@@ -57,6 +66,24 @@ BATCH_BYTES_MAX = 1 * MIB
 BUFFER_BYTES_MAX = 64 * MIB
 PYSYNCOBJ_WAIT_S_MAX = 180.0
 LATENCY_FRACTION = 0.3
+
+
+def fsync_latencies_ms(directory: pathlib.Path, *, count: int = 400) -> list[float]:
+    """4 KiB append + fdatasync, one at a time: the disk's floor under any acks=all latency."""
+    path = directory / "fsync-probe.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+    block = payloads(4 * KIB, count=1)[0]
+    latencies_ms = []
+    try:
+        for _ in range(count):
+            os.write(fd, block)
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            latencies_ms.append((time.perf_counter() - started) * 1e3)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return sorted(latencies_ms)
 
 
 def load_storage_suite() -> ModuleType:
@@ -171,6 +198,20 @@ def consume_mb_s(bootstrap: str, topic: str, partitions: int) -> float:
     return value_bytes / elapsed_s / 1e6
 
 
+def raw_batches_mb_s(cluster: LocalCluster, admin: Admin, *, total_bytes: int) -> float:
+    """acks=all with ready-made 1 MiB batches straight over gRPC, 4 in flight, to the leader
+    of a 1-partition topic: what the cluster sustains when the Python producer's per-record
+    work is taken away (the producer figure divided by this one says who limits)."""
+    create_topic(admin, "raw", partitions=1)
+    leader = serving_leader(cluster, "raw", 0)
+    assert leader is not None, "topic 'raw' has no serving leader"
+    batch = raw_batch(KIB, 1000)  # just under the 1 MiB batch_bytes_max
+    address = cluster.nodes[leader].client_address
+    produce_raw_batches(address, "raw", batch, count=4, acks=pb.ACKS_ALL)  # warm up
+    count = max(8, total_bytes // len(batch))
+    return produce_raw_batches(address, "raw", batch, count=count, acks=pb.ACKS_ALL).mb_s
+
+
 def baseline_pairs(
     bootstrap: str, admin: Admin, *, pairs: int, total_bytes: int
 ) -> dict[str, float]:
@@ -199,6 +240,9 @@ def baseline_pairs(
 def measure(work: pathlib.Path, out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
     total_bytes = (48 if quick else 256) * MIB
     metrics = {"cluster_raw_append_mb_s": load_storage_suite().raw_append_mb_s(out_dir, 64 * MIB)}
+    fsyncs = fsync_latencies_ms(out_dir)
+    metrics["fdatasync_4k_p50_ms"] = percentile(fsyncs, 0.50)
+    metrics["fdatasync_4k_p99_ms"] = percentile(fsyncs, 0.99)
     with running_cluster(work) as cluster, Admin(cluster.bootstrap) as admin:
         bootstrap = cluster.bootstrap
         metrics.update(
@@ -209,6 +253,9 @@ def measure(work: pathlib.Path, out_dir: pathlib.Path, *, quick: bool) -> dict[s
             metrics[name] = produce(
                 bootstrap, f"acks-{acks}", acks, record_bytes=KIB, total_bytes=total_bytes
             ).mb_s
+        metrics["produce_raw_batches_acks_all_mb_s"] = raw_batches_mb_s(
+            cluster, admin, total_bytes=total_bytes
+        )
         create_topic(admin, "small", partitions=PARTITIONS)
         small = produce(bootstrap, "small", "all", record_bytes=100, total_bytes=total_bytes // 8)
         metrics["produce_acks_all_100b_records_s"] = small.records_s
@@ -243,6 +290,9 @@ def draw(out_dir: pathlib.Path, metrics: dict[str, float], points: list[dict[str
         "disk: raw append + fdatasync": metrics["cluster_raw_append_mb_s"],
         "pysyncobj 3 nodes (no fsync)": metrics["pysyncobj_1kib_mb_s"],
         "raftlog acks=all": metrics["produce_acks_all_1kib_mb_s"],
+        "raftlog acks=all, 1 MiB batches over bare gRPC": metrics[
+            "produce_raw_batches_acks_all_mb_s"
+        ],
         "raftlog acks=1": metrics["produce_acks_1_1kib_mb_s"],
         "raftlog acks=0": metrics["produce_acks_0_1kib_mb_s"],
         "raftlog consume": metrics["consume_mb_s"],
