@@ -55,7 +55,7 @@ from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica,
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Membership, Message, Role, Snapshot, SnapshotMeta
 from raftlog.rpc.faults import FaultInjector
-from raftlog.rpc.group_servicer import GroupService
+from raftlog.rpc.group_servicer import GroupService, controller_term_of
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl, security_server_setup  # issue 10
 from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
@@ -83,6 +83,7 @@ class Broker:
         self._replicas_by_group: dict[GroupId, PartitionReplica] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._storages: dict[GroupId, RaftLogStorage] = {}
+        self._incarnations: dict[NodeId, int] = {}
         self._producer_ids_next = 0
         self._producer_ids_end = 0
         self._rng = random.Random()
@@ -114,11 +115,7 @@ class Broker:
         # Consumer groups, coordinated by the controller (raftlog.rpc.group_servicer).
         self.groups = GroupService.create(
             self.config.metadata,
-            controller_term=lambda: (
-                int(self.metadata_group.node.term)
-                if self.metadata_group is not None and self.is_controller()
-                else None
-            ),
+            controller_term=lambda: controller_term_of(self.metadata_group),
             controller_id=lambda: None if self.metadata_group is None else self.controller_id,
             metadata=lambda: self.metadata.state,
             submit=self.submit,
@@ -298,6 +295,7 @@ class Broker:
             self._create_replica(info.topic, int(info.partition), group_id, info.replicas)
         for group_id in sorted(self._replicas_by_group.keys() - wanted):
             self._remove_replica(group_id)
+        self._notice_restarted_peers()
         peers = {}
         for node in state.nodes():
             if node.node_id != self.node_id:
@@ -306,6 +304,18 @@ class Broker:
             if node_id != self.node_id:
                 peers.setdefault(node_id, address)
         self.transport.update_peers(peers)
+
+    def _notice_restarted_peers(self) -> None:
+        """A peer registered with a new incarnation: it restarted, maybe with an empty disk.
+        Leaders here re-probe its log instead of trusting what it acknowledged before."""
+        for node in self.metadata.state.nodes():
+            previous = self._incarnations.get(node.node_id)
+            self._incarnations[node.node_id] = node.incarnation
+            if previous is None or previous == node.incarnation or node.node_id == self.node_id:
+                continue
+            for group in self.host.groups():
+                group.node.forget_peer_log(node.node_id)
+            self.host.notify()
 
     def _create_replica(
         self, topic: str, partition: int, group_id: GroupId, replicas: tuple[NodeId, ...]
