@@ -8,6 +8,9 @@ cannot talk to a TLS node; and a known record value never crosses the wire in cl
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,3 +162,31 @@ def test_a_record_value_never_crosses_the_wire_in_clear(cluster: LocalCluster, p
     wire = proxy.wire_bytes()
     assert len(wire) > 1000 and SECRET_VALUE not in wire  # ... the wire never does
     assert TOKENS["alice"].encode() not in wire
+
+
+def raftlog_cli(*argv: str, token_env: str | None = None, stdin: bytes = b"") -> tuple[int, str]:
+    environment = {k: v for k, v in os.environ.items() if k != "RAFTLOG_TOKEN"}
+    if token_env is not None:
+        environment["RAFTLOG_TOKEN"] = token_env
+    done = subprocess.run(
+        [sys.executable, "-m", "raftlog", *argv],
+        input=stdin,
+        capture_output=True,
+        env=environment,
+        timeout=120,
+    )
+    return done.returncode, (done.stdout + done.stderr).decode(errors="replace")
+
+
+def test_the_cli_takes_tls_ca_and_a_token_from_flag_or_environment(
+    cluster: LocalCluster, pki: Pki
+) -> None:
+    common = ("--bootstrap", cluster.bootstrap, "--tls-ca", str(pki.ca))
+    code, out = raftlog_cli("topic", "list", *common, "--token", TOKENS["admin"])
+    assert code == 0 and "orders" in out, out
+    code, out = raftlog_cli("produce", "orders", *common, token_env=TOKENS["alice"], stdin=b"cli\n")
+    assert code == 0 and "produced 1 records" in out, out
+    code, out = raftlog_cli("topic", "list", *common)
+    assert code == 1 and "UNAUTHENTICATED" in out, out
+    code, out = raftlog_cli("produce", "orders", *common, token_env=TOKENS["reader"], stdin=b"x\n")
+    assert code == 1 and "PERMISSION_DENIED" in out and "'write'" in out, out
