@@ -64,7 +64,8 @@ def payloads(record_bytes: int, count: int = PAYLOAD_POOL_SIZE) -> list[bytes]:
 def running_cluster(
     work: pathlib.Path, *, node_count: int = 3, flags: Sequence[str] = ()
 ) -> Iterator[LocalCluster]:
-    """A fresh cluster in `work` (wiped first), stopped and wiped on exit."""
+    """A fresh cluster in `work` (wiped first), stopped and wiped on exit; the node logs are
+    kept in `<work>-logs`."""
     shutil.rmtree(work, ignore_errors=True)
     cluster = LocalCluster.create(work, node_count=node_count)
     cluster.start(*flags)
@@ -73,6 +74,12 @@ def running_cluster(
         yield cluster
     finally:
         cluster.stop()
+        # The node logs outlive the data: they are the evidence when a figure looks wrong.
+        logs = work.parent / f"{work.name}-logs"
+        shutil.rmtree(logs, ignore_errors=True)
+        logs.mkdir(parents=True)
+        for log in work.glob("node-*.log"):
+            shutil.copy(log, logs / log.name)
         shutil.rmtree(work, ignore_errors=True)
 
 
