@@ -16,8 +16,9 @@ UNKNOWN_MEMBER mean the same at once.
 
 Routing: the coordinator is the controller named by Metadata; NOT_COORDINATOR answers carry
 the controller's id and address, and an unreachable coordinator sends the member back to
-Metadata. All calls are synchronous and bounded by `request_timeout_ms`; one gRPC channel,
-to the current coordinator, is kept.
+Metadata. All calls are synchronous and bounded by `request_timeout_ms`. They go over the
+cluster's pooled channel to the coordinator (so they share its TLS settings) and carry its
+bearer token, like every other call of the client.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ class GroupMember:
         self._next_heartbeat_at = float("-inf")
         self._last_answered_send_at: float | None = None
         self._coordinator: str | None = None
-        self._channel: grpc.Channel | None = None
-        self._stub: Any = None
+        # The token metadata the cluster sends on every call (issue 10), if any.
+        self._call_metadata = getattr(cluster, "_call_metadata", None)
 
     # -- heartbeats --------------------------------------------------------------------------
 
@@ -205,7 +206,9 @@ class GroupMember:
         coordinator (the next call goes where the answer pointed, or asks Metadata)."""
         try:
             stub = self._coordinator_stub()
-            response = getattr(stub, rpc)(request, timeout=timeout_ms / 1000)
+            response = getattr(stub, rpc)(
+                request, timeout=timeout_ms / 1000, metadata=self._call_metadata
+            )
         except grpc.RpcError as error:
             failure = translate_rpc_error(
                 error,
@@ -227,12 +230,12 @@ class GroupMember:
         return response
 
     def _coordinator_stub(self) -> Any:
-        if self._stub is None:
-            address = self._coordinator or self._discover_coordinator()
-            self._channel = grpc.insecure_channel(address)
-            self._stub = pb_grpc.GroupsStub(self._channel)  # type: ignore[no-untyped-call]
-            self._coordinator = address
-        return self._stub
+        address = self._coordinator or self._discover_coordinator()
+        self._coordinator = address
+        # The cluster's pooled channel (bounded, TLS as configured), looked up per call
+        # because the pool may close it to make room.
+        channel = self._cluster._channel(address).channel
+        return pb_grpc.GroupsStub(channel)  # type: ignore[no-untyped-call]
 
     def _discover_coordinator(self) -> str:
         metadata = self._cluster.refresh_metadata(list(self.topics))
@@ -248,9 +251,6 @@ class GroupMember:
         return address
 
     def _forget_coordinator(self, hint: str | None) -> None:
-        if self._channel is not None:
-            self._channel.close()
-        self._channel, self._stub = None, None
         self._coordinator = hint
 
     def close(self) -> None:
