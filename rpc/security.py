@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 from raftlog.metadata import ApplyResult, Command, ErrorCode, encode_command
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
@@ -315,19 +316,25 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
             return handler
         rule = METHOD_RULES.get(method)
         if rule is None or handler.unary_unary is None:
-            return None  # type: ignore[return-value]  # deny by default: UNIMPLEMENTED
+            return None  # deny by default: UNIMPLEMENTED
         token = _bearer(handler_call_details)
         return grpc.unary_unary_rpc_method_handler(
-            self._guarded(method, rule, token, handler.unary_unary),
-            request_deserializer=handler.request_deserializer,
+            self._guarded(method, rule, token, handler),
+            # Bytes in: `guarded` parses them itself so that bytes which are not the request
+            # message are INVALID_ARGUMENT with the reason, not gRPC's UNKNOWN.
+            request_deserializer=None,
             response_serializer=handler.response_serializer,
         )
 
     def _guarded(
-        self, method: str, rule: Rule, token: str | None, behavior: Callable[..., Any]
-    ) -> Callable[[Any, Context], Awaitable[Any]]:
-        async def guarded(request: Any, context: Context) -> Any:
+        self, method: str, rule: Rule, token: str | None, handler: Handler
+    ) -> Callable[[bytes, Context], Awaitable[Any]]:
+        behavior = handler.unary_unary
+        parse = handler.request_deserializer
+
+        async def guarded(body: bytes, context: Context) -> Any:
             principal = await self._authenticate(token, method, context)
+            request = await _parsed(parse, body, method, context)
             await self._authorize(principal, method, rule, request, context)
             client = principal if self.access is not None else f"{context.peer()}"
             produce_bytes = request.ByteSize() if method.endswith("/Produce") else 0
@@ -373,6 +380,21 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
                     f"{method}: principal {principal!r} lacks the "
                     f"{rule.permission.value!r} permission on {what}",
                 )
+
+
+async def _parsed(
+    parse: Callable[[bytes], Any] | None, body: bytes, method: str, context: Context
+) -> Any:
+    """The request message of `body`; bytes that do not parse are INVALID_ARGUMENT."""
+    if parse is None:
+        return body
+    try:
+        return parse(body)
+    except DecodeError as error:
+        await context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{method}: the {len(body)} request bytes are not a valid request message: {error}",
+        )
 
 
 def _bearer(details: grpc.HandlerCallDetails) -> str | None:
