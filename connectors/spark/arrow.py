@@ -31,6 +31,7 @@ be lost by a leader change and must never reach Spark).
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,7 +160,7 @@ def _add_section(
         )
         begin, end = 0, len(section)
         sections.compressed = True
-    starts = _uniform_starts(section, begin, end, header.record_count)
+    starts = _predicted_starts(section, begin, end, header.record_count)
     if starts is None:
         starts = _record_starts(section, begin, end, header.record_count, position)
     sections.pieces.append((section, begin, end))
@@ -181,23 +182,44 @@ def _one_buffer(data: bytes, sections: _Sections) -> bytes:
     return buffer
 
 
-def _uniform_starts(data: bytes, begin: int, end: int, count: int) -> np.ndarray | None:
-    """Starts when every record has the first one's size (producers often send equal sizes),
-    confirmed by decoding every length varint at the guessed starts; else None (walk)."""
+def _varint_sizes(values: np.ndarray) -> np.ndarray:
+    """Bytes of the zig-zag varint of each non-negative value (zig-zag of v >= 0 is 2v)."""
+    zigzag = values * 2
+    sizes = np.ones(len(values), np.int64)
+    for bits in (7, 14, 21, 28, 35):
+        sizes += zigzag >= (1 << bits)
+    return sizes
+
+
+def _predicted_starts(data: bytes, begin: int, end: int, count: int) -> np.ndarray | None:
+    """Starts if records differ only in the size of their offset delta varint.
+
+    A producer's records of equal key, value and header sizes and close timestamps differ in
+    exactly that: offset delta i takes one byte below 64, two below 8192. So record i's length
+    is the first one's plus the extra bytes of varint(i), and the starts follow by a cumulative
+    sum. The guess is confirmed by decoding every length varint at the guessed starts (then the
+    records tile the section exactly as a walk would find them); else None, and the caller
+    walks."""
     if count == 0 or begin >= end:
         return None
     try:
-        length, body = decode_varint(data, begin, bytes_max=_VARINT_BYTES_MAX)
+        first_length, first_body = decode_varint(data, begin, bytes_max=_VARINT_BYTES_MAX)
     except CorruptBatchError:
         return None
-    stride = body + length - begin
-    if stride <= 0 or begin + stride * count != end:
+    if first_length < 0 or first_body - begin != _varint_sizes(np.array([first_length]))[0]:
         return None
-    guess = np.arange(begin, end, stride, dtype=np.int64)
-    lengths, bodies = _varints(np.frombuffer(data, np.uint8), guess, _VARINT_BYTES_MAX)
-    if not (np.all(lengths == length) and np.all(bodies - guess == body - begin)):
+    lengths = first_length + _varint_sizes(np.arange(count, dtype=np.int64)) - 1
+    sizes = _varint_sizes(lengths) + lengths
+    starts = np.empty(count, np.int64)
+    starts[0] = begin
+    np.cumsum(sizes[:-1], out=starts[1:])
+    starts[1:] += begin
+    if int(starts[-1] + sizes[-1]) != end:
         return None
-    return guess
+    actual, bodies = _varints(np.frombuffer(data, np.uint8), starts, _VARINT_BYTES_MAX)
+    if not (np.array_equal(actual, lengths) and np.array_equal(bodies - starts, sizes - lengths)):
+        return None
+    return starts
 
 
 def _record_starts(data: bytes, begin: int, end: int, count: int, batch_at: int) -> np.ndarray:
@@ -334,6 +356,45 @@ def _check_fields(
         )
 
 
+class _Scratch(threading.local):
+    """Per-thread scratch arrays, kept between calls: a fresh multi-megabyte temporary on
+    every call costs more in page faults than the work done in it (the first decode in a
+    process runs several times slower than the following ones)."""
+
+    def __init__(self) -> None:
+        self.marks = np.zeros(0, np.int8)
+        self.inside = np.zeros(0, np.int8)
+
+    def arrays(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        if len(self.marks) < size:
+            self.marks = np.zeros(size, np.int8)
+            self.inside = np.zeros(size, np.int8)
+        return self.marks[:size], self.inside[:size]
+
+
+_scratch = _Scratch()
+
+
+def _gather(buf: np.ndarray, at: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """`buf[at[i] : at[i] + sizes[i]]` for all i, concatenated (ranges in buffer order)."""
+    nonempty = sizes > 0
+    starts = at[nonempty]
+    if len(starts) == 0:
+        return np.zeros(0, np.uint8)
+    assert np.all(np.diff(starts) > 0), "ranges must lie in buffer order"
+    # +1 where a range starts, -1 where it ends: the running sum is 1 exactly on wanted
+    # bytes (ranges never overlap) and a boolean compress keeps them, in order. One pass
+    # over the buffer, cheaper than building an index per byte (np.repeat) by half.
+    stops = starts + sizes[nonempty]
+    low, high = int(starts[0]), int(stops[-1])
+    marks, inside = _scratch.arrays(high - low + 1)
+    marks[:] = 0
+    marks[starts - low] += 1
+    marks[stops - low] -= 1
+    np.cumsum(marks[:-1], dtype=np.int8, out=inside[:-1])
+    return buf[low:high][inside[:-1].view(bool)]
+
+
 def _binary(buf: np.ndarray, at: np.ndarray, lengths: np.ndarray) -> pa.Array:
     """A binary array of `buf[at[i] : at[i] + lengths[i]]`, null where the length is -1."""
     valid = lengths >= 0
@@ -341,15 +402,7 @@ def _binary(buf: np.ndarray, at: np.ndarray, lengths: np.ndarray) -> pa.Array:
     offsets = np.zeros(len(sizes) + 1, np.int64)
     np.cumsum(sizes, out=offsets[1:])
     assert offsets[-1] < 2**31, offsets[-1]
-    # One pass over the buffer: +1 where a wanted range starts, -1 where it ends; the running
-    # sum is 1 exactly on wanted bytes (ranges never overlap), and a boolean compress keeps
-    # them in order. Cheaper than an index per byte (np.repeat) by half.
-    marks = np.zeros(len(buf) + 1, np.int8)
-    nonempty = sizes > 0
-    assert np.all(np.diff(at[nonempty]) > 0), "ranges must lie in buffer order"
-    marks[at[nonempty]] += 1
-    marks[(at + sizes)[nonempty]] -= 1
-    gathered = buf[np.cumsum(marks[:-1], dtype=np.int8).view(bool)]
+    gathered = _gather(buf, at, sizes)
     assert len(gathered) == offsets[-1]
     null_count = int(len(valid) - np.count_nonzero(valid))
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None

@@ -164,7 +164,7 @@ def _send_batch(
     delivery: _Delivery,
 ) -> int:
     data = batch.to_pydict()
-    count = batch.num_rows
+    count = int(batch.num_rows)
     nothing: list[None] = [None] * count
     values = data["value"]
     keys = data["key"] if columns.key else nothing

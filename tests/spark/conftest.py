@@ -49,6 +49,7 @@ def spark() -> Iterator[Any]:
             .appName("raftlog-spark-tests")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.streaming.stopTimeout", "30s")
             .getOrCreate()
         )
