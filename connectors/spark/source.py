@@ -32,7 +32,7 @@ their first record and none is skipped.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -222,12 +222,15 @@ class RaftlogBatchReader(DataSourceReader):
 class RaftlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """`spark.readStream`: micro-batches of offset ranges (see the module docstring)."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(
+        self, options: SourceOptions, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.options = options
+        self._clock = clock
         self._view: ClusterView | None = None
         self._target: Position | None = None  # set by Trigger.AvailableNow
         self._latest: Position | None = None
-        self._last_batch_s = time.monotonic()
+        self._last_batch_s = clock()
 
     def __getstate__(self) -> dict[str, object]:
         # Workers need only the options: connections and driver state stay on the driver.
@@ -274,20 +277,20 @@ class RaftlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Never move backwards (a new leader's high watermark may lag its predecessor's).
         latest = {tp: max(o, begin[tp]) for tp, o in latest.items()}
         self._latest = latest
-        end = self._admit(begin, latest, limit)
+        end = self.admit(begin, latest, limit)
         end.update(view.offsets(new, EARLIEST))  # new partitions: enter at their log start
         if end != begin:
-            self._last_batch_s = time.monotonic()
+            self._last_batch_s = self._clock()
         assert all(end[tp] >= begin[tp] for tp in begin)
         return to_json_offsets(end)
 
-    def _admit(self, begin: Position, latest: Position, limit: ReadLimit) -> Position:
+    def admit(self, begin: Position, latest: Position, limit: ReadLimit) -> Position:
         """How far this micro-batch may go under the read limit (module docstring)."""
         if isinstance(limit, ReadAllAvailable):
             return dict(latest)
         backlog = sum(latest[tp] - begin[tp] for tp in latest)
         minimum = self.options.min_offsets_per_trigger
-        waited_ms = (time.monotonic() - self._last_batch_s) * 1000
+        waited_ms = (self._clock() - self._last_batch_s) * 1000
         too_few = minimum is not None and self._target is None and backlog < minimum
         if too_few and waited_ms < self.options.max_trigger_delay_ms:
             return dict(begin)

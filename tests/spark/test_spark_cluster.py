@@ -9,7 +9,6 @@ and a replayed batch must hold exactly the rows it held the first time. Waiting 
 from __future__ import annotations
 
 import json
-import pickle
 import re
 import signal
 import threading
@@ -25,8 +24,6 @@ from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
 from raftlog.client import Admin, Consumer, Producer, RecordMetadata
 from raftlog.client.errors import ClientError
-from raftlog.connectors.spark.options import parse_source_options
-from raftlog.connectors.spark.source import RaftlogStreamReader
 from raftlog.local_cluster import LocalCluster
 
 # PySpark 4.x warns that it does not fully support pandas 3 (which these tests do not use).
@@ -198,17 +195,6 @@ def test_options_that_are_wrong_fail_naming_the_option(spark: Any, cluster: Loca
         load(subscribe="t", startingOffsets="{oops")
     with pytest.raises(PySparkException, match=r"startingOffsets: 'latest' is not allowed"):
         load(subscribe="t", startingOffsets="latest").collect()
-
-
-def test_stream_reader_pickles_to_plain_options(cluster: LocalCluster) -> None:
-    options = parse_source_options(
-        {"bootstrap": cluster.bootstrap, "subscribe": "t"}, streaming=True
-    )
-    reader = RaftlogStreamReader(options)
-    reader.view()  # a driver-side connection exists ...
-    clone = pickle.loads(pickle.dumps(reader))  # ... but workers receive only the options
-    assert clone.options == options and clone.__getstate__() == {"options": options}
-    reader.stop()
 
 
 # -- streaming ----------------------------------------------------------------------------------

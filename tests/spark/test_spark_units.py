@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import pickle
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -377,3 +378,56 @@ def test_decode_fetch_skips_control_batches_but_consumes_their_offsets() -> None
         include_headers=False,
     )
     assert result.batch is None and result.next_offset == 1
+
+
+# -- admission control --------------------------------------------------------------------------
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def _reader(clock: _Clock, **extra: str) -> Any:
+    from raftlog.connectors.spark.source import RaftlogStreamReader
+
+    options = parse_source_options({"bootstrap": BOOT, "subscribe": "t", **extra}, streaming=True)
+    return RaftlogStreamReader(options, clock=clock)
+
+
+def test_admission_min_offsets_waits_until_max_trigger_delay() -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMinRows
+
+    clock = _Clock()
+    reader = _reader(clock, minOffsetsPerTrigger="100", maxTriggerDelay="30s")
+    assert isinstance(reader.getDefaultReadLimit(), ReadMinRows)
+    tp = TopicPartition("t", 0)
+    begin, latest = {tp: 10}, {tp: 60}  # a backlog of 50 < 100
+    assert reader.admit(begin, latest, ReadMinRows(100)) == begin
+    clock.now_s += 29.9
+    assert reader.admit(begin, latest, ReadMinRows(100)) == begin
+    clock.now_s += 0.2  # 30 s since the last batch: go with what there is
+    assert reader.admit(begin, latest, ReadMinRows(100)) == latest
+    # ReadAllAvailable (e.g. Trigger.Once) ignores the options' limits.
+    assert reader.admit(begin, latest, ReadAllAvailable()) == latest
+
+
+def test_admission_max_offsets_caps_the_batch() -> None:
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    reader = _reader(_Clock(), maxOffsetsPerTrigger="30")
+    assert reader.getDefaultReadLimit() == ReadMaxRows(30)
+    a, b = TopicPartition("t", 0), TopicPartition("t", 1)
+    end = reader.admit({a: 0, b: 0}, {a: 100, b: 20}, ReadMaxRows(30))
+    assert sum(end.values()) == 30 and end[a] <= 100 and end[b] <= 20
+
+
+def test_stream_reader_pickles_to_plain_options() -> None:
+    reader = _reader(_Clock())
+    reader.view()  # a driver-side connection object exists ...
+    clone = pickle.loads(pickle.dumps(reader))  # ... but workers receive only the options
+    assert clone.options == reader.options and clone.__getstate__() == {"options": reader.options}
+    reader.stop()
