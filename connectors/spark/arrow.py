@@ -392,7 +392,8 @@ def _gather(buf: np.ndarray, at: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     marks[starts - low] += 1
     marks[stops - low] -= 1
     np.cumsum(marks[:-1], dtype=np.int8, out=inside[:-1])
-    return buf[low:high][inside[:-1].view(bool)]
+    gathered: np.ndarray = buf[low:high][inside[:-1].view(bool)]
+    return gathered
 
 
 def _binary(buf: np.ndarray, at: np.ndarray, lengths: np.ndarray) -> pa.Array:
