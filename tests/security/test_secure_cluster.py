@@ -190,3 +190,13 @@ def test_the_cli_takes_tls_ca_and_a_token_from_flag_or_environment(
     assert code == 1 and "UNAUTHENTICATED" in out, out
     code, out = raftlog_cli("produce", "orders", *common, token_env=TOKENS["reader"], stdin=b"x\n")
     assert code == 1 and "PERMISSION_DENIED" in out and "'write'" in out, out
+
+
+def test_health_checks_need_no_token(cluster: LocalCluster, pki: Pki) -> None:
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    credentials = grpc_channel_credentials(pki.ca)
+    with grpc.secure_channel(cluster.nodes[1].client_address, credentials) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        answer = stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
+    assert answer.status == health_pb2.HealthCheckResponse.SERVING
