@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -173,11 +174,27 @@ def read_range(
     sleep: Sleep = time.sleep,
 ) -> Iterator[pa.RecordBatch]:
     """Arrow batches of every record of `offset_range`, in offset order, exactly once."""
-    cluster = Cluster(options.bootstrap, _connection(options), clock=clock)
-    try:
-        yield from _read(cluster, options, offset_range, clock, sleep)
-    finally:
-        cluster.close()
+    cluster = _worker_cluster(options)
+    yield from _read(cluster, options, offset_range, clock, sleep)
+
+
+_worker_clusters: dict[tuple[str, int], Cluster] = {}
+_worker_clusters_lock = threading.Lock()
+
+
+def _worker_cluster(options: SourceOptions) -> Cluster:
+    """One `Cluster` per bootstrap list in a worker process, kept between tasks: Spark reuses
+    its Python workers, and a warm channel and metadata cache save a connection set-up and a
+    Metadata round trip per task (a large share of a small micro-batch). Stale routing is
+    corrected by the usual NOT_LEADER / retry path."""
+    key = (options.bootstrap, options.fetch_wait_ms)
+    with _worker_clusters_lock:
+        cluster = _worker_clusters.get(key)
+        if cluster is None:
+            cluster = Cluster(options.bootstrap, _connection(options))
+            _worker_clusters[key] = cluster
+            assert len(_worker_clusters) <= 64, "one entry per bootstrap list in use"
+        return cluster
 
 
 def _read(
