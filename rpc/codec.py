@@ -73,7 +73,7 @@ CLUSTER_ID_BYTES_MAX = 255
 Item: TypeAlias = tuple[GroupId, Message]
 
 FRAME_HEADER = struct.Struct("!IB")  # length of (kind + body), frame kind
-_HELLO = struct.Struct("!HqB")  # version, node id, cluster id length
+_HELLO = struct.Struct("!HqqB")  # version, node id, incarnation, cluster id length
 _COUNT = struct.Struct("!I")
 _ITEM = struct.Struct("!qB")  # group, message kind
 _ENTRY = struct.Struct("!qqqBI")  # term, offset, offset_count, kind, data length
@@ -126,6 +126,9 @@ class Hello:
     cluster_id: str
     node_id: NodeId
     version: int = PROTOCOL_VERSION
+    # Which process of the node is speaking (its start time): a new value tells peers the
+    # node restarted and may have lost its log (see RaftNode.forget_peer_log).
+    incarnation: int = 0
 
 
 # --- encoding ---------------------------------------------------------------------------------
@@ -148,7 +151,8 @@ def encode_hello(hello: Hello) -> bytes:
     cluster_id = hello.cluster_id.encode()
     if not 0 < len(cluster_id) <= CLUSTER_ID_BYTES_MAX:
         raise FrameError(f"cluster id must be 1..{CLUSTER_ID_BYTES_MAX} bytes, got {hello!r}")
-    body = _HELLO.pack(hello.version, hello.node_id, len(cluster_id)) + cluster_id
+    body = _HELLO.pack(hello.version, hello.node_id, hello.incarnation, len(cluster_id))
+    body += cluster_id
     return FRAME_HEADER.pack(1 + len(body), FrameKind.HELLO) + body
 
 
@@ -323,7 +327,7 @@ class _Reader:
 
 def decode_hello(body: memoryview) -> Hello:
     reader = _Reader(body)
-    version, node_id, cluster_id_length = reader.fixed(_HELLO, "HELLO")
+    version, node_id, incarnation, cluster_id_length = reader.fixed(_HELLO, "HELLO")
     cluster_id_bytes = reader.data(cluster_id_length, "HELLO cluster id")
     if reader.position != len(body):
         reader.fail(f"{len(body) - reader.position} trailing bytes after HELLO")
@@ -335,7 +339,7 @@ def decode_hello(body: memoryview) -> Hello:
         cluster_id = cluster_id_bytes.decode()
     except UnicodeDecodeError as error:
         raise FrameError(f"cluster id is not UTF-8: {cluster_id_bytes!r}") from error
-    return Hello(cluster_id, NodeId(node_id), version)
+    return Hello(cluster_id, NodeId(node_id), version, incarnation)
 
 
 def decode_messages(body: memoryview, *, messages_max: int) -> list[Item]:

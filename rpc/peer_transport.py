@@ -154,10 +154,14 @@ class PeerTransport:
         ssl_client: ssl.SSLContext | None = None,
         faults: FaultInjector | None = None,
         rng: random.Random | None = None,
+        incarnation: int = 0,
+        on_peer_restart: Callable[[NodeId], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config.validate()
-        self._hello = encode_hello(Hello(cluster_id, node_id))
+        self._hello = encode_hello(Hello(cluster_id, node_id, incarnation=incarnation))
+        self._on_peer_restart = on_peer_restart
+        self._peer_incarnations: dict[NodeId, int] = {}
         self.cluster_id = cluster_id
         self._on_messages = on_messages
         self._ssl_server = ssl_server
@@ -440,6 +444,10 @@ class PeerTransport:
             raise HandshakeError(f"dialed node {expected} but node {hello.node_id} answered")
         if expected is None and (hello.node_id not in self._peers or hello.node_id == self.node_id):
             raise HandshakeError(f"node {hello.node_id} is not a known peer of node {self.node_id}")
+        previous = self._peer_incarnations.get(hello.node_id)
+        self._peer_incarnations[hello.node_id] = hello.incarnation
+        if previous is not None and previous != hello.incarnation and self._on_peer_restart:
+            self._on_peer_restart(hello.node_id)
 
     def _accept_inbound(self, connection: _Connection, node_id: NodeId) -> None:
         older = self._inbound.get(node_id)

@@ -205,8 +205,11 @@ def on_vote_request(node: RaftNode, message: VoteRequest) -> None:
         or (node.voted_for is None and node.current_leader is None)
         or (message.pre_vote and message.term > node.current_term)
     )
-    # Learners never vote (dissertation §4.2.1); rejecting is always safe.
-    grant = can_vote and node.is_voter() and _log_up_to_date(node, message)
+    # A node that believes it is a learner still answers: the candidate may hold a newer
+    # configuration that already promoted it, and only the candidate's configuration decides
+    # whose votes count. Refusing would livelock a cluster whose promoted member has not yet
+    # received its promotion (simulator seed 17623; etcd raft answers for the same reason).
+    grant = can_vote and _log_up_to_date(node, message)
     if not grant:
         _reject_vote(node, message)
         return

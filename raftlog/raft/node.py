@@ -314,6 +314,25 @@ class RaftNode:
         proposal.check_membership_change(self, membership)
         return proposal.append_proposal(self, EntryKind.CONFIG, membership.encode(), 1)
 
+    def forget_peer_log(self, peer: NodeId) -> None:
+        """A peer restarted and may have lost its log (a replaced disk, a wiped directory).
+
+        Raft assumes storage survives restarts, so a leader treats a rejection below what a
+        follower already acknowledged as a stale, reordered answer and ignores it: a
+        follower that really lost its log would then never be repaired. The runtime calls
+        this when a peer comes back as a new incarnation; the leader forgets the peer's
+        `match` and probes it from the end of its log. Safe: `match` only ever counts
+        towards advancing the commit offset, which never goes backward.
+        """
+        if self.current_role is not Role.LEADER or peer == self.node_id:
+            return
+        progress = self.progress.get(peer)
+        if progress is None:
+            return
+        progress.match = NO_OFFSET
+        progress.become_probe(next_offset=Offset(self.last_offset + 1))
+        assert progress.next > progress.match
+
     def campaign(self) -> None:
         """Start an election now; a no-op for a leader or a node that is not a voter."""
         if self.current_role is Role.LEADER or not self.is_voter():

@@ -215,11 +215,6 @@ def _follower(admin: Admin, topic: str) -> int:
     return next(r for r in description.replicas if r != description.leader)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the leader ignores a wiped follower's rejections as stale (match never shrinks); "
-    "needs a progress reset when a peer restarts",
-)
 def test_follower_restarted_from_an_empty_data_directory_catches_up(
     cluster3: LocalCluster,
 ) -> None:

@@ -7,6 +7,7 @@ from raft_harness import Cluster
 from raft_unit_helpers import Harness, data_entry
 
 from raftlog.config import RaftConfig
+from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.progress import ProgressState
 from raftlog.raft.types import AppendRequest, AppendResponse, HardState, Role, VoteResponse
 from raftlog.types import NodeId, Offset, Term
@@ -196,3 +197,44 @@ def test_lost_appends_in_replicate_state_are_resent() -> None:
         cluster.run("tick 1 x2")
         cluster.stabilize()
     assert {node.commit_offset for node in cluster.nodes.values()} == {1}
+
+
+def _wipe_and_restart(cluster: Cluster, node_id: NodeId) -> None:
+    cluster.crash(node_id)
+    cluster.storages[node_id] = MemoryStorage()
+    cluster.hard_state_stores[node_id] = MemoryHardStateStore()
+    cluster.restart(node_id)
+
+
+def test_a_follower_that_lost_its_log_is_ignored_until_the_leader_forgets_its_progress() -> None:
+    """Raft assumes logs survive restarts (§5.1): a rejection below what a follower already
+    acknowledged looks stale and is ignored. `forget_peer_log` (called when a peer comes
+    back as a new process) makes the leader probe it from scratch, so it catches up."""
+    cluster = Cluster([1, 2, 3])
+    cluster.run("campaign 1")
+    cluster.stabilize()
+    for n in range(5):
+        cluster.run(f"propose 1 before{n}")
+    cluster.stabilize()
+    leader_log = cluster.storages[N1].last_offset()
+    _wipe_and_restart(cluster, N3)
+    cluster.run("propose 1 after")
+    cluster.stabilize()
+    for _ in range(3):
+        cluster.run("tick 1 x2")
+        cluster.stabilize()
+    assert cluster.storages[N3].last_offset() == -1, "the stale-looking rejections are ignored"
+    cluster.nodes[N1].forget_peer_log(N3)
+    cluster.run("tick 1 x2")
+    cluster.stabilize()
+    assert cluster.storages[N3].last_offset() == cluster.storages[N1].last_offset() > leader_log
+    assert cluster.nodes[N1].progress[N3].match == cluster.storages[N1].last_offset()
+
+
+def test_forget_peer_log_is_a_no_op_on_followers_and_for_oneself() -> None:
+    cluster = Cluster([1, 2, 3])
+    cluster.run("campaign 1")
+    cluster.stabilize()
+    cluster.nodes[N2].forget_peer_log(N3)
+    cluster.nodes[N1].forget_peer_log(N1)
+    assert cluster.nodes[N1].progress[N1].match >= 0

@@ -32,6 +32,8 @@ def test_transport_signatures() -> None:
         "ssl_client",
         "faults",
         "rng",
+        "incarnation",
+        "on_peer_restart",
     ]
     send = inspect.signature(peer_transport.PeerTransport.send)
     assert list(send.parameters) == ["self", "peer", "group", "message"]
