@@ -83,7 +83,6 @@ class Broker:
         self._replicas_by_group: dict[GroupId, PartitionReplica] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._storages: dict[GroupId, RaftLogStorage] = {}
-        self._incarnations: dict[NodeId, int] = {}
         self._producer_ids_next = 0
         self._producer_ids_end = 0
         self._rng = random.Random()
@@ -105,6 +104,8 @@ class Broker:
             faults=self.faults,
             ssl_server=peer_ssl[0],  # issue 10
             ssl_client=peer_ssl[1],  # issue 10
+            incarnation=self.incarnation,
+            on_peer_restart=self._on_peer_restart,
         )
         self.host = GroupHost(
             node_id=self.node_id,
@@ -295,7 +296,6 @@ class Broker:
             self._create_replica(info.topic, int(info.partition), group_id, info.replicas)
         for group_id in sorted(self._replicas_by_group.keys() - wanted):
             self._remove_replica(group_id)
-        self._notice_restarted_peers()
         peers = {}
         for node in state.nodes():
             if node.node_id != self.node_id:
@@ -305,17 +305,13 @@ class Broker:
                 peers.setdefault(node_id, address)
         self.transport.update_peers(peers)
 
-    def _notice_restarted_peers(self) -> None:
-        """A peer registered with a new incarnation: it restarted, maybe with an empty disk.
+    def _on_peer_restart(self, peer: NodeId) -> None:
+        """A peer's HELLO shows a new process: it may have come back with an empty disk.
         Leaders here re-probe its log instead of trusting what it acknowledged before."""
-        for node in self.metadata.state.nodes():
-            previous = self._incarnations.get(node.node_id)
-            self._incarnations[node.node_id] = node.incarnation
-            if previous is None or previous == node.incarnation or node.node_id == self.node_id:
-                continue
-            for group in self.host.groups():
-                group.node.forget_peer_log(node.node_id)
-            self.host.notify()
+        log.info("node %s: peer %s restarted; re-probing its logs", self.node_id, peer)
+        for group in self.host.groups():
+            group.node.forget_peer_log(peer)
+        self.host.notify()
 
     def _create_replica(
         self, topic: str, partition: int, group_id: GroupId, replicas: tuple[NodeId, ...]
@@ -426,6 +422,9 @@ class Broker:
                 await self._controller_duties()
             self._move_leaders_to_preferred()
             self._maybe_snapshot_metadata()
+            # Starts the group coordinator's hold-off at the election, not at the first
+            # group request (consumers resume sooner after a controller change).
+            self.groups.coordinating()
             await asyncio.sleep(interval_s if registered else 0.2)
 
     def _move_leaders_to_preferred(self) -> None:
