@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NewType
 
-__all__ = ["NodeId", "Offset", "PartitionId", "Term", "GroupId"]
+__all__ = ["GroupId", "NodeId", "Offset", "PartitionId", "Term"]
 
 NodeId = NewType("NodeId", int)
 Term = NewType("Term", int)
