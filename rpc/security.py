@@ -196,10 +196,15 @@ Topics = Callable[[Any], Sequence[str]]
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """`permission` on every topic `topics(request)` names; None: authentication only."""
+    """`permission` on every topic `topics(request)` names; None: authentication only.
+
+    `implied_by` lists permissions that also suffice: as Kafka's Describe is implied by Read,
+    Write and Admin, a producer allowed only to write may still look its topic up.
+    """
 
     permission: Permission | None
     topics: Topics
+    implied_by: frozenset[Permission] = frozenset()
 
 
 def _none(request: Any) -> Sequence[str]:
@@ -223,18 +228,19 @@ def _nested(request: Any, attribute: str) -> Sequence[str]:
 
 
 _AUTHENTICATED = Rule(None, _none)
+_DESCRIBE = frozenset({Permission.WRITE, Permission.ADMIN})  # besides READ
 _CLUSTER = Rule(Permission.CLUSTER, lambda request: ("",))
 
 METHOD_RULES: dict[str, Rule] = {
     "/raftlog.v1.Log/Produce": Rule(Permission.WRITE, _topic),
     "/raftlog.v1.Log/Fetch": Rule(Permission.READ, _topic),
     "/raftlog.v1.Log/ListOffsets": Rule(Permission.READ, _topic),
-    "/raftlog.v1.Log/Metadata": Rule(Permission.READ, _topics),
+    "/raftlog.v1.Log/Metadata": Rule(Permission.READ, _topics, _DESCRIBE),
     "/raftlog.v1.Log/InitProducerId": _AUTHENTICATED,
     "/raftlog.v1.Admin/CreateTopic": Rule(Permission.ADMIN, _name),
     "/raftlog.v1.Admin/DeleteTopic": Rule(Permission.ADMIN, _name),
     "/raftlog.v1.Admin/CreatePartitions": Rule(Permission.ADMIN, _name),
-    "/raftlog.v1.Admin/DescribeTopic": Rule(Permission.READ, _name),
+    "/raftlog.v1.Admin/DescribeTopic": Rule(Permission.READ, _name, _DESCRIBE),
     "/raftlog.v1.Admin/ListTopics": _AUTHENTICATED,
     "/raftlog.v1.Admin/DescribeCluster": _AUTHENTICATED,
     "/raftlog.v1.Internal/SubmitMetadata": _CLUSTER,
@@ -372,8 +378,9 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     ) -> None:
         if self.access is None or rule.permission is None:
             return
+        accepted = (rule.permission, *rule.implied_by)
         for topic in rule.topics(request):
-            if not self.access.allowed(principal, rule.permission, topic):
+            if not any(self.access.allowed(principal, p, topic) for p in accepted):
                 what = f"topic {topic!r}" if topic else "the cluster"
                 await context.abort(
                     grpc.StatusCode.PERMISSION_DENIED,

@@ -61,6 +61,7 @@ TOKENS = {
     "admin": "admin-token-0123456789abcdef",
     "alice": "alice-token-0123456789abcdef",
     "reader": "reader-token-0123456789abcdef",
+    "writer": "writer-token-0123456789abcdef",
     "node": "node-token-0123456789abcdef00",
 }
 
@@ -72,6 +73,7 @@ def write_tokens(path: Path) -> Path:
         + '[permissions.admin]\n"*" = ["read", "write", "admin"]\n'
         + '[permissions.alice]\n"orders" = ["read", "write"]\n"alice-*" = ["read", "write"]\n'
         + '[permissions.reader]\n"orders" = ["read"]\n'
+        + '[permissions.writer]\n"orders" = ["write"]\n'
         + '[permissions.node]\n"*" = ["read", "write", "admin", "cluster"]\n'
     )
     return path
