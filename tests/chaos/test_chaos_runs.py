@@ -136,6 +136,8 @@ def test_network_nemeses_are_refused_where_there_is_no_hook(tmp_path: Path) -> N
     assert main(argv) == 2
 
 
+@pytest.mark.slow
+@pytest.mark.docker
 def test_the_docker_backend_runs_or_skips_cleanly(tmp_path: Path) -> None:
     reason = unavailable_reason("raftlog:local")
     if reason is not None:
