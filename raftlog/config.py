@@ -265,6 +265,8 @@ class NodeConfig:
     client_requests_in_flight_max: int = 256
     produce_buffer_bytes_max: int = 256 * MIB
     client_streams_per_connection_max: int = 256
+    # Idle client connections are closed after this long (gRPC's max_connection_idle_ms).
+    client_connection_idle_ms_max: int = 300_000
     # --- end security limits
 
     def validate(self) -> NodeConfig:
@@ -291,7 +293,11 @@ class NodeConfig:
             "must hold at least one batch of log.batch_bytes_max",
         )
         # --- security limits (issue 10)
-        for name in ("client_requests_in_flight_max", "client_streams_per_connection_max"):
+        for name in (
+            "client_requests_in_flight_max",
+            "client_streams_per_connection_max",
+            "client_connection_idle_ms_max",
+        ):
             _require(getattr(self, name) > 0, name, "must be positive")
         _require(
             self.produce_buffer_bytes_max >= self.log.batch_bytes_max,

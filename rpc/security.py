@@ -494,7 +494,10 @@ def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
         requests_in_flight_max=config.client_requests_in_flight_max,
         produce_buffer_bytes_max=config.produce_buffer_bytes_max,
     )
-    options = (("grpc.max_concurrent_streams", config.client_streams_per_connection_max),)
+    options = (
+        ("grpc.max_concurrent_streams", config.client_streams_per_connection_max),
+        ("grpc.max_connection_idle_ms", config.client_connection_idle_ms_max),
+    )
     return ServerSecurity(credentials, SecurityInterceptor(access, limits), options, forward)
 
 

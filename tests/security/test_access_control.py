@@ -121,3 +121,21 @@ def test_unreadable_pem_names_the_flag_not_the_content(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--tls-cert") as caught:
         TlsFiles(cert=tmp_path / "missing.pem", key=key).validate()
     assert "MATERIAL" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ("client_requests_in_flight_max=0", "client_requests_in_flight_max: must be positive"),
+        ("client_connection_idle_ms_max=0", "client_connection_idle_ms_max: must be positive"),
+        ("produce_buffer_bytes_max=1000", "produce_buffer_bytes_max: must hold at least one"),
+    ],
+)
+def test_limits_are_validated_with_the_rest_of_the_config(override: str, expected: str) -> None:
+    from raftlog.config import NodeConfig
+    from raftlog.runtime.settings import apply_overrides
+
+    with pytest.raises(ConfigError, match=expected):
+        apply_overrides(NodeConfig(), [override])
+    tuned = apply_overrides(NodeConfig(), ["client_requests_in_flight_max=4"])
+    assert tuned.client_requests_in_flight_max == 4
