@@ -55,6 +55,16 @@ sync_wheelhouse "$work/wheels"
 if ! docker buildx version >/dev/null 2>&1; then
     export DOCKER_BUILDKIT=0
 fi
+# The classic builder leaves the image it replaces untagged; the deps stage is tagged too (its
+# venv layer is the cache of the next build, and the slow part to rebuild), and what both tags
+# named before is removed afterwards unless a container still uses it.
+deps_tag="${tag%:*}-deps:${tag##*:}"
+previous_ids="$(docker image inspect --format '{{.Id}}' "$tag" "$deps_tag" 2>/dev/null || true)"
 echo "docker build -> $tag (BASE=$base_tag)"
+docker build --quiet --build-arg "BASE=$base_tag" --target deps --tag "$deps_tag" .
 docker build --quiet --build-arg "BASE=$base_tag" --tag "$tag" .
+current_ids="$(docker image inspect --format '{{.Id}}' "$tag" "$deps_tag")"
+for id in $previous_ids; do
+    if ! grep -q "$id" <<<"$current_ids"; then docker rmi "$id" >/dev/null 2>&1 || true; fi
+done
 docker run --rm "$tag" --version
