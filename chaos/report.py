@@ -124,20 +124,13 @@ def _markdown(results: dict[str, Any]) -> str:
         json.dumps(results["availability"], indent=2),
         "```",
     ]
-    lines += [
-        "",
-        "## Most frequent errors",
-        "",
-        "```json",
-        json.dumps(results.get("errors", {}), indent=2),
-    ]
-    lines += [
-        "```",
-        "",
-        "## Latency (ms, ok operations)",
-        "",
-        "| op | count | p50 | p90 | p99 | max |",
-    ]
+    lines += ["", "## Most frequent errors", "", "```json"]
+    lines += [json.dumps(results.get("errors", {}), indent=2), "```", ""]
+    return "\n".join(lines + _tables(results))
+
+
+def _tables(results: dict[str, Any]) -> list[str]:
+    lines = ["## Latency (ms, ok operations)", "", "| op | count | p50 | p90 | p99 | max |"]
     lines += ["|---|---|---|---|---|---|"]
     for f, s in results["latency_ms"].items():
         cells = [f, s["count"], s["p50_ms"], s["p90_ms"], s["p99_ms"], s["max_ms"]]
@@ -148,7 +141,7 @@ def _markdown(results: dict[str, Any]) -> str:
         start_s, stop_s = w["start_ns"] / NS_PER_S, w["stop_ns"] / NS_PER_S
         lines.append(f"| {start_s:.1f} | {stop_s:.1f} | {w['fault']} | {json.dumps(detail)} |")
     lines += ["", "Options: `" + json.dumps(results["options"]) + "`", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def write_report(out_dir: Path, events: Sequence[Event], results: dict[str, Any]) -> Path:
