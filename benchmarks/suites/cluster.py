@@ -203,13 +203,19 @@ def raw_batches_mb_s(cluster: LocalCluster, admin: Admin, *, total_bytes: int) -
     of a 1-partition topic: what the cluster sustains when the Python producer's per-record
     work is taken away (the producer figure divided by this one says who limits)."""
     create_topic(admin, "raw", partitions=1)
-    leader = serving_leader(cluster, "raw", 0)
-    assert leader is not None, "topic 'raw' has no serving leader"
     batch = raw_batch(KIB, 1000)  # just under the 1 MiB batch_bytes_max
-    address = cluster.nodes[leader].client_address
-    produce_raw_batches(address, "raw", batch, count=4, acks=pb.ACKS_ALL)  # warm up
+
+    def leader_address() -> str:
+        deadline = time.monotonic() + 30.0
+        while (leader := serving_leader(cluster, "raw", 0)) is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError("topic 'raw': no node serves partition 0 after 30 s")
+            time.sleep(0.1)  # an election or a leadership transfer is under way
+        return cluster.nodes[leader].client_address
+
+    produce_raw_batches(leader_address, "raw", batch, count=4, acks=pb.ACKS_ALL)  # warm up
     count = max(8, total_bytes // len(batch))
-    return produce_raw_batches(address, "raw", batch, count=count, acks=pb.ACKS_ALL).mb_s
+    return produce_raw_batches(leader_address, "raw", batch, count=count, acks=pb.ACKS_ALL).mb_s
 
 
 def baseline_pairs(

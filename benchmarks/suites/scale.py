@@ -144,7 +144,7 @@ def restart_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
         batch = raw_batch(KIB, 1000)  # just under the 1 MiB batch_bytes_max
         address = cluster.nodes[1].client_address
         fill = produce_raw_batches(
-            address, "restart", batch, count=log_bytes // len(batch), acks=pb.ACKS_LEADER
+            lambda: address, "restart", batch, count=log_bytes // len(batch), acks=pb.ACKS_LEADER
         )
         print(f"   filled {fill.value_bytes / GIB:.2f} GiB at {fill.mb_s:.0f} MB/s", flush=True)
         full_s = restart_to_serving_s(cluster, "restart")
