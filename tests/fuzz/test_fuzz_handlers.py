@@ -11,10 +11,12 @@ well-formed Produce requests carrying random or mutated batches. Whatever arrive
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import crc32c
 import grpc
 import pytest
 from hypothesis import given
@@ -29,6 +31,7 @@ from tests.fuzz.budget import fuzz_settings
 from tests.security.pki import TOKENS, write_tokens
 
 TOPIC = "fuzz-target"
+CRC_TOPIC = "fuzz-crc"  # receives batches whose CRC is right but whose records are garbage
 KNOWN = [f"known-{i}".encode() for i in range(5)]
 CALL_TIMEOUT_S = 5
 # Fuzzing Internal would let random bytes through the controller's metadata commands: it is
@@ -47,6 +50,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluste
         with Admin(cluster.bootstrap, token=TOKENS["admin"]) as admin:
             wait_for_controller(admin)
             admin.create_topic(TOPIC, partitions=1, replication_factor=1)
+            admin.create_topic(CRC_TOPIC, partitions=1, replication_factor=1)
         with Producer(cluster.bootstrap, token=TOKENS["admin"]) as producer:
             for value in KNOWN:
                 producer.send(TOPIC, value=value, partition=0).result(timeout=30)
@@ -81,7 +85,7 @@ def raw_call(channel: grpc.Channel, method: str, body: bytes, token: str | None)
         assert code != grpc.StatusCode.UNAVAILABLE, f"the node went away during {method}"
 
 
-def records_served(channel: grpc.Channel) -> list[bytes]:
+def records_served(channel: grpc.Channel, topic: str = TOPIC) -> list[bytes]:
     fetch = channel.unary_unary(
         "/raftlog.v1.Log/Fetch",
         request_serializer=pb.FetchRequest.SerializeToString,
@@ -90,7 +94,7 @@ def records_served(channel: grpc.Channel) -> list[bytes]:
     values: list[bytes] = []
     offset = 0
     while True:
-        request = pb.FetchRequest(topic=TOPIC, partition=0, offset=offset, max_bytes=1 << 20)
+        request = pb.FetchRequest(topic=topic, partition=0, offset=offset, max_bytes=1 << 20)
         response = fetch(request, timeout=30, metadata=bearer_metadata(TOKENS["admin"]))
         assert response.error.code == pb.NONE, response.error
         if not response.batches:
@@ -147,3 +151,28 @@ def test_node_log_names_no_token(node: tuple[LocalCluster, grpc.Channel]) -> Non
     cluster, _ = node
     text = Path(cluster.nodes[1].log_file).read_text(errors="replace")
     assert not any(token in text for token in TOKENS.values())
+
+
+def crc_valid_batch(last_offset_delta: int, record_count: int, records: bytes) -> bytes:
+    """A v2 batch whose header and CRC32C are right around an arbitrary records section."""
+    body = struct.pack(">hiqqqhii", 0, last_offset_delta, 0, 0, -1, -1, -1, record_count)
+    body += records
+    crc = crc32c.crc32c(body)
+    return struct.pack(">qiibI", 0, len(body) + 9, 0, 2, crc) + body
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding (issue 10): Produce checks a batch's header and CRC but not its records "
+    "(partition/replica.py _verify), so a client that computes the CRC over garbage records "
+    "has them stored and served; consumers then fail to decode them",
+)
+@fuzz_settings(40)
+@given(st.integers(0, 3), st.integers(0, 4), st.binary(max_size=60))
+def test_crc_valid_garbage_records_are_never_served(
+    node: tuple[LocalCluster, grpc.Channel], delta: int, count: int, records: bytes
+) -> None:
+    batch = crc_valid_batch(delta, count, records)
+    request = pb.ProduceRequest(topic=CRC_TOPIC, partition=0, batches=[batch], timeout_ms=5000)
+    raw_call(node[1], "/raftlog.v1.Log/Produce", request.SerializeToString(), TOKENS["admin"])
+    records_served(node[1], CRC_TOPIC)  # decode_batch raises on a batch that does not decode
