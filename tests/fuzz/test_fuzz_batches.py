@@ -8,6 +8,9 @@ leader epoch, which the log rewrites on append and which change no record).
 
 from __future__ import annotations
 
+import struct
+
+import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -56,7 +59,7 @@ def test_random_bytes_never_crash_the_decoder(data: bytes) -> None:
         pass
 
 
-@fuzz_settings(300)
+@fuzz_settings(150)
 @given(records, codecs, st.data())
 def test_mutated_batches_decode_to_the_original_or_are_refused(
     inputs: list[RecordInput], codec: Compression, data: st.DataObject
@@ -74,7 +77,7 @@ def test_mutated_batches_decode_to_the_original_or_are_refused(
         ]
 
 
-@fuzz_settings(200)
+@fuzz_settings(100)
 @given(records, codecs, st.integers(0, 400), st.binary(max_size=64))
 def test_cut_or_extended_batches_are_refused_or_exact(
     inputs: list[RecordInput], codec: Compression, cut: int, tail: bytes
@@ -84,3 +87,17 @@ def test_cut_or_extended_batches_are_refused_or_exact(
     assert decode_or_refuse(shortened) is None  # a torn batch is never served
     extended = decode_or_refuse(batch + tail)  # bytes after a batch belong to the next one
     assert extended is not None
+
+
+@fuzz_settings(300)
+@given(st.sampled_from([0, 1, 2, 3, 4]), st.integers(-1, 6), st.binary(max_size=200))
+def test_records_behind_a_valid_crc_decode_or_are_refused(
+    codec: int, record_count: int, records: bytes
+) -> None:
+    """The CRC is made right, so the fuzz reaches the records decoder and decompressors."""
+    body = struct.pack(">hiqqqhii", codec, max(record_count - 1, 0), 0, 0, -1, -1, -1, record_count)
+    body += records
+    header = struct.pack(">qiibI", 0, len(body) + 9, 0, 2, crc32c.crc32c(body))
+    decoded = decode_or_refuse(header + body)
+    if decoded is not None:
+        assert len(decoded.records) == record_count  # type: ignore[attr-defined]
