@@ -139,6 +139,9 @@ def load_access_control(path: Path) -> AccessControl:
         raw = tomllib.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"--auth-tokens {path}: {error}") from None
+    if Path(path).stat().st_mode & 0o077:
+        # Whoever can read the file can act as any principal in it.
+        log.warning("--auth-tokens %s: readable by group or others; chmod 600 it", path)
     unknown = sorted(set(raw) - {"tokens", "permissions"})
     if unknown:
         raise ConfigError(f"--auth-tokens {path}: unknown tables {unknown}")
@@ -180,7 +183,7 @@ def _grants(entries: object, path: Path, principal: str) -> tuple[Grant, ...]:
     grants = []
     for pattern, names in entries.items():
         valid = {p.value for p in Permission}
-        if not isinstance(names, list) or not set(names) <= valid:
+        if not isinstance(names, list) or not all(isinstance(n, str) and n in valid for n in names):
             raise ConfigError(
                 f"--auth-tokens {path}: [permissions.{principal}] {pattern!r}: expected a list "
                 f"of {sorted(valid)}, got {names!r}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,35 @@ def test_limits_are_validated_with_the_rest_of_the_config(override: str, expecte
         apply_overrides(NodeConfig(), [override])
     tuned = apply_overrides(NodeConfig(), ["client_requests_in_flight_max=4"])
     assert tuned.client_requests_in_flight_max == 4
+
+
+shapes = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(shapes)
+def test_any_permissions_shape_is_loaded_or_refused_cleanly(entries: object) -> None:
+    from raftlog.rpc.security import _grants
+
+    try:
+        grants = _grants(entries, Path("tokens.toml"), "p")
+    except ConfigError as error:
+        assert "[permissions.p]" in str(error)
+        return
+    assert all(grant.permissions <= frozenset(Permission) for grant in grants)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.text(max_size=120))
+def test_any_token_file_text_loads_or_is_refused_cleanly(
+    tmp_path_factory: pytest.TempPathFactory, text: str
+) -> None:
+    path = tmp_path_factory.mktemp("text") / "tokens.toml"
+    path.write_text(text)
+    path.chmod(0o600)
+    with contextlib.suppress(ConfigError):
+        load_access_control(path)
