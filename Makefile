@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast check fmt demo sim bench clean image
+.PHONY: install test test-fast check fmt demo sim chaos bench clean image
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -38,6 +38,9 @@ demo: $(STAMP)
 
 sim: $(STAMP)
 	$(BIN)/python -m raftlog.sim --seeds 1-2000
+
+chaos: $(STAMP)
+	$(BIN)/python -m raftlog chaos run --backend local --nodes 3 --nemesis kill,partition,pause --duration 60 --acks all --seed 1 --out chaos-out
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py --suite quick --out bench-out

@@ -103,6 +103,8 @@ class PartitionReplica:
         self._leader_producers_term = -1
         self._group: RaftGroup | None = None
         self._hw_advanced = asyncio.Event()
+        # Last offset applied to the producer table (the core resumes after its snapshot).
+        self._applied_offset = -1
 
     def attach(self, group: RaftGroup) -> None:
         assert self._group is None
@@ -118,10 +120,17 @@ class PartitionReplica:
         return self.group.node.commit_offset + 1
 
     def is_leader_ready(self) -> bool:
+        """Leader, its term's no-op committed, and everything before the no-op *applied*.
+
+        Commit alone is not enough: a Ready applies at most `apply_bytes_max`, so applying
+        can trail the commit offset by several passes after an election, and until the
+        entries of earlier terms are applied the producer table misses their sequences: a
+        retried batch would look new and be written twice (found by the chaos suite, seed 77).
+        """
         node = self.group.node
-        if node.role is not Role.LEADER:
+        if node.role is not Role.LEADER or not node.committed_in_term():
             return False
-        return self.group.log.term_at(node.commit_offset) == node.term
+        return self._applied_offset >= node.term_start_offset
 
     def _require_leader(self) -> None:
         node = self.group.node
@@ -133,6 +142,8 @@ class PartitionReplica:
     # -- state machine (called by the ready processor, in offset order) ------------------------
 
     def apply(self, entry: Entry) -> None:
+        assert entry.offset > self._applied_offset, (entry, self._applied_offset)
+        self._applied_offset = entry.last_offset
         if entry.kind is EntryKind.DATA:
             header = parse_header(entry.data)
             if header.producer_id >= 0:
@@ -148,6 +159,7 @@ class PartitionReplica:
         self._hw_advanced = asyncio.Event()
 
     def restore(self, snapshot: Snapshot) -> None:
+        self._applied_offset = snapshot.meta.offset
         self._committed_producers = ProducerStateTable.decode(
             snapshot.data, producers_max=self._producers_max
         )

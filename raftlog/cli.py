@@ -19,6 +19,7 @@ _REGISTRARS: list[tuple[str, str]] = [
     ("raftlog.serve", "add_serve_parser"),
     ("raftlog.cluster_cli", "add_cluster_parser"),
     ("raftlog.client_cli", "add_client_parsers"),
+    ("raftlog.chaos.cli", "add_chaos_parser"),
 ]
 
 
