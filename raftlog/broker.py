@@ -343,7 +343,19 @@ class Broker:
 
     def _on_partition_leadership(self, group: RaftGroup) -> None:
         replica = self._replicas_by_group.get(group.group_id)
-        if replica is None or group.node.role is not Role.LEADER:
+        if replica is None:
+            return
+        node = group.node
+        log.info(
+            "node %s: %s-%s is now %s in term %s (leader %s)",
+            self.node_id,
+            replica.topic,
+            replica.partition,
+            node.role.value,
+            node.term,
+            node.leader_id,
+        )
+        if node.role is not Role.LEADER:
             return
         command = ReportLeader(
             topic=replica.topic,
