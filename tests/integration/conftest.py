@@ -31,6 +31,13 @@ def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]
     cluster.stop()
 
 
+@pytest.fixture(scope="module")
+def cluster5(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = start_cluster(tmp_path_factory.mktemp("cluster5"), 5)
+    yield cluster
+    cluster.stop()
+
+
 def wait_until(condition: Callable[[], bool], *, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -149,12 +149,14 @@ def test_bad_input_gets_clear_errors_and_leaves_the_log_untouched(cluster3: Loca
     assert response.error.code == pb.OFFSET_OUT_OF_RANGE
 
 
+@pytest.mark.parametrize("nodes", [3, 5])
 def test_leader_sigkill_under_acks_all_loses_and_duplicates_nothing(
-    cluster3: LocalCluster,
+    request: pytest.FixtureRequest, nodes: int
 ) -> None:
-    topic = "failover"
+    cluster3: LocalCluster = request.getfixturevalue(f"cluster{nodes}")
+    topic = f"failover-{nodes}"
     admin = Admin(cluster3.bootstrap)
-    admin.create_topic(topic, partitions=1, replication_factor=3)
+    admin.create_topic(topic, partitions=1, replication_factor=nodes)
     victim = leader_of(admin, topic, 0)
     acked: dict[bytes, int] = {}
     futures: list[tuple[bytes, Future[RecordMetadata]]] = []
