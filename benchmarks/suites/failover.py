@@ -48,7 +48,7 @@ from _harness import (  # noqa: E402
 TOPIC = "failover"
 LOAD_RECORDS_S = 2000
 TRIAL_WAIT_S_MAX = 30.0  # a trial that sees no ack by then reports this figure
-CATCH_UP_S = 3.0
+CATCH_UP_S = 5.0  # also lets a preferred-leader transfer back to the restarted node finish
 TIMELINE_BEFORE_S = 2.0
 TIMELINE_AFTER_S = 5.0
 
