@@ -3,8 +3,9 @@
 Theory of operation. One run, one machine, the same seeded random 1 KiB values everywhere:
 
 1. `cluster_raw_append_mb_s`: the storage suite's raw loop (1 MiB writes, fdatasync each),
-   measured again here so `replication_efficiency` divides figures taken minutes apart, not
-   suites apart; `fdatasync_4k_p50_ms` / `_p99_ms`: 4 KiB append + fdatasync, the floor
+   measured again here, at the start and at the end (the better of the two; the other is
+   `cluster_raw_append_min_mb_s`), so `replication_efficiency` divides figures taken minutes
+   apart, not suites apart; `fdatasync_4k_p50_ms` / `_p99_ms`: 4 KiB append + fdatasync, the floor
    under any acks=all latency on this disk.
 2. Pairs, alternated because the machine is shared and noisy: the pysyncobj baseline (three
    processes, `_pysyncobj_node.py`, commands with callbacks) then raftlog acks=all on a fresh
@@ -245,7 +246,9 @@ def baseline_pairs(
 
 def measure(work: pathlib.Path, out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
     total_bytes = (48 if quick else 256) * MIB
-    metrics = {"cluster_raw_append_mb_s": load_storage_suite().raw_append_mb_s(out_dir, 64 * MIB)}
+    raw_append_mb_s = load_storage_suite().raw_append_mb_s
+    raw_before_mb_s = raw_append_mb_s(out_dir, 64 * MIB)
+    metrics: dict[str, float] = {}
     fsyncs = fsync_latencies_ms(out_dir)
     metrics["fdatasync_4k_p50_ms"] = percentile(fsyncs, 0.50)
     metrics["fdatasync_4k_p99_ms"] = percentile(fsyncs, 0.99)
@@ -283,6 +286,11 @@ def measure(work: pathlib.Path, out_dir: pathlib.Path, *, quick: bool) -> dict[s
             metrics[f"produce_latency_{key}_ms"] = at_30[f"{key}_ms"]
         metrics["produce_latency_offered_mb_s"] = at_30["offered_mb_s"]
         metrics["consume_mb_s"] = consume_mb_s(bootstrap, "acks-all-0", PARTITIONS)
+    # The shared disk swings 2-4x within minutes: the raw loop runs at both ends of the suite
+    # and the better figure stands for the disk's limit.
+    raw_after_mb_s = raw_append_mb_s(out_dir, 64 * MIB)
+    metrics["cluster_raw_append_mb_s"] = max(raw_before_mb_s, raw_after_mb_s)
+    metrics["cluster_raw_append_min_mb_s"] = min(raw_before_mb_s, raw_after_mb_s)
     metrics["replication_efficiency"] = (
         3 * metrics["produce_acks_all_1kib_mb_s"] / metrics["cluster_raw_append_mb_s"]
     )
