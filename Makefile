@@ -34,7 +34,7 @@ fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 demo: $(STAMP)
-	$(BIN)/python -m raftlog.demo
+	$(BIN)/python -m raftlog.demo --spark
 
 sim: $(STAMP)
 	$(BIN)/python -m raftlog.sim --seeds 1-2000

@@ -9,6 +9,7 @@ arrived exactly once and in order, prints a summary and stops the cluster.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import signal
 import sys
@@ -159,8 +160,18 @@ def spark_check(bootstrap: str, expected: int) -> list[str]:
     except ImportError as error:
         say(f"skipping Spark: {error}")
         return []
-    say("streaming the topic into Spark (local[2]) ...")
-    spark = SparkSession.builder.master("local[2]").appName("raftlog-demo").getOrCreate()
+    say("reading the topic with Spark (local[2]) ...")
+    # Spark's Python workers must run this interpreter (it has raftlog and pyarrow).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("raftlog-demo")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
     try:
         spark.dataSource.register(RaftlogDataSource)
         frame = (
