@@ -170,12 +170,15 @@ def read_range(
     options: SourceOptions,
     offset_range: OffsetRange,
     *,
+    cluster: Cluster | None = None,
     clock: Clock = time.monotonic,
     sleep: Sleep = time.sleep,
 ) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of every record of `offset_range`, in offset order, exactly once."""
-    cluster = _worker_cluster(options)
-    yield from _read(cluster, options, offset_range, clock, sleep)
+    """Arrow batches of every record of `offset_range`, in offset order, exactly once.
+
+    `cluster` (tests pass a simulated one) defaults to this worker process's shared one."""
+    chosen = _worker_cluster(options) if cluster is None else cluster
+    yield from _read(chosen, options, offset_range, clock, sleep)
 
 
 _worker_clusters: dict[tuple[str, int], Cluster] = {}
