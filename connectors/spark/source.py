@@ -62,7 +62,7 @@ from pyspark.sql.types import (
 )
 
 from raftlog.client._connection import TopicPartition
-from raftlog.connectors.spark.access import ClusterView, DataLossError, read_range
+from raftlog.connectors.spark.access import ClusterView, DataLossError, log, read_range
 from raftlog.connectors.spark.options import (
     EARLIEST,
     LATEST,
@@ -163,9 +163,10 @@ def resolve_position(
         s: view.offsets([tp for tp in tps if wanted.get(tp, default) == s], s)
         for s in (EARLIEST, LATEST)
     }
-    position = {
-        tp: sentinels[o][tp] if o < 0 else o for tp in tps for o in [wanted.get(tp, default)]
-    }
+    position: Position = {}
+    for tp in tps:
+        offset = wanted.get(tp, default)
+        position[tp] = sentinels[offset][tp] if offset < 0 else offset
     assert set(position) == set(tps)
     return position
 
@@ -179,6 +180,8 @@ def check_data_loss(view: ClusterView, start: Position, options: SourceOptions) 
             f"offsets removed before they were read (start, log start): {lost}; set "
             "failOnDataLoss=false to skip them"
         )
+    if lost:
+        log.warning("skipping offsets removed by retention (start, log start): %s", lost)
     return {tp: max(offset, earliest[tp]) for tp, offset in start.items()}
 
 
