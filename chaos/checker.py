@@ -192,11 +192,11 @@ def _check_offsets(facts: _Facts, result: CheckResult) -> None:
     for value, by_place in offsets_of.items():
         if len(by_place) > 1:
             # Each place lists every source that saw the value there (ack, poll, final).
-            seen = [
+            places = [
                 {**_describe(s), "sources": sorted(sources[(value, s.tp, s.offset)])}
                 for s in by_place.values()
             ]
-            result.add("duplicate", {"value": value, "seen": seen})
+            result.add("duplicate", {"value": value, "seen": places})
 
 
 def _describe(seen: Observation) -> dict[str, Any]:
