@@ -25,11 +25,9 @@ import os
 import pathlib
 import shutil
 import statistics
-import sys
 import tempfile
 import threading
 import time
-import warnings
 from typing import Any
 
 from raftlog.rpc.v1 import raftlog_pb2 as pb
@@ -38,6 +36,7 @@ from raftlog.client import Admin, Producer
 from raftlog.client._connection import Cluster, TopicPartition
 from raftlog.client.config import ConnectionConfig
 from raftlog.cluster_cli import wait_for_controller
+from raftlog.connectors.spark.session import local_session
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.records import RecordInput, encode_batch
 
@@ -100,28 +99,6 @@ def _decode_rows_s() -> float:
 
     decode()  # the first call in a process imports pandas (through pyarrow) and faults pages
     return statistics.median(decode() for _ in range(20))
-
-
-def _session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        from pyspark.sql import SparkSession
-
-        from raftlog.connectors.spark import RaftlogDataSource
-
-        spark = (
-            SparkSession.builder.master("local[2]")
-            .appName("raftlog-bench")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
-        )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(RaftlogDataSource)
-    return spark
 
 
 def _batch_rows_s(spark: Any, bootstrap: str, records: int) -> tuple[float, float]:
@@ -206,7 +183,7 @@ def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
             admin.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=3)
         written = _fill(local.bootstrap, records)
         decode_rows_s = _decode_rows_s()
-        spark = _session()
+        spark = local_session(app_name="raftlog-bench")
         try:
             batch_cold_rows_s, batch_rows_s = _batch_rows_s(spark, local.bootstrap, written)
             stream_rows_s = _stream_rows_s(spark, local.bootstrap, written, work / "stream-ckpt")

@@ -11,8 +11,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import sys
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,25 +34,11 @@ def spark() -> Iterator[Any]:
     reason = missing_requirement()
     if reason is not None:
         pytest.skip(reason)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        from pyspark.sql import SparkSession
+    from raftlog.connectors.spark.session import local_session
 
-        from raftlog.connectors.spark import RaftlogDataSource
-
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("raftlog-spark-tests")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.streaming.stopTimeout", "30s")
-            .getOrCreate()
-        )
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(RaftlogDataSource)
+    session = local_session(
+        app_name="raftlog-spark-tests", **{"spark.sql.streaming.stopTimeout": "30s"}
+    )
     yield session
     session.stop()
 
