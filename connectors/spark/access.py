@@ -31,7 +31,11 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+from raftlog.connectors.spark.arrow import decode_fetch
+from raftlog.connectors.spark.options import EARLIEST, LATEST, SourceOptions, Subscription
+from raftlog.connectors.spark.planning import OffsetRange, Position
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client._connection import Cluster, TopicPartition
@@ -43,9 +47,6 @@ from raftlog.client.errors import (
     UnknownTopicOrPartitionError,
     server_error,
 )
-from raftlog.connectors.spark.arrow import decode_fetch
-from raftlog.connectors.spark.options import EARLIEST, LATEST, SourceOptions, Subscription
-from raftlog.connectors.spark.planning import OffsetRange, Position
 
 __all__ = ["ClusterView", "DataLossError", "read_range"]
 
@@ -151,8 +152,35 @@ class ClusterView:
         result: Position = {}
         for tp in tps:
             offset = self._list_offset(tp, pb.TIMESTAMP, timestamp_ms)
-            result[tp] = offset if offset >= 0 else self._list_offset(tp, pb.LATEST, 0)
+            if offset < 0:
+                result[tp] = self._list_offset(tp, pb.LATEST, 0)
+            else:
+                result[tp] = self._first_record_at_or_after(tp, offset, timestamp_ms)
         return result
+
+    def _first_record_at_or_after(self, tp: TopicPartition, offset: int, timestamp_ms: int) -> int:
+        """ListOffsets answers at batch granularity (the broker never decodes records): the
+        batch at `offset` has some record at or after `timestamp_ms`; find the first one, as
+        Kafka's ListOffsets would."""
+        request = pb.FetchRequest(
+            topic=tp.topic, partition=tp.partition, offset=offset, max_bytes=1024 * 1024
+        )
+        response = call_leader(self._cluster, tp, "Log.Fetch", request, window_s=self._window_s)
+        decoded = decode_fetch(
+            response.batches,
+            topic=tp.topic,
+            partition=tp.partition,
+            offset_from=offset,
+            offset_to=response.high_watermark,
+            high_watermark=response.high_watermark,
+            include_headers=False,
+        )
+        if decoded.batch is None:
+            return offset
+        micros = np.asarray(decoded.batch.column("timestamp").cast(pa.int64()))
+        later = np.flatnonzero(micros >= timestamp_ms * 1000)
+        offsets = decoded.batch.column("offset")
+        return int(offsets[int(later[0])].as_py()) if len(later) else offset
 
     def _list_offset(self, tp: TopicPartition, spec: Any, timestamp_ms: int) -> int:
         request = pb.ListOffsetsRequest(

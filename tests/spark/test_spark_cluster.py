@@ -178,6 +178,25 @@ def test_batch_read_with_ending_offsets_reads_exactly_the_range(
     assert sorted(int(r.value) for r in frame.collect()) == list(range(10, 30))
 
 
+def test_starting_timestamp_and_subscribe_pattern(
+    spark: Any, cluster: LocalCluster, topic: str
+) -> None:
+    create_topic(cluster, topic, 1)
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        for i in range(20):
+            producer.send(topic, value=b"%d" % i, timestamp_ms=1_000_000 + 1000 * i)
+        producer.flush()
+    frame = (
+        spark.read.format("raftlog")
+        .option("bootstrap", cluster.bootstrap)
+        .option("subscribePattern", re.escape(topic[:-3]) + ".*")
+        .option("startingTimestamp", str(1_000_000 + 1000 * 12 - 1))
+        .load()
+    )
+    rows = [r for r in frame.collect() if r.topic == topic]
+    assert sorted(int(r.value) for r in rows) == list(range(12, 20))
+
+
 def test_options_that_are_wrong_fail_naming_the_option(spark: Any, cluster: LocalCluster) -> None:
     from pyspark.errors import PySparkException
 
