@@ -259,11 +259,20 @@ def test_streaming_restart_from_checkpoint_sees_every_record_once(
     assert len(sink.values()) == len(set(sink.values()))
 
 
-def _leader(cluster: LocalCluster, topic: str, partition: int) -> int:
+def _leader(cluster: LocalCluster, topic: str, partition: int, *, timeout_s: float = 30) -> int:
+    """The partition's leader; the node asked may not have applied a new topic yet (or an
+    election may be under way), so ask again until one is named."""
+    deadline = time.monotonic() + timeout_s
     with Admin(cluster.bootstrap) as admin:
-        leader = admin.describe_topic(topic).partitions[partition].leader
-    assert leader is not None
-    return leader
+        while time.monotonic() < deadline:
+            try:
+                leader = admin.describe_topic(topic).partitions[partition].leader
+            except ClientError:
+                leader = None
+            if leader is not None:
+                return leader
+            threading.Event().wait(0.2)
+    raise TimeoutError(f"no leader of {topic}/{partition} within {timeout_s} s")
 
 
 def test_leader_killed_during_a_streaming_query_loses_and_duplicates_nothing(
