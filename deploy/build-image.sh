@@ -32,7 +32,9 @@ sync_wheelhouse() {
     done
     for wheel in "$fresh"/*.whl; do
         case "$(basename "$wheel")" in raftlog-*) dir=project ;; *) dir=deps ;; esac
-        if ! cmp -s "$wheel" "$wheels/$dir/$(basename "$wheel")"; then cp "$wheel" "$wheels/$dir/"; fi
+        if ! cmp -s "$wheel" "$wheels/$dir/$(basename "$wheel")"; then
+            cp "$wheel" "$wheels/$dir/"
+        fi
     done
 }
 
@@ -55,15 +57,18 @@ sync_wheelhouse "$work/wheels"
 if ! docker buildx version >/dev/null 2>&1; then
     export DOCKER_BUILDKIT=0
 fi
-# The classic builder leaves the image it replaces untagged; the deps stage is tagged too (its
-# venv layer is the cache of the next build, and the slow part to rebuild), and what both tags
-# named before is removed afterwards unless a container still uses it.
+# The classic builder leaves the images it replaces untagged, so each stage is tagged (the deps
+# stage's venv layer is also the cache of the next build, and the slow part to rebuild) and
+# what the tags named before is removed afterwards unless a container still uses it.
 deps_tag="${tag%:*}-deps:${tag##*:}"
-previous_ids="$(docker image inspect --format '{{.Id}}' "$tag" "$deps_tag" 2>/dev/null || true)"
+project_tag="${tag%:*}-project:${tag##*:}"
+tags=("$deps_tag" "$project_tag" "$tag")
+previous_ids="$(docker image inspect --format '{{.Id}}' "${tags[@]}" 2>/dev/null || true)"
 echo "docker build -> $tag (BASE=$base_tag)"
 docker build --quiet --build-arg "BASE=$base_tag" --target deps --tag "$deps_tag" .
+docker build --quiet --build-arg "BASE=$base_tag" --target project --tag "$project_tag" .
 docker build --quiet --build-arg "BASE=$base_tag" --tag "$tag" .
-current_ids="$(docker image inspect --format '{{.Id}}' "$tag" "$deps_tag")"
+current_ids="$(docker image inspect --format '{{.Id}}' "${tags[@]}")"
 for id in $previous_ids; do
     if ! grep -q "$id" <<<"$current_ids"; then docker rmi "$id" >/dev/null 2>&1 || true; fi
 done
