@@ -81,7 +81,8 @@ class Broker:
         self.metadata = MetadataMachine(settings.cluster_id)
         self.replicas: dict[tuple[str, int], PartitionReplica] = {}
         self._replicas_by_group: dict[GroupId, PartitionReplica] = {}
-        self._tasks: list[asyncio.Task[None]] = []
+        # Running tasks only: short ones (leader reports) remove themselves when done.
+        self._tasks: set[asyncio.Task[None]] = set()
         self._storages: dict[GroupId, RaftLogStorage] = {}
         self._producer_ids_next = 0
         self._producer_ids_end = 0
@@ -211,9 +212,10 @@ class Broker:
         if self._grpc is not None:
             await self._grpc.stop(grace=0.5)
         self.host.close()
-        for task in self._tasks:
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.transport.close()
@@ -237,7 +239,9 @@ class Broker:
                     self.failed.set_exception(error)
                 raise
 
-        self._tasks.append(asyncio.create_task(guarded(), name=name))
+        task = asyncio.create_task(guarded(), name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _on_messages(self, sender: NodeId, items: list[tuple[GroupId, Message]]) -> None:
         self.host.deliver(sender, items)
@@ -341,12 +345,13 @@ class Broker:
             storage.close()
         shutil.rmtree(self._partition_dir(replica.topic, replica.partition), ignore_errors=True)
 
-    def _on_partition_leadership(self, group: RaftGroup) -> None:
+    def _on_partition_leadership(self, group: RaftGroup, *, quiet: bool = False) -> None:
         replica = self._replicas_by_group.get(group.group_id)
         if replica is None:
             return
         node = group.node
-        log.info(
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
             "node %s: %s-%s is now %s in term %s (leader %s)",
             self.node_id,
             replica.topic,
@@ -433,11 +438,29 @@ class Broker:
             if self.is_controller():
                 await self._controller_duties()
             self._move_leaders_to_preferred()
+            self._report_stale_leaders()
             self._maybe_snapshot_metadata()
             # Starts the group coordinator's hold-off at the election, not at the first
             # group request (consumers resume sooner after a controller change).
             self.groups.coordinating()
             await asyncio.sleep(interval_s if registered else 0.2)
+
+    def _report_stale_leaders(self) -> None:
+        """Re-report leadership the metadata does not show yet.
+
+        A report made right after an election can be lost (the controller it was forwarded
+        to had just died); clients route by the metadata, so a lost report would send them
+        to a former leader until the next election. Each pass repairs that.
+        """
+        state = self.metadata.state
+        for replica in self.replicas.values():
+            node = replica.group.node
+            info = state.partition(replica.topic, replica.partition)
+            if info is None or node.role is not Role.LEADER:
+                continue
+            if info.leader_id == self.node_id and info.leader_epoch >= node.term:
+                continue
+            self._on_partition_leadership(replica.group, quiet=True)
 
     def _move_leaders_to_preferred(self) -> None:
         """Hand partition leadership back to the preferred replica when it is alive.

@@ -113,9 +113,29 @@ class RaftGroup:
         if commitment is Commitment.NONE:
             future.set_result(base_offset)
             return base_offset, future
+        self._drop_replaced(base_offset)
         assert not self._waiters or self._waiters[-1].last_offset < base_offset
         self._waiters.append(_Waiter(self.node.term, base_offset, last_offset, commitment, future))
         return base_offset, future
+
+    def _drop_replaced(self, base_offset: Offset) -> None:
+        """Fail waiters at or beyond a new proposal's offset: their entries are gone.
+
+        A leader that lost its term, then won a later one, proposes again at offsets its
+        old, uncommitted proposals had held; the new leader's log truncated those (Raft
+        §5.3), so they can never be applied as proposed.
+        """
+        while self._waiters and self._waiters[-1].last_offset >= base_offset:
+            waiter = self._waiters.pop()
+            assert waiter.term < self.node.term, (waiter.term, self.node.term)
+            if not waiter.future.done():
+                waiter.future.set_exception(
+                    ProposalDroppedError(
+                        f"group {self.group_id}: offsets [{waiter.base_offset}, "
+                        f"{waiter.last_offset}] of term {waiter.term} were truncated by a "
+                        f"later leader"
+                    )
+                )
 
     def read_index(self) -> asyncio.Future[Offset]:
         """A linearizable commit offset (Raft §6.4), answered through a ReadState."""
