@@ -28,7 +28,6 @@ from typing import Any
 
 from raftlog.chaos.clients import LogClients, RaftlogClients
 from raftlog.chaos.local_backend import lookup_controller, lookup_leader, send_fault_rules
-
 from raftlog.cluster_cli import wait_for_controller
 
 __all__ = ["DockerBackend", "unavailable_reason"]

@@ -20,13 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from raftlog.chaos.clients import LogClients, RaftlogClients
-from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
+from raftlog.chaos.clients import LogClients, RaftlogClients
 from raftlog.client import Admin
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
 __all__ = ["LocalBackend", "lookup_controller", "lookup_leader", "send_fault_rules"]
 

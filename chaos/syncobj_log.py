@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
 from raftlog.chaos.clients import (
     ChaosConsumer,
     ChaosProducer,
@@ -36,7 +37,6 @@ from raftlog.chaos.clients import (
     FinalRead,
     ReadRecord,
 )
-
 from raftlog.local_cluster import free_port_base
 
 __all__ = ["SyncObjBackend"]

@@ -33,7 +33,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from raftlog.metadata.commands import AssignmentError
-
 from raftlog.types import NodeId
 
 __all__ = ["NodeLoad", "assign_replicas"]

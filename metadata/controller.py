@@ -38,6 +38,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from raftlog.config import MetadataConfig
 from raftlog.metadata.assignment import NodeLoad, assign_replicas
 from raftlog.metadata.commands import (
     ApplyResult,
@@ -51,8 +52,6 @@ from raftlog.metadata.commands import (
     reject,
 )
 from raftlog.metadata.state import MetadataState
-
-from raftlog.config import MetadataConfig
 from raftlog.types import GroupId, NodeId, PartitionId
 
 __all__ = [

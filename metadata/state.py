@@ -76,7 +76,6 @@ from raftlog.metadata.commands import (
     reject,
     topic_name_collision_key,
 )
-
 from raftlog.types import GroupId, NodeId, PartitionId
 
 __all__ = [

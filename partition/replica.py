@@ -27,8 +27,6 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
-from raftlog.partition.producer_state import ProducerStateTable, Verdict
-
 from raftlog.config import LogConfig
 from raftlog.errors import (
     BatchTooLargeError,
@@ -40,6 +38,7 @@ from raftlog.errors import (
     ProducerFencedError,
     RequestTimedOutError,
 )
+from raftlog.partition.producer_state import ProducerStateTable, Verdict
 from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
 from raftlog.runtime.group import Commitment, RaftGroup
 from raftlog.storage.batch import BatchHeader, parse_header, verify_batch

@@ -16,6 +16,9 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import grpc
+
+from raftlog import errors
+from raftlog.errors import NotControllerError
 from raftlog.metadata import (
     ApplyResult,
     CreateTopicRequest,
@@ -27,9 +30,6 @@ from raftlog.metadata.commands import MetadataDecodeError
 from raftlog.rpc.faults import Direction, FaultInjector, LinkFaults
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-
-from raftlog import errors
-from raftlog.errors import NotControllerError
 from raftlog.types import NodeId
 
 if TYPE_CHECKING:

@@ -31,6 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+
+from raftlog import errors
+from raftlog.config import MetadataConfig
 from raftlog.metadata import Command
 from raftlog.metadata.commands import (
     OFFSETS_PER_COMMIT_MAX,
@@ -47,12 +50,9 @@ from raftlog.metadata.groups import (
     TopicPartition,
 )
 from raftlog.metadata.state import MetadataState
+from raftlog.raft.types import Role
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-
-from raftlog import errors
-from raftlog.config import MetadataConfig
-from raftlog.raft.types import Role
 from raftlog.runtime.group import RaftGroup
 from raftlog.types import NodeId, PartitionId
 

@@ -42,6 +42,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
+from raftlog.config import TransportConfig
+from raftlog.errors import FrameError, HandshakeError, TransportError
+from raftlog.raft.types import Message
 from raftlog.rpc.codec import (
     FRAME_HEADER,
     FrameKind,
@@ -55,10 +58,6 @@ from raftlog.rpc.codec import (
     item_size_bytes,
 )
 from raftlog.rpc.faults import FaultInjector, FrameFate
-
-from raftlog.config import TransportConfig
-from raftlog.errors import FrameError, HandshakeError, TransportError
-from raftlog.raft.types import Message
 from raftlog.types import GroupId, NodeId
 
 __all__ = ["OnMessages", "PeerTransport", "TransportCounters"]

@@ -50,11 +50,11 @@ from typing import Any
 
 import grpc
 from google.protobuf.message import DecodeError
+
+from raftlog.errors import ConfigError, NotControllerError
 from raftlog.metadata import ApplyResult, Command, ErrorCode, encode_command
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-
-from raftlog.errors import ConfigError, NotControllerError
 from raftlog.runtime.settings import BrokerSettings
 from raftlog.tls import (
     TlsFiles,

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import grpc
-from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
 from raftlog import errors
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.runtime.group import Commitment
 
 if TYPE_CHECKING:

@@ -29,8 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
 from raftlog.client import Admin, Producer
 from raftlog.client.accumulator import RecordMetadata
@@ -38,6 +36,8 @@ from raftlog.client.admin import TopicDescription
 from raftlog.client.errors import NoNodeAnsweredError, TopicAlreadyExistsError
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.storage.batch import parse_header
 from raftlog.storage.records import RecordInput, encode_batch
 

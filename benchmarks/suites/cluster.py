@@ -59,6 +59,7 @@ from _harness import (  # noqa: E402
     running_cluster,
     serving_leader,
 )
+
 from raftlog.rpc.v1 import raftlog_pb2 as pb  # noqa: E402
 
 PARTITIONS = 3

@@ -47,6 +47,7 @@ from _harness import (  # noqa: E402
     raw_batch,
     running_cluster,
 )
+
 from raftlog.rpc.v1 import raftlog_pb2 as pb  # noqa: E402
 
 PARTITIONS = 1000

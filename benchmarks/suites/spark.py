@@ -30,14 +30,13 @@ import threading
 import time
 from typing import Any
 
-from raftlog.connectors.spark.session import local_session
-from raftlog.rpc.v1 import raftlog_pb2 as pb
-
 from raftlog.client import Admin, Producer
 from raftlog.client._connection import Cluster, TopicPartition
 from raftlog.client.config import ConnectionConfig
 from raftlog.cluster_cli import wait_for_controller
+from raftlog.connectors.spark.session import local_session
 from raftlog.local_cluster import LocalCluster
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.storage.records import RecordInput, encode_batch
 
 RECORD_BYTES = 100

@@ -38,10 +38,10 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 import grpc.aio
-from raftlog.rpc.peer_transport import PeerTransport
 
 from raftlog.config import TransportConfig
 from raftlog.raft.types import AppendRequest, AppendResponse, Entry, EntryKind, Message
+from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.types import GroupId, NodeId, Offset, Term
 
 SEED = 20261122

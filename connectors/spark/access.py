@@ -33,10 +33,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from raftlog.connectors.spark.arrow import decode_fetch
-from raftlog.connectors.spark.options import EARLIEST, LATEST, SourceOptions, Subscription
-from raftlog.connectors.spark.planning import OffsetRange, Position
-from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client._connection import Cluster, TopicPartition
 from raftlog.client.config import ConnectionConfig
@@ -47,6 +43,10 @@ from raftlog.client.errors import (
     UnknownTopicOrPartitionError,
     server_error,
 )
+from raftlog.connectors.spark.arrow import decode_fetch
+from raftlog.connectors.spark.options import EARLIEST, LATEST, SourceOptions, Subscription
+from raftlog.connectors.spark.planning import OffsetRange, Position
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 __all__ = ["ClusterView", "DataLossError", "read_range"]
 

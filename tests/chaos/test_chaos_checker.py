@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from raftlog.chaos.checker import ANOMALIES, check
 from raftlog.chaos.history import Event, Op, pair_operations
 

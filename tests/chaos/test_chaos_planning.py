@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from raftlog.chaos.clients import DefiniteSendFailure, send_outcome
 from raftlog.chaos.generator import RateLimiter, fault_schedule
 from raftlog.chaos.history import (
@@ -26,7 +27,6 @@ from raftlog.chaos.history import (
 )
 from raftlog.chaos.nemesis import PARTITIONS, Nemesis, partition_links, plan_fault
 from raftlog.chaos.stats import availability, fault_windows, latency_percentiles, percentile
-
 from raftlog.client.errors import DeliveryFailedError, RequestTimedOutError, ServerError
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from raftlog.chaos.cli import main
 from raftlog.chaos.clients import ChaosConsumer, ChaosProducer, FinalRead, LogClients
 from raftlog.chaos.docker_backend import unavailable_reason

@@ -21,11 +21,11 @@ import grpc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from raftlog.rpc.security import METHOD_RULES, bearer_metadata
-from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client import Admin, Producer
 from raftlog.local_cluster import LocalCluster
+from raftlog.rpc.security import METHOD_RULES, bearer_metadata
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
 from tests.fuzz.budget import fuzz_settings
 from tests.security.pki import TOKENS, write_tokens

@@ -14,13 +14,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
 from raftlog.client import Admin, Consumer, Producer, RecordMetadata
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptBatchError
 from raftlog.local_cluster import LocalCluster
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.storage.batch import iter_batches, verify_batch
 from raftlog.storage.raft_log import RaftLogStorage
 from raftlog.storage.records import RecordInput, encode_batch

@@ -27,6 +27,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+
 from raftlog.metadata.assignment import NodeLoad, assign_replicas
 from raftlog.metadata.commands import (
     AllocateProducerIds,
@@ -52,7 +53,6 @@ from raftlog.metadata.controller import (
     rebalance_plan,
 )
 from raftlog.metadata.state import MetadataState
-
 from raftlog.types import GroupId, NodeId, PartitionId
 
 NAMES = ["a", "b", "a.b", "a_b", "orders"]

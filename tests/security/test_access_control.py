@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raftlog.rpc.security import ClientLimits, Permission, load_access_control
 
 from raftlog.errors import ConfigError
+from raftlog.rpc.security import ClientLimits, Permission, load_access_control
 from raftlog.serve import add_serve_parser, settings_from_args
 from tests.security.pki import TOKENS, Pki
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
+
 from raftlog.rpc.security import (
     AccessControl,
     ClientLimits,

@@ -11,11 +11,11 @@ import random
 import ssl
 
 import pytest
-from raftlog.rpc import codec
-from raftlog.rpc.peer_transport import PeerTransport
 
 from raftlog.config import TransportConfig
 from raftlog.raft.types import AppendRequest, Entry, EntryKind, Message
+from raftlog.rpc import codec
+from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.tls import TlsFiles, peer_ssl_contexts
 from raftlog.types import GroupId, NodeId, Offset, Term
 from tests.security.pki import Pki, RecordingProxy

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import grpc
 import pytest
-from raftlog.rpc.security import bearer_metadata
-from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.client.errors import ClientError
 from raftlog.local_cluster import LocalCluster
+from raftlog.rpc.security import bearer_metadata
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
 from raftlog.tls import grpc_channel_credentials
 from tests.security.pki import TOKENS, Pki, RecordingProxy

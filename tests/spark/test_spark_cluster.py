@@ -19,12 +19,12 @@ from typing import Any
 
 import grpc
 import pytest
-from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
 from raftlog.client import Admin, Consumer, Producer, RecordMetadata
 from raftlog.client.errors import ClientError
 from raftlog.local_cluster import LocalCluster
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 
 # PySpark 4.x warns that it does not fully support pandas 3 (which these tests do not use).
 PANDAS_WARNING = "ignore:PySpark does not yet fully support pandas:FutureWarning"

@@ -13,13 +13,13 @@ from collections import deque
 from typing import Any
 
 import pytest
-from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client._connection import TopicPartition
 from raftlog.client.errors import ClientError, ConnectionFailedError
 from raftlog.connectors.spark.access import DataLossError, read_range
 from raftlog.connectors.spark.options import parse_source_options
 from raftlog.connectors.spark.planning import OffsetRange
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.storage.records import (
     CONTROL_LEADER_CHANGE,
     RecordInput,

@@ -28,9 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
+
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-
 from raftlog.storage.batch import patch_base_offset_and_epoch, verify_batch
 from raftlog.storage.records import CONTROL_LEADER_CHANGE, encode_control_batch
 

@@ -6,7 +6,6 @@ import re
 
 import pytest
 from client_fake_cluster import FakeCluster
-from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client import Admin, Producer
 from raftlog.client.errors import (
@@ -17,6 +16,7 @@ from raftlog.client.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 
 def test_topic_lifecycle(cluster: FakeCluster) -> None:

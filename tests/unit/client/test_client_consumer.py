@@ -6,7 +6,6 @@ import re
 
 import pytest
 from client_fake_cluster import FakeCluster
-from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client import Consumer, ConsumerRecord, Producer
 from raftlog.client.errors import (
@@ -16,6 +15,7 @@ from raftlog.client.errors import (
     ServerError,
 )
 from raftlog.errors import ConfigError
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 TP = ("events", 0)
 TIMEOUT_S = 10

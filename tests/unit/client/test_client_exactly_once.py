@@ -14,10 +14,10 @@ from collections import defaultdict
 from client_fake_cluster import FakeCluster
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client import Consumer, Producer
 from raftlog.client.partitioner import partition_for_key
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 PARTITIONS = 3
 _topic_numbers = itertools.count()

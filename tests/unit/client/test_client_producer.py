@@ -11,7 +11,6 @@ from concurrent.futures import Future
 
 import pytest
 from client_fake_cluster import FakeCluster
-from raftlog.rpc.v1 import raftlog_pb2 as pb
 
 from raftlog.client import Consumer, Producer, RecordMetadata
 from raftlog.client.errors import (
@@ -26,6 +25,7 @@ from raftlog.client.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.errors import ConfigError
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.storage.batch import Compression, parse_header
 from raftlog.storage.records import decode_batch
 

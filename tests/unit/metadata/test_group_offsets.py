@@ -8,6 +8,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from raftlog.metadata.commands import (
     CommitGroupOffsets,
     DeleteGroup,
@@ -18,7 +19,6 @@ from raftlog.metadata.commands import (
     encode_command,
 )
 from raftlog.metadata.state import MetadataState
-
 from raftlog.types import PartitionId
 from tests.unit.metadata.test_metadata_state import Log, create, register
 

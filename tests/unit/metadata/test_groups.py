@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from raftlog.metadata.groups import (
     GroupCoordinator,
     GroupErrorCode,

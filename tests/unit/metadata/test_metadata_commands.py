@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from raftlog.errors import RaftlogError
 from raftlog.metadata.commands import (
     COMMAND_BYTES_MAX,
     AllocateProducerIds,
@@ -29,8 +31,6 @@ from raftlog.metadata.commands import (
     decode_command,
     encode_command,
 )
-
-from raftlog.errors import RaftlogError
 from raftlog.types import GroupId, NodeId, PartitionId
 
 EVERY_COMMAND: list[Command] = [

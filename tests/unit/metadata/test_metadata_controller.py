@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+
+from raftlog.config import MetadataConfig
 from raftlog.metadata.assignment import NodeLoad, assign_replicas
 from raftlog.metadata.commands import (
     ApplyResult,
@@ -36,8 +38,6 @@ from raftlog.metadata.controller import (
     rebalance_plan,
 )
 from raftlog.metadata.state import MetadataState
-
-from raftlog.config import MetadataConfig
 from raftlog.types import GroupId, NodeId, PartitionId
 
 LEASE_MS = MetadataConfig().node_lease_ms

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from raftlog.metadata.commands import (
     AllocateProducerIds,
     ApplyResult,
@@ -26,7 +27,6 @@ from raftlog.metadata.commands import (
     encode_command,
 )
 from raftlog.metadata.state import MetadataState
-
 from raftlog.types import GroupId, NodeId, PartitionId
 
 

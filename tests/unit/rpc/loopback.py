@@ -7,12 +7,11 @@ import random
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from raftlog.config import TransportConfig
+from raftlog.raft.types import AppendRequest, Entry, EntryKind, HeartbeatRequest, Message
 from raftlog.rpc import codec
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_transport import PeerTransport
-
-from raftlog.config import TransportConfig
-from raftlog.raft.types import AppendRequest, Entry, EntryKind, HeartbeatRequest, Message
 from raftlog.types import GroupId, NodeId, Offset, Term
 
 HANG_GUARD_S = 30

@@ -9,11 +9,11 @@ import random
 
 import pytest
 from loopback import FAST, A, B, C, Inbox, closing, heartbeat, node, run
-from raftlog.rpc.faults import DELIVER, Direction, FaultInjector, FrameFate, LinkFaults
-from raftlog.rpc.peer_transport import PeerTransport
 
 from raftlog.errors import ConfigError
 from raftlog.raft.types import HeartbeatRequest, Message
+from raftlog.rpc.faults import DELIVER, Direction, FaultInjector, FrameFate, LinkFaults
+from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.types import GroupId, NodeId, Offset, Term
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from raftlog.config import MetadataConfig
 from raftlog.metadata.commands import (
     ApplyResult,
     Command,
@@ -18,8 +19,6 @@ from raftlog.metadata.commands import (
 from raftlog.metadata.state import MetadataState
 from raftlog.rpc.group_servicer import GroupService, GroupServicer
 from raftlog.rpc.v1 import raftlog_pb2 as pb
-
-from raftlog.config import MetadataConfig
 from raftlog.types import NodeId
 from tests.unit.metadata.test_metadata_state import Log, create, register
 

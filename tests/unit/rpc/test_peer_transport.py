@@ -12,11 +12,11 @@ import struct
 
 import pytest
 from loopback import A, B, C, Inbox, append, closing, heartbeat, node, pair, run
-from raftlog.rpc import codec
 
 from raftlog.config import TransportConfig
 from raftlog.errors import FrameError
 from raftlog.raft.types import TimeoutNow
+from raftlog.rpc import codec
 from raftlog.types import GroupId, Term
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from loopback import FAST, A, B, Inbox, closing, heartbeat, run
-from raftlog.rpc.peer_transport import PeerTransport
 
+from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.types import GroupId, NodeId
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")

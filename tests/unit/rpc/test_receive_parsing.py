@@ -14,10 +14,10 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from loopback import A, B, Inbox, append, heartbeat, node
-from raftlog.rpc import codec
-from raftlog.rpc.peer_transport import _Connection
 
 from raftlog.config import TransportConfig
+from raftlog.rpc import codec
+from raftlog.rpc.peer_transport import _Connection
 from raftlog.types import GroupId
 
 SMALL_BUFFER = TransportConfig(

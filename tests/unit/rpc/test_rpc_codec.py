@@ -8,7 +8,6 @@ import typing
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from raftlog.rpc import codec
 
 from raftlog.errors import FrameError
 from raftlog.raft.types import (
@@ -27,6 +26,7 @@ from raftlog.raft.types import (
     VoteRequest,
     VoteResponse,
 )
+from raftlog.rpc import codec
 from raftlog.types import GroupId, NodeId, Offset, Term
 
 I64_MAX = 2**63 - 1
