@@ -132,6 +132,7 @@ def run(directory: Path, records_count: int, with_spark: bool) -> int:
         )
         writer.start()
         halfway.wait(timeout=60)
+        victim = leader_of(admin, 0)  # leadership may have moved to the preferred replica
         say(f"SIGKILL node {victim} (leader of partition 0) while producing")
         killed_at = time.monotonic()
         cluster.kill_node(victim, sig=signal.SIGKILL)

@@ -11,9 +11,10 @@ core requires:
     4. send `persisted_messages` (votes, append acknowledgements), apply committed entries,
        answer reads, `advance`.
 
-A pass runs to the end without yielding to the loop, so no group is stepped between its
-`ready()` and `advance()` here (the core would allow it). Messages for a group this node does
-not host (yet) are dropped: Raft retries, and the metadata quorum creates the group soon.
+Step 3 runs on a disk thread (fdatasync releases the GIL); while it runs the loop may step
+groups and take proposals (the core allows that between `ready()` and `advance()`), but no
+group gives a new Ready before the pass completes its previous one. Messages for a group this
+node does not host (yet) are dropped: Raft retries, and the metadata quorum creates the group.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable
+from typing import Protocol, runtime_checkable
 
 from raftlog.raft.types import Message
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.ready import complete_ready, persist_ready
+from raftlog.storage.log import FlushTicket
 from raftlog.types import GroupId, NodeId
 
 __all__ = ["GroupHost"]
@@ -122,12 +125,22 @@ class GroupHost:
                 send=self._sender(group),
                 restore=group.restore,
             )
-        # One pass, one round of fsyncs for every group that wrote. They run on the loop
-        # thread: the segmented log is not thread-safe, and a fetch or a Raft read could
-        # touch the same log while a disk thread synced it.
+        # One pass, one round of fsyncs for every group that wrote, on a disk thread so the
+        # loop keeps serving (reads, proposals that the next pass will carry) meanwhile.
+        # Logs that cannot split their sync (the simulator's) sync here, on the loop.
+        tickets: list[tuple[SplitSyncLog, FlushTicket]] = []
         for group, ready in batch:
-            if ready.must_sync:
-                group.log.sync()
+            if not ready.must_sync:
+                continue
+            durable_log = group.log
+            if isinstance(durable_log, SplitSyncLog):
+                tickets.append((durable_log, durable_log.prepare_sync()))
+            else:
+                durable_log.sync()
+        if tickets:
+            await asyncio.to_thread(_run_tickets, [ticket for _, ticket in tickets])
+            for split_log, ticket in tickets:
+                split_log.complete_sync(ticket)
         for group, ready in batch:
             if ready.entries:
                 group.on_durable(ready.entries[-1].last_offset)
@@ -153,3 +166,18 @@ class GroupHost:
             self._send(message.receiver, group_id, message)
 
         return send
+
+
+@runtime_checkable
+class SplitSyncLog(Protocol):
+    """A log whose fsync can run off the event loop (raftlog.storage.raft_log)."""
+
+    def prepare_sync(self) -> FlushTicket: ...
+
+    def complete_sync(self, ticket: FlushTicket) -> None: ...
+
+
+def _run_tickets(tickets: list[FlushTicket]) -> None:
+    """On the disk thread: only fsyncs of file descriptors, nothing Python-shared."""
+    for ticket in tickets:
+        ticket.run()

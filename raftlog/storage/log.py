@@ -63,7 +63,7 @@ from raftlog.errors import (
     StorageError,
 )
 from raftlog.storage.batch import BatchHeader, patch_base_offset_and_epoch, verify_batch
-from raftlog.storage.files import Clock, FileSystem, OsFileSystem, SystemClock
+from raftlog.storage.files import Clock, FileHandle, FileSystem, OsFileSystem, SystemClock
 from raftlog.storage.retention import SegmentSummary, expired_segment_count
 from raftlog.storage.segment import (
     INDEX_SUFFIX,
@@ -73,7 +73,25 @@ from raftlog.storage.segment import (
     parse_segment_name,
 )
 
-__all__ = ["AppendInfo", "ReadResult", "SegmentedLog"]
+__all__ = ["AppendInfo", "FlushTicket", "ReadResult", "SegmentedLog"]
+
+
+@dataclass(slots=True)
+class FlushTicket:
+    """The fsyncs of one `prepare_flush`; `run` may be called from any thread."""
+
+    handles: tuple[FileHandle, ...]
+    directory: str | None
+    files: FileSystem
+    end_offset: int
+    done: bool = False
+
+    def run(self) -> None:
+        for handle in self.handles:
+            handle.sync()
+        if self.directory is not None:
+            self.files.sync_directory(self.directory)
+        self.done = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +316,25 @@ class SegmentedLog:
         self._durable_end_offset = self.log_end_offset
         self._check_invariants()
         assert not any(segment.is_dirty for segment in self._segments[-2:])
+        return self._durable_end_offset
+
+    def prepare_flush(self) -> FlushTicket:
+        """`flush` in three steps, so the fsyncs can run off the event loop: this hands the
+        buffered appends to the OS (on the caller's thread), `FlushTicket.run` fsyncs (any
+        thread; it touches only file descriptors), `complete_flush` records durability (on
+        the caller's thread). Nothing may truncate the log between the first and the last
+        step; appends may (they are simply not covered)."""
+        self._check_open()
+        handles = [h for h in (s.prepare_sync() for s in self._segments[-2:]) if h is not None]
+        directory = self.directory if self._directory_dirty else None
+        self._directory_dirty = False
+        return FlushTicket(tuple(handles), directory, self.files, self.log_end_offset)
+
+    def complete_flush(self, ticket: FlushTicket) -> int:
+        assert ticket.done, "complete_flush before the ticket ran"
+        assert ticket.end_offset <= self.log_end_offset, "truncated during a flush"
+        self._durable_end_offset = max(self._durable_end_offset, ticket.end_offset)
+        self._check_invariants()
         return self._durable_end_offset
 
     # --- reading ------------------------------------------------------------------------

@@ -61,7 +61,7 @@ from raftlog.storage.files import (
     read_whole_file,
     write_file_atomically,
 )
-from raftlog.storage.log import SegmentedLog
+from raftlog.storage.log import FlushTicket, SegmentedLog
 from raftlog.storage.records import (
     CONTROL_LEADER_CHANGE,
     CONTROL_VOTERS,
@@ -223,6 +223,13 @@ class RaftLogStorage:
 
     def sync(self) -> None:
         self.log.flush()
+
+    def prepare_sync(self) -> FlushTicket:
+        """`sync` split for the group host: run the ticket off the loop, then complete it."""
+        return self.log.prepare_flush()
+
+    def complete_sync(self, ticket: FlushTicket) -> None:
+        self.log.complete_flush(ticket)
 
     def close(self) -> None:
         self.log.close()

@@ -253,6 +253,17 @@ class Segment:
             self._require_handle().sync()
             self.is_dirty = False
 
+    def prepare_sync(self) -> FileHandle | None:
+        """Drain on the caller's thread and hand back the file to fsync elsewhere (or None).
+
+        The segment counts as clean from here: the caller must fsync the handle before it
+        treats anything appended so far as durable (`SegmentedLog.prepare_flush`)."""
+        self.drain()
+        if not self.is_dirty:
+            return None
+        self.is_dirty = False
+        return self._require_handle()
+
     def close_for_roll(self) -> None:
         """Turn the active segment into a closed one: sync it, then write and sync its index
         files, before the log creates the next segment (so a crash never leaves a closed
