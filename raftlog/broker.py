@@ -561,9 +561,14 @@ class Broker:
         bytes_max: int,
         wait_ms_max: int,
         bytes_min: int,
+        allow_follower: bool = False,
     ) -> FetchResult:
         return await self.replica(topic, partition).fetch(
-            offset, bytes_max=bytes_max, wait_ms_max=wait_ms_max, bytes_min=bytes_min
+            offset,
+            bytes_max=bytes_max,
+            wait_ms_max=wait_ms_max,
+            bytes_min=bytes_min,
+            allow_follower=allow_follower,
         )
 
     def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:

@@ -125,6 +125,7 @@ class LogServicer(pb_grpc.LogServicer):
                 bytes_max=request.max_bytes,
                 wait_ms_max=request.max_wait_ms,
                 bytes_min=max(1, request.min_bytes),
+                allow_follower=request.read_from_follower,
             )
         except errors.RaftlogError as error:
             return pb.FetchResponse(error=error_proto(error, self._broker))

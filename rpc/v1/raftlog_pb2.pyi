@@ -125,20 +125,22 @@ class ProduceResponse(_message.Message):
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms", "min_bytes")
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms", "min_bytes", "read_from_follower")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
+    READ_FROM_FOLLOWER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
     max_bytes: int
     max_wait_ms: int
     min_bytes: int
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ...) -> None: ...
+    read_from_follower: bool
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., read_from_follower: _Optional[bool] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
     __slots__ = ("error", "batches", "high_watermark", "log_start_offset", "leader_epoch")

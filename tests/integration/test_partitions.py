@@ -296,3 +296,34 @@ def test_follower_behind_the_retention_point_catches_up_by_snapshot(tmp_path: Pa
             storage.close()
     finally:
         cluster.stop()
+
+
+def test_a_follower_serves_committed_reads_only_when_asked(cluster3: LocalCluster) -> None:
+    topic = "follower-reads"
+    admin = Admin(cluster3.bootstrap)
+    admin.create_topic(topic, partitions=1, replication_factor=3)
+    with Producer(cluster3.bootstrap, acks="all") as producer:
+        for i in range(50):
+            producer.send(topic, value=b"f-%d" % i, partition=0)
+        producer.flush()
+    leader_hw = (
+        _stub(cluster3, leader_of(admin, topic, 0))
+        .ListOffsets(pb.ListOffsetsRequest(topic=topic, partition=0, spec=pb.LATEST))
+        .offset
+    )
+    follower = _stub(cluster3, _follower(admin, topic))
+    request = pb.FetchRequest(topic=topic, partition=0, offset=0, max_bytes=1 << 20)
+    assert follower.Fetch(request).error.code == pb.NOT_LEADER
+
+    request.read_from_follower = True
+
+    deadline = time.monotonic() + 10
+    high_watermark = -1
+    while high_watermark < leader_hw and time.monotonic() < deadline:
+        response = follower.Fetch(request)
+        assert response.error.code == pb.NONE, response.error
+        assert high_watermark <= response.high_watermark <= leader_hw
+        high_watermark = response.high_watermark
+        for _, header in iter_batches(response.batches):
+            assert header.last_offset < high_watermark, "a follower served uncommitted data"
+    assert high_watermark == leader_hw, "the follower's high watermark caught up"
