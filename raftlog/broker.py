@@ -52,6 +52,7 @@ from raftlog.metadata import (
     plan_create_topic,
 )
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
+from raftlog.raft.membership import membership_at
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Membership, Message, Role, Snapshot, SnapshotMeta
 from raftlog.rpc.faults import FaultInjector
@@ -687,18 +688,6 @@ def apply_retention(
         return  # the cut must fall on a segment (hence batch) boundary below the commit
     membership = membership_at(storage, offset, bootstrap)
     storage.compact(replica.compaction_snapshot(offset, term, membership))
-
-
-def membership_at(storage: RaftLogStorage, offset: Offset, bootstrap: Membership) -> Membership:
-    """The membership in force at `offset`: the last CONFIG entry at or before it, else the
-    snapshot's, else the group's bootstrap voters."""
-    configs = [e for e in storage.config_entries() if e.offset <= offset]
-    if configs:
-        return Membership.decode(configs[-1].data)
-    snapshot = storage.snapshot()
-    if snapshot is not None:
-        return snapshot.meta.membership
-    return bootstrap
 
 
 def _now_ms() -> int:

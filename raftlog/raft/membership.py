@@ -21,10 +21,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from raftlog.errors import MembershipChangeError
+from raftlog.raft.ports import LogStorage
 from raftlog.raft.types import Entry, EntryKind, Membership
 from raftlog.types import NodeId, Offset
 
-__all__ = ["ConfigHistory", "validate_change"]
+__all__ = ["ConfigHistory", "membership_at", "validate_change"]
+
+
+def membership_at(storage: LogStorage, offset: Offset, bootstrap: Membership) -> Membership:
+    """The membership in force at `offset` of `storage`, for a snapshot taken there (§7):
+    the last CONFIG entry at or before it, else the snapshot's, else the group's bootstrap."""
+    configs = [e for e in storage.config_entries() if e.offset <= offset]
+    if configs:
+        return Membership.decode(configs[-1].data)
+    snapshot = storage.snapshot()
+    return snapshot.meta.membership if snapshot is not None else bootstrap
 
 
 def _changed_nodes(old: Membership, new: Membership) -> set[NodeId]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raftlog.errors import NotLeaderError, RaftError
+from raftlog.raft.membership import membership_at
 from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
 from raftlog.sim.checker import Checker
 from raftlog.sim.options import PROPOSAL_OFFSETS_MAX
@@ -163,7 +164,9 @@ class Workload:
         entry = log.entry_containing(Offset(self._rng.randint(first, node.applied_offset)))
         assert entry is not None and entry.last_offset <= node.applied_offset, entry
         snapshot = Snapshot(
-            SnapshotMeta(entry.last_offset, entry.term, _membership_at(node, entry, bootstrap))
+            SnapshotMeta(
+                entry.last_offset, entry.term, membership_at(node.log, entry.last_offset, bootstrap)
+            )
         )
         log.compact(snapshot)
         self._trace.add(f"compact {node.node_id} to", entry.last_offset)
@@ -177,12 +180,3 @@ class Workload:
             self.counts["transfers"] += 1
         except RaftError as error:
             self._trace.add(f"transfer refused at {leader.node_id}", error)
-
-
-def _membership_at(node: SimNode, entry: Entry, bootstrap: Membership) -> Membership:
-    """The membership in force at `entry`: its last CONFIG at or before it, else the older one."""
-    configs = [e for e in node.log.config_entries() if e.offset <= entry.last_offset]
-    if configs:
-        return Membership.decode(configs[-1].data)
-    snapshot = node.log.snapshot()
-    return snapshot.meta.membership if snapshot is not None else bootstrap

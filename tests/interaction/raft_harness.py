@@ -35,6 +35,7 @@ from collections.abc import Iterable
 
 from raftlog.config import RaftConfig
 from raftlog.errors import RaftError
+from raftlog.raft.membership import membership_at
 from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import (
@@ -189,16 +190,10 @@ class Cluster:
 
     def _membership_at(self, node_id: NodeId, offset: Offset) -> Membership:
         """The membership in force at `offset`: the last CONFIG entry at or before it."""
-        storage = self.storages[node_id]
-        configs = [e for e in storage.config_entries() if e.offset <= offset]
-        if configs:
-            return Membership.decode(configs[-1].data)
-        snapshot = storage.snapshot()
-        if snapshot is not None:
-            return snapshot.meta.membership
-        bootstrap = self.bootstraps[node_id]
-        assert bootstrap is not None, f"node {node_id} has no membership at {offset}"
-        return bootstrap
+        bootstrap = self.bootstraps[node_id] or Membership(voters=frozenset())
+        membership = membership_at(self.storages[node_id], offset, bootstrap)
+        assert membership.voters, f"node {node_id} has no membership at {offset}"
+        return membership
 
     # --- network ---
 
