@@ -52,8 +52,9 @@ class PartitionLog(Protocol):
 
     def log_start_offset(self) -> int: ...
 
-    def read(self, offset: int, *, bytes_max: int) -> bytes:
-        """Whole batches from the one containing `offset` (at least one if any), or b""."""
+    def read(self, offset: int, *, bytes_max: int, end_offset: int | None = None) -> bytes:
+        """Whole batches from the one containing `offset` (at least one if any, unless it
+        reaches `end_offset`), stopping before the first batch that reaches `end_offset`."""
         ...
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None: ...
@@ -311,25 +312,15 @@ class PartitionReplica:
             raise OffsetOutOfRangeError(
                 offset, log_start_offset=start, log_end_offset=high_watermark
             )
-        data = b"" if offset == high_watermark else self._log.read(offset, bytes_max=bytes_max)
-        return FetchResult(
-            _below(data, high_watermark), high_watermark, start, int(self.group.node.term)
+        data = (
+            b""
+            if offset == high_watermark
+            else self._log.read(offset, bytes_max=bytes_max, end_offset=high_watermark)
         )
+        return FetchResult(data, high_watermark, start, int(self.group.node.term))
 
 
 @dataclass(frozen=True, slots=True)
 class _Duplicate:
     base_offset: int
     last_offset: int
-
-
-def _below(data: bytes, high_watermark: int) -> bytes:
-    """The prefix of whole batches whose last offset is below the high watermark."""
-    position = 0
-    view = memoryview(data)
-    while position < len(view):
-        header = parse_header(view, position)
-        if header.last_offset >= high_watermark:
-            break
-        position += header.size_bytes
-    return data[:position] if position < len(data) else data

@@ -239,11 +239,22 @@ class RaftLogStorage:
     def log_start_offset(self) -> int:
         return int(self.first_offset())
 
-    def read(self, offset: int, *, bytes_max: int) -> bytes:
-        """Raw whole batches from the one containing `offset`; b"" at the log end."""
+    def read(self, offset: int, *, bytes_max: int, end_offset: int | None = None) -> bytes:
+        """Raw whole batches from the one containing `offset`; b"" at the log end.
+
+        With `end_offset` (a partition's high watermark) the bytes stop before the first
+        batch that reaches it, cut with the headers the read already parsed and checked."""
         if offset == self.log.log_end_offset:
             return b""
-        return self.log.read(offset, bytes_max=bytes_max).data
+        result = self.log.read(offset, bytes_max=bytes_max)
+        if end_offset is None:
+            return result.data
+        size = 0
+        for header in result.headers:
+            if header.last_offset >= end_offset:
+                return result.data[:size]
+            size += header.size_bytes
+        return result.data
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         offset = self.log.offset_for_timestamp(timestamp_ms)

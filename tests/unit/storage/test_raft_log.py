@@ -19,7 +19,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from raftlog.config import LogConfig
 from raftlog.raft.ports import DurableLog
 from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
-from raftlog.storage.batch import parse_header
+from raftlog.storage.batch import iter_batches, parse_header
 from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.raft_log import CHECKPOINT_FILE_NAME, RaftLogStorage
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
@@ -103,6 +103,20 @@ def test_partition_batches_are_stored_as_is_and_control_batches_skip_nothing() -
     assert [r.value for r in decode_batch(raw).records] == [b"value", b"value"]
     assert parse_header(storage.read(0, bytes_max=1)).is_control  # the leader's no-op
     assert storage.read(15, bytes_max=100) == b""
+
+
+def test_reads_stop_before_the_first_batch_that_reaches_end_offset() -> None:
+    """What a partition fetch relies on: nothing at or above the high watermark."""
+    storage = _open(SimFileSystem())
+    storage.append(_history())
+    everything = storage.read(0, bytes_max=1 << 20)
+    ends = [h.last_offset for _, h in iter_batches(everything)]
+    for end_offset in range(16):
+        cut = storage.read(0, bytes_max=1 << 20, end_offset=end_offset)
+        kept = [h.last_offset for _, h in iter_batches(cut)]
+        assert kept == [e for e in ends[: len(kept)]] and all(e < end_offset for e in kept)
+        assert len(kept) == len(ends) or ends[len(kept)] >= end_offset
+        assert everything.startswith(cut)
 
 
 def test_a_crash_never_leaves_the_epoch_cache_ahead_of_the_log() -> None:
