@@ -226,7 +226,14 @@ class Admin:
                 return response
             refusal = server_error(response.error, concerning=f"{concerning} at {address}")
             target = self._controller_address(refusal)
-            if target is not None and target != address and target not in unreachable:
+            if target is not None and target != address and target in unreachable:
+                # The named controller failed to connect a moment ago (it may still be
+                # starting, or be dead and about to be replaced): wait, then try it again.
+                if self._clock() + backoff_s >= deadline:
+                    raise refusal
+                self._sleep(backoff_s)
+                unreachable.discard(target)
+            if target is not None and target != address:
                 hops += 1
                 if hops > _CONTROLLER_HOPS_MAX:
                     # Hints keep moving (elections): slow down rather than give up.
