@@ -63,7 +63,7 @@ from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
 from raftlog.runtime.host import GroupHost
 from raftlog.runtime.metadata_machine import MetadataMachine
 from raftlog.runtime.settings import BrokerSettings, parse_address
-from raftlog.storage.files import DATA_DIRECTORY_MODE  # issue 10
+from raftlog.storage.files import DATA_DIRECTORY_MODE, Clock, SystemClock  # issue 10
 from raftlog.storage.hard_state import FileHardStateStore
 from raftlog.storage.raft_log import RaftLogStorage
 from raftlog.types import GroupId, NodeId, Offset, PartitionId
@@ -92,6 +92,8 @@ class Broker:
         self.faults = (
             FaultInjector(rng=random.Random(self._rng.getrandbits(64))) if settings.chaos else None
         )
+        # Wall-clock time (leases, heartbeats, timestamps, retention): movable under --chaos.
+        self.wall_clock: Clock = self.faults.clock if self.faults is not None else SystemClock()
         # --- security (issue 10): an owner-only data directory (files inside are 0600)
         settings.data_dir.mkdir(mode=DATA_DIRECTORY_MODE, parents=True, exist_ok=True)
         settings.data_dir.chmod(DATA_DIRECTORY_MODE)
@@ -253,7 +255,9 @@ class Broker:
         self, directory: Path, log_config: LogConfig | None = None
     ) -> tuple[RaftLogStorage, FileHardStateStore]:
         directory.mkdir(parents=True, exist_ok=True)
-        storage = RaftLogStorage.open(directory / "log", config=log_config or self.config.log)
+        storage = RaftLogStorage.open(
+            directory / "log", config=log_config or self.config.log, clock=self.wall_clock
+        )
         return storage, FileHardStateStore(directory)
 
     def _make_group(
@@ -417,7 +421,7 @@ class Broker:
         interval_s = self.config.metadata.node_heartbeat_interval_ms / 1000
         registered = False
         while True:
-            now_ms = _now_ms()
+            now_ms = self.wall_clock.now_ms()
             command: Command
             if not registered:
                 command = RegisterNode(
@@ -517,7 +521,7 @@ class Broker:
         interval_s = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            now_ms = _now_ms()
+            now_ms = self.wall_clock.now_ms()
             for group_id, replica in list(self._replicas_by_group.items()):
                 storage = self._storages.get(group_id)
                 if storage is not None:
@@ -525,7 +529,7 @@ class Broker:
                     apply_retention(replica, storage, bootstrap, now_ms)
 
     async def _controller_duties(self) -> None:
-        now_ms = _now_ms()
+        now_ms = self.wall_clock.now_ms()
         for command in expired_nodes(
             self.metadata.state, now_ms, self.config.metadata.node_lease_ms
         ):
@@ -585,7 +589,7 @@ class Broker:
         if not self.is_controller():
             raise NotControllerError(leader_hint=self.controller_id)
         plan = plan_create_topic(
-            self.metadata.state, request, _now_ms(), config=self.config.metadata
+            self.metadata.state, request, self.wall_clock.now_ms(), config=self.config.metadata
         )
         if isinstance(plan, ApplyResult):
             return plan
@@ -600,7 +604,7 @@ class Broker:
         if not self.is_controller():
             raise NotControllerError(leader_hint=self.controller_id)
         plan = plan_create_partitions(
-            self.metadata.state, name, total, _now_ms(), config=self.config.metadata
+            self.metadata.state, name, total, self.wall_clock.now_ms(), config=self.config.metadata
         )
         if isinstance(plan, ApplyResult):
             return plan
@@ -642,7 +646,3 @@ class Broker:
         if replica is None or replica.group.node.role is not Role.LEADER:
             return -1
         return replica.high_watermark
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

@@ -290,6 +290,14 @@ def apply_fault_rules(injector: FaultInjector, rules: dict[str, object]) -> None
         fields = dict(link)
         peer = fields.pop("peer", None)
         injector.set_link(None if peer is None else NodeId(int(peer)), LinkFaults(**fields))
+    clock = rules.get("clock")  # {"clock": {"offset_ms": N, "rate": R}} (issue 8, chaos)
+    if clock is not None:
+        if not isinstance(clock, dict) or not set(clock) <= {"offset_ms", "rate"}:
+            raise ValueError(f"clock: expected an object with offset_ms and/or rate, got {clock!r}")
+        offset_ms, rate = clock.get("offset_ms"), clock.get("rate")
+        if not isinstance(offset_ms, int | None) or not isinstance(rate, int | float | None):
+            raise ValueError(f"clock: offset_ms must be an integer, rate a number: {clock!r}")
+        injector.set_clock(offset_ms=offset_ms, rate=None if rate is None else float(rate))
 
 
 def _peer_list(rules: dict[str, object], key: str) -> list[NodeId]:

@@ -21,12 +21,19 @@ network would do to a TCP segment carrying them, lifted to where the kernel cann
 
 All randomness comes from the `random.Random` passed in, so a chaos run replays from its seed.
 Rules for one peer (`set_link(peer, ...)`) override the default rule (`set_link(None, ...)`).
+
+Clock faults. The injector also owns the node's wall clock (`ChaosClock`): the system clock
+plus a settable offset and an optional rate, so the chaos suite can jump one node's clock by
+minutes or skew nodes against each other (`set_clock`; `heal` puts it back on the system
+clock). A node without --chaos reads the storage `SystemClock` directly and never sees this.
 """
 
 from __future__ import annotations
 
 import enum
 import random
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from raftlog.errors import ConfigError
@@ -34,6 +41,7 @@ from raftlog.types import NodeId
 
 __all__ = [
     "DELIVER",
+    "ChaosClock",
     "Direction",
     "FaultCounters",
     "FaultInjector",
@@ -120,11 +128,66 @@ class FaultState:
     links: dict[NodeId, LinkFaults] = field(default_factory=dict)
 
 
+class ChaosClock:
+    """Wall-clock milliseconds (the storage `Clock` port) that the chaos suite can move.
+
+    It reads the system clock plus `offset_ms`, running at `rate` (1.0: real speed) since the
+    rate was last set; the time gained or lost at earlier rates is kept in `_drift_ns`, so a
+    rate change never jumps the clock. `source_ns` is the system clock; a test passes its own.
+    """
+
+    def __init__(self, source_ns: Callable[[], int] = time.time_ns) -> None:
+        self._source_ns = source_ns
+        self.offset_ms = 0
+        self.rate = 1.0
+        self._anchor_ns = source_ns()
+        self._drift_ns = 0
+
+    def now_ms(self) -> int:
+        now_ns = self._source_ns()
+        return (now_ns + self._gained_ns(now_ns)) // 1_000_000 + self.offset_ms
+
+    def _gained_ns(self, now_ns: int) -> int:
+        return self._drift_ns + int((now_ns - self._anchor_ns) * (self.rate - 1.0))
+
+    def set(self, *, offset_ms: int | None = None, rate: float | None = None) -> None:
+        """Offset the clock by `offset_ms` from the system clock and/or run it at `rate`."""
+        if rate is not None:
+            if not 0.0 < rate <= 100.0:
+                raise ConfigError(f"clock rate: must be in (0, 100], got {rate}")
+            now_ns = self._source_ns()
+            self._drift_ns = self._gained_ns(now_ns)
+            self._anchor_ns = now_ns
+            self.rate = rate
+        if offset_ms is not None:
+            if abs(offset_ms) > _CLOCK_OFFSET_MS_MAX:
+                raise ConfigError(
+                    f"clock offset_ms: at most {_CLOCK_OFFSET_MS_MAX} either way, got {offset_ms}"
+                )
+            self.offset_ms = offset_ms
+
+    def reset(self) -> None:
+        """Back on the system clock (heal): no offset, real speed, no drift kept."""
+        self.offset_ms = 0
+        self.rate = 1.0
+        self._drift_ns = 0
+        self._anchor_ns = self._source_ns()
+
+    @property
+    def is_clean(self) -> bool:
+        return self.offset_ms == 0 and self.rate == 1.0 and self._drift_ns == 0
+
+
+# A day either way: enough for any jump a test wants, and a typo (seconds for ms) is caught.
+_CLOCK_OFFSET_MS_MAX = 86_400_000
+
+
 class FaultInjector:
     """Rules consulted by the transport per frame; every change takes effect on the next frame."""
 
-    def __init__(self, *, rng: random.Random) -> None:
+    def __init__(self, *, rng: random.Random, clock: ChaosClock | None = None) -> None:
         self._rng = rng
+        self.clock = clock or ChaosClock()
         self._blocked_outgoing: set[NodeId] = set()
         self._blocked_incoming: set[NodeId] = set()
         self._default_link = CLEAN
@@ -158,8 +221,13 @@ class FaultInjector:
             self._links[peer] = faults
         self._update_active()
 
+    def set_clock(self, *, offset_ms: int | None = None, rate: float | None = None) -> None:
+        """Move this node's wall clock (see `ChaosClock.set`)."""
+        self.clock.set(offset_ms=offset_ms, rate=rate)
+
     def heal(self) -> None:
-        """Remove every rule: the network is whole again."""
+        """Remove every rule: the network is whole again and the clock is the system's."""
+        self.clock.reset()
         self._blocked_outgoing.clear()
         self._blocked_incoming.clear()
         self._default_link = CLEAN
