@@ -41,7 +41,6 @@ from raftlog.metadata.commands import (
     CONSUMER_GROUP_ID_CHARS_MAX,
     CONSUMER_GROUPS_MAX,
     GROUP_ID_LIMIT,
-    INT_LIMIT,
     OFFSETS_PER_COMMIT_MAX,
     OK,
     PARTITIONS_PER_TOPIC_MAX,
@@ -90,6 +89,9 @@ __all__ = [
 METADATA_GROUP_ID = GroupId(0)  # the metadata quorum itself
 FIRST_PARTITION_GROUP_ID = GroupId(1)
 NO_EPOCH = -1  # leader_epoch of a partition no leader has reported yet
+# Producer ids from 2**62 up are derived by clients (the Spark sink's per-task ids,
+# raftlog.client.producer.DERIVED_PRODUCER_ID_MIN): the allocator never reaches them.
+ALLOCATED_PRODUCER_ID_LIMIT = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,7 +448,7 @@ class MetadataState:
                 ErrorCode.INVALID_REQUEST,
                 f"producer id block of {command.count} must be in [1, {PRODUCER_ID_BLOCK_MAX}]",
             )
-        if self._next_producer_id + command.count >= INT_LIMIT:
+        if self._next_producer_id + command.count > ALLOCATED_PRODUCER_ID_LIMIT:
             return reject(ErrorCode.INVALID_REQUEST, "producer ids are exhausted")
         return None
 
@@ -590,7 +592,7 @@ class MetadataState:
     def _allocate_producer_ids(self, command: AllocateProducerIds) -> ApplyResult:
         first = self._next_producer_id
         self._next_producer_id += command.count
-        assert self._next_producer_id > first
+        assert first < self._next_producer_id <= ALLOCATED_PRODUCER_ID_LIMIT
         return ApplyResult(ErrorCode.NONE, producer_id_first=first)
 
     # ---- snapshots ---------------------------------------------------------------------

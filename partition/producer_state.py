@@ -107,6 +107,14 @@ class ProducerStateTable:
             f"{producer.last_sequence + 1}",
         )
 
+    def describe(self, producer_id: int) -> tuple[int, int, int] | None:
+        """(epoch, last sequence, last offset) of `producer_id`; None if none is remembered."""
+        producer = self._producers.get(producer_id)
+        if producer is None or not producer.batches:
+            return None
+        last = producer.batches[-1]
+        return producer.epoch, last.last_sequence, last.last_offset
+
     def record(
         self,
         *,

@@ -265,6 +265,15 @@ class PartitionReplica:
                 last_offset=base_offset + header.offset_count - 1,
             )
 
+    def describe_producer(self, producer_id: int) -> tuple[int, int, int] | None:
+        """(epoch, last sequence, last offset) a producer has *committed* here (KIP-664).
+
+        Leader only, once ready (every earlier entry applied), and from the applied table: a
+        writer resuming after the answer must never skip a record that may still be lost.
+        """
+        self._require_leader()
+        return self._committed_producers.describe(producer_id)
+
     # -- offsets -------------------------------------------------------------------------------
 
     def list_offset(self, spec: OffsetSpec, timestamp_ms: int = 0) -> int:

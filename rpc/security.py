@@ -240,6 +240,7 @@ METHOD_RULES: dict[str, Rule] = {
     "/raftlog.v1.Log/ListOffsets": Rule(Permission.READ, _topic),
     "/raftlog.v1.Log/Metadata": Rule(Permission.READ, _topics, _DESCRIBE),
     "/raftlog.v1.Log/InitProducerId": _AUTHENTICATED,
+    "/raftlog.v1.Log/DescribeProducers": Rule(Permission.READ, _topic, _DESCRIBE),
     "/raftlog.v1.Admin/CreateTopic": Rule(Permission.ADMIN, _name),
     "/raftlog.v1.Admin/DeleteTopic": Rule(Permission.ADMIN, _name),
     "/raftlog.v1.Admin/CreatePartitions": Rule(Permission.ADMIN, _name),

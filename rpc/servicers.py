@@ -169,3 +169,24 @@ class LogServicer(pb_grpc.LogServicer):
                 error=pb.Error(code=pb.REQUEST_TIMED_OUT, message="no producer id in time")
             )
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
+
+    async def DescribeProducers(
+        self, request: pb.DescribeProducersRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeProducersResponse:
+        await _check_partition(context, request.topic, request.partition)
+        if request.producer_id < 0:
+            await _invalid(context, f"producer_id: must be >= 0, got {request.producer_id}")
+        try:
+            state = self._broker.replica(request.topic, request.partition).describe_producer(
+                request.producer_id
+            )
+        except errors.RaftlogError as error:
+            return pb.DescribeProducersResponse(error=error_proto(error, self._broker))
+        if state is None:
+            return pb.DescribeProducersResponse(
+                known=False, producer_epoch=-1, last_sequence=-1, last_offset=-1
+            )
+        epoch, last_sequence, last_offset = state
+        return pb.DescribeProducersResponse(
+            known=True, producer_epoch=epoch, last_sequence=last_sequence, last_offset=last_offset
+        )

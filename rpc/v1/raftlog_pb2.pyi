@@ -192,6 +192,30 @@ class InitProducerIdResponse(_message.Message):
     producer_epoch: int
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
 
+class DescribeProducersRequest(_message.Message):
+    __slots__ = ("topic", "partition", "producer_id")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    producer_id: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., producer_id: _Optional[int] = ...) -> None: ...
+
+class DescribeProducersResponse(_message.Message):
+    __slots__ = ("error", "known", "producer_epoch", "last_sequence", "last_offset")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    known: bool
+    producer_epoch: int
+    last_sequence: int
+    last_offset: int
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., known: _Optional[bool] = ..., producer_epoch: _Optional[int] = ..., last_sequence: _Optional[int] = ..., last_offset: _Optional[int] = ...) -> None: ...
+
 class Node(_message.Message):
     __slots__ = ("node_id", "address", "alive")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]

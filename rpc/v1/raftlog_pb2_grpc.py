@@ -59,6 +59,11 @@ class LogStub:
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.InitProducerIdRequest.SerializeToString,
                 response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.InitProducerIdResponse.FromString,
                 _registered_method=True)
+        self.DescribeProducers = channel.unary_unary(
+                '/raftlog.v1.Log/DescribeProducers',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersResponse.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -94,6 +99,12 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DescribeProducers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +132,11 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.InitProducerId,
                     request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.InitProducerIdRequest.FromString,
                     response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.InitProducerIdResponse.SerializeToString,
+            ),
+            'DescribeProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeProducers,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +274,33 @@ class Log:
             '/raftlog.v1.Log/InitProducerId',
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.InitProducerIdRequest.SerializeToString,
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.InitProducerIdResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/DescribeProducers',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersResponse.FromString,
             options,
             channel_credentials,
             insecure,
