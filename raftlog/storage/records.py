@@ -33,6 +33,12 @@ fault lies, or, for a compressed batch, the batch's own position, the reason the
 byte within the decompressed records. Under LOG_APPEND_TIME (timestamp type 1) every record
 reads as the batch's max_timestamp, as Kafka defines it.
 
+Validation without decoding: `validate_records` walks the same framing (varint lengths,
+offset deltas, header counts, UTF-8 header keys, decompression within its bound) and accepts
+exactly the batches `decode_batch` accepts, without building a `Record` or slicing a key or a
+value. The leader runs it once on a client's produce so that no bytes a consumer cannot
+decode are ever stored and served; replication and fetch never run it.
+
 Control batches (attribute bit 5) carry one record whose key is version int16 + type int16,
 big-endian, and whose value is the type's payload: a new Raft leader's no-op is a
 LEADER_CHANGE batch, a membership change a VOTERS batch (as in Kafka's KRaft).
@@ -86,6 +92,7 @@ __all__ = [
     "encode_batch",
     "encode_control_batch",
     "encode_varint",
+    "validate_records",
 ]
 
 CONTROL_ABORT = 0
@@ -570,3 +577,125 @@ def _read_headers(data: bytes, pos: int, end: int, count: int) -> tuple[Headers,
         value, pos = _read_nullable(data, pos, end, "header value")
         headers.append((key, value))
     return tuple(headers), pos
+
+
+# --- validation without decoding (the leader's produce path) ---------------------------------
+
+
+def validate_records(
+    batch: bytes,
+    header: BatchHeader,
+    *,
+    decompressed_bytes_max: int = _DEFAULT_DECOMPRESSED_BYTES_MAX,
+) -> None:
+    """Check that the records of `batch` (one batch at position 0, already CRC-verified into
+    `header`) are well framed: `decode_batch` would return `header.record_count` records.
+
+    Raises `CorruptBatchError` naming the record index and the byte of the fault (absolute in
+    `batch`; for a compressed batch the byte within the decompressed records).
+    """
+    assert header.size_bytes == len(batch), (header.size_bytes, len(batch))
+    codec = header.compression
+    try:
+        data, begin, stop = _records_section(
+            batch, BATCH_HEADER_BYTES, len(batch), codec, decompressed_bytes_max
+        )
+        _walk_records(data, begin, stop, header)
+    except CompressionError as error:
+        raise CorruptBatchError(str(error), position=0) from None
+    except _Malformed as error:
+        if codec is Compression.NONE:
+            at = error.at + BATCH_HEADER_BYTES - begin
+            raise CorruptBatchError(error.reason, position=at) from None
+        reason = f"{error.reason} (at byte {error.at} of the {codec.name}-decompressed records)"
+        raise CorruptBatchError(reason, position=0) from None
+
+
+def _walk_records(data: bytes, begin: int, end: int, header: BatchHeader) -> None:
+    """`_decode_records`' checks, building nothing; `_Malformed` names the record index."""
+    assert 0 <= begin <= end <= len(data), (begin, end, len(data))
+    count = header.record_count
+    if count > (end - begin) // _RECORD_BYTES_MIN:
+        raise _Malformed(
+            f"record_count {count} cannot fit in {end - begin} bytes of records", begin
+        )
+    pos = begin
+    previous_delta = -1
+    last_offset_delta = header.last_offset_delta
+    for index in range(count):
+        if pos == end:
+            raise _Malformed(f"record_count is {count} but the records end after {index}", pos)
+        try:
+            offset_delta, record_end = _skip_record(data, pos, end)
+        except IndexError:
+            raise _Malformed(f"record {index} runs past the end of the records", pos) from None
+        except _Malformed as error:
+            raise _Malformed(f"record {index}: {error.reason}", error.at) from None
+        if not previous_delta < offset_delta <= last_offset_delta:
+            raise _Malformed(
+                f"record {index} has offset delta {offset_delta}, outside "
+                f"({previous_delta}, {last_offset_delta}]",
+                pos,
+            )
+        previous_delta = offset_delta
+        pos = record_end
+    if pos != end:
+        raise _Malformed(
+            f"{end - pos} trailing bytes after the {count} records of record_count", pos
+        )
+
+
+def _skip_record(data: bytes, start: int, limit: int) -> tuple[int, int]:
+    """`(offset_delta, end)` of the record at `start`, checked as `_decode_record` checks it."""
+    read = _read_varint
+    length, pos = read(data, start, _VARINT_BYTES_MAX)
+    end = pos + length
+    if length < 0 or end > limit:
+        raise _Malformed(f"record length {length} does not fit the {limit - pos} bytes left", start)
+    body = pos
+    _, pos = read(data, pos + 1, _VARLONG_BYTES_MAX)  # after the attributes: timestampDelta
+    offset_delta, pos = read(data, pos, _VARINT_BYTES_MAX)
+    pos = _skip_nullable(data, pos, end, "key")
+    pos = _skip_nullable(data, pos, end, "value")
+    header_count_at = pos
+    header_count, pos = read(data, pos, _VARINT_BYTES_MAX)
+    if header_count:
+        if not 0 <= header_count <= (end - pos) // 2:
+            raise _Malformed(
+                f"header count {header_count} does not fit the {end - pos} bytes left",
+                header_count_at,
+            )
+        pos = _skip_headers(data, pos, end, header_count)
+    if pos != end:
+        raise _Malformed(f"record length is {length} but its fields take {pos - body}", start)
+    return offset_delta, end
+
+
+def _skip_nullable(data: bytes, at: int, end: int, field: str) -> int:
+    length, pos = _read_varint(data, at, _VARINT_BYTES_MAX)
+    if length < 0:
+        if length == -1:
+            return pos
+        raise _Malformed(f"{field} length {length} is negative", at)
+    if pos + length > end:
+        raise _Malformed(f"{field} length {length} runs past the end of its record", at)
+    return pos + length
+
+
+def _skip_headers(data: bytes, pos: int, end: int, count: int) -> int:
+    # Header keys are the one field a consumer turns into text, so they are decoded here too.
+    assert 0 < count <= (end - pos) // 2, (count, end, pos)
+    for _ in range(count):
+        key_at = pos
+        length, key_start = _read_varint(data, pos, _VARINT_BYTES_MAX)
+        if length == -1:
+            raise _Malformed("header key is null", key_at)
+        pos = _skip_nullable(data, pos, end, "header key")
+        try:
+            data[key_start:pos].decode("utf-8")
+        except UnicodeDecodeError:
+            raise _Malformed(
+                f"header key {data[key_start:pos]!r} is not UTF-8", key_start
+            ) from None
+        pos = _skip_nullable(data, pos, end, "header value")
+    return pos
