@@ -3,7 +3,8 @@
 The metadata quorum is Raft group 0. Its state machine (`MetadataState`) applies commands
 (`commands.py`: nodes, topics, partitions, leaders, producer ids) deterministically and
 snapshots to canonical bytes; the controller's decisions (`controller.py`, `assignment.py`)
-are pure functions from that state and the time to commands. Nothing here does I/O: the node
+are pure functions from that state and the time to commands, and `reassignment.py` is the
+partition leader's next step of a replica move. Nothing here does I/O: the node
 runtime proposes, commits and applies, and calls these functions.
 """
 
@@ -13,6 +14,7 @@ from raftlog.metadata.commands import (
     ApplyResult,
     AssignmentError,
     Command,
+    CompleteReassignment,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
@@ -31,6 +33,7 @@ from raftlog.metadata.controller import (
     CreateTopicRequest,
     LeaderMove,
     expired_nodes,
+    fences_by_silence,
     live_node_ids,
     node_loads,
     plan_create_partitions,
@@ -52,6 +55,7 @@ __all__ = [
     "ApplyResult",
     "AssignmentError",
     "Command",
+    "CompleteReassignment",
     "CreatePartitions",
     "CreateTopic",
     "CreateTopicRequest",
@@ -74,6 +78,7 @@ __all__ = [
     "decode_command",
     "encode_command",
     "expired_nodes",
+    "fences_by_silence",
     "live_node_ids",
     "node_loads",
     "plan_create_partitions",

@@ -54,6 +54,7 @@ __all__ = [
     "AssignmentError",
     "Command",
     "CommitGroupOffsets",
+    "CompleteReassignment",
     "CreatePartitions",
     "CreateTopic",
     "DeleteGroup",
@@ -122,6 +123,8 @@ class ErrorCode(enum.Enum):
     LEASE_NOT_EXPIRED = "LEASE_NOT_EXPIRED"  # a heartbeat was applied after the fence was planned
     STALE_LEADER_EPOCH = "STALE_LEADER_EPOCH"
     UNKNOWN_GROUP = "UNKNOWN_GROUP"  # a consumer group with no committed offsets
+    REASSIGNMENT_IN_PROGRESS = "REASSIGNMENT_IN_PROGRESS"  # one move per partition at a time
+    NO_REASSIGNMENT_IN_PROGRESS = "NO_REASSIGNMENT_IN_PROGRESS"  # a late or stale completion
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,10 +211,24 @@ class CreatePartitions:
 
 @dataclass(frozen=True, slots=True)
 class ReassignPartition:
-    """New replicas (the target; the runtime reaches it by membership changes of the group)."""
+    """Starts moving a partition to new replicas (KIP-455): the state records them as the
+    partition's target, the partition leader reaches it by single-node membership changes of
+    the group and reports `CompleteReassignment`. A target naming the same nodes in another
+    order only changes the preferred leader and takes effect at once (no data moves)."""
 
     topic: str
     partition: PartitionId
+    replicas: tuple[NodeId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteReassignment:
+    """The partition leader saw its group's committed voters equal the target `replicas`:
+    the target becomes the assignment, and only now may removed nodes delete their copy."""
+
+    topic: str
+    partition: PartitionId
+    group_id: GroupId
     replicas: tuple[NodeId, ...]
 
 
@@ -258,6 +275,7 @@ Command: TypeAlias = (
     | DeleteTopic
     | CreatePartitions
     | ReassignPartition
+    | CompleteReassignment
     | ReportLeader
     | AllocateProducerIds
     | CommitGroupOffsets
@@ -287,6 +305,12 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
     DeleteTopic: {"name": "str"},
     CreatePartitions: {"name": "str", "assignments": "int_lists", "group_ids": "ints"},
     ReassignPartition: {"topic": "str", "partition": "int", "replicas": "ints"},
+    CompleteReassignment: {
+        "topic": "str",
+        "partition": "int",
+        "group_id": "int",
+        "replicas": "ints",
+    },
     ReportLeader: {
         "topic": "str",
         "partition": "int",

@@ -16,6 +16,8 @@ Duties:
   silence is measured from its last heartbeat or from when this controller took office,
   whichever is later: heartbeat times are the previous controller's clock, and a new
   controller first gives everyone one full lease (as KRaft does).
+- `fences_by_silence`: the same, from silences the controller measured on its monotonic
+  clock (what the runtime uses: wall clocks of different nodes are never compared).
 - `preferred_leader_moves`: partitions led by another node although the preferred replica
   (replicas[0]) is alive; the runtime transfers leadership of those groups back to it.
 - `rebalance_plan`: ReassignPartition commands that even out load among the alive nodes.
@@ -58,6 +60,7 @@ __all__ = [
     "CreateTopicRequest",
     "LeaderMove",
     "expired_nodes",
+    "fences_by_silence",
     "live_node_ids",
     "node_loads",
     "plan_create_partitions",
@@ -102,8 +105,10 @@ def node_loads(state: MetadataState) -> dict[NodeId, NodeLoad]:
     leaders = {n.node_id: 0 for n in state.nodes()}
     replicas = dict(leaders)
     for p in state.all_partitions():
-        leaders[p.preferred_leader] += 1
-        for node_id in p.replicas:
+        # A partition being moved already counts where it is going.
+        assignment = p.replicas if p.target is None else p.target
+        leaders[assignment[0]] += 1
+        for node_id in assignment:
             replicas[node_id] += 1
     return {n: NodeLoad(leaders=leaders[n], replicas=replicas[n]) for n in leaders}
 
@@ -247,6 +252,29 @@ def expired_nodes(
     return tuple(fences)
 
 
+def fences_by_silence(
+    state: MetadataState, silent_ms: Mapping[NodeId, int], lease_ms: int
+) -> tuple[FenceNode, ...]:
+    """FenceNode commands for unfenced nodes silent for `lease_ms` or more.
+
+    Silence is measured by the controller on its own monotonic clock, from the later of the
+    last heartbeat of the node it committed and its taking office (a new controller grants
+    every node a full lease, as KRaft does). So no two nodes' wall clocks are ever compared
+    and a wall clock that jumps fences nobody. The command's `now_ms` is expressed in the
+    metadata's time base, the node's last heartbeat stamp plus the silence: apply's check
+    then passes, unless a heartbeat stamped later was applied in between (it wins).
+    """
+    assert lease_ms > 0, lease_ms
+    fences = []
+    for node in state.nodes():
+        silence_ms = silent_ms.get(node.node_id)
+        if node.alive and silence_ms is not None and silence_ms >= lease_ms:
+            now_ms = node.last_heartbeat_ms + silence_ms
+            fences.append(FenceNode(node_id=node.node_id, now_ms=now_ms, lease_ms=lease_ms))
+    assert all(state.check(f).ok for f in fences)
+    return tuple(fences)
+
+
 def preferred_leader_moves(state: MetadataState) -> tuple[LeaderMove, ...]:
     """Partitions whose reported leader is not the preferred replica, which is alive."""
     moves = []
@@ -272,7 +300,7 @@ def rebalance_plan(
     replicas = {
         (p.topic, p.partition): list(p.replicas)
         for p in state.all_partitions()
-        if alive.issuperset(p.replicas)
+        if alive.issuperset(p.replicas) and p.target is None  # one move at a time
     }
     budget -= _balance_replicas(state, alive, replicas, budget)
     _balance_preferred_leaders(state, alive, replicas, budget)
@@ -288,8 +316,12 @@ def rebalance_plan(
 def _current_lists(
     state: MetadataState, replicas: dict[tuple[str, PartitionId], list[NodeId]]
 ) -> list[list[NodeId]]:
-    """Every partition's replicas as planned so far (the state's, where not a candidate)."""
-    return [replicas.get((p.topic, p.partition), list(p.replicas)) for p in state.all_partitions()]
+    """Every partition's replicas as planned so far (the state's, where not a candidate; the
+    target of a move under way)."""
+    return [
+        replicas.get((p.topic, p.partition), list(p.replicas if p.target is None else p.target))
+        for p in state.all_partitions()
+    ]
 
 
 def _counts(alive: set[NodeId], lists: list[list[NodeId]]) -> dict[NodeId, int]:

@@ -20,7 +20,11 @@ What the state holds:
 - topics: name, id, replication factor, config, and their partitions in index order;
 - partitions: Raft group id (unique for ever: ids are never reused, so a late message from a
   deleted topic's group cannot touch its successor), replicas (the first is the preferred
-  leader) and the leader with the highest epoch that reported itself;
+  leader), the leader with the highest epoch that reported itself and, while a move is under
+  way (KIP-455), its target replicas. During a move every node of replicas and target hosts
+  the group (`hosts`); the partition leader changes the group's membership one node at a
+  time and reports CompleteReassignment, which makes the target the replicas, and only
+  then do the removed nodes drop their copy;
 - the next group id and the next producer id to hand out;
 - consumer groups' committed offsets: group name -> (topic, partition) -> the next offset to
   consume. Offsets of a deleted topic are dropped with it (a topic re-created under the same
@@ -50,6 +54,7 @@ from raftlog.metadata.commands import (
     ApplyResult,
     Command,
     CommitGroupOffsets,
+    CompleteReassignment,
     CreatePartitions,
     CreateTopic,
     DeleteGroup,
@@ -125,10 +130,35 @@ class PartitionInfo:
     replicas: tuple[NodeId, ...]  # replicas[0] is the preferred leader
     leader_id: NodeId | None  # last reported leader; None until one reports
     leader_epoch: int  # its epoch (Raft term); NO_EPOCH until one reports
+    # The replicas a move under way leads to (None when no move is): other nodes than
+    # `replicas`, in preferred-leader order.
+    target: tuple[NodeId, ...] | None = None
 
     @property
     def preferred_leader(self) -> NodeId:
         return self.replicas[0]
+
+    @property
+    def hosts(self) -> tuple[NodeId, ...]:
+        """Nodes that hold the group: the replicas and, during a move, the target's too."""
+        extra = (
+            () if self.target is None else tuple(n for n in self.target if n not in self.replicas)
+        )
+        return self.replicas + extra
+
+    @property
+    def adding(self) -> tuple[NodeId, ...]:
+        """Target nodes not yet replicas (they join the group as learners)."""
+        return (
+            () if self.target is None else tuple(n for n in self.target if n not in self.replicas)
+        )
+
+    @property
+    def removing(self) -> tuple[NodeId, ...]:
+        """Replicas the move takes away (they keep their copy until it completes)."""
+        return (
+            () if self.target is None else tuple(n for n in self.replicas if n not in self.target)
+        )
 
 
 class MetadataState:
@@ -208,8 +238,13 @@ class MetadataState:
         return self._group_offsets.get(group_id, {}).get((topic, partition))
 
     def group_ids_for_node(self, node_id: NodeId) -> frozenset[GroupId]:
-        """The partition groups `node_id` must host (its replicas; fenced or not)."""
-        return frozenset(p.group_id for p in self.all_partitions() if node_id in p.replicas)
+        """The partition groups `node_id` must host (its replicas and the targets of moves
+        under way; fenced or not)."""
+        return frozenset(p.group_id for p in self.all_partitions() if node_id in p.hosts)
+
+    def moving_partitions(self) -> tuple[PartitionInfo, ...]:
+        """Partitions with a move under way, by topic then index."""
+        return tuple(p for p in self.all_partitions() if p.target is not None)
 
     # ---- apply -------------------------------------------------------------------------
 
@@ -413,11 +448,35 @@ class MetadataState:
         problem = self._check_partition_known(command.topic, command.partition)
         if problem is not None:
             return problem
+        where = f"{command.topic!r} partition {command.partition}"
+        target = self._partitions[command.topic][command.partition].target
+        if target is not None:
+            return reject(
+                ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                f"{where} is already moving to {list(target)}; wait until it completes",
+            )
         return self._check_replicas(
-            f"{command.topic!r} partition {command.partition}",
-            self._topics[command.topic].replication_factor,
-            command.replicas,
+            where, self._topics[command.topic].replication_factor, command.replicas
         )
+
+    def _check_complete_reassignment(self, command: CompleteReassignment) -> ApplyResult | None:
+        problem = self._check_partition_known(command.topic, command.partition)
+        if problem is not None:
+            return problem
+        current = self._partitions[command.topic][command.partition]
+        where = f"{command.topic!r} partition {command.partition}"
+        if current.group_id != command.group_id:
+            return reject(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"completion from group {command.group_id} but {where} is group {current.group_id}",
+            )
+        if current.target is None or current.target != command.replicas:
+            return reject(
+                ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+                f"{where} completes a move to {list(command.replicas)}, but its target is "
+                f"{None if current.target is None else list(current.target)}",
+            )
+        return None
 
     def _check_report_leader(self, command: ReportLeader) -> ApplyResult | None:
         problem = self._check_partition_known(command.topic, command.partition)
@@ -580,7 +639,17 @@ class MetadataState:
 
     def _reassign(self, command: ReassignPartition) -> ApplyResult:
         current = self._partitions[command.topic][command.partition]
-        self._replace_partition(replace(current, replicas=tuple(command.replicas)))
+        if set(command.replicas) == set(current.replicas):
+            # Same nodes: only the preferred leader changes, no membership change needed.
+            self._replace_partition(replace(current, replicas=tuple(command.replicas)))
+        else:
+            self._replace_partition(replace(current, target=tuple(command.replicas)))
+        return OK
+
+    def _complete_reassignment(self, command: CompleteReassignment) -> ApplyResult:
+        current = self._partitions[command.topic][command.partition]
+        assert current.target == command.replicas, (current, command)
+        self._replace_partition(replace(current, replicas=current.target, target=None))
         return OK
 
     def _report_leader(self, command: ReportLeader) -> ApplyResult:
@@ -661,6 +730,13 @@ def _partition_violations(
         violations.append(f"{where} replicas {list(p.replicas)} name unregistered nodes")
     if (p.leader_id is None) != (p.leader_epoch == NO_EPOCH):
         violations.append(f"{where} leader {p.leader_id} with epoch {p.leader_epoch}")
+    if p.target is not None and (
+        len(p.target) != topic.replication_factor
+        or len(set(p.target)) != len(p.target)
+        or set(p.target) == set(p.replicas)
+        or any(state.node(n) is None for n in p.target)
+    ):
+        violations.append(f"{where} moves from {list(p.replicas)} to {list(p.target)}")
     return violations
 
 
@@ -675,6 +751,10 @@ _HANDLERS: dict[
     DeleteTopic: (MetadataState._check_delete_topic, MetadataState._delete_topic),
     CreatePartitions: (MetadataState._check_create_partitions, MetadataState._create_partitions),
     ReassignPartition: (MetadataState._check_reassign, MetadataState._reassign),
+    CompleteReassignment: (
+        MetadataState._check_complete_reassignment,
+        MetadataState._complete_reassignment,
+    ),
     ReportLeader: (MetadataState._check_report_leader, MetadataState._report_leader),
     AllocateProducerIds: (
         MetadataState._check_allocate_producer_ids,
@@ -709,7 +789,8 @@ def _check_consumer_group_id(group_id: str) -> ApplyResult | None:
 # -1 before the first command. Decoding is as strict as for commands. When consumer groups
 # have committed offsets the root also holds
 #   "group_offsets": [{"group_id", "offsets": [[topic, partition, offset], ...]}] by group,
-# and only then, so snapshots taken before consumer groups existed still decode.
+# and only then, so snapshots taken before consumer groups existed still decode. Likewise a
+# partition with a move under way also holds "target": [node ids], and only then.
 
 SNAPSHOT_FORMAT_VERSION = 1
 
@@ -750,16 +831,20 @@ def _encode_topic(topic: TopicInfo, partitions: tuple[PartitionInfo, ...]) -> di
         "topic_id": topic.topic_id,
         "replication_factor": topic.replication_factor,
         "config": dict(topic.config),
-        "partitions": [
-            {
-                "group_id": p.group_id,
-                "replicas": list(p.replicas),
-                "leader_id": NO_EPOCH if p.leader_id is None else p.leader_id,
-                "leader_epoch": p.leader_epoch,
-            }
-            for p in partitions
-        ],
+        "partitions": [_encode_partition(p) for p in partitions],
     }
+
+
+def _encode_partition(p: PartitionInfo) -> dict[str, Any]:
+    encoded: dict[str, Any] = {
+        "group_id": p.group_id,
+        "replicas": list(p.replicas),
+        "leader_id": NO_EPOCH if p.leader_id is None else p.leader_id,
+        "leader_epoch": p.leader_epoch,
+    }
+    if p.target is not None:
+        encoded["target"] = list(p.target)
+    return encoded
 
 
 def _object(where: str, value: object, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -871,9 +956,16 @@ def _decode_topic(where: str, raw: object) -> tuple[TopicInfo, tuple[PartitionIn
 
 
 def _decode_partition(where: str, topic: str, index: int, raw: object) -> PartitionInfo:
-    fields_ = _object(where, raw, ("group_id", "replicas", "leader_id", "leader_epoch"))
+    keys = ("group_id", "replicas", "leader_id", "leader_epoch")
+    if isinstance(raw, dict) and "target" in raw:
+        keys += ("target",)
+    fields_ = _object(where, raw, keys)
     leader_id = _int_or_none(f"{where}.leader_id", fields_["leader_id"])
     replicas = decode_list(f"{where}.replicas", fields_["replicas"])
+    target = None
+    if "target" in fields_:
+        raw_target = decode_list(f"{where}.target", fields_["target"])
+        target = tuple(NodeId(decode_int(f"{where}.target", n)) for n in raw_target)
     return PartitionInfo(
         topic=topic,
         partition=PartitionId(index),
@@ -881,4 +973,5 @@ def _decode_partition(where: str, topic: str, index: int, raw: object) -> Partit
         replicas=tuple(NodeId(decode_int(f"{where}.replicas", n)) for n in replicas),
         leader_id=None if leader_id == NO_EPOCH else NodeId(leader_id),
         leader_epoch=_int_or_none(f"{where}.leader_epoch", fields_["leader_epoch"]),
+        target=target,
     )

@@ -14,6 +14,7 @@ from raftlog.metadata.commands import (
     AllocateProducerIds,
     ApplyResult,
     Command,
+    CompleteReassignment,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
@@ -260,11 +261,81 @@ def test_create_partitions_checks(
     with_topic.rejected(command, code, fragment)
 
 
-def test_reassign_partition(with_topic: Log) -> None:
+def test_reassign_partition_starts_a_move_that_completion_ends(with_topic: Log) -> None:
+    # orders-0 is group 1 on (1, 2): move it to (3, 1).
     with_topic.ok(ReassignPartition("orders", PartitionId(0), (NodeId(3), NodeId(1))))
     p0 = with_topic.state.partition("orders", 0)
-    assert p0 is not None and p0.replicas == (3, 1) and p0.preferred_leader == 3
+    assert p0 is not None and p0.replicas == (1, 2) and p0.target == (3, 1)
+    assert (p0.adding, p0.removing, p0.hosts) == ((3,), (2,), (1, 2, 3))
+    # During the move node 2 (leaving) and node 3 (joining) both host the group.
+    assert 1 in with_topic.state.group_ids_for_node(NodeId(2))
+    assert 1 in with_topic.state.group_ids_for_node(NodeId(3))
+    assert with_topic.state.moving_partitions() == (p0,)
+    # A snapshot taken mid-move restores the move (and equal states give equal bytes).
+    restored = MetadataState.restore(with_topic.state.snapshot())
+    assert restored.partition("orders", 0) == p0
+    assert restored.snapshot() == with_topic.state.snapshot()
+    with_topic.rejected(
+        ReassignPartition("orders", PartitionId(0), (NodeId(2), NodeId(3))),
+        ErrorCode.REASSIGNMENT_IN_PROGRESS,
+        "already moving to [3, 1]",
+    )
+    with_topic.ok(
+        CompleteReassignment("orders", PartitionId(0), GroupId(1), (NodeId(3), NodeId(1)))
+    )
+    p0 = with_topic.state.partition("orders", 0)
+    assert p0 is not None and p0.replicas == (3, 1) and p0.target is None
+    assert p0.preferred_leader == 3
     assert with_topic.state.group_ids_for_node(NodeId(2)) == {2}
+    assert with_topic.state.moving_partitions() == ()
+    # A second, late completion (a new leader reporting again) changes nothing.
+    with_topic.rejected(
+        CompleteReassignment("orders", PartitionId(0), GroupId(1), (NodeId(3), NodeId(1))),
+        ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+        "target is None",
+    )
+
+
+def test_reassign_to_the_same_nodes_only_reorders(with_topic: Log) -> None:
+    with_topic.ok(ReassignPartition("orders", PartitionId(0), (NodeId(2), NodeId(1))))
+    p0 = with_topic.state.partition("orders", 0)
+    assert p0 is not None and p0.replicas == (2, 1) and p0.target is None
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "fragment"),
+    [
+        (
+            CompleteReassignment("orders", PartitionId(0), GroupId(2), (3, 1)),
+            ErrorCode.UNKNOWN_PARTITION,
+            "is group 1",
+        ),
+        (
+            CompleteReassignment("orders", PartitionId(0), GroupId(1), (1, 3)),
+            ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+            "target is [3, 1]",
+        ),
+        (
+            CompleteReassignment("nope", PartitionId(0), GroupId(1), (3, 1)),
+            ErrorCode.UNKNOWN_TOPIC,
+            "'nope'",
+        ),
+    ],
+)
+def test_complete_reassignment_checks(
+    with_topic: Log, command: CompleteReassignment, code: ErrorCode, fragment: str
+) -> None:
+    with_topic.ok(ReassignPartition("orders", PartitionId(0), (NodeId(3), NodeId(1))))
+    with_topic.rejected(command, code, fragment)
+
+
+def test_snapshot_with_a_bad_target_is_refused(with_topic: Log) -> None:
+    with_topic.ok(ReassignPartition("orders", PartitionId(0), (NodeId(3), NodeId(1))))
+    body = json.loads(with_topic.state.snapshot()[1:])
+    body["topics"][0]["partitions"][0]["target"] = [1, 2]  # the same nodes: not a move
+    data = bytes([1]) + json.dumps(body).encode()
+    with pytest.raises(MetadataDecodeError, match=r"moves from \[1, 2\] to \[1, 2\]"):
+        MetadataState.restore(data)
 
 
 @pytest.mark.parametrize(
