@@ -3,8 +3,10 @@
 Theory of operation. A partition is one Raft group whose log is the partition's segmented
 log; this class is that group's state machine and the place produce and fetch requests land.
 
-Produce (leader only): each batch is checked at the header level only (length, magic, CRC32C,
-size bound: `raftlog.storage.batch.verify_batch`), checked against the idempotent-producer table,
+Produce (leader only): each batch is checked at the header level (length, magic, CRC32C,
+size bound: `raftlog.storage.batch.verify_batch`) and, once, at the records' framing
+(`raftlog.storage.records.validate_records`: nothing a consumer cannot decode is stored),
+checked against the idempotent-producer table,
 then proposed as one Raft entry occupying `record_count` offsets. The storage layer patches the
 batch's base offset and leader epoch (the Raft term) when it appends. The answer waits for the
 requested acks: 0 = appended, 1 = durable on this leader, all = committed by a majority.
@@ -42,6 +44,7 @@ from raftlog.partition.producer_state import ProducerStateTable, Verdict
 from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
 from raftlog.runtime.group import Commitment, RaftGroup
 from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
+from raftlog.storage.records import validate_records
 from raftlog.types import Offset, Term
 
 __all__ = ["FetchResult", "OffsetSpec", "PartitionLog", "PartitionReplica", "ProduceResult"]
@@ -226,6 +229,10 @@ class PartitionReplica:
             )
         if header.is_control:
             raise CorruptBatchError("clients may not write control batches")
+        # Issue 10: a CRC-valid batch of malformed records must not be stored and served. The
+        # one walk of the records happens here, on a client's produce; replication and fetch
+        # never decode (benchmarks/suites/record_validation.py measures its cost).
+        validate_records(batch, header, decompressed_bytes_max=self._config.decompressed_bytes_max)
         return header
 
     def _leader_view(self) -> ProducerStateTable:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,9 +24,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raftlog.client import Admin, Producer
+from raftlog.errors import CorruptBatchError
 from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.security import METHOD_RULES, bearer_metadata
 from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.storage.compression import Compression
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
 from tests.fuzz.budget import fuzz_settings
 from tests.security.pki import TOKENS, write_tokens
@@ -161,18 +164,73 @@ def crc_valid_batch(last_offset_delta: int, record_count: int, records: bytes) -
     return struct.pack(">qiibI", 0, len(body) + 9, 0, 2, crc) + body
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding (issue 10): Produce checks a batch's header and CRC but not its records "
-    "(partition/replica.py _verify), so a client that computes the CRC over garbage records "
-    "has them stored and served; consumers then fail to decode them",
-)
+def produce_call(channel: grpc.Channel, batch: bytes, topic: str = CRC_TOPIC) -> pb.ProduceResponse:
+    produce = channel.unary_unary(
+        "/raftlog.v1.Log/Produce",
+        request_serializer=pb.ProduceRequest.SerializeToString,
+        response_deserializer=pb.ProduceResponse.FromString,
+    )
+    request = pb.ProduceRequest(topic=topic, partition=0, batches=[batch], timeout_ms=5000)
+    response: pb.ProduceResponse = produce(
+        request, timeout=30, metadata=bearer_metadata(TOKENS["admin"])
+    )
+    return response
+
+
+def decodes(batch: bytes) -> bool:
+    try:
+        decode_batch(batch)
+    except CorruptBatchError:
+        return False
+    return True
+
+
 @fuzz_settings(40)
 @given(st.integers(0, 3), st.integers(0, 4), st.binary(max_size=60))
 def test_crc_valid_garbage_records_are_never_served(
     node: tuple[LocalCluster, grpc.Channel], delta: int, count: int, records: bytes
 ) -> None:
+    """Issue 10: the leader walks the records of a client's batch (validate_records), so a
+    batch whose CRC is right but whose records a consumer cannot decode is refused."""
     batch = crc_valid_batch(delta, count, records)
-    request = pb.ProduceRequest(topic=CRC_TOPIC, partition=0, batches=[batch], timeout_ms=5000)
-    raw_call(node[1], "/raftlog.v1.Log/Produce", request.SerializeToString(), TOKENS["admin"])
+    response = produce_call(node[1], batch)
+    if decodes(batch):
+        assert response.error.code == pb.NONE, response.error
+    else:
+        assert response.error.code == pb.CORRUPT_BATCH, response.error
+        assert "at byte" in response.error.message, response.error.message
     records_served(node[1], CRC_TOPIC)  # decode_batch raises on a batch that does not decode
+
+
+def kafka_python_batch(values: list[bytes], codec: int) -> bytes:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # kafka/__init__ at import time
+        from kafka.record.default_records import DefaultRecordBatchBuilder
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=codec, is_transactional=False, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 30,
+    )  # fmt: skip
+    for offset, value in enumerate(values):
+        builder.append(offset, 1_700_000_000_000 + offset, None, value, [("h", b"v")])
+    return bytes(builder.build())
+
+
+@fuzz_settings(15)
+@given(
+    st.lists(st.binary(min_size=1, max_size=100), min_size=1, max_size=5),
+    st.sampled_from([int(c) for c in (Compression.NONE, Compression.LZ4, Compression.ZSTD)]),
+    st.booleans(),
+)
+def test_valid_batches_from_our_encoder_and_kafka_python_are_stored_and_served(
+    node: tuple[LocalCluster, grpc.Channel], values: list[bytes], codec: int, ours: bool
+) -> None:
+    now_ms = 1_700_000_000_000
+    batch = (
+        encode_batch([RecordInput(None, v, now_ms) for v in values], compression=Compression(codec))
+        if ours
+        else kafka_python_batch(values, codec)
+    )
+    response = produce_call(node[1], batch)
+    assert response.error.code == pb.NONE, response.error
+    served = records_served(node[1], CRC_TOPIC)
+    assert served[-len(values) :] == values
