@@ -15,6 +15,11 @@ already wrote it answers DUPLICATE_SEQUENCE with the original offset, which is a
 batch fails for good its sequence numbers are lost, so the producer id is dropped and a fresh
 one (with sequences from 0) is fetched for the batches that follow.
 
+A producer built with a fixed producer id (`fixed_producer`: a caller-derived id, see
+`Producer`) never asks for one and never drops it: its sequences may start where an earlier
+writer with the same id stopped (`resume_at`), and after a batch fails for good later
+batches of that partition fail OUT_OF_ORDER at the leader instead of being renumbered.
+
 Outcomes: a retriable error (NOT_LEADER, timeouts, unreachable nodes, stale metadata) puts the
 batch back at the head of its queue after `retry_backoff_ms`, first recording the leader hint
 or marking the topic's metadata stale; anything else, or a batch past its attempts or its
@@ -70,13 +75,15 @@ class Sender:
         accumulator: Accumulator,
         config: ProducerConfig,
         clock: Callable[[], float],
+        fixed_producer: tuple[int, int] | None = None,
     ) -> None:
         self.cluster = cluster
         self.accumulator = accumulator
         self.config = config
         self.clock = clock
-        self.producer_id = -1
-        self.producer_epoch = -1
+        self.fixed_producer = fixed_producer
+        self.producer_id, self.producer_epoch = fixed_producer or (-1, -1)
+        assert fixed_producer is None or config.enable_idempotence
         self.next_sequence: dict[tuple[str, int], int] = {}
         self.in_flight = 0
         self.abort = False
@@ -190,6 +197,14 @@ class Sender:
         )
         assert len(batch.encoded) <= self.config.connection.message_bytes_max
 
+    def resume_at(self, tp: tuple[str, int], next_sequence: int) -> None:
+        """Number `tp`'s next record `next_sequence` (a fixed producer continuing its id)."""
+        assert self.fixed_producer is not None
+        assert 0 <= next_sequence < _SEQUENCE_MODULUS, next_sequence
+        with self.accumulator.condition:
+            assert tp not in self.next_sequence, f"{tp}: records were numbered already"
+            self.next_sequence[tp] = next_sequence
+
     def _init_producer_id(self) -> None:
         """Ask nodes in turn for a producer id; raise the last failure if none answers."""
         last_error: ClientError | None = None
@@ -274,9 +289,10 @@ class Sender:
                     with contextlib.suppress(InvalidStateError):  # the caller set it already
                         future.set_result(meta)
                 continue
+            # This batch's sequence numbers are gone: start over with a new producer id (a
+            # fixed id keeps its numbering: the leader refuses the gap that follows).
             if self.config.enable_idempotence and batch.encoded is not None:
-                # This batch's sequence numbers are gone: start over with a new producer id.
-                self.producer_id = -1
+                self.producer_id = self.fixed_producer[0] if self.fixed_producer else -1
             failure = DeliveryFailedError(
                 batch.tp.topic, batch.tp.partition, str(error), attempts=batch.attempts
             )

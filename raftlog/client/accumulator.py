@@ -219,6 +219,11 @@ class Accumulator:
         assert self.reserved_bytes >= 0, self.reserved_bytes
         self.condition.notify_all()
 
+    def has_records_for(self, tp: TopicPartition) -> bool:
+        """Whether any record was ever appended for `tp` (its queue exists once one was)."""
+        with self.condition:
+            return tp in self._queues
+
     def queued(self) -> list[ProducerBatch]:
         """Every batch not in flight (for expiry checks and close)."""
         assert self._is_held()

@@ -11,10 +11,22 @@ encoding, routing to leaders, retries and completion.
 
 `flush()` makes every batch ready at once and waits for the records sent before it; `close()`
 flushes, stops the sender and closes the channels (also on leaving a `with` block).
+
+Resumable writers (the Spark sink's exactly-once tasks). Normally the cluster hands out the
+producer id. A writer that must be able to crash and start again *as the same producer*
+derives its id instead (`derived_producer_id(name)`: ids from `DERIVED_PRODUCER_ID_MIN` =
+2**62 up, a range the controller never allocates) and passes `producer_id=`. Before its first
+record to a partition it calls `resume(topic, partition)`: the partition leader reports the
+producer's last *committed* sequence (Log.DescribeProducers, as Kafka's KIP-664), the
+producer continues numbering after it, and the caller learns how many of its records (in its
+own deterministic order) the partition already holds, so it can skip exactly those. A
+concurrent earlier incarnation is harmless: the leader's strict sequence check lets only one
+of two writers continue a sequence; the other's batches fail OUT_OF_ORDER_SEQUENCE.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import threading
@@ -34,13 +46,39 @@ from raftlog.client.config import (
     ConnectionConfig,
     ProducerConfig,
 )
-from raftlog.client.errors import ClientClosedError, ClientError, RequestTimedOutError
+from raftlog.client.errors import (
+    ClientClosedError,
+    ClientError,
+    NotLeaderForPartitionError,
+    RequestTimedOutError,
+    server_error,
+)
 from raftlog.client.partitioner import StickyPartitioner, partition_for_key
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.storage.records import Headers, RecordInput
 
-__all__ = ["Producer"]
+__all__ = ["DERIVED_PRODUCER_ID_MIN", "Producer", "derived_producer_id"]
 
 HeadersInput = Sequence[tuple[str, bytes | None]]
+
+# Producer ids with bit 62 set are derived by clients; the controller's allocator stops
+# below them (raftlog.metadata.state.ALLOCATED_PRODUCER_ID_LIMIT), so the two never meet.
+DERIVED_PRODUCER_ID_MIN = 1 << 62
+_PRODUCER_ID_LIMIT = 1 << 63  # ids are non-negative int64
+_PRODUCER_EPOCH_MAX = 2**15 - 1  # int16 in the RecordBatch header
+
+
+def derived_producer_id(name: str) -> int:
+    """A stable producer id for `name`, in the derived range (62 bits of BLAKE2b of it).
+
+    Distinct names collide with probability about n**2 / 2**63 for n names in use at once.
+    """
+    digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
+    producer_id = DERIVED_PRODUCER_ID_MIN | (
+        int.from_bytes(digest, "big") % DERIVED_PRODUCER_ID_MIN
+    )
+    assert DERIVED_PRODUCER_ID_MIN <= producer_id < _PRODUCER_ID_LIMIT
+    return producer_id
 
 
 def _wall_clock_ms() -> int:
@@ -72,7 +110,23 @@ class Producer:
         token: str | None = None,  # issue 10: bearer token (docs/security.md)
         wall_clock_ms: Callable[[], int] = _wall_clock_ms,
         rng: random.Random | None = None,
+        producer_id: int | None = None,
+        producer_epoch: int = 0,
     ) -> None:
+        """`producer_id` (derived, see the module docstring) fixes the producer's identity;
+        None asks the cluster for a fresh one (InitProducerId)."""
+        if producer_id is not None:
+            if not DERIVED_PRODUCER_ID_MIN <= producer_id < _PRODUCER_ID_LIMIT:
+                raise ClientError(
+                    f"producer_id must be a derived id in [2**62, 2**63), got {producer_id} "
+                    "(use derived_producer_id)"
+                )
+            if not 0 <= producer_epoch <= _PRODUCER_EPOCH_MAX:
+                raise ClientError(
+                    f"producer_epoch must be in [0, {_PRODUCER_EPOCH_MAX}], got {producer_epoch}"
+                )
+            if not enable_idempotence:
+                raise ClientError("producer_id needs enable_idempotence=True")
         connection = ConnectionConfig(
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
@@ -103,7 +157,11 @@ class Producer:
             clock=clock,
         )
         self._sender = Sender(
-            cluster=self._cluster, accumulator=self._accumulator, config=self.config, clock=clock
+            cluster=self._cluster,
+            accumulator=self._accumulator,
+            config=self.config,
+            clock=clock,
+            fixed_producer=None if producer_id is None else (producer_id, producer_epoch),
         )
         self._closed = False
         self._close_lock = threading.Lock()
@@ -171,6 +229,72 @@ class Producer:
         tp = TopicPartition(topic, self._partitioner.partition(topic, partitions))
         added = self._accumulator.append(tp, record, future, max_block_ms=max_block_ms)
         assert added
+
+    def resume(self, topic: str, partition: int) -> int:
+        """Continue this fixed producer's sequence on `topic`/`partition`; return how many of
+        its records (in send order) the partition has committed, which the caller must skip.
+
+        Call it before the first send() to that partition. Retriable errors (an election, stale
+        metadata) are retried until `max_block_ms`; a record of a newer epoch of this id means
+        another writer took over, a `ClientError`.
+        """
+        fixed = self._sender.fixed_producer
+        if fixed is None:
+            raise ClientError("resume() needs a producer built with producer_id=")
+        if self._closed:
+            raise ClientClosedError(f"producer closed: cannot resume {topic}/{partition}")
+        partitions = self._partition_count(topic)
+        if not 0 <= partition < partitions:
+            raise ClientError(
+                f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
+            )
+        tp = TopicPartition(topic, partition)
+        if self._accumulator.has_records_for(tp):
+            raise ClientError(f"resume({topic!r}, {partition}) after records were sent there")
+        producer_id, epoch = fixed
+        response = self._describe_producer(tp, producer_id)
+        if not response.known or response.producer_epoch < epoch:
+            next_sequence = 0  # nothing committed under this epoch: a new epoch starts at 0
+        elif response.producer_epoch > epoch:
+            raise ClientError(
+                f"producer {producer_id} on {topic}/{partition} has epoch "
+                f"{response.producer_epoch}, newer than this producer's {epoch}"
+            )
+        else:
+            next_sequence = response.last_sequence + 1
+        self._sender.resume_at(tp, next_sequence)
+        return next_sequence
+
+    def _describe_producer(
+        self, tp: TopicPartition, producer_id: int
+    ) -> pb.DescribeProducersResponse:
+        """Log.DescribeProducers at `tp`'s leader, retrying retriable failures."""
+        request = pb.DescribeProducersRequest(
+            topic=tp.topic, partition=tp.partition, producer_id=producer_id
+        )
+        deadline = self._clock() + self.config.max_block_ms / 1000
+        backoff_s = self.config.connection.retry_backoff_ms / 1000
+        concerning = f"DescribeProducers for {tp.topic}/{tp.partition}"
+        while True:
+            try:
+                address = self._cluster.leader_address(tp)
+                response: pb.DescribeProducersResponse = self._cluster.call(
+                    address, "Log.DescribeProducers", request
+                )
+                if response.error.code == pb.NONE:
+                    return response
+                refusal = server_error(response.error, concerning=concerning)
+                if isinstance(refusal, NotLeaderForPartitionError):
+                    self._cluster.apply_leader_hint(tp, refusal.leader_id, refusal.leader_address)
+                else:
+                    self._cluster.mark_stale(tp.topic)
+                raise refusal
+            except ClientError as error:
+                if not error.retriable or self._clock() + backoff_s >= deadline:
+                    raise
+                if not isinstance(error, NotLeaderForPartitionError):
+                    self._cluster.mark_stale(tp.topic)
+            self._sleep(backoff_s)  # an election under way: the caller blocks by design
 
     def _partition_count(self, topic: str) -> int:
         """Partitions of `topic`, retrying retriable metadata errors up to max_block_ms."""

@@ -50,8 +50,9 @@ class FakePartition:
     # Offsets appended but not committed: the high watermark trails the log end by this.
     high_watermark_lag: int = 0
     advertised_leader: int | None = None  # what Metadata says, when it differs
-    # producer id -> (base_sequence, last_sequence, base_offset) of its last batch
-    producers: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # producer id -> (base_sequence, last_sequence, base_offset, last_offset, epoch) of its
+    # batches, oldest first
+    producers: dict[int, list[tuple[int, int, int, int, int]]] = field(default_factory=dict)
 
     @property
     def high_watermark(self) -> int:
@@ -193,7 +194,8 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
         assert len(batches) == 1, "the client sends one batch per request"
         header = verify_batch(batches[0])
         if header.producer_id >= 0:
-            last = partition.producers.get(header.producer_id)
+            written = partition.producers.get(header.producer_id)
+            last = written[-1] if written else None
             if last is not None and last[0] == header.base_sequence:
                 return pb.ProduceResponse(
                     error=error(pb.DUPLICATE_SEQUENCE, "already written"), base_offset=last[2]
@@ -206,7 +208,9 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
         base, last_offset = partition.append(batches[0])
         if header.producer_id >= 0:
             last_sequence = header.base_sequence + header.record_count - 1
-            partition.producers[header.producer_id] = (header.base_sequence, last_sequence, base)
+            partition.producers.setdefault(header.producer_id, []).append(
+                (header.base_sequence, last_sequence, base, last_offset, header.producer_epoch)
+            )
         return pb.ProduceResponse(
             base_offset=base,
             last_offset=last_offset,
@@ -292,6 +296,37 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
             self.state.next_producer_id += 1
             return pb.InitProducerIdResponse(
                 producer_id=self.state.next_producer_id, producer_epoch=0
+            )
+
+    def DescribeProducers(
+        self, request: pb.DescribeProducersRequest, context: Any
+    ) -> pb.DescribeProducersResponse:
+        """The producer's last *committed* batch (below the high watermark), as the server."""
+        with self.state.condition:
+            planted = self._count("DescribeProducers")
+            if planted is not None:
+                return pb.DescribeProducersResponse(
+                    error=self._planted(planted, request.topic, request.partition)
+                )
+            refusal = self._partition_error(request.topic, request.partition)
+            if refusal is not None:
+                return pb.DescribeProducersResponse(error=refusal)
+            partition = self.state.topics[request.topic][request.partition]
+            committed = [
+                batch
+                for batch in partition.producers.get(request.producer_id, [])
+                if batch[3] < partition.high_watermark
+            ]
+            if not committed:
+                return pb.DescribeProducersResponse(
+                    known=False, producer_epoch=-1, last_sequence=-1, last_offset=-1
+                )
+            _, last_sequence, _, last_offset, epoch = committed[-1]
+            return pb.DescribeProducersResponse(
+                known=True,
+                producer_epoch=epoch,
+                last_sequence=last_sequence,
+                last_offset=last_offset,
             )
 
     def _nodes(self) -> list[pb.Node]:
