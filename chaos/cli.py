@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from raftlog.chaos.nemesis import NEMESES
+from raftlog.chaos.nemesis import NEMESES, NODE_HOOK_NEMESES
 from raftlog.chaos.runner import Backend, RunOptions, run
 from raftlog.chaos.workload import WorkloadOptions
 
@@ -57,13 +57,21 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
     p.add_argument("--base-port", type=int, default=None, help="local backend: client ports")
     p.add_argument("--image", default="raftlog:local", help="docker backend: node image")
+    p.add_argument("--unsafe-skip-fsync", action="store_true",
+                   help="local backend: nodes never fsync (the checker must catch it)")  # fmt: skip
 
 
 def _backend(args: argparse.Namespace, topic: str) -> Backend:
     if args.backend == "local":
         from raftlog.chaos.local_backend import LocalBackend
 
-        return LocalBackend(args.out, node_count=args.nodes, topic=topic, base_port=args.base_port)
+        return LocalBackend(
+            args.out,
+            node_count=args.nodes,
+            topic=topic,
+            base_port=args.base_port,
+            unsafe_skip_fsync=args.unsafe_skip_fsync,
+        )
     if args.backend == "docker":
         from raftlog.chaos.docker_backend import DockerBackend
 
@@ -74,9 +82,13 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
 
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:
-    network = {"partition", "flaky", "isolate-leader"} & set(args.nemesis)
-    if args.backend == "pysyncobj" and network:
-        raise ValueError(f"--backend pysyncobj has no network fault hook: drop {sorted(network)}")
+    hooked = set(NODE_HOOK_NEMESES) & set(args.nemesis)
+    if args.backend == "pysyncobj" and hooked:
+        raise ValueError(f"--backend pysyncobj has no node fault hooks: drop {sorted(hooked)}")
+    if args.backend == "docker" and "lose-unsynced" in args.nemesis:
+        raise ValueError("--backend docker cannot cut a container's files: drop lose-unsynced")
+    if args.unsafe_skip_fsync and args.backend != "local":
+        raise ValueError("--unsafe-skip-fsync needs --backend local")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     workload = WorkloadOptions(
         partitions=args.partitions,

@@ -4,7 +4,11 @@ Theory of operation. `LocalBackend.start` creates a `LocalCluster` under `DIR/cl
 starts every node with `--chaos` (which gives its node-to-node transport a fault injector)
 and waits for a controller. Crashes are SIGKILL (restart: start the process again on the same
 data directory), pauses are SIGSTOP/SIGCONT, and network faults are rules sent to each node's
-`Internal.SetFaults`. No root and no Docker are needed. Every control call is bounded by
+`Internal.SetFaults`, which also moves a node's wall clock. Loss of unsynced writes: after a
+SIGKILL, `lose_unsynced` cuts the node's files back to what it fsynced, from the manifest its
+--chaos file port keeps (`raftlog.storage.files.cut_to_durable`). `unsafe_skip_fsync` starts
+every node with --chaos-skip-fsync (the deliberately unsafe node). No root and no Docker are
+needed. Every control call is bounded by
 `control_timeout_s` and reports failure as False instead of raising: a nemesis acting on a
 node that is down (or paused, so its gRPC server cannot answer) must not stop the run.
 """
@@ -27,6 +31,7 @@ from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+from raftlog.storage.files import OsFileSystem, cut_to_durable
 
 __all__ = ["LocalBackend", "lookup_controller", "lookup_leader", "send_fault_rules"]
 
@@ -42,6 +47,7 @@ class LocalBackend:
         topic: str,
         base_port: int | None = None,
         control_timeout_s: float = 2.0,
+        unsafe_skip_fsync: bool = False,
     ) -> None:
         assert node_count in (1, 3, 5), node_count
         self._cluster = LocalCluster.create(
@@ -51,13 +57,14 @@ class LocalBackend:
         self.topic = topic
         self._timeout_s = control_timeout_s
         self._paused: set[int] = set()
+        self._serve_flags = ("--chaos", "--chaos-skip-fsync") if unsafe_skip_fsync else ("--chaos",)
 
     @property
     def log_paths(self) -> list[str]:
         return [node.log_file for node in self._cluster.nodes.values()]
 
     def start(self, *, timeout_s: float = 60.0) -> LogClients:
-        self._cluster.start("--chaos")
+        self._cluster.start(*self._serve_flags)
         try:
             wait_for_controller(self._cluster.bootstrap, timeout_s=timeout_s)
         except TimeoutError:
@@ -80,8 +87,14 @@ class LocalBackend:
     def restart(self, node: int) -> bool:
         if self._cluster.is_running(node):
             return True
-        self._cluster.start_node(node, "--chaos")
+        self._cluster.start_node(node, *self._serve_flags)
         return True
+
+    def lose_unsynced(self, node: int) -> dict[str, Any] | None:
+        if self._cluster.is_running(node):
+            return None  # only a dead node's files may be cut (the kill may have failed)
+        report = cut_to_durable(OsFileSystem(), self._cluster.nodes[node].data_dir)
+        return report.describe()
 
     def _signal(self, node: int, sig: int) -> bool:
         pid = self._cluster.nodes[node].pid

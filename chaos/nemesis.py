@@ -22,8 +22,19 @@ Process faults: kill (SIGKILL of a random node, of a partition leader, or of all
 once; healed by restarting) and pause (SIGSTOP of a random node or a leader; SIGCONT).
 `kill-leader`, `pause-leader` and `isolate-leader` always aim at a partition's leader, which
 is where acks=1 loses writes.
-`flaky` makes every link drop, duplicate, delay and reorder frames. "Loss of unsynced writes"
-is not here: it needs a node-side hook that cuts data files back to what was fsynced.
+`flaky` makes every link drop, duplicate, delay and reorder frames.
+
+Loss of unsynced writes: `lose-unsynced` SIGKILLs nodes (a random one, a partition leader, or
+all at once) and then cuts each one's data files back to what it had fsynced, as a power loss
+would (`ClusterControl.lose_unsynced`; the node's --chaos file port keeps the manifest, see
+`raftlog.storage.files.ChaosFileSystem`); healed by restarting. With every node's fsync
+honest, acks=all must lose nothing; a node started with --chaos-skip-fsync loses everything.
+
+Clock faults move nodes' wall clocks through the SetFaults hook (`{"clock": {"offset_ms":
+N}}`; the Raft core runs on ticks, so only the node's wall-clock uses see it: leases and
+heartbeats in the metadata, record and segment timestamps, retention): `clock-jump` moves one
+node's clock forward or back by minutes, `clock-skew` gives every node a different offset of
+up to two minutes either way. Both are healed by putting every clock back.
 """
 
 from __future__ import annotations
@@ -34,9 +45,37 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["NEMESES", "ClusterControl", "Fault", "Nemesis", "partition_links", "plan_fault"]
+__all__ = [
+    "NEMESES",
+    "NODE_HOOK_NEMESES",
+    "ClusterControl",
+    "Fault",
+    "Nemesis",
+    "partition_links",
+    "plan_fault",
+]
 
-NEMESES = ("kill", "pause", "partition", "flaky", "kill-leader", "pause-leader", "isolate-leader")
+NEMESES = (
+    "kill",
+    "pause",
+    "partition",
+    "flaky",
+    "kill-leader",
+    "pause-leader",
+    "isolate-leader",
+    "lose-unsynced",
+    "clock-jump",
+    "clock-skew",
+)
+# Nemeses that need the node-side hooks of --chaos (a backend without them refuses these).
+NODE_HOOK_NEMESES = (
+    "partition",
+    "flaky",
+    "isolate-leader",
+    "lose-unsynced",
+    "clock-jump",
+    "clock-skew",
+)
 # Targeted variants: always the leader of a partition, to aim at the acks=1 loss window.
 TARGETED = {
     "kill-leader": ("kill", "leader"),
@@ -71,6 +110,11 @@ class ClusterControl(Protocol):
 
     def set_faults(self, node: int, rules: dict[str, Any]) -> bool: ...
 
+    def lose_unsynced(self, node: int) -> dict[str, Any] | None:
+        """Cut the files of `node`, already killed, back to what it fsynced; what was cut,
+        or None when the backend cannot."""
+        ...
+
     def partition_leader(self, partition: int) -> int | None: ...
 
     def controller(self) -> int | None: ...
@@ -82,14 +126,25 @@ class Fault:
     kind: str
     nodes: tuple[int, ...] = ()
     links: frozenset[Link] = field(default_factory=frozenset)
+    clock_offsets_ms: tuple[tuple[int, int], ...] = ()  # (node, offset) for clock faults
 
     def describe(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "fault": self.nemesis,
             "kind": self.kind,
             "nodes": list(self.nodes),
             "links": sorted([list(link) for link in self.links]),
         }
+        if self.clock_offsets_ms:
+            described["clock_offsets_ms"] = {str(n): o for n, o in self.clock_offsets_ms}
+        return described
+
+
+# Clock faults: a jump is one to ten minutes either way; a skew spreads nodes over two minutes
+# either way in 15-second steps, so no two nodes share an offset.
+CLOCK_JUMP_MS = (60_000, 600_000)
+CLOCK_SKEW_STEP_MS = 15_000
+CLOCK_SKEW_STEPS = 8
 
 
 def _both_ways(a: Sequence[int], b: Sequence[int]) -> frozenset[Link]:
@@ -145,7 +200,7 @@ def plan_fault(
         if base == "partition":
             return Fault(base, kind, (), partition_links(kind, nodes, rng, target))
         return Fault(base, kind, (target,))
-    if nemesis == "kill":
+    if nemesis in ("kill", "lose-unsynced"):
         kind = rng.choice(("random-node", "leader", "all-nodes"))
         if kind == "all-nodes":
             return Fault(nemesis, kind, tuple(nodes))
@@ -155,6 +210,17 @@ def plan_fault(
         return Fault(nemesis, kind, (leader if kind == "leader" and leader else someone,))
     if nemesis == "flaky":
         return Fault(nemesis, "links", tuple(nodes))
+    if nemesis == "clock-jump":
+        kind = rng.choice(("random-node", "controller"))
+        target = controller if kind == "controller" and controller else someone
+        offset_ms = rng.randrange(*CLOCK_JUMP_MS) * rng.choice((-1, 1))
+        return Fault(nemesis, kind, (target,), clock_offsets_ms=((target, offset_ms),))
+    if nemesis == "clock-skew":
+        steps = rng.sample(range(-CLOCK_SKEW_STEPS, CLOCK_SKEW_STEPS + 1), len(nodes))
+        offsets = tuple(
+            (n, step * CLOCK_SKEW_STEP_MS) for n, step in zip(nodes, steps, strict=True)
+        )
+        return Fault(nemesis, "every-node", tuple(nodes), clock_offsets_ms=offsets)
     kind = rng.choice(PARTITIONS)
     target = {"isolate-leader": leader, "isolate-controller": controller}.get(kind) or someone
     return Fault(nemesis, kind, (), partition_links(kind, nodes, rng, target))
@@ -166,11 +232,22 @@ class Nemesis:
     def __init__(self, control: ClusterControl) -> None:
         self._control = control
 
-    def start(self, fault: Fault) -> None:
+    def start(self, fault: Fault) -> dict[str, Any]:
+        """Inject `fault`; returns what the backend reported doing beyond the plan (the bytes
+        a lose-unsynced cut), for the history."""
         control = self._control
         if fault.nemesis == "kill":
             for node in fault.nodes:
                 control.kill(node)
+        elif fault.nemesis == "lose-unsynced":
+            # Every node dies before any is cut: with all-nodes, none may restart in between.
+            for node in fault.nodes:
+                control.kill(node)
+            cuts = {str(node): control.lose_unsynced(node) for node in fault.nodes}
+            return {"cuts": cuts}
+        elif fault.clock_offsets_ms:
+            for node, offset_ms in fault.clock_offsets_ms:
+                control.set_faults(node, {"clock": {"offset_ms": offset_ms}})
         elif fault.nemesis == "pause":
             for node in fault.nodes:
                 control.pause(node)
@@ -185,10 +262,11 @@ class Nemesis:
                     control.set_faults(node, {"block": outgoing, "direction": "outgoing"})
                 if incoming:
                     control.set_faults(node, {"block": incoming, "direction": "incoming"})
+        return {}
 
     def stop(self, fault: Fault) -> None:
         control = self._control
-        if fault.nemesis == "kill":
+        if fault.nemesis in ("kill", "lose-unsynced"):
             for node in fault.nodes:
                 control.restart(node)
         elif fault.nemesis == "pause":

@@ -126,7 +126,9 @@ def _play_faults(
         )
         described = {"id": number, **fault.describe()}
         recorder.record(NEMESIS, "info", "start", described)
-        nemesis.start(fault)
+        effects = nemesis.start(fault)
+        if effects:
+            recorder.record(NEMESIS, "info", "effects", {"id": number, **effects})
         progress.active = [f"{fault.nemesis}/{fault.kind} {list(fault.nodes) or ''}".strip()]
         _sleep_until(planned.stop_s, start_s, progress)
         nemesis.stop(fault)

@@ -231,6 +231,9 @@ class SyncObjBackend:
     def set_faults(self, node: int, rules: dict[str, Any]) -> bool:
         return False  # pysyncobj has no network fault hook (see the module docstring)
 
+    def lose_unsynced(self, node: int) -> dict[str, Any] | None:
+        return None  # no durability manifest (see the module docstring)
+
     def partition_leader(self, partition: int) -> int | None:
         return next((i for i, n in self._nodes.items() if n.leading() is not None), None)
 

@@ -63,6 +63,9 @@ class BrokerSettings:
     raft_advertise: Address | None = None
     cluster_id: str = "raftlog"
     chaos: bool = False
+    # Chaos suite only (issue 8): a deliberately unsafe node that never fsyncs, so a run can
+    # show the checker catches the writes such a node loses.
+    chaos_skip_fsync: bool = False
     config: NodeConfig = field(default_factory=NodeConfig)
     # --- security (issue 10; raftlog.tls, raftlog.rpc.security)
     tls_cert: Path | None = None
@@ -70,6 +73,8 @@ class BrokerSettings:
     tls_ca: Path | None = None
     peer_tls: bool = False
     auth_tokens: Path | None = None
+    # Mutual TLS for clients: certificates signed by this CA authenticate their CN or SAN.
+    tls_client_ca: Path | None = None
     # --- end security
 
     def validate(self) -> BrokerSettings:
@@ -82,11 +87,18 @@ class BrokerSettings:
                 f"peers: the metadata quorum takes 1, 3, 5 or 7 voters, got {len(self.peers)}"
             )
         self.config.validate()
+        if self.chaos_skip_fsync and not self.chaos:
+            raise ConfigError("chaos_skip_fsync (--chaos-skip-fsync) needs chaos (--chaos)")
         # --- security (issue 10)
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key (--tls-cert, --tls-key) go together")
         if self.peer_tls and (self.tls_cert is None or self.tls_ca is None):
             raise ConfigError("peer_tls (--peer-tls) needs tls_cert, tls_key and tls_ca")
+        if self.tls_client_ca is not None and (self.tls_cert is None or self.auth_tokens is None):
+            raise ConfigError(
+                "tls_client_ca (--tls-client-ca) needs tls_cert, tls_key (the node's own TLS) "
+                "and auth_tokens (--auth-tokens: its [permissions] grant certificate principals)"
+            )
         # --- end security
         return self
 
@@ -183,8 +195,9 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
     ).validate()
 
 
-# --- security (issue 10): TOML keys tls_cert, tls_key, tls_ca, peer_tls, auth_tokens
-_SECURITY_KEYS = ("tls_cert", "tls_key", "tls_ca", "peer_tls", "auth_tokens")
+# --- security (issue 10): TOML keys tls_cert, tls_key, tls_ca, peer_tls, auth_tokens,
+# tls_client_ca
+_SECURITY_KEYS = ("tls_cert", "tls_key", "tls_ca", "peer_tls", "auth_tokens", "tls_client_ca")
 
 
 def _security_settings(node: dict[str, Any]) -> dict[str, Any]:

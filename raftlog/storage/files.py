@@ -687,9 +687,9 @@ def cut_to_durable(files: FileSystem, root: str) -> CutReport:
     # final[name] = the file (by its current path) that a power loss would leave at `name`.
     final: dict[str, str] = {}
     for name, file_id in sorted(manifest.durable_names.items()):
-        source = by_id.get(file_id)
-        if source is not None and source not in final.values():
-            final[name] = source  # the durable file, moved back if renamed since
+        holder = by_id.get(file_id)
+        if holder is not None and holder not in final.values():
+            final[name] = holder  # the durable file, moved back if renamed since
     for name, file_id in sorted(manifest.durable_names.items()):
         if file_id not in by_id and name in current and name not in final.values():
             # The durable file was replaced by a rename and is gone from the disk: the

@@ -114,6 +114,10 @@ class RecordingControl:
         self.calls.append(("faults", node, rules))
         return True
 
+    def lose_unsynced(self, node: int) -> dict[str, Any] | None:
+        self.calls.append(("cut", node))
+        return {"bytes_cut": node}
+
     def partition_leader(self, partition: int) -> int | None:
         return 1
 
@@ -148,6 +152,62 @@ def test_a_kill_is_healed_by_restarting_the_same_nodes() -> None:
     killed = [c[1] for c in control.calls if c[0] == "kill"]
     assert killed == list(fault.nodes)
     assert [c[1] for c in control.calls if c[0] == "restart"] == killed
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_lose_unsynced_kills_every_target_before_cutting_any_then_restarts_them(seed: int) -> None:
+    control = RecordingControl([1, 2, 3])
+    nemesis = Nemesis(control)
+    fault = plan_fault("lose-unsynced", [1, 2, 3], random.Random(seed), leader=2, controller=1)
+    effects = nemesis.start(fault)
+    kinds = [c[0] for c in control.calls]
+    assert kinds == ["kill"] * len(fault.nodes) + ["cut"] * len(fault.nodes), control.calls
+    assert [c[1] for c in control.calls if c[0] == "cut"] == list(fault.nodes)
+    assert effects == {"cuts": {str(n): {"bytes_cut": n} for n in fault.nodes}}
+    control.calls.clear()
+    nemesis.stop(fault)
+    assert control.calls == [("restart", n) for n in fault.nodes]
+
+
+def test_lose_unsynced_of_the_leader_targets_the_leader() -> None:
+    kinds = set()
+    for seed in range(30):
+        fault = plan_fault("lose-unsynced", [1, 2, 3], random.Random(seed), leader=3, controller=1)
+        kinds.add(fault.kind)
+        if fault.kind == "leader":
+            assert fault.nodes == (3,)
+        if fault.kind == "all-nodes":
+            assert fault.nodes == (1, 2, 3)
+    assert kinds == {"random-node", "leader", "all-nodes"}
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_clock_jump_moves_one_clock_by_minutes_and_heal_puts_it_back(seed: int) -> None:
+    control = RecordingControl([1, 2, 3])
+    nemesis = Nemesis(control)
+    fault = plan_fault("clock-jump", [1, 2, 3], random.Random(seed), leader=2, controller=3)
+    ((node, offset_ms),) = fault.clock_offsets_ms
+    assert fault.nodes == (node,)
+    assert 60_000 <= abs(offset_ms) < 600_000
+    if fault.kind == "controller":
+        assert node == 3
+    assert nemesis.start(fault) == {}
+    assert control.calls == [("faults", node, {"clock": {"offset_ms": offset_ms}})]
+    assert fault.describe()["clock_offsets_ms"] == {str(node): offset_ms}
+    control.calls.clear()
+    nemesis.stop(fault)
+    assert control.calls == [("faults", n, {"heal": True}) for n in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("count", [3, 5])
+def test_a_clock_skew_gives_every_node_its_own_offset(count: int) -> None:
+    nodes = list(range(1, count + 1))
+    for seed in range(20):
+        fault = plan_fault("clock-skew", nodes, random.Random(seed), leader=1, controller=1)
+        offsets = dict(fault.clock_offsets_ms)
+        assert sorted(offsets) == nodes
+        assert len(set(offsets.values())) == count, "no two nodes share an offset"
+        assert all(abs(o) <= 120_000 for o in offsets.values())
 
 
 @given(st.integers(0, 10_000), st.floats(5, 300))
