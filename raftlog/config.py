@@ -69,6 +69,8 @@ class RaftConfig:
     # Messages a node queues between two Readys; beyond it, new ones are dropped (Raft
     # tolerates loss) so a driver that stalls cannot grow the outbox without bound.
     outbox_messages_max: int = 4096
+    # Idle groups stop heartbeating (raftlog.raft.quiesce); needs node liveness from the host.
+    quiesce: bool = True
     planted_bugs: frozenset[str] = field(default_factory=frozenset)
 
     def validate(self) -> RaftConfig:

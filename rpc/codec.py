@@ -102,7 +102,7 @@ _FIXED: dict[MessageKind, struct.Struct] = {
     MessageKind.VOTE_RESPONSE: struct.Struct("!qqqB"),  # last_term flags / flags
     MessageKind.APPEND_REQUEST: struct.Struct("!qqqqqqI"),  # ... prev_offset prev_term commit n
     MessageKind.APPEND_RESPONSE: struct.Struct("!qqqBqqqq"),
-    MessageKind.HEARTBEAT_REQUEST: struct.Struct("!qqqqq"),
+    MessageKind.HEARTBEAT_REQUEST: struct.Struct("!qqqqqB"),  # ... read_context flags
     MessageKind.HEARTBEAT_RESPONSE: struct.Struct("!qqqq"),
     MessageKind.SNAPSHOT_REQUEST: struct.Struct("!qqqqqIIQ"),  # meta, voter/learner counts, len
     MessageKind.TIMEOUT_NOW: struct.Struct("!qqq"),
@@ -224,7 +224,8 @@ def _encode_append_response(frame: bytearray, position: int, m: AppendResponse) 
 
 def _encode_heartbeat_request(frame: bytearray, position: int, m: HeartbeatRequest) -> int:
     fixed = _FIXED[MessageKind.HEARTBEAT_REQUEST]
-    fixed.pack_into(frame, position, m.term, m.sender, m.receiver, m.commit_offset, m.read_context)
+    fields = (m.term, m.sender, m.receiver, m.commit_offset, m.read_context, int(m.quiesce))
+    fixed.pack_into(frame, position, *fields)
     return position + fixed.size
 
 
@@ -505,11 +506,17 @@ def _decode_append_response(reader: _Reader) -> Message:
 
 def _decode_heartbeat_request(reader: _Reader) -> Message:
     fixed = reader.fixed(_FIXED[MessageKind.HEARTBEAT_REQUEST], "HeartbeatRequest")
-    term, sender, receiver, commit_offset, read_context = fixed
+    term, sender, receiver, commit_offset, read_context, flags = fixed
     _header(reader, term, sender, receiver)
     _offsets(reader, commit_offset)
+    _flags(reader, flags, 1)
     return HeartbeatRequest(
-        Term(term), NodeId(sender), NodeId(receiver), Offset(commit_offset), read_context
+        Term(term),
+        NodeId(sender),
+        NodeId(receiver),
+        Offset(commit_offset),
+        read_context,
+        quiesce=bool(flags & 1),
     )
 
 

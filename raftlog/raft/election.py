@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raftlog.raft import quorum, replication
+from raftlog.raft import quiesce, quorum, replication
 from raftlog.raft.quorum import VoteResult
 from raftlog.raft.types import (
     AppendRequest,
@@ -78,6 +78,8 @@ def tick_leader(node: RaftNode) -> None:
     replication.tick_snapshots(node)
     if node.heartbeat_elapsed_ticks >= node.config.heartbeat_interval_ticks:
         node.heartbeat_elapsed_ticks = 0
+        if quiesce.maybe_quiesce(node):
+            return  # the group is idle: the last heartbeat told the followers to go quiet
         replication.bcast_heartbeat(node, node.reads.latest_context())
     assert node.heartbeat_elapsed_ticks < node.config.heartbeat_interval_ticks
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from raftlog.raft import quiesce
 from raftlog.raft.types import (
     AppendRequest,
     AppendResponse,
@@ -122,6 +123,8 @@ def on_heartbeat_request(node: RaftNode, request: HeartbeatRequest) -> None:
     # The leader capped the commit at our match with it, so it is safe to adopt.
     node.commit_target = max(node.commit_target, request.commit_offset)
     maybe_advance_commit(node)
+    if request.quiesce and quiesce.on_quiesce_notice(node, request):
+        return  # the leader went quiet; an answer would wake it
     reply = HeartbeatResponse(
         node.current_term, node.node_id, request.sender, read_context=request.read_context
     )

@@ -38,6 +38,12 @@ def check(node: RaftNode) -> None:
         assert node.commit <= durable, (
             f"follower commit {node.commit} beyond durable {node.log.durable_last_offset()}"
         )
+    if node.quiesced:
+        # Only an idle leader or its follower goes quiet (raftlog.raft.quiesce).
+        assert node.current_leader is not None, "a quiesced node knows its leader"
+        assert node.current_role is not Role.LEADER or not (
+            node.reads or node.lead_transferee is not None or node.uncommitted
+        ), "a quiesced leader has nothing pending"
     unstable = node.log.unstable
     assert not unstable or unstable[0].offset == node.log.unstable_offset, (
         f"unstable entries start at {unstable[0].offset}, not {node.log.unstable_offset}"

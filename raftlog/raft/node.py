@@ -24,7 +24,15 @@ from collections import deque
 
 from raftlog.config import RaftConfig
 from raftlog.errors import NotLeaderError, RaftError
-from raftlog.raft import election, follower, invariants, proposal, read_index, replication
+from raftlog.raft import (
+    election,
+    follower,
+    invariants,
+    proposal,
+    quiesce,
+    read_index,
+    replication,
+)
 from raftlog.raft.membership import ConfigHistory
 from raftlog.raft.ports import LogStorage
 from raftlog.raft.progress import Progress
@@ -98,6 +106,10 @@ class RaftNode:
         self.persisted_hard_state = hard_state
         self.reported_soft_state: SoftState | None = None
         self.ready_pending = False
+        # Quiescence (raftlog.raft.quiesce): an idle group stops its heartbeats and timers;
+        # the host's node-level liveness of peers stands in for them.
+        self.quiesced = False
+        self.reachable_peers: set[NodeId] = set()
         self.become_follower(self.current_term, None)
 
     def _recover(
@@ -182,6 +194,7 @@ class RaftNode:
             self.current_term = term
             self.voted_for = None
         self.current_leader = None
+        self.quiesced = False
         self.election_elapsed_ticks = 0
         self.heartbeat_elapsed_ticks = 0
         timeout = self.config.election_timeout_ticks
@@ -268,6 +281,8 @@ class RaftNode:
         invariants.check(self)
 
     def tick(self) -> None:
+        if self.quiesced:
+            return  # no heartbeats, no election timer: node liveness stands in for them
         if self.current_role is Role.LEADER:
             election.tick_leader(self)
         else:
@@ -280,6 +295,8 @@ class RaftNode:
         self.check_invariants()
 
     def _dispatch(self, message: Message) -> None:
+        if self.quiesced and not quiesce.is_quiesce_notice(self, message):
+            quiesce.wake(self, tell_leader=message.sender != self.current_leader)
         if not election.check_term(self, message):
             return
         from_leader = isinstance(message, AppendRequest | HeartbeatRequest | SnapshotRequest)
@@ -307,11 +324,13 @@ class RaftNode:
         """Append a DATA batch of `offset_count` records; returns its base offset."""
         if offset_count < 1:
             raise ValueError(f"offset_count must be >= 1, got {offset_count}")
+        self._wake_if_quiesced()
         return proposal.append_proposal(self, EntryKind.DATA, data, offset_count)
 
     def propose_membership(self, membership: Membership) -> Offset:
         """Propose a one-node membership change (dissertation §4.1, with the 2015 fix)."""
         proposal.check_membership_change(self, membership)
+        self._wake_if_quiesced()
         return proposal.append_proposal(self, EntryKind.CONFIG, membership.encode(), 1)
 
     def forget_peer_log(self, peer: NodeId) -> None:
@@ -329,6 +348,7 @@ class RaftNode:
         progress = self.progress.get(peer)
         if progress is None:
             return
+        self._wake_if_quiesced()
         progress.match = NO_OFFSET
         progress.become_probe(next_offset=Offset(self.last_offset + 1))
         assert progress.next > progress.match
@@ -337,6 +357,7 @@ class RaftNode:
         """Start an election now; a no-op for a leader or a node that is not a voter."""
         if self.current_role is Role.LEADER or not self.is_voter():
             return
+        self._wake_if_quiesced()
         election.start_election(self, transfer=False)
 
     def transfer_leadership(self, to: NodeId) -> None:
@@ -344,13 +365,26 @@ class RaftNode:
             raise NotLeaderError(leader_hint=self.current_leader)
         if to not in self.configs.current.voters:
             raise RaftError(f"cannot transfer leadership to node {to}: not a voter")
+        self._wake_if_quiesced()
         election.start_transfer(self, to)
 
     def read_index(self, request_id: int) -> None:
         """Ask for a linearizable read point; the answer comes in Ready.read_states."""
         if self.current_role is not Role.LEADER:
             raise NotLeaderError(leader_hint=self.current_leader)
+        self._wake_if_quiesced()
         read_index.request(self, request_id)
+
+    def set_peer_reachable(self, peer: NodeId, *, reachable: bool) -> None:
+        """The host's node-level liveness of `peer` (one heartbeat per node pair covers
+        every group): a quiesced follower whose leader's node is unreachable wakes and
+        elects; a quiesced leader with an unreachable peer wakes (raftlog.raft.quiesce)."""
+        quiesce.set_peer_reachable(self, peer, reachable=reachable)
+        self.check_invariants()
+
+    def _wake_if_quiesced(self) -> None:
+        if self.quiesced:
+            quiesce.wake(self, tell_leader=True)
 
     # --- output ---
 

@@ -220,6 +220,9 @@ class HeartbeatRequest:
     receiver: NodeId
     commit_offset: Offset  # min(leader commit, follower match) so a follower never over-commits
     read_context: int = 0  # ReadIndex round being confirmed; 0 when none
+    # The leader's last heartbeat before it goes quiet: the group is idle and every follower
+    # holds the leader's whole log; `commit_offset` is final (raftlog.raft.quiesce).
+    quiesce: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,6 +110,7 @@ def format_message(message: Message) -> str:
             )
         case HeartbeatRequest():
             ctx = f" ctx={message.read_context}" if message.read_context else ""
+            ctx += " quiesce" if message.quiesce else ""
             return head + f"Heartbeat term={message.term} commit={message.commit_offset}{ctx}"
         case HeartbeatResponse():
             ctx = f" ctx={message.read_context}" if message.read_context else ""
