@@ -28,6 +28,8 @@ __all__ = ["ProducerStateTable", "SequenceVerdict", "Verdict"]
 
 # Kafka remembers the last five batches per producer: the most a producer keeps in flight.
 REMEMBERED_BATCHES_MAX = 5
+# Producer ids a partition remembers unless told otherwise (the idle-longest are evicted).
+PRODUCERS_MAX_DEFAULT = 10_000
 
 
 class Verdict(enum.Enum):

@@ -40,7 +40,8 @@ from raftlog.errors import (
     ProducerFencedError,
     RequestTimedOutError,
 )
-from raftlog.partition.producer_state import ProducerStateTable, Verdict
+from raftlog.partition.checkpoint import CheckpointStore, PartitionCheckpoint
+from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT, ProducerStateTable, Verdict
 from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
 from raftlog.runtime.group import Commitment, RaftGroup
 from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
@@ -61,6 +62,16 @@ class PartitionLog(Protocol):
         ...
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None: ...
+
+
+class RecoveryLog(Protocol):
+    """What `PartitionReplica.recover` asks of the log it resumes on."""
+
+    def snapshot(self) -> Snapshot | None: ...
+
+    def last_offset(self) -> Offset: ...
+
+    def term_at(self, offset: Offset) -> Term | None: ...
 
 
 class OffsetSpec(enum.IntEnum):
@@ -93,8 +104,10 @@ class PartitionReplica:
         partition: int,
         log: PartitionLog,
         config: LogConfig,
-        producers_max: int = 10_000,
+        producers_max: int = PRODUCERS_MAX_DEFAULT,
+        checkpoint: CheckpointStore | None = None,
     ) -> None:
+        assert checkpoint is None or checkpoint.producers_max >= producers_max
         self.topic = topic
         self.partition = partition
         self._log = log
@@ -108,6 +121,9 @@ class PartitionReplica:
         self._hw_advanced = asyncio.Event()
         # Last offset applied to the producer table (the core resumes after its snapshot).
         self._applied_offset = -1
+        # None: no checkpoints (simulations, tests of other things); see checkpoint.py.
+        self._checkpoint = checkpoint
+        self._applied_bytes_since_checkpoint = 0
 
     def attach(self, group: RaftGroup) -> None:
         assert self._group is None
@@ -158,8 +174,54 @@ class PartitionReplica:
                     base_offset=entry.offset,
                     last_offset=entry.last_offset,
                 )
+        self._applied_bytes_since_checkpoint += len(entry.data)
+        if (
+            self._checkpoint is not None
+            and self._applied_bytes_since_checkpoint >= self._config.checkpoint_interval_bytes
+        ):
+            self.save_checkpoint(entry.term)
         self._hw_advanced.set()
         self._hw_advanced = asyncio.Event()
+
+    def save_checkpoint(self, term: Term) -> None:
+        """Save the applied state; `term` is that of the last entry applied.
+
+        Applied entries are committed and durable here (the host applies after its fsync),
+        so the log a restart finds always holds the checkpoint's offset.
+        """
+        assert self._checkpoint is not None and self._applied_offset >= 0
+        self._checkpoint.save(
+            PartitionCheckpoint(
+                Offset(self._applied_offset), term, self._committed_producers.encode()
+            )
+        )
+        self._applied_bytes_since_checkpoint = 0
+
+    def recover(self, log: RecoveryLog) -> Offset:
+        """Before the Raft core starts: load the checkpoint if the log vouches for it.
+
+        Returns the applied offset the core resumes after (`RaftNode(applied_offset=...)`), or
+        -1 when there is no usable checkpoint newer than the log's snapshot; the snapshot (if
+        any) is then restored as before. A checkpoint is used only if the log still holds its
+        offset in the same term: otherwise applying from the start rebuilds the same state.
+        """
+        assert self._applied_offset == -1, "recover runs once, before anything is applied"
+        checkpoint = None if self._checkpoint is None else self._checkpoint.load()
+        if checkpoint is None:
+            return Offset(-1)
+        snapshot = log.snapshot()
+        if snapshot is not None and snapshot.meta.offset >= checkpoint.offset:
+            return Offset(-1)
+        if (
+            checkpoint.offset > log.last_offset()
+            or log.term_at(checkpoint.offset) != checkpoint.term
+        ):
+            return Offset(-1)
+        self._committed_producers = ProducerStateTable.decode(
+            checkpoint.state, producers_max=self._producers_max
+        )
+        self._applied_offset = checkpoint.offset
+        return checkpoint.offset
 
     def restore(self, snapshot: Snapshot) -> None:
         self._applied_offset = snapshot.meta.offset

@@ -50,7 +50,9 @@ from raftlog.metadata import (
     plan_create_partitions,
     plan_create_topic,
 )
+from raftlog.partition.checkpoint import CheckpointStore
 from raftlog.partition.policy import apply_retention, topic_log_config
+from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
 from raftlog.raft.membership import membership_at
 from raftlog.raft.node import RaftNode
@@ -287,6 +289,10 @@ class Broker:
         voters: frozenset[NodeId],
         machine: StateMachine,
     ) -> RaftGroup:
+        # A partition restart resumes applying after the replica's checkpoint, not offset 0.
+        applied_offset = (
+            machine.recover(storage) if isinstance(machine, PartitionReplica) else Offset(-1)
+        )
         node = RaftNode(
             node_id=self.node_id,
             config=self.config.raft,
@@ -294,11 +300,12 @@ class Broker:
             hard_state=hard_state_store.load(),
             rng=random.Random(self._rng.getrandbits(64)),
             bootstrap_membership=Membership(voters=voters),
+            applied_offset=applied_offset,
         )
         bootstrap = Membership(voters=voters)
         self._storages[group_id] = storage
         snapshot = storage.snapshot()
-        if snapshot is not None:
+        if snapshot is not None and snapshot.meta.offset > applied_offset:
             # The core resumes applying after the snapshot; the machine starts from it.
             machine.restore(snapshot)
         return RaftGroup(
@@ -349,7 +356,12 @@ class Broker:
         storage, hard_state_store = self._open_storage(
             self._partition_dir(topic, partition), log_config
         )
-        replica = PartitionReplica(topic=topic, partition=partition, log=storage, config=log_config)
+        checkpoint = CheckpointStore(
+            storage.files, storage.directory, producers_max=PRODUCERS_MAX_DEFAULT
+        )
+        replica = PartitionReplica(
+            topic=topic, partition=partition, log=storage, config=log_config, checkpoint=checkpoint
+        )
         group = self._make_group(group_id, storage, hard_state_store, frozenset(replicas), replica)
         replica.attach(group)
         group.on_leadership_change = self._on_partition_leadership

@@ -109,6 +109,10 @@ class LogConfig:
     # Appends wait in user space until a flush, or until this many bytes are pending, and are
     # then handed to the OS in one writev (durable only after the flush's fdatasync).
     append_buffer_bytes_max: int = 4 * MIB
+    # A partition replica checkpoints its state machine (producer table) after applying this
+    # many bytes of log, so a restart re-applies at most about this much (Kafka snapshots
+    # producer state at segment rolls; partition/checkpoint.py).
+    checkpoint_interval_bytes: int = 32 * MIB
     retention_bytes: int | None = None
     retention_ms: int | None = None
 

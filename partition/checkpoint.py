@@ -1,0 +1,112 @@
+"""Partition checkpoints: the replica's state machine saved at an applied offset.
+
+Theory of operation. A partition's state machine is its producer table (the log holds the
+rest); it is rebuilt by applying committed batches in offset order. Without a checkpoint a
+restart re-reads and re-applies the whole log, which grows with the log (8 s for 2 GiB). So a
+replica saves its table, with the offset and term of the last entry applied, every
+`LogConfig.checkpoint_interval_bytes` of applied log (Kafka snapshots producer state at
+segment rolls), and a restart resumes applying after that offset (the Raft core's
+`applied_offset`).
+
+Why this is safe: an entry is applied only after it is committed and durable on this node
+(the host fsyncs before it applies), and committed entries are never truncated, so the log
+on disk still holds every entry up to the checkpoint's offset. `load` then checks that the
+log holds that offset in the same term; anything else (file missing, torn, bit-flipped,
+oversized, describing a log this node no longer has) answers None, which means "apply from
+the snapshot or the start of the log": slower, never wrong.
+
+File (big-endian), replaced atomically (temporary file, fsync, rename, fsync directory):
+    b"RLPC", crc32c u32 of the rest, offset i64, term i64, state length u32, state bytes
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from dataclasses import dataclass
+
+from raftlog.storage.batch import crc32c
+from raftlog.storage.files import FileSystem, write_file_atomically
+from raftlog.types import Offset, Term
+
+__all__ = ["CHECKPOINT_FILE_NAME", "CheckpointStore", "PartitionCheckpoint", "checkpoint_bytes_max"]
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE_NAME = "partition-checkpoint"
+_HEAD = struct.Struct(">4sIqqI")  # magic, crc, offset, term, state bytes
+_MAGIC = b"RLPC"
+# An encoded producer (id, epoch, five remembered batches of four integers) as JSON stays
+# well under this; the bound keeps a corrupt length from making load read a huge file.
+_PRODUCER_BYTES_MAX = 1024
+
+
+def checkpoint_bytes_max(producers_max: int) -> int:
+    """The largest checkpoint a table of at most `producers_max` producers can encode to."""
+    assert producers_max > 0, producers_max
+    return _HEAD.size + producers_max * _PRODUCER_BYTES_MAX
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionCheckpoint:
+    offset: Offset  # the last offset applied: the state covers every entry up to it
+    term: Term  # the term of the entry ending at `offset`
+    state: bytes  # ProducerStateTable.encode()
+
+    def __post_init__(self) -> None:
+        assert self.offset >= 0 and self.term >= 0, (self.offset, self.term)
+
+    def encode(self) -> bytes:
+        body = _HEAD.pack(_MAGIC, 0, self.offset, self.term, len(self.state))[8:] + self.state
+        return _MAGIC + struct.pack(">I", crc32c(body)) + body
+
+    @classmethod
+    def decode(cls, data: bytes) -> PartitionCheckpoint:
+        """Raises ValueError naming what is wrong with `data`."""
+        if len(data) < _HEAD.size:
+            raise ValueError(f"{len(data)} bytes, shorter than the {_HEAD.size}-byte header")
+        magic, crc, offset, term, state_bytes = _HEAD.unpack_from(data)
+        if magic != _MAGIC:
+            raise ValueError(f"bad magic {magic!r}")
+        if crc != crc32c(data[8:]):
+            raise ValueError("CRC32C mismatch")
+        if _HEAD.size + state_bytes != len(data):
+            raise ValueError(f"state length {state_bytes} does not match {len(data)} bytes")
+        if offset < 0 or term < 0:
+            raise ValueError(f"negative offset {offset} or term {term}")
+        return cls(Offset(offset), Term(term), data[_HEAD.size :])
+
+
+class CheckpointStore:
+    """One partition's checkpoint file, through the storage layer's file-system port."""
+
+    def __init__(self, files: FileSystem, directory: str, *, producers_max: int) -> None:
+        self.files = files
+        self.path = os.path.join(directory, CHECKPOINT_FILE_NAME)
+        self.producers_max = producers_max
+        self.bytes_max = checkpoint_bytes_max(producers_max)
+
+    def save(self, checkpoint: PartitionCheckpoint) -> None:
+        data = checkpoint.encode()
+        assert len(data) <= self.bytes_max, (len(data), self.bytes_max)
+        write_file_atomically(self.files, self.path, data)
+
+    def load(self) -> PartitionCheckpoint | None:
+        """The checkpoint on disk, or None when there is none or it cannot be trusted."""
+        if not self.files.exists(self.path):
+            return None
+        handle = self.files.open(self.path)
+        try:
+            size_bytes = handle.size_bytes()
+            if size_bytes > self.bytes_max:
+                log.warning("ignoring %s: %d bytes > %d", self.path, size_bytes, self.bytes_max)
+                return None
+            data = handle.read_at(size_bytes, 0)
+        finally:
+            handle.close()
+        try:
+            return PartitionCheckpoint.decode(data)
+        except ValueError as error:
+            log.warning("ignoring damaged %s: %s", self.path, error)
+            return None

@@ -1,0 +1,220 @@
+"""Partition checkpoints: write, load, damage, and a restart that resumes from one.
+
+The restart tests keep three replicas over the same real on-disk log: one that applied every
+entry (writing checkpoints as it went), one restarted from its checkpoint that applies only
+the entries after it, and one rebuilt from the whole log. The last two must hold identical
+producer tables and answer every idempotence check identically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from raftlog.config import LogConfig
+from raftlog.partition.checkpoint import (
+    CHECKPOINT_FILE_NAME,
+    CheckpointStore,
+    PartitionCheckpoint,
+    checkpoint_bytes_max,
+)
+from raftlog.partition.replica import PartitionReplica
+from raftlog.raft.types import Entry, EntryKind
+from raftlog.storage.batch import parse_header
+from raftlog.storage.files import OsFileSystem
+from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.records import RecordInput, encode_batch
+from raftlog.types import Offset, Term
+
+PRODUCERS_MAX = 8
+CONFIG = dataclasses.replace(LogConfig(), checkpoint_interval_bytes=4096).validate()
+
+
+def _store(directory: Path) -> CheckpointStore:
+    return CheckpointStore(OsFileSystem(), str(directory), producers_max=PRODUCERS_MAX)
+
+
+def test_checkpoint_round_trips_through_the_file(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    assert store.load() is None  # missing: apply from the start
+    checkpoint = PartitionCheckpoint(Offset(41), Term(3), b"[[7,0,[[0,4,10,14]]]]")
+    store.save(checkpoint)
+    assert store.load() == checkpoint
+    newer = PartitionCheckpoint(Offset(99), Term(4), b"[]")
+    store.save(newer)
+    assert store.load() == newer
+    assert not (tmp_path / (CHECKPOINT_FILE_NAME + ".tmp")).exists()
+
+
+def test_any_damaged_byte_or_cut_makes_the_checkpoint_unusable(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    store.save(PartitionCheckpoint(Offset(5), Term(1), b"[[1,0,[[0,0,5,5]]]]"))
+    good = (tmp_path / CHECKPOINT_FILE_NAME).read_bytes()
+    for position in range(len(good)):
+        damaged = bytearray(good)
+        damaged[position] ^= 0x40
+        (tmp_path / CHECKPOINT_FILE_NAME).write_bytes(bytes(damaged))
+        assert store.load() is None, position
+    for length in range(len(good)):
+        (tmp_path / CHECKPOINT_FILE_NAME).write_bytes(good[:length])
+        assert store.load() is None, length
+    (tmp_path / CHECKPOINT_FILE_NAME).write_bytes(good + b"x")
+    assert store.load() is None
+
+
+def test_an_oversized_file_is_ignored_without_reading_it(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    (tmp_path / CHECKPOINT_FILE_NAME).write_bytes(b"\0" * (checkpoint_bytes_max(PRODUCERS_MAX) + 1))
+    assert store.load() is None
+
+
+def test_decode_names_what_is_wrong() -> None:
+    with pytest.raises(ValueError, match="bad magic"):
+        PartitionCheckpoint.decode(b"XXXX" + bytes(24))
+    with pytest.raises(ValueError, match="shorter than"):
+        PartitionCheckpoint.decode(b"RLPC")
+
+
+# -- restart ------------------------------------------------------------------------------------
+
+
+def _produced_entries(seed: int, count: int) -> list[Entry]:
+    """Batches of several idempotent producers (some bumping their epoch), one per entry."""
+    rng = random.Random(seed)
+    sequences: dict[int, int] = {}
+    epochs: dict[int, int] = {}
+    entries, offset, term = [], 0, 1
+    for _ in range(count):
+        if rng.random() < 0.05:
+            term += 1
+            entries.append(Entry(Term(term), Offset(offset), 1, EntryKind.NOOP, b""))
+            offset += 1
+        producer = rng.randrange(PRODUCERS_MAX + 3)  # more producers than remembered
+        if rng.random() < 0.03:
+            epochs[producer] = epochs.get(producer, 0) + 1
+            sequences[producer] = 0
+        records = rng.randint(1, 4)
+        batch = encode_batch(
+            [RecordInput(None, rng.randbytes(rng.randint(10, 300)), 0) for _ in range(records)],
+            producer_id=producer,
+            producer_epoch=epochs.get(producer, 0),
+            base_sequence=sequences.get(producer, 0),
+        )
+        sequences[producer] = sequences.get(producer, 0) + records
+        entries.append(Entry(Term(term), Offset(offset), records, EntryKind.DATA, batch))
+        offset += records
+    return entries
+
+
+def _log_with(directory: Path, entries: list[Entry]) -> RaftLogStorage:
+    storage = RaftLogStorage.open(directory, config=CONFIG)
+    storage.append(entries)
+    storage.sync()
+    return storage
+
+
+def _replica(storage: RaftLogStorage, *, checkpoints: bool) -> PartitionReplica:
+    return PartitionReplica(
+        topic="t",
+        partition=0,
+        log=storage,
+        config=CONFIG,
+        producers_max=PRODUCERS_MAX,
+        checkpoint=_store(Path(storage.directory)) if checkpoints else None,
+    )
+
+
+def _apply_after(replica: PartitionReplica, storage: RaftLogStorage, applied: int) -> None:
+    offset = applied + 1
+    while offset <= storage.last_offset():
+        for entry in storage.entries(Offset(offset), bytes_max=64 * 1024):
+            replica.apply(entry)
+            offset = entry.last_offset + 1
+
+
+def _verdicts(replica: PartitionReplica, entries: list[Entry]) -> list[object]:
+    """How the replica's producer table answers a retry of every batch and a next one."""
+    table = replica._committed_producers  # the state under test, read, never changed
+    answers: list[object] = []
+    for entry in entries:
+        if entry.kind is not EntryKind.DATA:
+            continue
+        header = parse_header(entry.data)
+        for base_sequence in (header.base_sequence, header.base_sequence + header.record_count):
+            answers.append(
+                table.check(
+                    producer_id=header.producer_id,
+                    epoch=header.producer_epoch,
+                    base_sequence=base_sequence,
+                    record_count=header.record_count,
+                )
+            )
+    return answers
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_restarted_replica_has_the_state_of_one_rebuilt_from_the_whole_log(
+    tmp_path: Path, seed: int
+) -> None:
+    entries = _produced_entries(seed, 300)
+    storage = _log_with(tmp_path / "log", entries)
+    running = _replica(storage, checkpoints=True)
+    assert running.recover(storage) == -1  # a fresh log has no checkpoint
+    _apply_after(running, storage, -1)
+    storage.close()
+
+    storage = RaftLogStorage.open(tmp_path / "log", config=CONFIG)
+    restarted = _replica(storage, checkpoints=True)
+    applied = restarted.recover(storage)
+    # Resumed from a checkpoint well into the log, at most one interval behind its end.
+    assert 0 < applied <= storage.last_offset()
+    assert sum(len(e.data) for e in entries if e.offset > applied) < 2 * 4096 + 1024
+    _apply_after(restarted, storage, applied)
+
+    rebuilt = _replica(storage, checkpoints=False)
+    assert rebuilt.recover(storage) == -1
+    _apply_after(rebuilt, storage, -1)
+
+    assert restarted.snapshot_data() == rebuilt.snapshot_data() == running.snapshot_data()
+    assert _verdicts(restarted, entries) == _verdicts(rebuilt, entries)
+    storage.close()
+
+
+def test_a_damaged_checkpoint_means_applying_from_the_start(tmp_path: Path) -> None:
+    entries = _produced_entries(7, 200)
+    storage = _log_with(tmp_path / "log", entries)
+    running = _replica(storage, checkpoints=True)
+    running.recover(storage)
+    _apply_after(running, storage, -1)
+    path = tmp_path / "log" / CHECKPOINT_FILE_NAME
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+
+    restarted = _replica(storage, checkpoints=True)
+    assert restarted.recover(storage) == -1
+    _apply_after(restarted, storage, -1)
+    assert restarted.snapshot_data() == running.snapshot_data()
+    storage.close()
+
+
+def test_a_checkpoint_the_log_does_not_vouch_for_is_not_used(tmp_path: Path) -> None:
+    entries = _produced_entries(9, 200)
+    storage = _log_with(tmp_path / "log", entries)
+    store = _store(tmp_path / "log")
+    last = entries[-1]
+    # Beyond the log's end (the log lost it): unusable.
+    store.save(PartitionCheckpoint(Offset(last.last_offset + 5), last.term, b"[]"))
+    assert _replica(storage, checkpoints=True).recover(storage) == -1
+    # The log holds the offset in another term (another history): unusable.
+    store.save(PartitionCheckpoint(last.last_offset, Term(last.term + 1), b"[]"))
+    assert _replica(storage, checkpoints=True).recover(storage) == -1
+    # The same offset and term: used.
+    store.save(PartitionCheckpoint(last.last_offset, last.term, b"[]"))
+    assert _replica(storage, checkpoints=True).recover(storage) == last.last_offset
+    storage.close()
+    assert os.path.exists(store.path)
