@@ -36,6 +36,7 @@ __all__ = [
     "DATA_DIRECTORY_MODE",
     "DATA_FILE_MODE",
     "DURABILITY_MANIFEST_NAME",
+    "UNSAFE_UNSYNCED_DIRECTORY",
     "Buffer",
     "ChaosFileSystem",
     "Clock",
@@ -429,6 +430,8 @@ def read_whole_file(files: FileSystem, path: str) -> bytes:
 
 # The manifest's name in a node's data directory (only nodes started with --chaos write it).
 DURABILITY_MANIFEST_NAME = "chaos-durability.json"
+# Where the unsafe node (ChaosFileSystem skip_sync) never syncs: its partition logs.
+UNSAFE_UNSYNCED_DIRECTORY = "partitions"
 
 
 @dataclass
@@ -514,10 +517,13 @@ class DurabilityManifest:
 class _ChaosFileHandle:
     """An `_OsFileHandle` (or any handle) whose syncs and truncations the manifest records."""
 
-    def __init__(self, owner: ChaosFileSystem, inner: FileHandle, file_id: int) -> None:
+    def __init__(
+        self, owner: ChaosFileSystem, inner: FileHandle, file_id: int, *, skip_sync: bool
+    ) -> None:
         self._owner = owner
         self._inner = inner
         self._file_id = file_id  # not its path: a rename while open must not lose track
+        self._skip_sync = skip_sync
 
     @property
     def path(self) -> str:
@@ -533,7 +539,7 @@ class _ChaosFileHandle:
         return self._inner.size_bytes()
 
     def sync(self) -> None:
-        if self._owner.skip_sync:
+        if self._skip_sync:
             return  # the deliberately unsafe node: the bytes stay in the page cache only
         self._inner.sync()
         # Recorded after the sync returns and before the caller can act on it (acknowledge,
@@ -557,7 +563,11 @@ class ChaosFileSystem:
     The manifest is rewritten (temporary file, rename; no fsync) after every change of what
     is durable. It needs no fsync: the fault it serves is SIGKILL, after which the kernel
     still writes out the page cache; only the node's own syncs model a power loss.
-    `skip_sync` makes every file sync a no-op (the deliberately unsafe node of the suite).
+    `skip_sync` makes the deliberately unsafe node of the suite: the appended files of its
+    partition logs (under `UNSAFE_UNSYNCED_DIRECTORY`) are never synced, so it acknowledges
+    writes before they are durable (as Kafka does by default, trusting replication). Its
+    metadata log and its atomically replaced small files (hard state, checkpoints) stay
+    honest, so a cut node still starts: it just comes back without those writes.
     """
 
     def __init__(self, inner: FileSystem, root: str, *, skip_sync: bool = False) -> None:
@@ -597,7 +607,12 @@ class ChaosFileSystem:
             if create:  # recorded first: a kill before the manifest write leaves no stray file
                 self.record(lambda m: m.register(key, size_bytes=0, durable_name=False))
         inner = self._inner.open(path, create=create)  # raises for a missing file
-        return _ChaosFileHandle(self, inner, self.manifest.files[key][0])
+        skip_sync = (
+            self.skip_sync
+            and key.startswith(UNSAFE_UNSYNCED_DIRECTORY + os.sep)
+            and not key.endswith(".tmp")
+        )
+        return _ChaosFileHandle(self, inner, self.manifest.files[key][0], skip_sync=skip_sync)
 
     def exists(self, path: str) -> bool:
         return self._inner.exists(path)
@@ -627,8 +642,6 @@ class ChaosFileSystem:
         self.record(lambda m: m.renamed(source_key, target_key))
 
     def sync_directory(self, directory: str) -> None:
-        if self.skip_sync:
-            return
         self._inner.sync_directory(directory)
         self.record(lambda m: m.directory_synced(self._key(directory)))
 

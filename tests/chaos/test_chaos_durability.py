@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from raftlog.errors import StorageError
 from raftlog.storage.files import (
     DURABILITY_MANIFEST_NAME,
+    UNSAFE_UNSYNCED_DIRECTORY,
     ChaosFileSystem,
     FileSystem,
     SimFileSystem,
@@ -113,17 +114,21 @@ def test_the_manifest_survives_a_restart_of_the_node() -> None:
     assert _files(sim) == {"seg": b"synced"}
 
 
-def test_the_unsafe_node_never_syncs_so_the_cut_loses_its_writes() -> None:
+def test_the_unsafe_node_never_syncs_its_partition_logs_so_the_cut_loses_their_writes() -> None:
     sim = SimFileSystem(seed=3)
-    sim.make_directory(ROOT)
+    partition = f"{ROOT}/{UNSAFE_UNSYNCED_DIRECTORY}/t-0"
+    sim.make_directory(partition)
     fs = ChaosFileSystem(sim, ROOT, skip_sync=True)
-    handle = fs.open(f"{ROOT}/seg", create=True)
-    handle.append([b"acknowledged"])
-    handle.sync()
-    fs.sync_directory(ROOT)
-    assert sim.sync_count == 0
+    for directory in (ROOT, partition):
+        handle = fs.open(f"{directory}/seg", create=True)
+        handle.append([b"acknowledged"])
+        handle.sync()
+        fs.sync_directory(directory)
+        write_file_atomically(fs, f"{directory}/hard-state", b"vote")
     cut_to_durable(sim, ROOT)
-    assert _files(sim) == {}
+    assert _files(sim) == {"seg": b"acknowledged", "hard-state": b"vote"}, "honest outside"
+    assert sim.file_bytes(f"{partition}/seg") == b"", "the partition log's appends are gone"
+    assert sim.file_bytes(f"{partition}/hard-state") == b"vote", "its hard state is honest"
 
 
 def test_a_damaged_manifest_is_a_clear_error() -> None:
