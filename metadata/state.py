@@ -956,7 +956,7 @@ def _decode_topic(where: str, raw: object) -> tuple[TopicInfo, tuple[PartitionIn
 
 
 def _decode_partition(where: str, topic: str, index: int, raw: object) -> PartitionInfo:
-    keys = ("group_id", "replicas", "leader_id", "leader_epoch")
+    keys: tuple[str, ...] = ("group_id", "replicas", "leader_id", "leader_epoch")
     if isinstance(raw, dict) and "target" in raw:
         keys += ("target",)
     fields_ = _object(where, raw, keys)

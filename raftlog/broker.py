@@ -8,8 +8,18 @@ Theory of operation. One asyncio loop runs everything:
 - a gRPC server answers clients (`Log`, `Admin`) and other nodes (`Internal`).
 
 The metadata state drives the rest (`_reconcile`, run after every metadata apply): it creates
-the partition groups assigned to this node (their initial voters are the assigned replicas),
-removes and deletes those of deleted topics, and tells the transport where peers live.
+the partition groups assigned to this node (their initial voters are the assigned replicas,
+written once next to the group's log; a node joining through a move starts with none and
+learns the membership from the leader), removes and deletes those of deleted topics and the
+copies a completed move took away, and tells the transport where peers live. A partition
+leader drives a move of its partition one membership change at a time
+(`raftlog.metadata.reassignment`) and reports its completion to the controller.
+
+Leases (issue 5): the controller stamps heartbeats with its own clock and measures each
+node's silence on its monotonic clock from the later of its last committed heartbeat and
+its own taking office, so no two nodes' clocks are compared. A node whose heartbeat was not
+renewed for `node_lease_ms` by its own monotonic clock, or that the metadata shows fenced,
+hands its partition leaderships away and refuses produce with a retriable NotLeader.
 Partition leaders report themselves to the controller, which records leader and epoch so any
 node can route clients. The metadata leader is the controller: it registers nodes, fences
 those whose lease expired and plans topic creation (`raftlog.metadata.controller`).
@@ -19,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
+import os
 import random
 import shutil
 import time
@@ -40,16 +52,18 @@ from raftlog.metadata import (
     AllocateProducerIds,
     ApplyResult,
     Command,
+    CompleteReassignment,
     CreateTopicRequest,
     DeleteTopic,
     NodeHeartbeat,
     RegisterNode,
     ReportLeader,
     encode_command,
-    expired_nodes,
+    fences_by_silence,
     plan_create_partitions,
     plan_create_topic,
 )
+from raftlog.metadata.reassignment import Complete, ProposeMembership, TransferLeadership, next_step
 from raftlog.partition.checkpoint import CheckpointStore
 from raftlog.partition.policy import apply_retention, topic_log_config
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
@@ -144,6 +158,14 @@ class Broker:
             submit=self.submit,
         )
         self.forward: Callable[[str, Command, float], Awaitable[ApplyResult]] | None = None
+        # Leases, on this node's monotonic clock (never compared with another node's):
+        # when the last heartbeat that renewed our lease was sent (start: one full lease),
+        self._lease_renewed_at = time.monotonic()
+        # and, while controller, since when (and in which term) and each node's last
+        # heartbeat it committed.
+        self._controller_since: tuple[int, float] | None = None
+        self._heard_at: dict[NodeId, float] = {}
+        self._completing: set[GroupId] = set()  # CompleteReassignment reports in flight
         self._grpc: grpc.aio.Server | None = None
         # Set when a task of the node fails: `raftlog serve` then exits non-zero.
         self.failed: asyncio.Future[None] | None = None
@@ -173,6 +195,7 @@ class Broker:
         self.forward = self._forward
         await self._start_grpc()
         self._spawn(self._liveness_loop(), "liveness")
+        self._spawn(self._leadership_loop(), "leadership")
         self._spawn(self._retention_loop(), "retention")
 
     async def _start_grpc(self) -> None:
@@ -328,7 +351,11 @@ class Broker:
         for group_id in sorted(wanted - self._replicas_by_group.keys()):
             info = state.partition_by_group(group_id)
             assert info is not None
-            self._create_replica(info.topic, int(info.partition), group_id, info.replicas)
+            # A node joining through a move starts with no voters at all: it must not vote
+            # or campaign before the leader's log (or snapshot) tells it the membership.
+            joining = self.node_id in info.adding
+            voters: frozenset[NodeId] = frozenset() if joining else frozenset(info.replicas)
+            self._create_replica(info.topic, int(info.partition), group_id, voters)
         for group_id in sorted(self._replicas_by_group.keys() - wanted):
             self._remove_replica(group_id)
         peers = {}
@@ -349,20 +376,22 @@ class Broker:
         self.host.notify()
 
     def _create_replica(
-        self, topic: str, partition: int, group_id: GroupId, replicas: tuple[NodeId, ...]
+        self, topic: str, partition: int, group_id: GroupId, voters: frozenset[NodeId]
     ) -> None:
         topic_info = self.metadata.state.topic(topic)
         log_config = topic_log_config(self.config.log, topic_info.config if topic_info else {})
-        storage, hard_state_store = self._open_storage(
-            self._partition_dir(topic, partition), log_config
-        )
+        directory = self._partition_dir(topic, partition)
+        storage, hard_state_store = self._open_storage(directory, log_config)
+        # The group's bootstrap voters are fixed when its directory is made: after a move the
+        # metadata's replicas differ from the voters the group started with.
+        voters = _bootstrap_voters(directory, voters)
         checkpoint = CheckpointStore(
             storage.files, storage.directory, producers_max=PRODUCERS_MAX_DEFAULT
         )
         replica = PartitionReplica(
             topic=topic, partition=partition, log=storage, config=log_config, checkpoint=checkpoint
         )
-        group = self._make_group(group_id, storage, hard_state_store, frozenset(replicas), replica)
+        group = self._make_group(group_id, storage, hard_state_store, voters, replica)
         replica.attach(group)
         group.on_leadership_change = self._on_partition_leadership
         self.replicas[(topic, partition)] = replica
@@ -431,12 +460,17 @@ class Broker:
             if controller is None or self.forward is None:
                 raise NotControllerError(leader_hint=controller)
             return await self.forward(self.client_address_of(controller), command, timeout_s)
+        if isinstance(command, NodeHeartbeat | RegisterNode):
+            # Lease times are the controller's clock, never the sender's (clock skew).
+            command = dataclasses.replace(command, now_ms=self.wall_clock.now_ms())
         offset, future = group.propose(
             encode_command(command), offset_count=1, commitment=Commitment.QUORUM
         )
         await asyncio.wait_for(future, timeout_s)
         result = self.metadata.take_result(offset)
         assert result is not None, f"no apply result at offset {offset}"
+        if result.ok and isinstance(command, NodeHeartbeat | RegisterNode):
+            self._heard_at[command.node_id] = time.monotonic()
         return result
 
     def client_address_of(self, node_id: NodeId) -> str:
@@ -466,9 +500,12 @@ class Broker:
                 command = NodeHeartbeat(
                     node_id=self.node_id, incarnation=self.incarnation, now_ms=now_ms
                 )
+            sent_at = time.monotonic()
             try:
                 result = await self.submit(command, timeout_s=interval_s * 2)
                 registered = registered or result.ok
+                if result.ok:
+                    self._lease_renewed_at = sent_at
             except (RaftlogError, TimeoutError, OSError) as error:
                 log.debug("node %s: liveness submit failed: %s", self.node_id, error)
             if self.is_controller():
@@ -512,7 +549,8 @@ class Broker:
             info = state.partition(replica.topic, replica.partition)
             if info is None or node.role is not Role.LEADER:
                 continue
-            preferred = info.preferred_leader
+            # During a move the target's first replica is the one leadership goes back to.
+            preferred = info.preferred_leader if info.target is None else info.target[0]
             target = state.node(preferred)
             if preferred == self.node_id or target is None or not target.alive:
                 continue
@@ -560,12 +598,122 @@ class Broker:
                     apply_retention(replica, storage, bootstrap, now_ms)
 
     async def _controller_duties(self) -> None:
-        now_ms = self.wall_clock.now_ms()
-        for command in expired_nodes(
-            self.metadata.state, now_ms, self.config.metadata.node_lease_ms
-        ):
+        group = self.metadata_group
+        assert group is not None
+        now = time.monotonic()
+        term = int(group.node.term)
+        if self._controller_since is None or self._controller_since[0] != term:
+            # A new controller grants every node a full lease before fencing anyone (KRaft).
+            self._controller_since = (term, now)
+            self._heard_at.clear()
+        since = self._controller_since[1]
+        silent_ms = {
+            n.node_id: int((now - max(self._heard_at.get(n.node_id, since), since)) * 1000)
+            for n in self.metadata.state.nodes()
+        }
+        lease_ms = self.config.metadata.node_lease_ms
+        for command in fences_by_silence(self.metadata.state, silent_ms, lease_ms):
+            log.warning("node %s: fencing node %s (lease expired)", self.node_id, command.node_id)
             with contextlib.suppress(RaftlogError, TimeoutError):
                 await self.submit(command, timeout_s=2.0)
+
+    def is_fenced(self) -> bool:
+        """The metadata shows this node fenced, or its own clock says its lease lapsed."""
+        info = self.metadata.state.node(self.node_id)
+        if info is not None and info.fenced:
+            return True
+        lease_s = self.config.metadata.node_lease_ms / 1000
+        return time.monotonic() - self._lease_renewed_at >= lease_s
+
+    async def _leadership_loop(self) -> None:
+        """Partition-leader duties that cannot wait for the next heartbeat: a fenced node
+        hands leadership away; a leader steps its partition's move along."""
+        # A few ticks: a move's steps each wait for a commit, which takes about that long.
+        interval_s = 4 * self.config.tick_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            if self.is_fenced():
+                self._step_down_fenced()
+            else:
+                self._drive_reassignments()
+
+    def _step_down_fenced(self) -> None:
+        """Transfer each partition this fenced node leads to a voter the metadata shows
+        alive (Raft §3.10; the core aborts a transfer that does not finish in time)."""
+        state = self.metadata.state
+        for replica in self.replicas.values():
+            node = replica.group.node
+            if node.role is not Role.LEADER or node.lead_transferee is not None:
+                continue
+            candidates = [
+                n
+                for n in sorted(node.membership.voters - {self.node_id})
+                if (info := state.node(n)) is not None and info.alive
+            ]
+            if not candidates:
+                continue
+            to = self._rng.choice(candidates)
+            log.info(
+                "node %s: fenced; handing %s-%s to node %s",
+                self.node_id,
+                replica.topic,
+                replica.partition,
+                to,
+            )
+            with contextlib.suppress(RaftlogError):
+                node.transfer_leadership(to)
+                replica.group.wake()
+
+    def _drive_reassignments(self) -> None:
+        """One membership step of each move whose partition this node leads."""
+        for info in self.metadata.state.moving_partitions():
+            replica = self._replicas_by_group.get(info.group_id)
+            if replica is None or not replica.is_leader_ready():
+                continue
+            node = replica.group.node
+            assert info.target is not None
+            commit = node.commit_offset
+            step = next_step(
+                leader=self.node_id,
+                membership=node.membership,
+                membership_committed=node.configs.last_offset <= commit,
+                target=info.target,
+                caught_up=frozenset(n for n, p in node.progress.items() if p.match >= commit),
+            )
+            where = f"{info.topic}-{info.partition}"
+            try:
+                if isinstance(step, ProposeMembership):
+                    node.propose_membership(step.membership)
+                    log.info("node %s: %s membership -> %s", self.node_id, where, step.membership)
+                elif isinstance(step, TransferLeadership):
+                    if node.lead_transferee is None:
+                        node.transfer_leadership(step.to)
+                        log.info("node %s: %s leaves: leader -> %s", self.node_id, where, step.to)
+                elif isinstance(step, Complete) and info.group_id not in self._completing:
+                    self._completing.add(info.group_id)
+                    complete = CompleteReassignment(
+                        info.topic, info.partition, info.group_id, info.target
+                    )
+                    self._spawn(self._report_completion(complete), f"complete-{info.group_id}")
+            except RaftlogError as error:  # retriable: not committed yet, lost leadership
+                log.debug("node %s: %s move step %s: %s", self.node_id, where, step, error)
+            replica.group.wake()
+
+    async def _report_completion(self, command: CompleteReassignment) -> None:
+        try:
+            result = await self.submit(command, timeout_s=5.0)
+            log.info(
+                "node %s: move of group %s reported: %s", self.node_id, command.group_id, result
+            )
+        except (RaftlogError, TimeoutError, OSError) as error:
+            log.info(
+                "node %s: move of group %s not reported yet: %s",
+                self.node_id,
+                command.group_id,
+                error,
+            )
+        finally:
+            self._completing.discard(command.group_id)
 
     # -- the client API (rpc.servicers.BrokerApi) -------------------------------------------------
 
@@ -584,9 +732,11 @@ class Broker:
         commitment: Commitment,
         timeout_s: float,
     ) -> ProduceResult:
-        return await self.replica(topic, partition).produce(
-            batches, commitment=commitment, timeout_s=timeout_s
-        )
+        replica = self.replica(topic, partition)
+        if self.is_fenced():
+            # Issue 5: a fenced node leads nothing; the client retries at the new leader.
+            raise NotLeaderError(leader_hint=None)
+        return await replica.produce(batches, commitment=commitment, timeout_s=timeout_s)
 
     async def fetch(
         self,
@@ -677,3 +827,27 @@ class Broker:
         if replica is None or replica.group.node.role is not Role.LEADER:
             return -1
         return replica.high_watermark
+
+
+_BOOTSTRAP_FILE = "bootstrap-voters"
+
+
+def _bootstrap_voters(directory: Path, voters: frozenset[NodeId]) -> frozenset[NodeId]:
+    """The voters a partition group was created with: read back, or written (durably) now."""
+    path = directory / _BOOTSTRAP_FILE
+    if path.exists():
+        return Membership.decode(path.read_bytes()).voters
+    temporary = directory / (_BOOTSTRAP_FILE + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, Membership(voters=voters).encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return voters
