@@ -22,6 +22,7 @@ from raftlog.metadata.commands import (
     ErrorCode,
     FenceNode,
     NodeHeartbeat,
+    ReassignPartition,
     RegisterNode,
     ReportLeader,
     encode_command,
@@ -30,6 +31,7 @@ from raftlog.metadata.controller import (
     CreateTopicRequest,
     LeaderMove,
     expired_nodes,
+    fences_by_silence,
     live_node_ids,
     node_loads,
     plan_create_partitions,
@@ -202,6 +204,37 @@ def test_a_new_controller_gives_every_node_one_full_lease() -> None:
         cluster.state, took_office_ms + LEASE_MS, LEASE_MS, controller_since_ms=took_office_ms
     )
     assert [f.node_id for f in fences] == [1, 2]
+
+
+def test_fences_by_silence_measured_on_the_controllers_clock() -> None:
+    cluster = Cluster(3)
+    # Node 2's last heartbeat was stamped by a controller whose clock ran far ahead: with
+    # silences measured on the current controller's own clock that does not matter.
+    cluster.apply(NodeHeartbeat(NodeId(2), 1, cluster.now_ms + 10**9))
+    silent = {NodeId(1): LEASE_MS - 1, NodeId(2): LEASE_MS, NodeId(3): 0}
+    fences = fences_by_silence(cluster.state, silent, LEASE_MS)
+    assert fences == (FenceNode(NodeId(2), cluster.now_ms + 10**9 + LEASE_MS, LEASE_MS),)
+    # A node the controller has no measure for (not yet registered there) is left alone.
+    assert fences_by_silence(cluster.state, {}, LEASE_MS) == ()
+    # A heartbeat applied after the fence was planned wins: the stale fence is rejected.
+    cluster.apply(NodeHeartbeat(NodeId(2), 1, cluster.now_ms + 10**9 + LEASE_MS))
+    assert cluster.state.check(fences[0]).code is ErrorCode.LEASE_NOT_EXPIRED
+    cluster.apply(*fences_by_silence(cluster.state, silent, LEASE_MS))
+    assert cluster.state.alive_node_ids() == (1, 3)
+    assert fences_by_silence(cluster.state, silent, LEASE_MS) == ()  # fenced once
+
+
+def test_rebalance_leaves_moving_partitions_alone_and_counts_their_target() -> None:
+    cluster = Cluster(3)
+    cluster.create("orders", 3, 2)
+    cluster.apply(RegisterNode(NodeId(4), "n4:1", "n4:2", 1, cluster.now_ms))
+    p0 = cluster.state.partitions("orders")[0]
+    spare = next(n for n in (1, 2, 3) if n not in p0.replicas)
+    target = (spare, p0.replicas[1])
+    cluster.apply(ReassignPartition("orders", PartitionId(0), target))
+    assert node_loads(cluster.state)[NodeId(spare)].replicas == 3
+    plan = rebalance_plan(cluster.state)
+    assert plan and all(c.partition != 0 for c in plan)
 
 
 def test_preferred_leader_moves() -> None:
