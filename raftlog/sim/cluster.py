@@ -73,6 +73,11 @@ class SimNode:
         self.tick_credit = 0.0
         self.restart_at: int | None = None
         self.led: tuple[Term, Offset] | None = None  # (term, commit offset) last seen leading
+        # Node-level liveness, as the transport's node-pair heartbeats give it: the step each
+        # peer was last heard in this incarnation, and what the core was last told.
+        self.heard_at: dict[NodeId, int] = {}
+        self.reachable: dict[NodeId, bool] = {}
+        self.was_quiesced = False
         # The callbacks process_ready gets (send, apply, restore, on_read), bound to this node.
         self.ports: tuple[
             Callable[[Message], None],
@@ -167,6 +172,8 @@ class Cluster:
         snapshot = node.log.snapshot()
         node.applied_offset = max(applied, snapshot.meta.offset if snapshot else NO_OFFSET)
         node.log.truncated_from = None
+        node.heard_at = {}
+        node.reachable = {}
         self.trace.add(f"start {node.node_id}#{node.incarnation}", node.describe())
         self._observe(node)
 
@@ -255,6 +262,9 @@ class Cluster:
         self._drain_appends(node)
         self.checker.on_role(node.node_id, raft.role, raft.term)
         self.checker.on_commit(node.node_id, node.incarnation, raft.commit_offset)
+        if raft.quiesced and not node.was_quiesced:
+            self.workload.counts["quiesced"] += 1
+        node.was_quiesced = raft.quiesced
         if raft.role != Role.LEADER:
             node.led = None
             return
@@ -280,6 +290,7 @@ class Cluster:
         if chaos:
             self._nemesis()
         self._restart_due()
+        self._update_liveness()
         self._tick_all()
         self._deliver()
         self._operate(chaos=chaos)
@@ -291,6 +302,32 @@ class Cluster:
     def leader(self) -> SimNode | None:
         leaders = [n for n in self.up_nodes() if n.raft is not None and n.raft.role == Role.LEADER]
         return max(leaders, key=lambda n: n.raft.term if n.raft else 0, default=None)
+
+    def _update_liveness(self) -> None:
+        """One node-pair heartbeat each way per step, blocked by partitions (not by message
+        loss: it stands for a TCP connection); a peer unheard for the liveness timeout is
+        reported unreachable to the core, and reachable again once heard."""
+        timeout = self.options.liveness_timeout_ticks()
+        up = self.up_nodes()
+        for node in up:
+            for peer in up:
+                if peer is not node and (peer.node_id, node.node_id) not in self.network.blocked:
+                    node.heard_at[peer.node_id] = self.now
+        for node in up:
+            raft = node.raft
+            assert raft is not None
+            for peer_id in sorted(self.nodes):
+                if peer_id == node.node_id:
+                    continue
+                heard = node.heard_at.get(peer_id)
+                reachable = heard is not None and self.now - heard <= timeout
+                if node.reachable.get(peer_id) != reachable:
+                    node.reachable[peer_id] = reachable
+                    self.trace.add(f"liveness {node.node_id}: {peer_id} reachable", reachable)
+                    raft.set_peer_reachable(peer_id, reachable=reachable)
+                    self._process(node)
+                    if node.raft is None:
+                        break  # crashed while processing
 
     def _tick_all(self) -> None:
         up = self.up_nodes()

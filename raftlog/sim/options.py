@@ -73,6 +73,11 @@ class SimOptions:
     # Check protocol rules where they apply: votes and acknowledgements leave only once
     # durable, a leader commits by counting only entries of its term (off: end-to-end only).
     protocol_checks: bool = True
+    # Quiescence with node liveness (raftlog.raft.quiesce): every step each up node hears
+    # every peer whose link to it is open (one heartbeat per node pair, like the transport);
+    # a peer unheard for `node_liveness_timeout_ticks` (0: one election timeout) is unreachable.
+    quiesce: bool = True
+    node_liveness_timeout_ticks: int = 0
     messages_in_flight_max: int = MESSAGES_IN_FLIGHT_MAX
     trace_events_max: int = TRACE_EVENTS_MAX
 
@@ -86,6 +91,13 @@ class SimOptions:
             raise ConfigError(f"bugs: unknown planted bug names {unknown}")
         assert len(self.tick_rates) == self.nodes, self.tick_rates
         assert self.profile in PROFILES, self.profile
+        if self.node_liveness_timeout_ticks < 0:
+            raise ConfigError(
+                f"node_liveness_timeout_ticks: must be >= 0, got {self.node_liveness_timeout_ticks}"
+            )
+
+    def liveness_timeout_ticks(self) -> int:
+        return self.node_liveness_timeout_ticks or self.election_timeout_ticks
 
     def raft_config(self) -> RaftConfig:
         # Small byte bounds so pipelining, batching and flow control are exercised.
@@ -99,6 +111,7 @@ class SimOptions:
             append_bytes_max=self.append_bytes_max,
             uncommitted_bytes_max=16384,
             apply_bytes_max=2048,
+            quiesce=self.quiesce,
             planted_bugs=self.bugs,
         ).validate()
 
