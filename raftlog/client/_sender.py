@@ -38,7 +38,7 @@ from concurrent.futures import InvalidStateError
 from typing import Any
 
 from raftlog.client._connection import Cluster
-from raftlog.client.accumulator import Accumulator, ProducerBatch, RecordMetadata
+from raftlog.client.accumulator import Accumulator, ProducerBatch
 from raftlog.client.config import ProducerConfig
 from raftlog.client.errors import (
     ClientClosedError,
@@ -279,15 +279,9 @@ class Sender:
         for batch, offset, error in outcomes:
             if error is None:
                 assert offset is not None
-                for index, (record, future) in enumerate(
-                    zip(batch.records, batch.futures, strict=True)
-                ):
-                    record_offset = offset + index if offset >= 0 else -1
-                    meta = RecordMetadata(
-                        batch.tp.topic, batch.tp.partition, record_offset, record.timestamp_ms
-                    )
-                    with contextlib.suppress(InvalidStateError):  # the caller set it already
-                        future.set_result(meta)
+                # One completion per batch: each record's RecordFuture reads this one.
+                with contextlib.suppress(InvalidStateError):  # completed already (expiry)
+                    batch.future.set_result(offset)
                 continue
             # This batch's sequence numbers are gone: start over with a new producer id (a
             # fixed id keeps its numbering: the leader refuses the gap that follows).
@@ -297,9 +291,8 @@ class Sender:
                 batch.tp.topic, batch.tp.partition, str(error), attempts=batch.attempts
             )
             failure.__cause__ = error
-            for future in batch.futures:
-                with contextlib.suppress(InvalidStateError):  # the caller set it already
-                    future.set_exception(failure)
+            with contextlib.suppress(InvalidStateError):  # completed already (expiry)
+                batch.future.set_exception(failure)
 
     # -- expiry and shutdown -----------------------------------------------------------------
 

@@ -5,7 +5,8 @@ Theory of operation. `send()` runs on the caller's thread: it looks up the topic
 by murmur2 of the key, or sticky for keyless records), reserves the record's bytes in the
 bounded buffer (blocking up to `max_block_ms`) and appends it to that partition's open batch.
 It returns a `concurrent.futures.Future` that resolves to a `RecordMetadata` once the batch is
-acknowledged with the requested `acks`, or fails with a `DeliveryFailedError`. The background
+acknowledged with the requested `acks`, or fails with a `DeliveryFailedError` (a light
+`RecordFuture` reading its batch's one future: no Condition per record). The background
 sender thread (`raftlog.client._sender`) does everything else: linger, InitProducerId,
 encoding, routing to leaders, retries and completion.
 
@@ -37,7 +38,7 @@ from types import TracebackType
 
 from raftlog.client._connection import Cluster, TopicPartition
 from raftlog.client._sender import Sender, start_sender
-from raftlog.client.accumulator import Accumulator, RecordMetadata
+from raftlog.client.accumulator import Accumulator, RecordFuture, RecordMetadata
 from raftlog.client.config import (
     KIB,
     MIB,
@@ -194,41 +195,40 @@ class Producer:
             headers=_headers(headers),
         )
         partitions = self._partition_count(topic)
-        future: Future[RecordMetadata] = Future()
-        future.set_running_or_notify_cancel()  # a record in a batch cannot be taken back
         max_block_ms = self.config.max_block_ms
         if partition is not None:
             if not 0 <= partition < partitions:
                 raise ClientError(
                     f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
                 )
-            self._accumulator.append(
-                TopicPartition(topic, partition), record, future, max_block_ms=max_block_ms
+            future = self._accumulator.append(
+                TopicPartition(topic, partition), record, max_block_ms=max_block_ms
             )
         elif key is not None:
             chosen = partition_for_key(key, partitions)
-            self._accumulator.append(
-                TopicPartition(topic, chosen), record, future, max_block_ms=max_block_ms
+            future = self._accumulator.append(
+                TopicPartition(topic, chosen), record, max_block_ms=max_block_ms
             )
         else:
-            self._append_sticky(topic, partitions, record, future)
+            future = self._append_sticky(topic, partitions, record)
+        assert future is not None
         return future
 
-    def _append_sticky(
-        self, topic: str, partitions: int, record: RecordInput, future: Future[RecordMetadata]
-    ) -> None:
+    def _append_sticky(self, topic: str, partitions: int, record: RecordInput) -> RecordFuture:
         chosen = self._partitioner.partition(topic, partitions)
         tp = TopicPartition(topic, chosen)
         max_block_ms = self.config.max_block_ms
-        if self._accumulator.append(
-            tp, record, future, max_block_ms=max_block_ms, abort_on_new_batch=True
-        ):
-            return
+        future = self._accumulator.append(
+            tp, record, max_block_ms=max_block_ms, abort_on_new_batch=True
+        )
+        if future is not None:
+            return future
         # The sticky partition's batch is full: move on, then open a batch wherever we land.
         self._partitioner.on_batch_closed(topic, chosen, partitions)
         tp = TopicPartition(topic, self._partitioner.partition(topic, partitions))
-        added = self._accumulator.append(tp, record, future, max_block_ms=max_block_ms)
-        assert added
+        future = self._accumulator.append(tp, record, max_block_ms=max_block_ms)
+        assert future is not None
+        return future
 
     def resume(self, topic: str, partition: int) -> int:
         """Continue this fixed producer's sequence on `topic`/`partition`; return how many of
@@ -322,7 +322,7 @@ class Producer:
         self._refuse_from_sender_thread("flush")
         with self._accumulator.condition:
             self._accumulator.flushes_under_way += 1
-            pending = [f for batch in self._accumulator.incomplete for f in batch.futures]
+            pending = [batch.future for batch in self._accumulator.incomplete]
             self._accumulator.condition.notify_all()
         try:
             _, not_done = wait(pending, timeout=None if timeout_ms is None else timeout_ms / 1000)
@@ -331,7 +331,7 @@ class Producer:
                 self._accumulator.flushes_under_way -= 1
         if not_done:
             raise RequestTimedOutError(
-                f"flush ({len(not_done)} records unacknowledged)",
+                f"flush ({len(not_done)} batches unacknowledged)",
                 address="partition leaders",
                 timeout_ms=timeout_ms or 0,
             )

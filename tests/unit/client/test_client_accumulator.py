@@ -8,8 +8,6 @@ in flight, and each partition delivers its records in the order they were append
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -18,6 +16,7 @@ from raftlog.client._connection import TopicPartition
 from raftlog.client.accumulator import (
     Accumulator,
     ProducerBatch,
+    RecordFuture,
     estimate_record_bytes,
 )
 from raftlog.client.errors import BufferFullError
@@ -44,6 +43,8 @@ class AccumulatorMachine(RuleBasedStateMachine):
         self.delivered: dict[TopicPartition, list[int]] = {tp: [] for tp in PARTITIONS}
         self.failed: set[int] = set()
         self.in_flight: list[ProducerBatch] = []
+        self.futures: dict[int, RecordFuture] = {}
+        self.next_base_offset = 0
         self.model_reserved_bytes = 0
 
     @rule(partition=st.sampled_from(PARTITIONS), value_bytes=st.integers(0, 600))
@@ -52,11 +53,12 @@ class AccumulatorMachine(RuleBasedStateMachine):
         size = estimate_record_bytes(record)
         fits = self.model_reserved_bytes + size <= BUFFER_BYTES_MAX
         try:
-            added = self.accumulator.append(partition, record, Future(), max_block_ms=0)
+            future = self.accumulator.append(partition, record, max_block_ms=0)
         except BufferFullError:
             assert not fits
             return
-        assert fits and added
+        assert fits and future is not None and not future.done()
+        self.futures[self.next_id] = future
         self.model_reserved_bytes += size
         self.appended[partition].append(self.next_id)
         self.next_id += 1
@@ -86,8 +88,20 @@ class AccumulatorMachine(RuleBasedStateMachine):
         self.model_reserved_bytes -= sum(estimate_record_bytes(r) for r in batch.records)
         if outcome == "delivered":
             self.delivered[batch.tp].extend(ids)
+            batch.future.set_result(self.next_base_offset)
+            # Every record of the batch resolves from the batch's one completion.
+            for index, record_id in enumerate(ids):
+                meta = self.futures.pop(record_id).result(timeout=0)
+                assert (meta.topic, meta.partition) == batch.tp
+                assert meta.offset == self.next_base_offset + index
+            self.next_base_offset += len(ids)
         else:
             self.failed.update(ids)
+            error = RuntimeError("failed")
+            batch.future.set_exception(error)
+            assert all(
+                self.futures.pop(record_id).exception(timeout=0) is error for record_id in ids
+            )
 
     @rule()
     def flush_everything_ready(self) -> None:
