@@ -46,13 +46,21 @@ def _common(parser: argparse.ArgumentParser) -> None:
     # --- security (issue 10; docs/security.md)
     parser.add_argument("--tls-ca", type=Path, help="connect over TLS, trusting this PEM CA")
     parser.add_argument("--token", help="bearer token (default: $RAFTLOG_TOKEN)")
+    parser.add_argument("--tls-cert", type=Path, help="PEM client certificate (mutual TLS)")
+    parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     # --- end security
 
 
 def _security(args: argparse.Namespace) -> dict[str, object]:
-    """Keyword options for Admin/Producer/Consumer: TLS CA and token (flag, then env)."""
+    """Keyword options for Admin/Producer/Consumer: TLS CA, client certificate and token
+    (flag, then env)."""
     token = args.token or os.environ.get("RAFTLOG_TOKEN") or None
-    return {"tls_ca": args.tls_ca, "token": token}  # issue 10
+    return {  # issue 10
+        "tls_ca": args.tls_ca,
+        "token": token,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+    }
 
 
 def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -68,6 +68,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         "--peer-tls", action="store_true", help="mutual TLS between nodes (needs --tls-ca)"
     )
     parser.add_argument("--auth-tokens", type=Path, help="TOML token file (client auth, ACLs)")
+    parser.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        help="PEM CA of client certificates: clients must present one (mutual TLS); its CN "
+        "is the principal (needs --tls-cert, --tls-key and --auth-tokens for permissions)",
+    )
     # --- end security
     parser.set_defaults(func=run_serve)
 
@@ -77,7 +83,7 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     # --- security (issue 10): flags win over the TOML file
     flags: dict[str, Any] = {
         name: getattr(args, name, None)
-        for name in ("tls_cert", "tls_key", "tls_ca", "auth_tokens")
+        for name in ("tls_cert", "tls_key", "tls_ca", "auth_tokens", "tls_client_ca")
         if getattr(args, name, None) is not None
     }
     if getattr(args, "peer_tls", False):

@@ -4,7 +4,10 @@ Theory of operation. Every unary call to a raftlog service passes through one
 `SecurityInterceptor` before its servicer runs, in this order:
 
 1. authenticate: with a token file (`--auth-tokens`), the call must carry the metadata
-   `authorization: Bearer <token>`; a missing or unknown token is UNAUTHENTICATED. Without a
+   `authorization: Bearer <token>`, or, when the node requires client certificates
+   (`--tls-client-ca`, mutual TLS), come over a connection whose verified certificate names
+   the principal: its CN, or without a CN its first SAN. A token, when sent, wins (it is the
+   more specific credential). A missing or unknown credential is UNAUTHENTICATED. Without a
    token file every caller is the principal `anonymous` with every permission;
 2. authorize: `METHOD_RULES` names the permission each method needs (read, write, admin,
    cluster) and which topics of the request it concerns; every such topic must be granted,
@@ -75,6 +78,7 @@ __all__ = [
     "SecurityInterceptor",
     "ServerSecurity",
     "bearer_metadata",
+    "certificate_principal",
     "forward_to_controller_secure",
     "load_access_control",
     "security_peer_ssl",
@@ -311,9 +315,18 @@ Handler = Any
 class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     """Authenticate, authorize and limit every unary call (module docstring)."""
 
-    def __init__(self, access: AccessControl | None, limits: ClientLimits) -> None:
+    def __init__(
+        self,
+        access: AccessControl | None,
+        limits: ClientLimits,
+        *,
+        certificate_principals: bool = False,
+    ) -> None:
+        # Certificate principals mean something only where the handshake verified them.
+        assert not certificate_principals or access is not None
         self.access = access
         self.limits = limits
+        self.certificate_principals = certificate_principals
 
     async def intercept_service(
         self,
@@ -363,6 +376,16 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
     async def _authenticate(self, token: str | None, method: str, context: Context) -> str:
         if self.access is None:
             return ANONYMOUS
+        if token is None and self.certificate_principals:
+            principal = certificate_principal(context.auth_context())
+            if principal is None:
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    f"{method}: the client certificate names no principal (no CN and no "
+                    "subject alternative name) and no token was sent",
+                )
+            assert principal is not None
+            return principal
         if token is None:
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
@@ -406,6 +429,22 @@ async def _parsed(
             grpc.StatusCode.INVALID_ARGUMENT,
             f"{method}: the {len(body)} request bytes are not a valid request message: {error}",
         )
+
+
+def certificate_principal(auth_context: dict[str, list[bytes]]) -> str | None:
+    """The principal a verified client certificate names: its CN, else its first SAN.
+
+    `auth_context` is gRPC's view of the connection; it holds x509 names only when the
+    handshake verified a client certificate against the node's client CA.
+    """
+    names: list[bytes] = [
+        *auth_context.get("x509_common_name", ()),
+        *auth_context.get("x509_subject_alternative_name", ()),
+    ]
+    for name in names:
+        if name:
+            return name.decode("utf-8", errors="replace")
+    return None
 
 
 def _bearer(details: grpc.HandlerCallDetails) -> str | None:
@@ -476,9 +515,19 @@ def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
     config = settings.config
     access = None if settings.auth_tokens is None else load_access_control(settings.auth_tokens)
     files = _tls_files(settings)
-    credentials = None if files is None else grpc_server_credentials(files)
-    # A node dials other nodes' client API (forwarding to the controller) like a client.
-    channel_credentials = None if files is None else grpc_channel_credentials(files.ca)
+    client_ca = settings.tls_client_ca
+    credentials = None if files is None else grpc_server_credentials(files, client_ca=client_ca)
+    # A node dials other nodes' client API (forwarding to the controller) like a client; where
+    # clients must present certificates it presents its own (the client CA must trust it).
+    channel_credentials = (
+        None
+        if files is None
+        else grpc_channel_credentials(
+            files.ca,
+            cert=files.cert if client_ca is not None else None,
+            key=files.key if client_ca is not None else None,
+        )
+    )
     token = None if access is None else access.node_token
     if access is not None and token is None:
         log.warning("--auth-tokens: no principal has 'cluster': forwarding will be refused")
@@ -502,7 +551,10 @@ def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
         ("grpc.max_concurrent_streams", config.client_streams_per_connection_max),
         ("grpc.max_connection_idle_ms", config.client_connection_idle_ms_max),
     )
-    return ServerSecurity(credentials, SecurityInterceptor(access, limits), options, forward)
+    interceptor = SecurityInterceptor(
+        access, limits, certificate_principals=client_ca is not None and access is not None
+    )
+    return ServerSecurity(credentials, interceptor, options, forward)
 
 
 def security_peer_ssl(

@@ -42,7 +42,7 @@ from raftlog.client.errors import (
 from raftlog.rpc.security import bearer_metadata  # issue 10
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-from raftlog.tls import grpc_channel_credentials  # issue 10
+from raftlog.tls import diagnose_tls_refusal, grpc_channel_credentials  # issue 10
 
 __all__ = [
     "Cluster",
@@ -197,10 +197,21 @@ class Cluster:
         clock: Clock = time.monotonic,
         tls_ca: str | os.PathLike[str] | None = None,
         token: str | None = None,
+        tls_cert: str | os.PathLike[str] | None = None,
+        tls_key: str | os.PathLike[str] | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
-        # --- security (issue 10): TLS trusting `tls_ca`, and a bearer token on every call
-        self._credentials = None if tls_ca is None else grpc_channel_credentials(Path(tls_ca))
+        # --- security (issue 10): TLS trusting `tls_ca`, a client certificate for nodes that
+        # require one (mutual TLS), and a bearer token on every call
+        self._tls = tls_ca is not None or tls_cert is not None
+        self._tls_ca, self._tls_cert, self._tls_key = (
+            None if f is None else Path(f) for f in (tls_ca, tls_cert, tls_key)
+        )
+        self._credentials = (
+            grpc_channel_credentials(self._tls_ca, cert=self._tls_cert, key=self._tls_key)
+            if self._tls
+            else None
+        )
         self._call_metadata = bearer_metadata(token)
         # --- end security
         self.config = config.validate()
@@ -223,8 +234,8 @@ class Cluster:
         try:
             return method(request, timeout=timeout_ms / 1000, metadata=self._call_metadata)
         except grpc.RpcError as error:
-            raise translate_rpc_error(
-                error, address=address, operation=rpc, timeout_ms=timeout_ms
+            raise self._explained(
+                translate_rpc_error(error, address=address, operation=rpc, timeout_ms=timeout_ms)
             ) from None
 
     def call_future(self, address: str, rpc: str, request: Any, *, timeout_ms: int) -> Any:
@@ -241,11 +252,24 @@ class Cluster:
         try:
             return future.result()
         except grpc.RpcError as error:
-            raise translate_rpc_error(
-                error, address=address, operation=rpc, timeout_ms=timeout_ms
+            raise self._explained(
+                translate_rpc_error(error, address=address, operation=rpc, timeout_ms=timeout_ms)
             ) from None
         except grpc.FutureCancelledError:
             raise ConnectionFailedError(address, "call cancelled", operation=rpc) from None
+
+    def _explained(self, error: ClientError) -> ClientError:
+        """Issue 10: a node that refuses this client's TLS certificate (or its lack of one)
+        just closes the connection; say so instead of a bare "Socket closed"."""
+        if not self._tls or type(error) is not ConnectionFailedError:
+            return error
+        # A short probe: this runs on a failure path, possibly on a producer's sender thread.
+        reason = diagnose_tls_refusal(
+            error.address, ca=self._tls_ca, cert=self._tls_cert, key=self._tls_key, timeout_s=1.0
+        )
+        if reason is None:
+            return error
+        return ConnectionFailedError(error.address, reason, operation=error.operation)
 
     def _channel(self, address: str) -> _Channel:
         with self._lock:

@@ -110,13 +110,23 @@ class Admin:
         sleep: Callable[[float], None] = time.sleep,
         tls_ca: str | os.PathLike[str] | None = None,  # issue 10: TLS, trusting this CA
         token: str | None = None,  # issue 10: bearer token (docs/security.md)
+        tls_cert: str | os.PathLike[str] | None = None,  # issue 10: client certificate (mTLS)
+        tls_key: str | os.PathLike[str] | None = None,  # issue 10: its private key
     ) -> None:
         config = ConnectionConfig(
             request_timeout_ms=request_timeout_ms,
             retry_backoff_ms=retry_backoff_ms,
             metadata_max_age_ms=metadata_max_age_ms,
         )
-        self._cluster = Cluster(bootstrap, config, clock=clock, tls_ca=tls_ca, token=token)
+        self._cluster = Cluster(
+            bootstrap,
+            config,
+            clock=clock,
+            tls_ca=tls_ca,
+            token=token,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep

@@ -129,6 +129,8 @@ class Consumer:
         sleep: Callable[[float], None] = time.sleep,
         tls_ca: str | os.PathLike[str] | None = None,  # issue 10: TLS, trusting this CA
         token: str | None = None,  # issue 10: bearer token (docs/security.md)
+        tls_cert: str | os.PathLike[str] | None = None,  # issue 10: client certificate (mTLS)
+        tls_key: str | os.PathLike[str] | None = None,  # issue 10: its private key
     ) -> None:
         if auto_commit_interval_ms <= 0 or rebalance_timeout_ms <= 0:
             raise ConfigError(
@@ -150,7 +152,15 @@ class Consumer:
             consumer_timeout_ms=consumer_timeout_ms,
             connection=connection,
         ).validate()
-        self._cluster = Cluster(bootstrap, connection, clock=clock, tls_ca=tls_ca, token=token)
+        self._cluster = Cluster(
+            bootstrap,
+            connection,
+            clock=clock,
+            tls_ca=tls_ca,
+            token=token,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep

@@ -73,6 +73,8 @@ class BrokerSettings:
     tls_ca: Path | None = None
     peer_tls: bool = False
     auth_tokens: Path | None = None
+    # Mutual TLS for clients: certificates signed by this CA authenticate their CN or SAN.
+    tls_client_ca: Path | None = None
     # --- end security
 
     def validate(self) -> BrokerSettings:
@@ -92,6 +94,11 @@ class BrokerSettings:
             raise ConfigError("tls_cert and tls_key (--tls-cert, --tls-key) go together")
         if self.peer_tls and (self.tls_cert is None or self.tls_ca is None):
             raise ConfigError("peer_tls (--peer-tls) needs tls_cert, tls_key and tls_ca")
+        if self.tls_client_ca is not None and (self.tls_cert is None or self.auth_tokens is None):
+            raise ConfigError(
+                "tls_client_ca (--tls-client-ca) needs tls_cert, tls_key (the node's own TLS) "
+                "and auth_tokens (--auth-tokens: its [permissions] grant certificate principals)"
+            )
         # --- end security
         return self
 
@@ -188,8 +195,9 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
     ).validate()
 
 
-# --- security (issue 10): TOML keys tls_cert, tls_key, tls_ca, peer_tls, auth_tokens
-_SECURITY_KEYS = ("tls_cert", "tls_key", "tls_ca", "peer_tls", "auth_tokens")
+# --- security (issue 10): TOML keys tls_cert, tls_key, tls_ca, peer_tls, auth_tokens,
+# tls_client_ca
+_SECURITY_KEYS = ("tls_cert", "tls_key", "tls_ca", "peer_tls", "auth_tokens", "tls_client_ca")
 
 
 def _security_settings(node: dict[str, Any]) -> dict[str, Any]:

@@ -2,8 +2,9 @@
 
 `make_pki(root)` writes a cluster CA with a node certificate for 127.0.0.1, and a *foreign*
 CA with its own node certificate (a process from another cluster, or an impostor).
-`RecordingProxy` forwards one port to another and keeps every byte that passed, so a test
-can assert that a known record value never crossed the wire in clear.
+`make_client_cert(root, name)` adds a client certificate with CN `name` for mutual-TLS client
+authentication. `RecordingProxy` forwards one port to another and keeps every byte that
+passed, so a test can assert that a known record value never crossed the wire in clear.
 """
 
 from __future__ import annotations
@@ -51,6 +52,29 @@ def make_pki(root: Path) -> Pki:
         ca=root / "cluster-ca.crt",
         cert=root / "cluster.crt",
         key=root / "cluster.key",
+        foreign_ca=root / "foreign-ca.crt",
+        foreign_cert=root / "foreign.crt",
+        foreign_key=root / "foreign.key",
+    )
+
+
+def make_client_cert(root: Path, name: str, *, authority: str = "cluster", san: str = "") -> Pki:
+    """A client certificate with CN `name` (and `san`, e.g. "URI:spiffe://x/alice"), signed by
+    `authority` ("cluster" or "foreign", made by `make_pki` in `root`). Returns paths as a
+    `Pki` whose `cert`/`key` are the client's and `ca` the authority's."""
+    subject = f"/CN={name}" if name else "/O=raftlog-tests"
+    _openssl("req", *EC_KEY, "-keyout", f"client-{name}-{authority}.key",
+             "-out", f"client-{name}-{authority}.csr", "-subj", subject, cwd=root)  # fmt: skip
+    extensions = root / f"client-{name}-{authority}.ext"
+    extensions.write_text(f"subjectAltName={san}\n" if san else "basicConstraints=CA:FALSE\n")
+    _openssl("x509", "-req", "-in", f"client-{name}-{authority}.csr",
+             "-CA", f"{authority}-ca.crt", "-CAkey", f"{authority}-ca.key", "-CAcreateserial",
+             "-out", f"client-{name}-{authority}.crt", "-days", "2",
+             "-extfile", extensions.name, cwd=root)  # fmt: skip
+    return Pki(
+        ca=root / f"{authority}-ca.crt",
+        cert=root / f"client-{name}-{authority}.crt",
+        key=root / f"client-{name}-{authority}.key",
         foreign_ca=root / "foreign-ca.crt",
         foreign_cert=root / "foreign.crt",
         foreign_key=root / "foreign.key",
