@@ -109,6 +109,8 @@ class Producer:
         sleep: Callable[[float], None] = time.sleep,
         tls_ca: str | os.PathLike[str] | None = None,  # issue 10: TLS, trusting this CA
         token: str | None = None,  # issue 10: bearer token (docs/security.md)
+        tls_cert: str | os.PathLike[str] | None = None,  # issue 10: client certificate (mTLS)
+        tls_key: str | os.PathLike[str] | None = None,  # issue 10: its private key
         wall_clock_ms: Callable[[], int] = _wall_clock_ms,
         rng: random.Random | None = None,
         producer_id: int | None = None,
@@ -145,7 +147,15 @@ class Producer:
             delivery_timeout_ms=delivery_timeout_ms,
             connection=connection,
         ).validate()
-        self._cluster = Cluster(bootstrap, connection, clock=clock, tls_ca=tls_ca, token=token)
+        self._cluster = Cluster(
+            bootstrap,
+            connection,
+            clock=clock,
+            tls_ca=tls_ca,
+            token=token,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+        )
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep
