@@ -116,7 +116,9 @@ class Writer:
         self._producer.close()
 
 
-def check_log(cluster: LocalCluster, topic: str, replicas: tuple[int, ...], acked: list[bytes]):
+def check_log(
+    cluster: LocalCluster, topic: str, replicas: tuple[int, ...], acked: list[bytes]
+) -> None:
     """Every acknowledged record is there exactly once, and every replica holds the same log."""
     consumer = Consumer(cluster.bootstrap, auto_offset_reset="earliest")
     try:
