@@ -169,9 +169,20 @@ class TransportConfig:
     hello_timeout_ms: int = 3000
     reconnect_backoff_ms_min: int = 50
     reconnect_backoff_ms_max: int = 2000
+    # Node liveness (quiesced Raft groups rely on it instead of their own heartbeats): each
+    # node sends every peer one heartbeat frame per interval, covering all groups; a peer
+    # heard from (any frame) within the timeout is reachable.
+    node_heartbeat_interval_ms: int = 100
+    node_liveness_timeout_ms: int = 1000
 
     def validate(self) -> TransportConfig:
         _require_positive_ints(self)
+        _require(
+            self.node_liveness_timeout_ms >= 3 * self.node_heartbeat_interval_ms,
+            "node_liveness_timeout_ms",
+            f"must be at least 3 node heartbeat intervals ({self.node_liveness_timeout_ms} < "
+            f"3 * {self.node_heartbeat_interval_ms})",
+        )
         _require(
             self.frame_bytes_max <= self.peer_queue_bytes_max,
             "frame_bytes_max",
@@ -273,6 +284,9 @@ class NodeConfig:
     client_streams_per_connection_max: int = 256
     # Idle client connections are closed after this long (gRPC's max_connection_idle_ms).
     client_connection_idle_ms_max: int = 300_000
+    # Client connections a node admits from one IP address and in all (rpc/security.py).
+    client_connections_per_address_max: int = 256
+    client_connections_max: int = 4096
     # --- end security limits
 
     def validate(self) -> NodeConfig:
@@ -303,8 +317,15 @@ class NodeConfig:
             "client_requests_in_flight_max",
             "client_streams_per_connection_max",
             "client_connection_idle_ms_max",
+            "client_connections_per_address_max",
         ):
             _require(getattr(self, name) > 0, name, "must be positive")
+        _require(
+            self.client_connections_per_address_max <= self.client_connections_max,
+            "client_connections_per_address_max",
+            f"must not exceed client_connections_max ({self.client_connections_per_address_max}"
+            f" > {self.client_connections_max})",
+        )
         _require(
             self.produce_buffer_bytes_max >= self.log.batch_bytes_max,
             "produce_buffer_bytes_max",

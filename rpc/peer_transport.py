@@ -26,6 +26,15 @@ Receiving calls `on_messages(sender, items)` synchronously, once per frame, with
 to the event loop's exception handler (the node's runtime stops on assertion failures).
 Malformed frames and refused HELLOs close the connection and are counted.
 
+Node liveness. Every `node_heartbeat_interval_ms` the node sends each connected peer whose
+queue is empty one heartbeat: an empty MESSAGES frame (a frame carrying Raft traffic says
+the same, so a busy link sends no extra frame). One heartbeat per node pair covers every
+Raft group, which is what lets idle groups quiesce (raftlog.raft.quiesce). A peer is
+reachable while some frame of it arrived within `node_liveness_timeout_ms`; it becomes
+unreachable when that lapses, when its inbound connection closes (a killed process closes
+its sockets: no need to wait), or when it is removed. Each change is reported once through
+`on_peer_liveness(peer, reachable)`.
+
 Faults. With a `FaultInjector` (only when the node runs with the chaos flag) every outgoing
 frame gets a fate (drop, duplicate, delay, hold back to reorder) and every incoming frame may
 be blocked; without one the path is a single `is None` test per frame.
@@ -65,6 +74,9 @@ __all__ = ["OnMessages", "PeerTransport", "TransportCounters"]
 log = logging.getLogger(__name__)
 
 OnMessages = Callable[[NodeId, list[Item]], None]
+OnPeerLiveness = Callable[[NodeId, bool], None]
+# A MESSAGES frame with no items: the node-pair heartbeat.
+HEARTBEAT_FRAME = bytes(encode_messages([]))
 Address = tuple[str, int]
 # Bytes of a MESSAGES frame around its items: the frame header and the item count.
 FRAME_OVERHEAD_BYTES = FRAME_HEADER.size + 4
@@ -92,6 +104,8 @@ class TransportCounters:
     connect_failures: int = 0
     handshakes_refused: int = 0
     frame_errors: int = 0
+    heartbeats_sent: int = 0
+    peers_unreachable: int = 0  # reachable -> unreachable transitions
 
 
 class _Phase(enum.Enum):
@@ -155,6 +169,7 @@ class PeerTransport:
         rng: random.Random | None = None,
         incarnation: int = 0,
         on_peer_restart: Callable[[NodeId], None] | None = None,
+        on_peer_liveness: OnPeerLiveness | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config.validate()
@@ -174,6 +189,10 @@ class PeerTransport:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         self._counters = TransportCounters()
+        self._on_peer_liveness = on_peer_liveness
+        self._heard_at: dict[NodeId, float] = {}  # loop time of the last frame from a peer
+        self._reachable: set[NodeId] = set()
+        self._liveness_task: asyncio.Task[None] | None = None
 
     # --- lifecycle ---
 
@@ -185,6 +204,8 @@ class PeerTransport:
             lambda: _Connection(self, expected=None), host, port, ssl=self._ssl_server
         )
         bound = self._server.sockets[0].getsockname()
+        self._liveness_task = self._loop.create_task(self._liveness_loop())
+        self._liveness_task.add_done_callback(self._on_connect_loop_done)
         return (bound[0], bound[1])
 
     async def close(self) -> None:
@@ -192,6 +213,8 @@ class PeerTransport:
         if self._closed:
             return
         self._closed = True
+        if self._liveness_task is not None:
+            self._liveness_task.cancel()
         for peer in list(self._peers.values()):
             self._remove_peer(peer)
         for connection in list(self._connections):
@@ -234,6 +257,8 @@ class PeerTransport:
 
     def _remove_peer(self, peer: _Peer, *, keep_inbound: bool = False) -> None:
         peer.removed = True
+        if not keep_inbound:
+            self._set_reachable(peer.node_id, reachable=False)
         if peer.task is not None:
             peer.task.cancel()
         if peer.connection is not None:
@@ -468,6 +493,11 @@ class PeerTransport:
                     f"{type(message).__name__} from node {message.sender} to node "
                     f"{message.receiver} arrived from node {sender} at node {self.node_id}"
                 )
+        self._heard_at[sender] = asyncio.get_running_loop().time()
+        if sender not in self._reachable:
+            self._set_reachable(sender, reachable=True)
+        if not items:
+            return  # a node-pair heartbeat
         self._counters.messages_received += len(items)
         self._on_messages(sender, items)
 
@@ -475,6 +505,56 @@ class PeerTransport:
         self._connections.discard(connection)
         if connection.peer_id is not None and self._inbound.get(connection.peer_id) is connection:
             del self._inbound[connection.peer_id]
+            # The peer's own connection closed: its process died or the link broke.
+            self._set_reachable(connection.peer_id, reachable=False)
+
+    # --- node liveness ---
+
+    async def _liveness_loop(self) -> None:
+        interval_s = self.config.node_heartbeat_interval_ms / 1000
+        while not self._closed:
+            await asyncio.sleep(interval_s)
+            self._send_heartbeats()
+            self._expire_liveness()
+
+    def _send_heartbeats(self) -> None:
+        """One empty frame to each connected peer with nothing queued (traffic says it too)."""
+        for peer in self._peers.values():
+            if peer.phase is not _Phase.CONNECTED or peer.frames or peer.pending:
+                continue
+            if peer.queued_bytes + len(HEARTBEAT_FRAME) > self.config.peer_queue_bytes_max:
+                continue
+            peer.queued_bytes += len(HEARTBEAT_FRAME)
+            self._counters.heartbeats_sent += 1
+            frame = bytearray(HEARTBEAT_FRAME)
+            if self._faults is None or not self._faults.active:
+                self._enqueue(peer, frame)
+            else:  # a partition must cut liveness too
+                self._route_with_faults(peer, frame, self._faults.outgoing(peer.node_id))
+
+    def _expire_liveness(self) -> None:
+        assert self._loop is not None
+        deadline = self._loop.time() - self.config.node_liveness_timeout_ms / 1000
+        for peer in sorted(self._reachable):
+            if self._heard_at.get(peer, deadline) <= deadline:
+                self._set_reachable(peer, reachable=False)
+
+    def _set_reachable(self, peer: NodeId, *, reachable: bool) -> None:
+        if (peer in self._reachable) == reachable or (reachable and self._closed):
+            return
+        if reachable:
+            self._reachable.add(peer)
+        else:
+            self._reachable.discard(peer)
+            self._heard_at.pop(peer, None)
+            self._counters.peers_unreachable += 1
+        log.debug("node %s: peer %s reachable=%s", self.node_id, peer, reachable)
+        if self._on_peer_liveness is not None:
+            self._on_peer_liveness(peer, reachable)
+
+    def is_reachable(self, peer: NodeId) -> bool:
+        """Whether a frame of `peer` arrived within the liveness timeout (node liveness)."""
+        return peer in self._reachable
 
     # --- observation ---
 
