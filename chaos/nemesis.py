@@ -246,8 +246,11 @@ class Nemesis:
             cuts = {str(node): control.lose_unsynced(node) for node in fault.nodes}
             return {"cuts": cuts}
         elif fault.clock_offsets_ms:
-            for node, offset_ms in fault.clock_offsets_ms:
-                control.set_faults(node, {"clock": {"offset_ms": offset_ms}})
+            clocks_set = {
+                str(node): control.set_faults(node, {"clock": {"offset_ms": offset_ms}})
+                for node, offset_ms in fault.clock_offsets_ms
+            }
+            return {"clocks_set": clocks_set}
         elif fault.nemesis == "pause":
             for node in fault.nodes:
                 control.pause(node)

@@ -316,6 +316,7 @@ def fault_state_json(injector: FaultInjector) -> str:
             "default_link": dataclasses.asdict(state.default_link),
             "links": {str(k): dataclasses.asdict(v) for k, v in sorted(state.links.items())},
             "counters": dataclasses.asdict(injector.counters),
+            "clock": {"offset_ms": injector.clock.offset_ms, "rate": injector.clock.rate},
         },
         sort_keys=True,
     )

@@ -191,7 +191,7 @@ def test_a_clock_jump_moves_one_clock_by_minutes_and_heal_puts_it_back(seed: int
     assert 60_000 <= abs(offset_ms) < 600_000
     if fault.kind == "controller":
         assert node == 3
-    assert nemesis.start(fault) == {}
+    assert nemesis.start(fault) == {"clocks_set": {str(node): True}}
     assert control.calls == [("faults", node, {"clock": {"offset_ms": offset_ms}})]
     assert fault.describe()["clock_offsets_ms"] == {str(node): offset_ms}
     control.calls.clear()

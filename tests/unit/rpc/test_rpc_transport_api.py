@@ -10,6 +10,7 @@ from raftlog.rpc import codec, faults, peer_transport
 def test_public_names() -> None:
     assert sorted(peer_transport.__all__) == ["OnMessages", "PeerTransport", "TransportCounters"]
     assert sorted(faults.__all__) == [
+        "ChaosClock",  # the node's movable wall clock (issue 8)
         "DELIVER",
         "Direction",
         "FaultCounters",
