@@ -18,6 +18,16 @@ Theory of operation. Every unary call to a raftlog service passes through one
    refused at once with RESOURCE_EXHAUSTED (it never queues), so the node stays up and
    other clients are unaffected.
 
+Before all three, connections: a node admits at most `client_connections_per_address_max`
+client connections from one IP address and `client_connections_max` in all. gRPC offers no
+hook when a connection opens or closes, so a connection is admitted at its first call (the
+peer's address and port name it) and counts until the kernel's table of established TCP
+connections (/proc/net/tcp, tcp6) no longer holds it; every call of a connection beyond a
+cap is RESOURCE_EXHAUSTED naming the cap, while admitted connections carry on. The table is
+read only when a connection not yet admitted calls, at most once per
+`_CONNECTION_SCAN_INTERVAL_S`; without /proc an admitted connection counts until it has
+made no call for `client_connection_idle_ms_max` (when gRPC closes it anyway).
+
 Health checks and reflection stay open (load balancers and grpcurl use them); a non-unary
 method of any other service is refused (deny by default).
 
@@ -43,9 +53,12 @@ import enum
 import hashlib
 import hmac
 import inspect
+import ipaddress
 import logging
 import ssl
+import time
 import tomllib
+import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +86,7 @@ __all__ = [
     "METHOD_RULES",
     "AccessControl",
     "ClientLimits",
+    "ConnectionLimits",
     "Permission",
     "Rule",
     "SecurityInterceptor",
@@ -263,6 +277,118 @@ METHOD_RULES: dict[str, Rule] = {
 
 # -- limits ---------------------------------------------------------------------------------
 
+PeerKey = tuple[str, int]  # (normalized IP address, port) of a client connection
+_CONNECTION_SCAN_INTERVAL_S = 0.05
+_TCP_ESTABLISHED = "01"
+_PROC_TCP_TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
+
+
+def peer_key(peer: str) -> PeerKey | None:
+    """`("127.0.0.1", 5123)` for gRPC's "ipv4:127.0.0.1:5123" or "ipv6:[::1]:5123" (also
+    URL-quoted); None for a peer that is not a TCP address (a Unix socket)."""
+    kind, _, rest = urllib.parse.unquote(peer).partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return None
+    host, _, port = rest.rpartition(":")
+    try:
+        return _normalized(ipaddress.ip_address(host.strip("[]"))), int(port)
+    except ValueError:
+        return None
+
+
+def _normalized(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+    # A dual-stack listener sees IPv4 clients as ::ffff:a.b.c.d: one client, one address.
+    mapped = getattr(address, "ipv4_mapped", None)
+    return str(mapped or address)
+
+
+def established_tcp_peers(tables: Sequence[str] = _PROC_TCP_TABLES) -> set[PeerKey] | None:
+    """The remote ends of every established TCP connection of this network namespace, or
+    None where the kernel does not publish /proc/net/tcp (then limits fall back on idleness).
+    """
+    peers: set[PeerKey] = set()
+    found = False
+    for table in tables:
+        try:
+            with open(table) as lines:
+                next(lines, None)  # the column titles
+                for line in lines:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == _TCP_ESTABLISHED:
+                        peers.add(_proc_address(fields[2]))
+            found = True
+        except OSError:
+            continue
+    return peers if found else None
+
+
+def _proc_address(text: str) -> PeerKey:
+    """/proc/net/tcp's "0100007F:1F90": the address as 32-bit words in host (little-endian)
+    order, the port in hex."""
+    address, _, port = text.partition(":")
+    raw = b"".join(bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, len(address), 8))
+    return _normalized(ipaddress.ip_address(raw)), int(port, 16)
+
+
+class ConnectionLimits:
+    """Admitted client connections per IP address and in total (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        per_address_max: int,
+        total_max: int,
+        idle_ms_max: int,
+        established: Callable[[], set[PeerKey] | None] = established_tcp_peers,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        assert 0 < per_address_max <= total_max and idle_ms_max > 0
+        self.per_address_max = per_address_max
+        self.total_max = total_max
+        self._idle_s_max = idle_ms_max / 1000
+        self._established = established
+        self._clock = clock
+        self._last_scan = float("-inf")
+        # gRPC's peer string -> its key and when it last called.
+        self.admitted: dict[str, tuple[PeerKey, float]] = {}
+
+    def refusal(self, peer: str) -> str | None:
+        """Why a call on connection `peer` must be refused, or None (it is admitted)."""
+        now = self._clock()
+        known = self.admitted.get(peer)
+        if known is not None:
+            self.admitted[peer] = (known[0], now)
+            return None
+        key = peer_key(peer)
+        if key is None:
+            return None  # not TCP (a Unix socket): local by construction
+        self._forget_closed(now)
+        same_address = sum(1 for k, _ in self.admitted.values() if k[0] == key[0])
+        if same_address >= self.per_address_max:
+            return (
+                f"{same_address} connections from {key[0]} are open, the most this node "
+                f"admits from one address (client_connections_per_address_max="
+                f"{self.per_address_max}); close one or reuse a connection"
+            )
+        if len(self.admitted) >= self.total_max:
+            return (
+                f"{len(self.admitted)} client connections are open, the most this node admits "
+                f"(client_connections_max={self.total_max}); retry later or use another node"
+            )
+        self.admitted[peer] = (key, now)
+        assert len(self.admitted) <= self.total_max
+        return None
+
+    def _forget_closed(self, now: float) -> None:
+        if now - self._last_scan < _CONNECTION_SCAN_INTERVAL_S:
+            return
+        self._last_scan = now
+        live = self._established()
+        for peer, (key, last_call) in list(self.admitted.items()):
+            closed = key not in live if live is not None else now - last_call > self._idle_s_max
+            if closed:
+                del self.admitted[peer]
+
 
 class ClientLimits:
     """In-flight calls per client and buffered Produce bytes per node (see the docstring)."""
@@ -321,12 +447,14 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         limits: ClientLimits,
         *,
         certificate_principals: bool = False,
+        connections: ConnectionLimits | None = None,
     ) -> None:
         # Certificate principals mean something only where the handshake verified them.
         assert not certificate_principals or access is not None
         self.access = access
         self.limits = limits
         self.certificate_principals = certificate_principals
+        self.connections = connections
 
     async def intercept_service(
         self,
@@ -356,6 +484,10 @@ class SecurityInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[type-arg]
         parse = handler.request_deserializer
 
         async def guarded(body: bytes, context: Context) -> Any:
+            if self.connections is not None:
+                refused = self.connections.refusal(context.peer())
+                if refused is not None:
+                    await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{method}: {refused}")
             principal = await self._authenticate(token, method, context)
             request = await _parsed(parse, body, method, context)
             await self._authorize(principal, method, rule, request, context)
@@ -551,8 +683,16 @@ def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
         ("grpc.max_concurrent_streams", config.client_streams_per_connection_max),
         ("grpc.max_connection_idle_ms", config.client_connection_idle_ms_max),
     )
+    connections = ConnectionLimits(
+        per_address_max=config.client_connections_per_address_max,
+        total_max=config.client_connections_max,
+        idle_ms_max=config.client_connection_idle_ms_max,
+    )
     interceptor = SecurityInterceptor(
-        access, limits, certificate_principals=client_ca is not None and access is not None
+        access,
+        limits,
+        certificate_principals=client_ca is not None and access is not None,
+        connections=connections,
     )
     return ServerSecurity(credentials, interceptor, options, forward)
 
