@@ -227,6 +227,24 @@ def _move_while_writing(
 
 def test_move_a_follower_replica_while_producing(cluster: LocalCluster) -> None:
     _move_while_writing(cluster, "move-follower", leaving_leader=False)
+    # Then back again while idle: the node that left joins anew from an empty directory.
+    admin = Admin(cluster.bootstrap)
+    moved = replicas_of(admin, "move-follower", 0)
+    back = (moved[0], next(n for n in cluster.nodes if n not in moved))
+    reassign(cluster, "move-follower", 0, list(back))
+    wait_until(
+        lambda: replicas_of(admin, "move-follower", 0) == back,
+        timeout_s=120,
+        what=f"the idle partition moved back to {back}",
+    )
+    wait_until(
+        lambda: not partition_dir(cluster, moved[1], "move-follower", 0).exists(),
+        timeout_s=30,
+        what=f"node {moved[1]} to delete its copy",
+    )
+    with Producer(cluster.bootstrap, acks="all") as producer:
+        producer.send("move-follower", value=b"after both moves", partition=0).result(timeout=60)
+    check_log(cluster, "move-follower", back, [b"after both moves"])
 
 
 def test_move_the_leaders_own_replica(cluster: LocalCluster) -> None:
