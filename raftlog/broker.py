@@ -142,6 +142,10 @@ class Broker:
             ssl_client=peer_ssl[1],  # issue 10
             incarnation=self.incarnation,
             on_peer_restart=self._on_peer_restart,
+            # Node liveness stands in for the heartbeats of quiesced groups (issue 4).
+            on_peer_liveness=lambda peer, alive: self.host.set_peer_reachable(
+                peer, reachable=alive
+            ),
         )
         self.host = GroupHost(
             node_id=self.node_id,

@@ -1,20 +1,29 @@
 """The group host: every Raft group of one node, driven by one asyncio loop.
 
 Theory of operation. Each pass of `run()` (woken by a tick, an inbound message or a proposal)
-collects a Ready from every group that has one and processes them *together* in the order the
-core requires:
+collects a Ready from every *dirty* group that has one and processes them *together* in the
+order the core requires:
 
     1. send each Ready's `messages` (a leader's appends go out before its own fsync);
-    2. persist: install snapshots, append entries, save hard state (buffered writes);
-    3. fsync every log touched in this pass (group commit: the appends a pass gathered from
-       many proposals and groups share one round of fsyncs);
+    2. persist: install snapshots, append entries (buffered writes); hard states to save are
+       collected;
+    3. on a disk thread: save the collected hard states (each an atomic file replace) and
+       fsync every log touched in this pass (group commit: the votes and appends a pass
+       gathered from many groups share one trip off the loop);
     4. send `persisted_messages` (votes, append acknowledgements), apply committed entries,
        answer reads, `advance`.
 
-Step 3 runs on a disk thread (fdatasync releases the GIL); while it runs the loop may step
-groups and take proposals (the core allows that between `ready()` and `advance()`), but no
-group gives a new Ready before the pass completes its previous one. Messages for a group this
-node does not host (yet) are dropped: Raft retries, and the metadata quorum creates the group.
+While step 3 runs the loop may step groups and take proposals (the core allows that between
+`ready()` and `advance()`), but no group gives a new Ready before the pass completes its
+previous one. Messages for a group this node does not host (yet) are dropped: Raft retries,
+and the metadata quorum creates the group.
+
+Scaling to thousands of mostly idle groups: a group is *dirty* once something may have given
+it work (a message stepped into it, a tick, a proposal or read through `RaftGroup.wake`, a
+liveness change, `notify()`), and a pass looks at dirty groups only, never at every group.
+Only *awake* groups are ticked: a group whose core quiesced (raftlog.raft.quiesce) leaves
+the tick set when a pass sees it quiet and returns when an input wakes it. The transport's
+node-pair liveness (`set_peer_reachable`) replaces the heartbeats quiesced groups stop sending.
 """
 
 from __future__ import annotations
@@ -24,7 +33,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
-from raftlog.raft.types import Message
+from raftlog.raft.ports import HardStateStore
+from raftlog.raft.types import HardState, Message
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.ready import complete_ready, persist_ready
 from raftlog.storage.log import FlushTicket
@@ -44,9 +54,14 @@ class GroupHost:
         self._tick_interval_s = tick_interval_ms / 1000
         self._send = send
         self._groups: dict[GroupId, RaftGroup] = {}
+        # Groups a pass must look at, and groups that tick (not quiesced); insertion-ordered.
+        self._dirty: dict[GroupId, RaftGroup] = {}
+        self._awake: dict[GroupId, RaftGroup] = {}
+        self._reachable: set[NodeId] = set()  # peers the transport reports alive
         self._wake = asyncio.Event()
         self._closed = False
         self.passes = 0
+        self.ticks = 0  # group ticks, summed over groups: what quiescence saves
         self.dropped_for_unknown_group = 0
 
     # -- membership of groups on this node -------------------------------------------------
@@ -54,10 +69,15 @@ class GroupHost:
     def add(self, group: RaftGroup) -> None:
         assert group.group_id not in self._groups, group.group_id
         self._groups[group.group_id] = group
-        group.wake = self._wake.set
-        self._wake.set()
+        for peer in sorted(self._reachable):
+            group.node.set_peer_reachable(peer, reachable=True)
+        group.wake = lambda: self._mark_dirty(group)
+        self._awake[group.group_id] = group
+        self._mark_dirty(group)
 
     def remove(self, group_id: GroupId) -> RaftGroup | None:
+        self._dirty.pop(group_id, None)
+        self._awake.pop(group_id, None)
         return self._groups.pop(group_id, None)
 
     def get(self, group_id: GroupId) -> RaftGroup | None:
@@ -77,11 +97,33 @@ class GroupHost:
                 continue
             assert message.sender == sender, (message, sender)
             group.node.step(message)
+            self._dirty[group_id] = group
         self._wake.set()
 
     def notify(self) -> None:
-        """Something was proposed or changed outside `deliver`: run a pass soon."""
+        """Something changed outside `deliver` in groups not named: look at all of them
+        (rare: peer restarts; per-group changes go through `RaftGroup.wake`)."""
+        self._dirty.update(self._groups)
         self._wake.set()
+
+    def set_peer_reachable(self, peer: NodeId, *, reachable: bool) -> None:
+        """Transport callback: node-level liveness of `peer` changed; tell every group."""
+        if reachable:
+            self._reachable.add(peer)
+        else:
+            self._reachable.discard(peer)
+        for group in self._groups.values():
+            group.node.set_peer_reachable(peer, reachable=reachable)
+        self.notify()
+
+    def _mark_dirty(self, group: RaftGroup) -> None:
+        if self._groups.get(group.group_id) is group:
+            self._dirty[group.group_id] = group
+        self._wake.set()
+
+    def awake_count(self) -> int:
+        """Groups that still tick (not quiesced)."""
+        return len(self._awake)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -102,30 +144,41 @@ class GroupHost:
     async def _tick_forever(self) -> None:
         while not self._closed:
             await asyncio.sleep(self._tick_interval_s)
-            for group in self._groups.values():
+            awake = self._awake
+            for group in awake.values():
                 group.node.tick()
+            self.ticks += len(awake)
+            self._dirty.update(awake)
             self._wake.set()
 
     async def process_pass(self) -> None:
-        """One group-commit pass over every group that has work."""
-        batch = [
-            (group, group.node.ready())
-            for group in list(self._groups.values())
-            if group.node.has_ready()
-        ]
+        """One group-commit pass over the dirty groups that have work."""
+        dirty, self._dirty = self._dirty, {}
+        batch = []
+        for group in dirty.values():
+            node = group.node
+            if node.quiesced:
+                self._awake.pop(group.group_id, None)
+            else:
+                self._awake[group.group_id] = group
+            if not node.ready_pending and node.has_ready():
+                batch.append((group, node.ready()))
+            elif node.ready_pending:
+                self._dirty[group.group_id] = group  # stepped mid-pass: look again next pass
         if not batch:
             return
         self.passes += 1
+        saves = _HardStateSaves()
         for group, ready in batch:
             persist_ready(
                 group.node,
                 ready,
                 log=group.log,
-                hard_state_store=group.hard_state_store,
+                hard_state_store=saves.store_for(group.hard_state_store),
                 send=self._sender(group),
                 restore=group.restore,
             )
-        # One pass, one round of fsyncs for every group that wrote, on a disk thread so the
+        # One pass, one trip to a disk thread for every hard state and log fsync, so the
         # loop keeps serving (reads, proposals that the next pass will carry) meanwhile.
         # Logs that cannot split their sync (the simulator's) sync here, on the loop.
         tickets: list[tuple[SplitSyncLog, FlushTicket]] = []
@@ -137,8 +190,8 @@ class GroupHost:
                 tickets.append((durable_log, durable_log.prepare_sync()))
             else:
                 durable_log.sync()
-        if tickets:
-            await asyncio.to_thread(_run_tickets, [ticket for _, ticket in tickets])
+        if tickets or saves.pending:
+            await _sync_off_loop(saves, [ticket for _, ticket in tickets])
             for split_log, ticket in tickets:
                 split_log.complete_sync(ticket)
         for group, ready in batch:
@@ -155,7 +208,12 @@ class GroupHost:
                 group.fail_reads_if_not_leader()
                 if group.on_leadership_change is not None:
                     group.on_leadership_change(group)
+            if group.node.quiesced:
+                self._awake.pop(group.group_id, None)
         # A pass may leave more work (e.g. entries committed by the acks it just sent).
+        for group, _ in batch:
+            if group.node.has_ready():
+                self._dirty[group.group_id] = group
         if any(group.node.has_ready() for group, _ in batch):
             self._wake.set()
 
@@ -175,6 +233,47 @@ class SplitSyncLog(Protocol):
     def prepare_sync(self) -> FlushTicket: ...
 
     def complete_sync(self, ticket: FlushTicket) -> None: ...
+
+
+# Hard-state saves of one pass run on this many disk threads at once: each is an atomic
+# replace with two fsyncs of its own file and directory, and concurrent fsyncs share the
+# file system's journal commits (an election of 1,000 groups saves 1,000 files at once).
+HARD_STATE_SAVE_THREADS = 4
+
+
+class _HardStateSaves:
+    """Collects a pass's hard-state saves so they run off the loop with the log fsyncs."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[HardStateStore, HardState]] = []
+
+    def store_for(self, store: HardStateStore) -> HardStateStore:
+        saves = self
+
+        class _Deferred:
+            def load(self) -> HardState:
+                return store.load()
+
+            def save(self, hard_state: HardState) -> None:
+                saves.pending.append((store, hard_state))
+
+        return _Deferred()
+
+
+async def _sync_off_loop(saves: _HardStateSaves, tickets: list[FlushTicket]) -> None:
+    """Save the hard states (spread over a few threads) and fsync the logs, off the loop;
+    returns once all of it is durable."""
+    chunks = [saves.pending[i::HARD_STATE_SAVE_THREADS] for i in range(HARD_STATE_SAVE_THREADS)]
+    work = [asyncio.to_thread(_save_all, chunk) for chunk in chunks if chunk]
+    if tickets:
+        work.append(asyncio.to_thread(_run_tickets, tickets))
+    await asyncio.gather(*work)
+
+
+def _save_all(pending: list[tuple[HardStateStore, HardState]]) -> None:
+    """On a disk thread: each store is touched by one thread only (one save per group)."""
+    for store, hard_state in pending:
+        store.save(hard_state)
 
 
 def _run_tickets(tickets: list[FlushTicket]) -> None:
