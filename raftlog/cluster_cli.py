@@ -1,4 +1,11 @@
-"""`raftlog cluster up|down|status`: a local cluster of node processes (no Docker needed)."""
+"""`raftlog cluster up|down|status`: a local cluster of node processes (no Docker needed).
+
+`cluster up` passes TLS and auth options to every node (`--tls-cert`, `--tls-key`, `--tls-ca`,
+`--peer-tls`, `--auth-tokens`, `--tls-client-ca`, as `raftlog serve` takes them), checked
+first as a node would check them. It waits for a controller as a client of the cluster: over
+TLS trusting `--tls-ca`, with the token file's node token (read in memory, never printed)
+and, where nodes require client certificates, the node certificate.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,9 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from raftlog.errors import ConfigError
 from raftlog.local_cluster import LocalCluster
 
 __all__ = ["add_cluster_parser", "wait_for_controller"]
@@ -20,6 +29,13 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     up.add_argument("--dir", type=Path, required=True, help="data and state directory")
     up.add_argument("--base-port", type=int, help="client ports base+1..N, raft ports +100")
     up.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a controller")
+    security = up.add_argument_group("security, passed to every node (docs/security.md)")
+    security.add_argument("--tls-cert", type=Path, help="PEM certificate chain of the nodes")
+    security.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    security.add_argument("--tls-ca", type=Path, help="PEM CA bundle that signs node certs")
+    security.add_argument("--peer-tls", action="store_true", help="mutual TLS between nodes")
+    security.add_argument("--auth-tokens", type=Path, help="TOML token file (auth, ACLs)")
+    security.add_argument("--tls-client-ca", type=Path, help="require client certificates")
     up.set_defaults(func=_up)
     down = commands.add_parser("down", help="stop the cluster started in --dir")
     down.add_argument("--dir", type=Path, required=True)
@@ -30,15 +46,18 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     status.set_defaults(func=_status)
 
 
-def wait_for_controller(bootstrap: str, *, timeout_s: float) -> int:
-    """Block until some node names a controller that all nodes agree is registered."""
+def wait_for_controller(bootstrap: str, *, timeout_s: float, **client_options: Any) -> int:
+    """Block until some node names a controller that all nodes agree is registered.
+
+    `client_options` (tls_ca, token, tls_cert, tls_key) reach the Admin client.
+    """
     from raftlog.client import Admin
 
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
     while time.monotonic() < deadline:
         try:
-            admin = Admin(bootstrap)
+            admin = Admin(bootstrap, **client_options)
             try:
                 cluster = admin.describe_cluster()
             finally:
@@ -52,12 +71,55 @@ def wait_for_controller(bootstrap: str, *, timeout_s: float) -> int:
     raise TimeoutError(f"no controller within {timeout_s:.0f}s (last error: {last_error})")
 
 
+def node_security(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """(flags for every node, options for this command's own client), validated as a node
+    validates them. Paths are made absolute so a later restart from elsewhere finds them."""
+    from raftlog.rpc.security import load_access_control
+    from raftlog.runtime.settings import BrokerSettings
+    from raftlog.tls import TlsFiles
+    from raftlog.types import NodeId
+
+    paths = {
+        name: None if getattr(args, name) is None else Path(getattr(args, name)).resolve()
+        for name in ("tls_cert", "tls_key", "tls_ca", "auth_tokens", "tls_client_ca")
+    }
+    loopback = ("127.0.0.1", 0)
+    BrokerSettings(
+        node_id=NodeId(1), data_dir=args.dir, listen=loopback, raft_listen=loopback,
+        peers={NodeId(1): loopback}, peer_tls=args.peer_tls, **paths,
+    ).validate()  # fmt: skip
+    if paths["tls_cert"] is not None and paths["tls_key"] is not None:
+        TlsFiles(cert=paths["tls_cert"], key=paths["tls_key"], ca=paths["tls_ca"]).validate()
+    flags = [
+        part
+        for name, path in paths.items()
+        if path is not None
+        for part in ("--" + name.replace("_", "-"), str(path))
+    ]
+    flags += ["--peer-tls"] if args.peer_tls else []
+    access = None if paths["auth_tokens"] is None else load_access_control(paths["auth_tokens"])
+    client: dict[str, Any] = {
+        "tls_ca": paths["tls_ca"] if paths["tls_cert"] is not None else None,
+        "token": None if access is None else access.node_token,
+    }
+    if paths["tls_client_ca"] is not None:
+        client.update(tls_cert=paths["tls_cert"], tls_key=paths["tls_key"])
+    return tuple(flags), client
+
+
 def _up(args: argparse.Namespace) -> int:
-    cluster = LocalCluster.create(args.dir, node_count=args.nodes, base_port=args.base_port)
+    try:
+        node_flags, client = node_security(args)
+    except ConfigError as error:
+        print(f"raftlog cluster up: {error}", file=sys.stderr)
+        return 2
+    cluster = LocalCluster.create(
+        args.dir, node_count=args.nodes, base_port=args.base_port, node_flags=node_flags
+    )
     print(f"starting {args.nodes} nodes in {args.dir} ...", file=sys.stderr)
     cluster.start()
     try:
-        controller = wait_for_controller(cluster.bootstrap, timeout_s=args.timeout)
+        controller = wait_for_controller(cluster.bootstrap, timeout_s=args.timeout, **client)
     except TimeoutError as error:
         cluster.stop()
         print(f"raftlog cluster up: {error}; logs in {args.dir}/node-*.log", file=sys.stderr)

@@ -4,7 +4,9 @@ Used by `raftlog cluster up|down|status`, `make demo`, the integration tests and
 suite's local backend. Each node is a `python -m raftlog serve` process with its own data
 directory under `DIR/node-N`, its client port `base_port + N` and its node-to-node port
 `base_port + 100 + N`. `DIR/cluster.json` records what a later command needs: the nodes,
-their pids and ports, and a `bootstrap` string of client addresses.
+their pids and ports, a `bootstrap` string of client addresses, and `node_flags`, the flags
+every node starts with (TLS and auth options: file paths only, never a secret), so a node
+restarted by a later command or the chaos suite comes back with the same security.
 """
 
 from __future__ import annotations
@@ -59,10 +61,18 @@ def free_port_base(count: int, *, start: int = 20000, stop: int = 60000) -> int:
 
 
 class LocalCluster:
-    def __init__(self, directory: Path, nodes: list[NodeProcess], *, cluster_id: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        nodes: list[NodeProcess],
+        *,
+        cluster_id: str,
+        node_flags: tuple[str, ...] = (),
+    ) -> None:
         self.directory = directory
         self.nodes = {n.node_id: n for n in nodes}
         self.cluster_id = cluster_id
+        self.node_flags = node_flags
         # Popen objects of the nodes this object started, kept so they are reaped with wait()
         # (a process started by an earlier command is only known by its pid).
         self._processes: dict[int, subprocess.Popen[bytes]] = {}
@@ -75,6 +85,7 @@ class LocalCluster:
         node_count: int,
         base_port: int | None = None,
         cluster_id: str = "raftlog-local",
+        node_flags: tuple[str, ...] = (),
     ) -> LocalCluster:
         if node_count not in (1, 3, 5):
             raise ValueError(f"--nodes: 1, 3 or 5, got {node_count}")
@@ -90,7 +101,7 @@ class LocalCluster:
             )
             for i in range(1, node_count + 1)
         ]
-        return cls(directory, nodes, cluster_id=cluster_id)
+        return cls(directory, nodes, cluster_id=cluster_id, node_flags=node_flags)
 
     @classmethod
     def load(cls, directory: Path) -> LocalCluster:
@@ -100,7 +111,8 @@ class LocalCluster:
         except (OSError, json.JSONDecodeError) as error:
             raise FileNotFoundError(f"no readable {path}: {error}") from error
         nodes = [NodeProcess(**n) for n in raw["nodes"]]
-        return cls(directory, nodes, cluster_id=raw["cluster_id"])
+        flags = tuple(raw.get("node_flags", ()))
+        return cls(directory, nodes, cluster_id=raw["cluster_id"], node_flags=flags)
 
     @property
     def bootstrap(self) -> str:
@@ -115,6 +127,7 @@ class LocalCluster:
             "cluster_id": self.cluster_id,
             "bootstrap": self.bootstrap,
             "nodes": [asdict(n) for n in self.nodes.values()],
+            "node_flags": list(self.node_flags),
         }
         tmp = self.directory / (CLUSTER_FILE + ".tmp")
         tmp.write_text(json.dumps(data, indent=2))
@@ -138,6 +151,7 @@ class LocalCluster:
             self.peers,
             "--cluster-id",
             self.cluster_id,
+            *self.node_flags,
             *extra,
         ]
 
