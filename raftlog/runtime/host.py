@@ -62,6 +62,7 @@ class GroupHost:
         self._closed = False
         self.passes = 0
         self.ticks = 0  # group ticks, summed over groups: what quiescence saves
+        self.tick_rounds = 0
         self.dropped_for_unknown_group = 0
 
     # -- membership of groups on this node -------------------------------------------------
@@ -148,6 +149,7 @@ class GroupHost:
             for group in awake.values():
                 group.node.tick()
             self.ticks += len(awake)
+            self.tick_rounds += 1
             self._dirty.update(awake)
             self._wake.set()
 
