@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -541,10 +542,13 @@ class _ChaosFileHandle:
     def sync(self) -> None:
         if self._skip_sync:
             return  # the deliberately unsafe node: the bytes stay in the page cache only
+        # The size before the sync: the sync covers every byte written by then, while bytes
+        # the loop appends during a sync on a disk thread are not covered.
+        size_bytes = self._inner.size_bytes()
         self._inner.sync()
         # Recorded after the sync returns and before the caller can act on it (acknowledge,
         # vote): a kill in between understates what is durable, which loses nothing acked.
-        self._owner.record(lambda m: m.synced(self._file_id, self._inner.size_bytes()))
+        self._owner.record(lambda m: m.synced(self._file_id, size_bytes))
 
     def truncate(self, size_bytes: int) -> None:
         # Recorded first: a kill in between cuts to the shorter length, a legal outcome.
@@ -576,20 +580,23 @@ class ChaosFileSystem:
         self.skip_sync = skip_sync
         self.manifest_path = os.path.join(self.root, DURABILITY_MANIFEST_NAME)
         self.manifest = load_durability_manifest(inner, self.manifest_path)
+        self._lock = threading.Lock()
 
     def _key(self, path: str) -> str:
         return os.path.relpath(os.path.abspath(path), self.root)
 
     def record(self, change: Callable[[DurabilityManifest], None]) -> None:
-        change(self.manifest)
-        temporary = self.manifest_path + ".tmp"
-        handle = self._inner.open(temporary, create=True)
-        try:
-            handle.truncate(0)
-            handle.append([self.manifest.encode()])
-        finally:
-            handle.close()
-        self._inner.rename(temporary, self.manifest_path)
+        # Syncs run on disk threads (several at once) while the loop opens and renames.
+        with self._lock:
+            change(self.manifest)
+            temporary = self.manifest_path + ".tmp"
+            handle = self._inner.open(temporary, create=True)
+            try:
+                handle.truncate(0)
+                handle.append([self.manifest.encode()])
+            finally:
+                handle.close()
+            self._inner.rename(temporary, self.manifest_path)
 
     def _known(self, path: str) -> str:
         """The manifest key of an existing file, registering it (as durable) if unseen."""

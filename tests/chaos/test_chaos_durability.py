@@ -8,6 +8,8 @@ that model keeps, for every sequence of operations both model the same way.
 from __future__ import annotations
 
 import random
+import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -18,7 +20,9 @@ from raftlog.storage.files import (
     DURABILITY_MANIFEST_NAME,
     UNSAFE_UNSYNCED_DIRECTORY,
     ChaosFileSystem,
+    FileHandle,
     FileSystem,
+    OsFileSystem,
     SimFileSystem,
     cut_to_durable,
     load_durability_manifest,
@@ -202,3 +206,25 @@ def test_long_operation_sequences_too(seed: int) -> None:
     kinds = ["create", "append", "sync", "sync_dir", "rename", "truncate_sync"]
     ops = [(rng.choice(kinds), rng.randrange(4), rng.randrange(30)) for _ in range(500)]
     _check_cut_matches_power_loss(ops)
+
+
+def test_syncs_from_several_disk_threads_keep_one_consistent_manifest(tmp_path: Path) -> None:
+    # The node syncs logs and saves hard states on several threads at once (runtime.host).
+    fs = ChaosFileSystem(OsFileSystem(), str(tmp_path))
+    handles = [fs.open(str(tmp_path / f"f{i}"), create=True) for i in range(4)]
+    fs.sync_directory(str(tmp_path))
+
+    def work(handle: FileHandle) -> None:
+        for round_number in range(50):
+            handle.append([bytes([round_number])])
+            handle.sync()
+
+    threads = [threading.Thread(target=work, args=(h,)) for h in handles]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    manifest = load_durability_manifest(OsFileSystem(), fs.manifest_path)
+    assert {p: durable for p, (_, durable) in manifest.files.items()} == {
+        f"f{i}": 50 for i in range(4)
+    }

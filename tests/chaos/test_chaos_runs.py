@@ -74,6 +74,59 @@ def test_acks_all_keeps_every_acknowledged_write_when_leaders_are_targeted(tmp_p
     assert main(argv) == 0, _results(out)["anomalies"]
 
 
+def _nemesis_effects(out: Path) -> list[dict[str, Any]]:
+    return [
+        e.value
+        for e in load_history(out / "history.jsonl")
+        if e.process == "nemesis" and e.f == "effects" and isinstance(e.value, dict)
+    ]
+
+
+def test_acks_all_keeps_every_acknowledged_write_when_unsynced_writes_are_lost(
+    tmp_path: Path,
+) -> None:
+    # Seed 3 plans lose-unsynced of all nodes at once, twice (the schedule depends on the seed
+    # and the duration only).
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--nemesis", "lose-unsynced", "--acks", "all"]
+    argv += ["--duration", "20", "--seed", "3", "--out", str(out)]
+    code = main(argv)
+    results = _results(out)
+    assert code == 0, (results["anomaly_counts"], results["unchecked"])
+    cuts = [cut for e in _nemesis_effects(out) for cut in e["cuts"].values()]
+    assert cuts and all(cut is not None for cut in cuts), "every killed node was cut"
+
+
+@pytest.mark.slow
+def test_a_node_that_skips_fsync_loses_acknowledged_writes_and_the_checker_says_so(
+    tmp_path: Path,
+) -> None:
+    # The deliberately unsafe configuration: partition logs acknowledge before any fsync, and
+    # the same lose-unsynced schedule as above (all nodes at once) throws those writes away.
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--nemesis", "lose-unsynced", "--acks", "all"]
+    argv += ["--duration", "20", "--seed", "3", "--out", str(out), "--unsafe-skip-fsync"]
+    assert main(argv) == 1
+    results = _results(out)
+    assert results["anomaly_counts"]["lost"] > 0, results["anomaly_counts"]
+    assert sum(cut["bytes_cut"] for e in _nemesis_effects(out) for cut in e["cuts"].values()) > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nemesis", ["clock-jump", "clock-skew"])
+def test_clock_faults_lose_nothing_and_reach_every_node(tmp_path: Path, nemesis: str) -> None:
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--nemesis", nemesis, "--duration", "20"]
+    argv += ["--seed", "5", "--out", str(out)]
+    code = main(argv)
+    results = _results(out)
+    assert code == 0, (results["anomaly_counts"], results["unchecked"])
+    applied = [ok for e in _nemesis_effects(out) for ok in e["clocks_set"].values()]
+    assert applied and all(applied), "every clock rule was taken by its node"
+    # Leases are measured on each node's monotonic clock: no clock fault may cost writes.
+    assert results["availability"]["ok_fraction"]["send"] > 0.95, results["availability"]
+
+
 class _LossyProducer:
     """Planted bug: every 7th send is acknowledged at a made-up offset and never written."""
 
@@ -132,8 +185,14 @@ def test_the_pysyncobj_baseline_runs_under_kill_and_pause(tmp_path: Path) -> Non
     assert set(results["anomaly_counts"]) >= {"lost", "duplicate", "send_reorder"}
 
 
-def test_network_nemeses_are_refused_where_there_is_no_hook(tmp_path: Path) -> None:
-    argv = ["run", "--backend", "pysyncobj", "--nemesis", "partition", "--out", str(tmp_path)]
+@pytest.mark.parametrize("nemesis", ["partition", "lose-unsynced", "clock-jump"])
+def test_node_hook_nemeses_are_refused_where_there_is_no_hook(tmp_path: Path, nemesis: str) -> None:
+    argv = ["run", "--backend", "pysyncobj", "--nemesis", nemesis, "--out", str(tmp_path)]
+    assert main(argv) == 2
+
+
+def test_the_unsafe_node_is_refused_outside_the_local_backend(tmp_path: Path) -> None:
+    argv = ["run", "--backend", "pysyncobj", "--unsafe-skip-fsync", "--out", str(tmp_path)]
     assert main(argv) == 2
 
 
