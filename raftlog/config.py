@@ -9,6 +9,7 @@ keyword-only fields; `NodeConfig` aggregates them. Names put units last.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Literal
 
 from raftlog.errors import ConfigError
 
@@ -115,9 +116,19 @@ class LogConfig:
     checkpoint_interval_bytes: int = 32 * MIB
     retention_bytes: int | None = None
     retention_ms: int | None = None
+    # How a leader checks a client's batch (issue 10): "full" also walks the records' framing
+    # once (raftlog.storage.records.validate_records), so nothing a consumer cannot decode is
+    # stored; "crc" checks the header and CRC only, trusting clients (about 0.8 us less per
+    # 100-byte record; benchmarks/suites/record_validation.py).
+    produce_record_validation: Literal["full", "crc"] = "full"
 
     def validate(self) -> LogConfig:
         _require_positive_ints(self)
+        _require(
+            self.produce_record_validation in ("full", "crc"),
+            "produce_record_validation",
+            f"must be 'full' or 'crc', got {self.produce_record_validation!r}",
+        )
         _require(
             self.batch_bytes_max <= self.segment_bytes_max,
             "batch_bytes_max",

@@ -140,6 +140,8 @@ def _parse_value(key: str, text: str, current: object) -> object:
         if text not in ("true", "false"):
             raise ConfigError(f"--set {key}: expected true or false, got {text!r}")
         return text == "true"
+    if isinstance(current, str):
+        return text  # a named choice (log.produce_record_validation): validate() checks it
     if text == "none":
         return None
     try:

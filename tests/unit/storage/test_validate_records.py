@@ -161,3 +161,15 @@ def test_a_decompression_bomb_is_refused_within_its_bound() -> None:
     validate_records(batch, verify_batch(batch), decompressed_bytes_max=200_000)
     with pytest.raises(CorruptBatchError, match="decompressed_bytes_max=50000"):
         validate_records(batch, verify_batch(batch), decompressed_bytes_max=50_000)
+
+
+def test_the_node_setting_takes_full_or_crc_and_nothing_else() -> None:
+    from raftlog.config import NodeConfig
+    from raftlog.errors import ConfigError
+    from raftlog.runtime.settings import apply_overrides
+
+    assert NodeConfig().log.produce_record_validation == "full"
+    relaxed = apply_overrides(NodeConfig(), ["log.produce_record_validation=crc"])
+    assert relaxed.log.produce_record_validation == "crc"
+    with pytest.raises(ConfigError, match=r"produce_record_validation.*'full' or 'crc'"):
+        apply_overrides(NodeConfig(), ["log.produce_record_validation=fast"])
