@@ -1,4 +1,7 @@
-"""`raftlog cluster up|down|status`: a local cluster of node processes (no Docker needed).
+"""`raftlog cluster up|down|status|reassign`: a local cluster of node processes (no Docker
+needed). `cluster reassign` starts moving a partition's replicas (issue 5): the move is
+recorded by the controller and carried out by the partition leader, one Raft membership
+change at a time; `--wait` blocks until DescribeTopic shows the new replicas.
 
 `cluster up` passes TLS and auth options to every node (`--tls-cert`, `--tls-key`, `--tls-ca`,
 `--peer-tls`, `--auth-tokens`, `--tls-client-ca`, as `raftlog serve` takes them), checked
@@ -18,7 +21,7 @@ from typing import Any
 from raftlog.errors import ConfigError
 from raftlog.local_cluster import LocalCluster
 
-__all__ = ["add_cluster_parser", "wait_for_controller"]
+__all__ = ["add_cluster_parser", "reassign_partition", "wait_for_controller"]
 
 
 def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,6 +47,16 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     status.add_argument("--dir", type=Path, default=None)
     status.add_argument("--bootstrap", default=None)
     status.set_defaults(func=_status)
+    reassign = commands.add_parser("reassign", help="move a partition to other replicas")
+    reassign.add_argument("--dir", type=Path, default=None)
+    reassign.add_argument("--bootstrap", default=None)
+    reassign.add_argument("--topic", required=True)
+    reassign.add_argument("--partition", type=int, required=True)
+    reassign.add_argument(
+        "--replicas", required=True, help="node ids, comma-separated, preferred leader first"
+    )
+    reassign.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the end")
+    reassign.set_defaults(func=_reassign)
 
 
 def wait_for_controller(bootstrap: str, *, timeout_s: float, **client_options: Any) -> int:
@@ -86,7 +99,9 @@ def node_security(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, 
     loopback = ("127.0.0.1", 0)
     BrokerSettings(
         node_id=NodeId(1), data_dir=args.dir, listen=loopback, raft_listen=loopback,
-        peers={NodeId(1): loopback}, peer_tls=args.peer_tls, **paths,
+        peers={NodeId(1): loopback}, peer_tls=args.peer_tls, tls_cert=paths["tls_cert"],
+        tls_key=paths["tls_key"], tls_ca=paths["tls_ca"], auth_tokens=paths["auth_tokens"],
+        tls_client_ca=paths["tls_client_ca"],
     ).validate()  # fmt: skip
     if paths["tls_cert"] is not None and paths["tls_key"] is not None:
         TlsFiles(cert=paths["tls_cert"], key=paths["tls_key"], ca=paths["tls_ca"]).validate()
@@ -159,4 +174,80 @@ def _status(args: argparse.Namespace) -> int:
                 )
     finally:
         admin.close()
+    return 0
+
+
+def reassign_partition(
+    bootstrap: str, topic: str, partition: int, replicas: list[int], *, timeout_s: float
+) -> None:
+    """Start moving `topic`-`partition` to `replicas` (the first is the preferred leader).
+
+    Submits a ReassignPartition command through `Internal.SubmitMetadata` to whichever node
+    answers as controller; returns once the controller committed the move (not once it
+    completed). Raises ValueError with the controller's reason when it refuses the move
+    (unknown topic, wrong replica count, a move already under way, ...), TimeoutError when
+    no controller answered within `timeout_s`.
+    """
+    import grpc
+
+    from raftlog.metadata import ReassignPartition, encode_command
+    from raftlog.rpc.v1 import raftlog_pb2 as pb
+    from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+    from raftlog.types import NodeId, PartitionId
+
+    command = ReassignPartition(topic, PartitionId(partition), tuple(NodeId(n) for n in replicas))
+    request = pb.SubmitMetadataRequest(command=encode_command(command), timeout_ms=10_000)
+    deadline = time.monotonic() + timeout_s
+    last_error: object = None
+    while time.monotonic() < deadline:
+        for address in bootstrap.split(","):
+            with grpc.insecure_channel(address) as channel:
+                try:
+                    response = pb_grpc.InternalStub(channel).SubmitMetadata(request, timeout=15)  # type: ignore[no-untyped-call]
+                except grpc.RpcError as error:
+                    last_error = error
+                    continue
+            if response.HasField("error") and response.error.code != pb.NONE:
+                last_error = response.error.message  # not the controller, or an election
+                continue
+            if response.result_code != "NONE":
+                raise ValueError(f"{response.result_code}: {response.result_message}")
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"no controller took the move within {timeout_s:.0f}s: {last_error}")
+
+
+def _reassign(args: argparse.Namespace) -> int:
+    from raftlog.client import Admin
+    from raftlog.client_cli import resolve_bootstrap
+
+    try:
+        replicas = [int(n) for n in args.replicas.split(",")]
+    except ValueError:
+        print(
+            f"raftlog cluster reassign: --replicas {args.replicas!r}: expected ids like 2,3",
+            file=sys.stderr,
+        )
+        return 2
+    bootstrap = resolve_bootstrap(args.bootstrap, args.dir)
+    try:
+        reassign_partition(bootstrap, args.topic, args.partition, replicas, timeout_s=30)
+    except (ValueError, TimeoutError) as error:
+        print(f"raftlog cluster reassign: {error}", file=sys.stderr)
+        return 1
+    print(f"moving {args.topic}-{args.partition} to {replicas}", file=sys.stderr)
+    admin = Admin(bootstrap)
+    try:
+        deadline = time.monotonic() + args.wait
+        while time.monotonic() < deadline:
+            partitions = admin.describe_topic(args.topic).partitions
+            if any(p.id == args.partition and list(p.replicas) == replicas for p in partitions):
+                print("move completed", file=sys.stderr)
+                return 0
+            time.sleep(0.2)
+    finally:
+        admin.close()
+    if args.wait > 0:
+        print(f"the move did not complete within {args.wait:.0f}s", file=sys.stderr)
+        return 1
     return 0
