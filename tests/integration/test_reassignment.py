@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -18,12 +20,11 @@ import grpc
 import pytest
 
 from raftlog.client import Admin, Consumer, Producer, RecordMetadata
+from raftlog.cluster_cli import reassign_partition
 from raftlog.local_cluster import LocalCluster
-from raftlog.metadata import ReassignPartition, encode_command
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.storage.batch import iter_batches
-from raftlog.types import NodeId, PartitionId
 from tests.integration.conftest import leader_of, start_cluster, wait_until
 
 TOPIC_TIMEOUT_S = 60
@@ -36,32 +37,22 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     cluster.stop()
 
 
-def reassign(cluster: LocalCluster, topic: str, partition: int, replicas: list[int]) -> None:
-    """Submit ReassignPartition through Internal.SubmitMetadata, trying nodes until the
-    controller (or a node that knows it) answers."""
-    command = encode_command(
-        ReassignPartition(topic, PartitionId(partition), tuple(NodeId(n) for n in replicas))
-    )
-    request = pb.SubmitMetadataRequest(command=command, timeout_ms=10_000)
-    deadline = time.monotonic() + 30
-    last = None
-    while time.monotonic() < deadline:
-        for node in cluster.nodes.values():
-            if not cluster.is_running(node.node_id):
-                continue
-            with grpc.insecure_channel(node.client_address) as channel:
-                try:
-                    response = pb_grpc.InternalStub(channel).SubmitMetadata(request, timeout=15)
-                except grpc.RpcError as error:
-                    last = error
-                    continue
-            if response.HasField("error") and response.error.code != pb.NONE:
-                last = response.error
-                continue
-            assert response.result_code == "NONE", response.result_message
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"ReassignPartition was not accepted: {last}")
+def reassign(
+    cluster: LocalCluster,
+    topic: str,
+    partition: int,
+    replicas: list[int],
+    *,
+    paused: int | None = None,
+) -> None:
+    """Start the move through `raftlog cluster reassign`'s function, at the running nodes
+    (a `paused` one would hold each attempt until its timeout)."""
+    running = [
+        n.client_address
+        for n in cluster.nodes.values()
+        if cluster.is_running(n.node_id) and n.node_id != paused
+    ]
+    reassign_partition(",".join(running), topic, partition, replicas, timeout_s=60)
 
 
 def replicas_of(admin: Admin, topic: str, partition: int) -> tuple[int, ...]:
@@ -207,7 +198,7 @@ def _move_while_writing(
             # The joining node is paused, so its learner cannot catch up: the move cannot
             # complete before the kill, which then surely lands mid-move.
             os.kill(cluster.nodes[spare].pid, signal.SIGSTOP)
-        reassign(cluster, topic, 0, list(target))
+        reassign(cluster, topic, 0, list(target), paused=spare if kill is not None else None)
         if kill is not None:
             victim = admin.describe_cluster().controller_id if kill == "controller" else leader
             assert victim is not None
@@ -240,12 +231,28 @@ def test_move_a_follower_replica_while_producing(cluster: LocalCluster) -> None:
     admin = Admin(cluster.bootstrap)
     moved = replicas_of(admin, "move-follower", 0)
     back = (moved[0], next(n for n in cluster.nodes if n not in moved))
-    reassign(cluster, "move-follower", 0, list(back))
-    wait_until(
-        lambda: replicas_of(admin, "move-follower", 0) == back,
-        timeout_s=120,
-        what=f"the idle partition moved back to {back}",
+    # Through the command line this time: `raftlog cluster reassign ... --wait`.
+    replicas_flag = ",".join(str(n) for n in back)
+    command = [sys.executable, "-m", "raftlog", "cluster", "reassign"]
+    command += ["--bootstrap", cluster.bootstrap, "--topic", "move-follower", "--partition", "0"]
+    completed = subprocess.run(
+        [*command, "--replicas", replicas_flag, "--wait", "120"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
+    assert completed.returncode == 0, completed.stderr
+    assert "move completed" in completed.stderr
+    assert replicas_of(admin, "move-follower", 0) == back
+    refused = subprocess.run(
+        [*command, "--replicas", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == 1 and "INVALID_REPLICATION_FACTOR" in refused.stderr
     wait_until(
         lambda: not partition_dir(cluster, moved[1], "move-follower", 0).exists(),
         timeout_s=30,
