@@ -5,6 +5,7 @@ expired stops leading."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 
 from raftlog.client import Admin, Consumer, Producer, RecordMetadata
 from raftlog.cluster_cli import reassign_partition
+from raftlog.config import MetadataConfig
 from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
@@ -313,3 +315,29 @@ def test_a_fenced_node_stops_leading(cluster: LocalCluster) -> None:
     with Producer(cluster.bootstrap, acks="all") as producer:
         for p in range(3):
             producer.send("fenced", value=b"after", partition=p).result(timeout=60)
+
+
+def test_clock_skew_fences_nobody(tmp_path: Path) -> None:
+    """Leases never compare two nodes' wall clocks: a controller whose clock jumps a minute
+    ahead, and nodes whose clocks run a minute behind, fence nobody."""
+    cluster = start_cluster(tmp_path, 3, "--chaos")
+    try:
+        admin = Admin(cluster.bootstrap)
+        controller = admin.describe_cluster().controller_id
+        assert controller is not None
+        for node_id, node in cluster.nodes.items():
+            offset_ms = 60_000 if node_id == controller else -60_000
+            rules = json.dumps({"clock": {"offset_ms": offset_ms}})
+            with grpc.insecure_channel(node.client_address) as channel:
+                pb_grpc.InternalStub(channel).SetFaults(
+                    pb.SetFaultsRequest(rules_json=rules), timeout=10
+                )
+        # Past one and a half leases (node_lease_ms is 6 s) of heartbeats under skew.
+        deadline = time.monotonic() + 1.5 * MetadataConfig().node_lease_ms / 1000
+        while time.monotonic() < deadline:
+            nodes = admin.describe_cluster().nodes
+            assert all(n.alive for n in nodes), f"a node was fenced under clock skew: {nodes}"
+            time.sleep(0.5)
+        assert admin.describe_cluster().controller_id == controller, "the test lost its point"
+    finally:
+        cluster.stop()
