@@ -329,6 +329,10 @@ class Broker:
             bootstrap_membership=Membership(voters=voters),
             applied_offset=applied_offset,
         )
+        if node.membership.voters == frozenset({self.node_id}):
+            # A sole voter wins at once: a restarted single-replica group serves without
+            # waiting out an election timeout first (etcd campaigns the same way).
+            node.campaign()
         bootstrap = Membership(voters=voters)
         self._storages[group_id] = storage
         snapshot = storage.snapshot()
