@@ -17,10 +17,23 @@ __all__ = ["local_session"]
 
 
 def local_session(
-    *, app_name: str, cores: int = 2, shuffle_partitions: int = 2, **config: str
+    *,
+    app_name: str,
+    cores: int = 2,
+    shuffle_partitions: int = 2,
+    task_attempts_max: int = 1,
+    **config: str,
 ) -> Any:
-    """`local[cores]`, no UI or progress bars, `raftlog` registered; `config` adds settings."""
-    assert cores > 0 and shuffle_partitions > 0, (cores, shuffle_partitions)
+    """`local[cores]`, no UI or progress bars, `raftlog` registered; `config` adds settings.
+
+    `task_attempts_max` > 1 lets a failed task run again (`local[cores,attempts]`: local
+    mode ignores `spark.task.maxFailures`), as on a real cluster."""
+    assert cores > 0 and shuffle_partitions > 0 and task_attempts_max > 0, (
+        cores,
+        shuffle_partitions,
+        task_attempts_max,
+    )
+    master = f"local[{cores}]" if task_attempts_max == 1 else f"local[{cores},{task_attempts_max}]"
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     with warnings.catch_warnings():
@@ -30,7 +43,7 @@ def local_session(
         from raftlog.connectors.spark.source import RaftlogDataSource
 
         builder = (
-            SparkSession.builder.master(f"local[{cores}]")
+            SparkSession.builder.master(master)
             .appName(app_name)
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
             .config("spark.ui.enabled", "false")

@@ -7,13 +7,31 @@ partition leader from the producer id and sequence numbers, so they never write 
 twice. The task flushes, waits for every acknowledgement and fails if any record failed, so a
 task that reports success has every one of its records committed. Columns, as in Spark's
 Kafka sink: `value` (binary or string, required), `key` (binary or string), `topic` (string;
-else the `topic` option), `partition` (int; else the producer's partitioner: murmur2 of the
-key, sticky when keyless), `headers` (array<struct<key: string, value: binary>>).
+else the `topic` option), `partition` (int; else murmur2 of the key as Kafka's partitioner,
+or round-robin by row position within the task when keyless), `headers`
+(array<struct<key: string, value: binary>>).
 
-What idempotence does not cover: a Spark task that fails after some sends and is re-run starts
-a new producer (a new producer id), so records the first attempt committed are written again.
-Like Spark's Kafka sink, the sink is at-least-once across task retries; exactly-once needs
-transactions, which raftlog does not have yet.
+Exactly once across task retries, for deterministic input. Every attempt of one task is the
+*same producer*: its id is derived (`derived_producer_id`, a range the controller never
+allocates) from the write id, the micro-batch id and the Spark partition id. The write id is
+the streaming query's id (local property `sql.streaming.queryId`, kept in the checkpoint, so
+a query restarted after a failure reuses it) or, for `df.write`, an id made on the driver
+when the writer is created (pickled into every task); the micro-batch id is the local
+property `streaming.sql.batchId` (none for batch writes). Records are numbered per partition
+in the task's row order, and a row's partition depends only on the row and its position, so
+an attempt sends the same records under the same sequence numbers. Before its first record
+to a partition, a task asks that partition's leader for the producer's last *committed*
+sequence (`Producer.resume`, Log.DescribeProducers) and skips that many of its records
+there, then continues the sequence. An earlier attempt still running (a zombie) cannot add a
+duplicate: the leader's strict sequence check refuses whichever of the two comes second.
+
+The condition: a retried task (or a replayed micro-batch) must see the same rows in the same
+order in each Spark partition. That holds for narrow transformations of a deterministic
+source (this connector's own source replays a micro-batch from the same offsets); it does not
+hold after a shuffle without a sort, or with non-deterministic expressions (rand(), current
+time, a UDF that is not a function of its input). Not covered either: a producer id the
+partition has forgotten (each partition remembers its `producers_max` most recently active
+producers) is written from the start again.
 
 Validation happens in `writer()` on the driver: unknown columns, columns of the wrong type,
 no topic at all, or an overwrite save mode fail there, naming the column or option.
@@ -22,11 +40,13 @@ no topic at all, or an overwrite save mode fail there, naming the column or opti
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 
 import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -42,12 +62,27 @@ from pyspark.sql.types import (
 )
 
 from raftlog.client import Producer, RecordMetadata
+from raftlog.client.partitioner import partition_for_key
+from raftlog.client.producer import derived_producer_id
 from raftlog.connectors.spark.options import SinkOptions
 from raftlog.errors import ConfigError
 
-__all__ = ["RaftlogCommitMessage", "RaftlogStreamWriter", "RaftlogWriter", "SinkColumns"]
+__all__ = [
+    "BATCH_ID_PROPERTY",
+    "QUERY_ID_PROPERTY",
+    "RaftlogCommitMessage",
+    "RaftlogStreamWriter",
+    "RaftlogWriter",
+    "SinkColumns",
+    "task_producer_name",
+    "write_batches",
+]
 
 _TEXT_OR_BYTES = (BinaryType, StringType)
+# Spark's local properties on a streaming query's tasks (StreamExecution.QUERY_ID_KEY and
+# MicroBatchExecution.BATCH_ID_KEY in spark-sql 4.x).
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+BATCH_ID_PROPERTY = "streaming.sql.batchId"
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +97,8 @@ class SinkColumns:
 
 @dataclass(frozen=True)
 class RaftlogCommitMessage(WriterCommitMessage):
-    records: int
+    records: int  # sent by this attempt
+    skipped: int  # committed by an earlier attempt of the same task
 
 
 def _is(data_type: DataType, *types: type[DataType]) -> bool:
@@ -130,10 +166,87 @@ class _Delivery:
                 self.failure = error
 
 
+def task_producer_name(write_id: str | None) -> str:
+    """The name every attempt of the running Spark task derives its producer id from.
+
+    `write_id` None: a streaming write, identified by the query's persistent id and the
+    micro-batch id (local properties Spark sets on the query's jobs).
+    """
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("the raftlog sink's write() runs only inside a Spark task")
+    partition_id = context.partitionId()
+    if write_id is not None:
+        return f"raftlog-sink/{write_id}/{partition_id}"
+    query_id = context.getLocalProperty(QUERY_ID_PROPERTY)
+    batch_id = context.getLocalProperty(BATCH_ID_PROPERTY)
+    if not query_id or batch_id is None:
+        raise RuntimeError(
+            f"a streaming write task without the local properties {QUERY_ID_PROPERTY} and "
+            f"{BATCH_ID_PROPERTY} (got {query_id!r}, {batch_id!r}): only micro-batch "
+            "streaming is supported"
+        )
+    return f"raftlog-sink/{query_id}/{batch_id}/{partition_id}"
+
+
+class _Resumer:
+    """Per topic-partition: how many of this task's records to skip, and how many were seen."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self._partition_counts: dict[str, int] = {}
+        self._round_robin: dict[str, int] = {}
+        self._skip: dict[tuple[str, int], int] = {}
+        self._seen: dict[tuple[str, int], int] = {}
+        self.skipped = 0
+
+    def partition(self, topic: str, key: bytes | None, explicit: int | None) -> int:
+        """A row's partition, from the row and its position only (never random)."""
+        if explicit is not None:
+            return explicit
+        count = self._partition_counts.get(topic)
+        if count is None:
+            count = self._partition_counts[topic] = len(self._producer.partitions_for(topic))
+        if key is not None:
+            return partition_for_key(key, count)
+        position = self._round_robin.get(topic, 0)
+        self._round_robin[topic] = position + 1
+        return position % count
+
+    def already_written(self, topic: str, partition: int) -> bool:
+        """Whether the next record for `topic`/`partition` was committed by an earlier attempt."""
+        tp = (topic, partition)
+        skip = self._skip.get(tp)
+        if skip is None:
+            skip = self._skip[tp] = self._producer.resume(topic, partition)
+        seen = self._seen.get(tp, 0)
+        self._seen[tp] = seen + 1
+        if seen < skip:
+            self.skipped += 1
+            return True
+        return False
+
+    def check_complete(self) -> None:
+        """An earlier attempt cannot have written more records than this one has: if the
+        partition holds more, the input was not deterministic and records may be lost."""
+        for tp, skip in self._skip.items():
+            if skip > self._seen.get(tp, 0):
+                raise RuntimeError(
+                    f"{tp[0]}/{tp[1]}: an earlier attempt of this task committed {skip} records "
+                    f"but this attempt has only {self._seen.get(tp, 0)}; the sink's input is "
+                    "not deterministic (see the raftlog sink's docstring)"
+                )
+
+
 def write_batches(
-    options: SinkOptions, columns: SinkColumns, batches: Iterator[pa.RecordBatch]
+    options: SinkOptions,
+    columns: SinkColumns,
+    batches: Iterator[pa.RecordBatch],
+    *,
+    producer_name: str,
 ) -> RaftlogCommitMessage:
-    """Send every row of `batches`; return only once all are committed (acks=all)."""
+    """Send every row of `batches` that an earlier attempt with the same `producer_name` did
+    not commit; return only once all are committed (acks=all)."""
     delivery = _Delivery()
     sent = 0
     with Producer(
@@ -144,25 +257,30 @@ def write_batches(
         buffer_bytes_max=options.buffer_bytes_max,
         compression=options.compression,
         delivery_timeout_ms=options.delivery_timeout_ms,
+        producer_id=derived_producer_id(producer_name),
     ) as producer:
+        resumer = _Resumer(producer)
         for batch in batches:
-            sent += _send_batch(producer, options, columns, batch, delivery)
+            sent += _send_batch(producer, resumer, options, columns, batch, delivery)
             if delivery.failure is not None:
                 break
         producer.flush()
     if delivery.failure is not None:
         raise delivery.failure
+    resumer.check_complete()
     assert delivery.acknowledged == sent, (delivery.acknowledged, sent)
-    return RaftlogCommitMessage(records=sent)
+    return RaftlogCommitMessage(records=sent, skipped=resumer.skipped)
 
 
 def _send_batch(
     producer: Producer,
+    resumer: _Resumer,
     options: SinkOptions,
     columns: SinkColumns,
     batch: pa.RecordBatch,
     delivery: _Delivery,
 ) -> int:
+    """Send the rows of `batch` not written before; return how many were sent."""
     data = batch.to_pydict()
     count = int(batch.num_rows)
     nothing: list[None] = [None] * count
@@ -171,20 +289,26 @@ def _send_batch(
     topics = data["topic"] if columns.topic else nothing
     partitions = data["partition"] if columns.partition else nothing
     headers = data["headers"] if columns.headers else nothing
+    sent = 0
     for row in range(count):
         topic = topics[row] or options.topic
         if topic is None:
             raise ConfigError(f"topic: row {row} has a null topic and no topic option is set")
+        key = _as_bytes(keys[row])
+        partition = resumer.partition(topic, key, partitions[row])
+        if resumer.already_written(topic, partition):
+            continue
         row_headers = [(h["key"], _as_bytes(h["value"])) for h in headers[row] or ()]
         future = producer.send(
             topic,
             value=_as_bytes(values[row]),
-            key=_as_bytes(keys[row]),
-            partition=partitions[row],
+            key=key,
+            partition=partition,
             headers=row_headers or None,
         )
         future.add_done_callback(delivery.done)
-    return count
+        sent += 1
+    return sent
 
 
 class RaftlogWriter(DataSourceArrowWriter):
@@ -195,9 +319,13 @@ class RaftlogWriter(DataSourceArrowWriter):
             raise ConfigError("mode: a log cannot be overwritten; use mode('append')")
         self.options = options
         self.columns = check_columns(schema, options)
+        # Made once on the driver and pickled into every task: the attempts of one task
+        # share it, so they are one producer (see the module docstring).
+        self.write_id = uuid.uuid4().hex
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RaftlogCommitMessage:
-        return write_batches(self.options, self.columns, iterator)
+        name = task_producer_name(self.write_id)
+        return write_batches(self.options, self.columns, iterator, producer_name=name)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to do: each task's records were committed before the task finished."""
@@ -213,10 +341,12 @@ class RaftlogStreamWriter(DataSourceStreamArrowWriter):
         self.columns = check_columns(schema, options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> RaftlogCommitMessage:
-        return write_batches(self.options, self.columns, iterator)
+        name = task_producer_name(None)
+        return write_batches(self.options, self.columns, iterator, producer_name=name)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Nothing to do: each task's records were committed before the task finished."""
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        """Nothing can be undone: records already committed stay (at-least-once, see above)."""
+        """Nothing can be undone: records already committed stay; the batch's rerun (same
+        query id and batch id, so the same producers) skips them (see the module docstring)."""

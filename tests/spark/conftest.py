@@ -1,8 +1,9 @@
 """Fixtures of the Spark connector tests: one SparkSession for the run, one cluster per module.
 
 Starting Spark takes 10 to 20 seconds on a 2-core machine, so the session is shared by every
-test module (`local[2]`, two shuffle partitions, no UI). Workers are separate Python processes:
-PYSPARK_PYTHON points them at this interpreter, whose environment has raftlog installed.
+test module (`local[2,4]`: two cores, four attempts per task; two shuffle partitions, no UI).
+Workers are separate Python processes: PYSPARK_PYTHON points them at this interpreter, whose
+environment has raftlog installed.
 Tests skip, saying why, only when java or pyspark is missing.
 """
 
@@ -36,8 +37,12 @@ def spark() -> Iterator[Any]:
         pytest.skip(reason)
     from raftlog.connectors.spark.session import local_session
 
+    # Four attempts per task (`local[2,4]`), as a real cluster's spark.task.maxFailures: the
+    # sink's exactly-once tests make tasks fail and must see them retried.
     session = local_session(
-        app_name="raftlog-spark-tests", **{"spark.sql.streaming.stopTimeout": "30s"}
+        app_name="raftlog-spark-tests",
+        task_attempts_max=4,
+        **{"spark.sql.streaming.stopTimeout": "30s"},
     )
     yield session
     session.stop()
