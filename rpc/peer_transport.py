@@ -511,9 +511,18 @@ class PeerTransport:
     # --- node liveness ---
 
     async def _liveness_loop(self) -> None:
+        assert self._loop is not None
         interval_s = self.config.node_heartbeat_interval_ms / 1000
         while not self._closed:
+            started = self._loop.time()
             await asyncio.sleep(interval_s)
+            # While this loop was stalled (a long pass, a GC pause) nothing could be read:
+            # that time does not count against peers, or every stall would report them all
+            # unreachable and wake every quiesced group.
+            stalled_s = self._loop.time() - started - interval_s
+            if stalled_s > interval_s:
+                for peer in self._heard_at:
+                    self._heard_at[peer] += stalled_s
             self._send_heartbeats()
             self._expire_liveness()
 

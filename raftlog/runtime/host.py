@@ -29,6 +29,7 @@ node-pair liveness (`set_peer_reachable`) replaces the heartbeats quiesced group
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
@@ -59,6 +60,9 @@ class GroupHost:
         self._awake: dict[GroupId, RaftGroup] = {}
         self._reachable: set[NodeId] = set()  # peers the transport reports alive
         self._wake = asyncio.Event()
+        # Cleared while a pass saves hard states: ticks wait for it (see _tick_forever).
+        self._votes_durable = asyncio.Event()
+        self._votes_durable.set()
         self._closed = False
         self.passes = 0
         self.ticks = 0  # group ticks, summed over groups: what quiescence saves
@@ -145,6 +149,11 @@ class GroupHost:
     async def _tick_forever(self) -> None:
         while not self._closed:
             await asyncio.sleep(self._tick_interval_s)
+            # Election timers must not run while this node's votes and terms are still on
+            # their way to disk: a vote that takes longer to save than an election timeout
+            # would always arrive too late, and a mass election (1,000 groups) would churn
+            # for ever on a slow disk. Ticks missed meanwhile are dropped, not replayed.
+            await self._votes_durable.wait()
             awake = self._awake
             for group in awake.values():
                 group.node.tick()
@@ -193,7 +202,12 @@ class GroupHost:
             else:
                 durable_log.sync()
         if tickets or saves.pending:
-            await _sync_off_loop(saves, [ticket for _, ticket in tickets])
+            if saves.pending:
+                self._votes_durable.clear()
+            try:
+                await _sync_off_loop(saves, [ticket for _, ticket in tickets])
+            finally:
+                self._votes_durable.set()
             for split_log, ticket in tickets:
                 split_log.complete_sync(ticket)
         for group, ready in batch:
@@ -240,7 +254,10 @@ class SplitSyncLog(Protocol):
 # Hard-state saves of one pass run on this many disk threads at once: each is an atomic
 # replace with two fsyncs of its own file and directory, and concurrent fsyncs share the
 # file system's journal commits (an election of 1,000 groups saves 1,000 files at once).
-HARD_STATE_SAVE_THREADS = 4
+HARD_STATE_SAVE_THREADS = 16
+_save_executor = concurrent.futures.ThreadPoolExecutor(
+    max_workers=HARD_STATE_SAVE_THREADS, thread_name_prefix="hard-state"
+)
 
 
 class _HardStateSaves:
@@ -266,7 +283,8 @@ async def _sync_off_loop(saves: _HardStateSaves, tickets: list[FlushTicket]) -> 
     """Save the hard states (spread over a few threads) and fsync the logs, off the loop;
     returns once all of it is durable."""
     chunks = [saves.pending[i::HARD_STATE_SAVE_THREADS] for i in range(HARD_STATE_SAVE_THREADS)]
-    work = [asyncio.to_thread(_save_all, chunk) for chunk in chunks if chunk]
+    loop = asyncio.get_running_loop()
+    work = [loop.run_in_executor(_save_executor, _save_all, chunk) for chunk in chunks if chunk]
     if tickets:
         work.append(asyncio.to_thread(_run_tickets, tickets))
     await asyncio.gather(*work)
