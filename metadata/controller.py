@@ -25,10 +25,12 @@ Duties:
   differ by at most 1, one replica per partition per plan (so each ReassignPartition is one
   membership change of its group; the next plan continues); step 2 reorders replica lists
   (no data moves) until preferred-leader counts differ by at most 1 where replica sets
-  allow. Only partitions whose replicas are all alive are touched: a membership change of
-  a group missing a member risks its majority. Replicas are never
-  moved *off* a dead node (it is expected back; a failed node is replaced by hand), so when
-  a node returns its replicas are where it left them and only leadership moves back, by
+  allow. Only partitions whose replicas are all alive and that are not already moving are
+  touched: a membership change of a group missing a member risks its majority, and a
+  partition moves to one target at a time (load counts a moving partition at its target).
+  Replicas are never moved *off* a dead node (it is expected back; a failed node is
+  replaced by hand), so when a node returns its replicas are where it left them and only
+  leadership moves back, by
   `preferred_leader_moves`. What `rebalance_plan` moves after a return are the partitions
   created while the node was away, and the same for a newly added node.
 """
