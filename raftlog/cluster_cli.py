@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,10 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     status = commands.add_parser("status", help="nodes, controller, partition leaders and lag")
     status.add_argument("--dir", type=Path, default=None)
     status.add_argument("--bootstrap", default=None)
+    status.add_argument("--tls-ca", type=Path, help="PEM CA of the nodes (default: --dir's)")
+    status.add_argument("--token", help="bearer token (default: $RAFTLOG_TOKEN, else --dir's)")
+    status.add_argument("--tls-cert", type=Path, help="PEM client certificate (mutual TLS)")
+    status.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     status.set_defaults(func=_status)
     reassign = commands.add_parser("reassign", help="move a partition to other replicas")
     reassign.add_argument("--dir", type=Path, default=None)
@@ -87,7 +92,6 @@ def wait_for_controller(bootstrap: str, *, timeout_s: float, **client_options: A
 def node_security(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, Any]]:
     """(flags for every node, options for this command's own client), validated as a node
     validates them. Paths are made absolute so a later restart from elsewhere finds them."""
-    from raftlog.rpc.security import load_access_control
     from raftlog.runtime.settings import BrokerSettings
     from raftlog.tls import TlsFiles
     from raftlog.types import NodeId
@@ -112,14 +116,50 @@ def node_security(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, 
         for part in ("--" + name.replace("_", "-"), str(path))
     ]
     flags += ["--peer-tls"] if args.peer_tls else []
-    access = None if paths["auth_tokens"] is None else load_access_control(paths["auth_tokens"])
+    return tuple(flags), _node_client_options(paths)
+
+
+def _node_client_options(paths: Mapping[str, Path | None]) -> dict[str, Any]:
+    """How a command run beside the nodes talks to them: TLS trusting their CA, the token
+    file's node token (kept in memory), the node certificate where clients need one."""
+    from raftlog.rpc.security import load_access_control
+
+    tokens = paths.get("auth_tokens")
+    access = None if tokens is None else load_access_control(tokens)
     client: dict[str, Any] = {
-        "tls_ca": paths["tls_ca"] if paths["tls_cert"] is not None else None,
+        "tls_ca": paths.get("tls_ca") if paths.get("tls_cert") is not None else None,
         "token": None if access is None else access.node_token,
     }
-    if paths["tls_client_ca"] is not None:
-        client.update(tls_cert=paths["tls_cert"], tls_key=paths["tls_key"])
-    return tuple(flags), client
+    if paths.get("tls_client_ca") is not None:
+        client.update(tls_cert=paths.get("tls_cert"), tls_key=paths.get("tls_key"))
+    return client
+
+
+def _status_client_options(args: argparse.Namespace) -> dict[str, Any]:
+    """Flags, then $RAFTLOG_TOKEN, then what `cluster up` gave the nodes in --dir."""
+    import itertools
+    import os
+
+    options: dict[str, Any] = {}
+    if args.dir is not None:
+        try:
+            flags = LocalCluster.load(args.dir).node_flags
+        except FileNotFoundError:
+            flags = ()
+        paths = {
+            flag[2:].replace("-", "_"): Path(value)
+            for flag, value in itertools.pairwise(flags)
+            if flag.startswith("--") and not value.startswith("--")
+        }
+        options = _node_client_options(paths)
+    explicit = {
+        "tls_ca": args.tls_ca,
+        "token": args.token or os.environ.get("RAFTLOG_TOKEN") or None,
+        "tls_cert": args.tls_cert,
+        "tls_key": args.tls_key,
+    }
+    options.update({name: value for name, value in explicit.items() if value is not None})
+    return options
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -160,7 +200,11 @@ def _status(args: argparse.Namespace) -> int:
     from raftlog.client_cli import resolve_bootstrap
 
     bootstrap = resolve_bootstrap(args.bootstrap, args.dir)
-    admin = Admin(bootstrap)
+    try:
+        admin = Admin(bootstrap, **_status_client_options(args))
+    except ConfigError as error:
+        print(f"raftlog cluster status: {error}", file=sys.stderr)
+        return 2
     try:
         cluster = admin.describe_cluster()
         print(f"cluster {cluster.cluster_id}: controller node {cluster.controller_id}")

@@ -95,3 +95,10 @@ def test_bad_security_options_are_refused_before_any_node_starts(
     done = raftlog("cluster", "up", "--nodes", "1", "--dir", str(tmp_path / "c"), *flags)
     assert done.returncode == 2 and expected in done.stderr, done.stderr
     assert not (tmp_path / "c" / "cluster.json").exists()
+
+
+def test_status_of_a_secure_cluster_needs_only_its_directory(secure_up: tuple[Path, str]) -> None:
+    directory, _ = secure_up
+    done = raftlog("cluster", "status", "--dir", str(directory))
+    assert done.returncode == 0 and "controller node 1" in done.stdout, done.stderr
+    assert not any(token in done.stdout + done.stderr for token in TOKENS.values())
