@@ -191,3 +191,36 @@ def test_a_real_server_refuses_the_connection_over_the_cap_and_serves_the_others
             await server.stop(grace=None)
 
     asyncio.run(asyncio.wait_for(main(), HANG_GUARD_S))
+
+
+def test_a_node_started_with_a_cap_enforces_it_and_stays_up(tmp_path: Path) -> None:
+    """The broker wires the caps from its config (`--set`): end to end on a real node."""
+    from raftlog.local_cluster import LocalCluster
+
+    cluster = LocalCluster.create(tmp_path / "cluster", node_count=1)
+    cluster.start("--set", "client_connections_per_address_max=3")
+    address = cluster.bootstrap
+
+    def sync_fetch(channel: grpc.Channel) -> grpc.StatusCode:
+        stub: Any = pb_grpc.LogStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            stub.Metadata(pb.MetadataRequest(), timeout=10)
+        except grpc.RpcError as error:
+            return error.code()  # type: ignore[attr-defined, no-any-return]
+        return grpc.StatusCode.OK
+
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    channels = [grpc.insecure_channel(address, options=options) for _ in range(4)]
+    try:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while sync_fetch(channels[0]) != grpc.StatusCode.OK:  # until the node serves
+            assert time.monotonic() < deadline and cluster.is_running(1)
+            time.sleep(0.2)
+        assert [sync_fetch(c) for c in channels[1:3]] == [grpc.StatusCode.OK] * 2
+        assert sync_fetch(channels[3]) == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert [sync_fetch(c) for c in channels[:3]] == [grpc.StatusCode.OK] * 3
+        assert cluster.is_running(1)
+    finally:
+        for channel in channels:
+            channel.close()
+        cluster.stop()
