@@ -645,6 +645,9 @@ def _walk_records(data: bytes, begin: int, end: int, header: BatchHeader) -> Non
         )
 
 
+_KEY_VALUE = ("key", "value")
+
+
 def _skip_record(data: bytes, start: int, limit: int) -> tuple[int, int]:
     """`(offset_delta, end)` of the record at `start`, checked as `_decode_record` checks it."""
     read = _read_varint
@@ -655,19 +658,14 @@ def _skip_record(data: bytes, start: int, limit: int) -> tuple[int, int]:
     body = pos
     _, pos = read(data, pos + 1, _VARLONG_BYTES_MAX)  # after the attributes: timestampDelta
     offset_delta, pos = read(data, pos, _VARINT_BYTES_MAX)
-    # Key and value inline (`_skip_nullable` for each costs a call per field per record).
-    key_at = pos
-    key_length, pos = read(data, pos, _VARINT_BYTES_MAX)
-    if key_length >= 0:
-        pos += key_length
-    if key_length < -1 or pos > end:
-        pos = _skip_nullable(data, key_at, end, "key")  # raises, naming the fault
-    value_at = pos
-    value_length, pos = read(data, pos, _VARINT_BYTES_MAX)
-    if value_length >= 0:
-        pos += value_length
-    if value_length < -1 or pos > end:
-        pos = _skip_nullable(data, value_at, end, "value")  # raises, naming the fault
+    # Key then value, inline: `_skip_nullable` for each would cost a call per field.
+    for field in _KEY_VALUE:
+        field_at = pos
+        field_length, pos = read(data, pos, _VARINT_BYTES_MAX)
+        if field_length >= 0:
+            pos += field_length
+        if field_length < -1 or pos > end:
+            pos = _skip_nullable(data, field_at, end, field)  # raises, naming the fault
     header_count_at = pos
     header_count, pos = read(data, pos, _VARINT_BYTES_MAX)
     if header_count:

@@ -8,7 +8,6 @@ another CA, is refused with an error that says so; a token, when sent, still win
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,8 +20,9 @@ from raftlog.client.errors import ClientError
 from raftlog.errors import ConfigError
 from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.security import certificate_principal
-from raftlog.serve import add_serve_parser, settings_from_args
+from raftlog.serve import settings_from_args
 from tests.security.pki import TOKENS, Pki, make_client_cert
+from tests.security.test_access_control import parse
 from tests.security.test_secure_cluster import raftlog_cli
 
 BOB = "spiffe://raftlog-test/bob"  # a certificate without a CN: its SAN is the principal
@@ -167,14 +167,6 @@ def test_the_principal_is_the_cn_else_the_first_san() -> None:
     san_only = {"x509_common_name": [b""], "x509_subject_alternative_name": [b"x", b"y"]}
     assert certificate_principal(san_only) == "x"
     assert certificate_principal({"transport_security_type": [b"ssl"]}) is None
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_serve_parser(parser.add_subparsers())
-    base = ("serve", "--node-id", "1", "--data-dir", "/tmp/x", "--listen", "127.0.0.1:1",
-            "--peers", "1=127.0.0.1:2")  # fmt: skip
-    return parser.parse_args([*base, *argv])
 
 
 def test_a_client_ca_needs_node_tls_and_an_acl_file(pki: Pki, tmp_path: Path) -> None:
