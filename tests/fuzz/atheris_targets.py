@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import struct
 import sys
+from collections.abc import Callable
 
 import atheris
 import crc32c
@@ -23,10 +24,10 @@ import crc32c
 with atheris.instrument_imports():
     from raftlog.config import LogConfig
     from raftlog.errors import CorruptBatchError
-    from raftlog.storage.batch import iter_batches
+    from raftlog.storage.batch import iter_batches, verify_batch
     from raftlog.storage.files import ManualClock, SimFileSystem
     from raftlog.storage.log import SegmentedLog
-    from raftlog.storage.records import RecordInput, decode_batch, encode_batch
+    from raftlog.storage.records import RecordInput, decode_batch, encode_batch, validate_records
 
 BATCH_BYTES_MAX = 1 << 20
 DIRECTORY = "/fuzz/log"
@@ -76,11 +77,27 @@ def fuzz_recovery(data: bytes) -> None:
 
 def fuzz_records(data: bytes) -> None:
     """The fuzzer's bytes as everything after the CRC, with the CRC made right: this reaches
-    the records decoder, which a random CRC almost never lets through."""
+    the records decoder, which a random CRC almost never lets through. The leader's check
+    (`validate_records`) must refuse exactly the batches the decoder refuses."""
     body = data.ljust(40, b"\x00")
-    header = struct.pack(">qiibI", 0, len(body) + 9, 0, 2, crc32c.crc32c(body))
-    with contextlib.suppress(CorruptBatchError):
-        decode_batch(header + body, batch_bytes_max=BATCH_BYTES_MAX, decompressed_bytes_max=1 << 20)
+    batch = struct.pack(">qiibI", 0, len(body) + 9, 0, 2, crc32c.crc32c(body)) + body
+    decoded = _accepts(lambda: decode_batch(batch, batch_bytes_max=BATCH_BYTES_MAX,
+                                            decompressed_bytes_max=1 << 20))  # fmt: skip
+    try:
+        header = verify_batch(batch, batch_bytes_max=BATCH_BYTES_MAX)
+    except CorruptBatchError:
+        assert not decoded
+        return
+    validated = _accepts(lambda: validate_records(batch, header, decompressed_bytes_max=1 << 20))
+    assert decoded == validated, (decoded, validated)
+
+
+def _accepts(check: Callable[[], object]) -> bool:
+    try:
+        check()
+    except CorruptBatchError:
+        return False
+    return True
 
 
 TARGETS = {"batch": fuzz_batch, "recovery": fuzz_recovery, "records": fuzz_records}
