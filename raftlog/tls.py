@@ -122,6 +122,7 @@ def diagnose_tls_refusal(
     refused the client's certificate (or its lack of one).
     """
     host, _, port = address.rpartition(":")
+    host = host.strip("[]")  # an IPv6 literal as gRPC writes it: [::1]:9092
     try:
         context = ssl.create_default_context(
             ssl.Purpose.SERVER_AUTH, cafile=None if ca is None else str(ca)
