@@ -16,6 +16,10 @@ Rolling (by size `segment_bytes_max`, age `segment_age_ms_max`, or a full index)
 old segment and writes its index files *before* creating the next file, so only the last
 segment can ever hold a torn tail. Opening therefore trusts closed segments (their indexes
 load lazily), and scans only the last: open time depends on the active segment, not the log.
+After a clean `close` it scans nothing: close fsyncs, writes the active segment's index files
+and then `clean-shutdown` (crc32c u32, then JSON of the active segment's state); open resumes
+from them if they match the file, and deletes the marker (durably) before anything else, so a
+crash after that is recovered by a scan again (Kafka's `.kafka_cleanshutdown`).
 
 Removing data.
 * `truncate_from(offset)` drops the suffix at offsets >= `offset` (Raft §5.3: a follower
@@ -51,7 +55,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import os
+import struct
 from dataclasses import dataclass
 
 from raftlog.config import LogConfig
@@ -62,8 +68,16 @@ from raftlog.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
-from raftlog.storage.batch import BatchHeader, patch_base_offset_and_epoch, verify_batch
-from raftlog.storage.files import Clock, FileHandle, FileSystem, OsFileSystem, SystemClock
+from raftlog.storage.batch import BatchHeader, crc32c, patch_base_offset_and_epoch, verify_batch
+from raftlog.storage.files import (
+    Clock,
+    FileHandle,
+    FileSystem,
+    OsFileSystem,
+    SystemClock,
+    read_whole_file,
+    write_file_atomically,
+)
 from raftlog.storage.retention import SegmentSummary, expired_segment_count
 from raftlog.storage.segment import (
     INDEX_SUFFIX,
@@ -73,7 +87,22 @@ from raftlog.storage.segment import (
     parse_segment_name,
 )
 
-__all__ = ["AppendInfo", "FlushTicket", "ReadResult", "SegmentedLog"]
+__all__ = ["CLEAN_SHUTDOWN_FILE_NAME", "AppendInfo", "FlushTicket", "ReadResult", "SegmentedLog"]
+
+CLEAN_SHUTDOWN_FILE_NAME = "clean-shutdown"
+_CRC = struct.Struct(">I")
+# The marker holds one small JSON object; anything larger is not ours.
+_CLEAN_SHUTDOWN_BYTES_MAX = 4096
+_CLEAN_STATE_KEYS = frozenset(
+    (
+        "base_offset",
+        "size_bytes",
+        "end_offset",
+        "max_timestamp_ms",
+        "max_timestamp_offset",
+        "bytes_since_index_entry",
+    )
+)
 
 
 @dataclass(slots=True)
@@ -195,8 +224,43 @@ class SegmentedLog:
             segment.ensure_index_files()
             self._segments.append(segment)
         now_ms = self.clock.now_ms()
-        last = Segment.recover(self.files, self.directory, base_offsets[-1], self.config, now_ms)
+        state = self._take_clean_shutdown()
+        last = None
+        if state is not None and state["base_offset"] == base_offsets[-1]:
+            last = Segment.resume_clean(
+                self.files, self.directory, base_offsets[-1], self.config, state, now_ms
+            )
+        if last is None:
+            last = Segment.recover(
+                self.files, self.directory, base_offsets[-1], self.config, now_ms
+            )
         self._segments.append(last)
+
+    def _clean_shutdown_path(self) -> str:
+        return os.path.join(self.directory, CLEAN_SHUTDOWN_FILE_NAME)
+
+    def _take_clean_shutdown(self) -> dict[str, int] | None:
+        """The active segment's state a clean close left, or None; the marker is removed
+        (and the removal made durable) first: from here on a crash must mean a scan."""
+        path = self._clean_shutdown_path()
+        if not self.files.exists(path):
+            return None
+        data = read_whole_file(self.files, path)
+        self.files.remove(path)
+        self.files.sync_directory(self.directory)
+        if not _CRC.size <= len(data) <= _CLEAN_SHUTDOWN_BYTES_MAX:
+            return None
+        if _CRC.unpack_from(data)[0] != crc32c(data[_CRC.size :]):
+            return None
+        try:
+            state = json.loads(data[_CRC.size :])
+        except ValueError:
+            return None
+        if not isinstance(state, dict) or set(state) != _CLEAN_STATE_KEYS:
+            return None
+        if not all(type(value) is int for value in state.values()):
+            return None
+        return state
 
     # --- state --------------------------------------------------------------------------
 
@@ -490,6 +554,11 @@ class SegmentedLog:
         if self._closed:
             return
         self.flush()
+        # Written after the fsyncs it vouches for (flush, then the index files).
+        body = json.dumps(self._active().clean_state(), sort_keys=True).encode()
+        write_file_atomically(
+            self.files, self._clean_shutdown_path(), _CRC.pack(crc32c(body)) + body
+        )
         for segment in self._segments:
             segment.close()
         self._closed = True

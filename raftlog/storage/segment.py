@@ -7,7 +7,10 @@ contiguous in offset: each starts at the previous batch's last offset + 1. A seg
 * *active* (the last one): it takes appends. Appends wait in `_pending` (user space) and go
   to the OS in one writev when a flush comes, a reader needs them, or the buffer reaches
   `append_buffer_bytes_max`. Its indexes live in memory only; recovery rebuilds them by
-  scanning the file, which it must read anyway to cut a torn tail; or
+  scanning the file, which it must read anyway to cut a torn tail. After a clean shutdown
+  there is no tail to cut: the log's close wrote the segment's index files and its `state`
+  (`clean_state`), and the next open resumes from them without reading the file
+  (`resume_clean`, Kafka's clean-shutdown marker); or
 * *closed*: read-only, fsynced, with its index files written and fsynced when it closed.
   Opening a closed segment reads nothing: its indexes load on first use and are checked
   then; a missing or damaged index file is rebuilt from the segment (`CorruptIndexError`).
@@ -143,6 +146,55 @@ class Segment:
         handle.sync()  # what recovery kept is now durable, whatever the OS had cached
         assert handle.size_bytes() == segment.size_bytes == segment._written_bytes
         return segment
+
+    @classmethod
+    def resume_clean(
+        cls,
+        files: FileSystem,
+        directory: str,
+        base_offset: int,
+        config: LogConfig,
+        state: dict[str, int],
+        now_ms: int,
+    ) -> Segment | None:
+        """Open the active segment as a clean shutdown left it (`clean_state`): its indexes
+        from their files, nothing of the file read. None if the file or the index files do not
+        match `state` (the caller then recovers by scanning)."""
+        segment = cls(files, directory, base_offset, config)
+        segment._handle = handle = files.open(segment.path)
+        try:
+            if handle.size_bytes() != state["size_bytes"] or state["end_offset"] < base_offset:
+                raise StorageError(f"{segment.path} changed since the clean shutdown")
+            segment.size_bytes = segment._written_bytes = state["size_bytes"]
+            segment.end_offset = state["end_offset"]
+            segment._offset_index, segment._time_index = segment._read_index_files()
+        except (CorruptIndexError, StorageError):
+            segment.close()
+            return None
+        segment._max_timestamp_ms = state["max_timestamp_ms"]
+        segment._max_timestamp_offset = state["max_timestamp_offset"]
+        segment._bytes_since_index_entry = state["bytes_since_index_entry"]
+        # As after a scan: a non-empty segment's age counts from now on the log's clock.
+        segment.rolling_base_ms = now_ms if segment.size_bytes > 0 else _TIMESTAMP_NONE
+        return segment
+
+    def clean_state(self) -> dict[str, int]:
+        """Close time, active segment: sync, write the index files, and return what
+        `resume_clean` needs besides them."""
+        offset_index, time_index = self._offset_index, self._time_index
+        assert offset_index is not None and time_index is not None
+        assert self._max_timestamp_ms is not None
+        self.sync()
+        self._write_index_file(INDEX_SUFFIX, offset_index.to_bytes())
+        self._write_index_file(TIME_INDEX_SUFFIX, time_index.to_bytes())
+        return {
+            "base_offset": self.base_offset,
+            "size_bytes": self.size_bytes,
+            "end_offset": self.end_offset,
+            "max_timestamp_ms": self._max_timestamp_ms,
+            "max_timestamp_offset": self._max_timestamp_offset,
+            "bytes_since_index_entry": self._bytes_since_index_entry,
+        }
 
     def _index_from_scan(self, now_ms: int) -> None:
         """Rebuild the in-memory state (indexes, size, end offset) from the verified batches

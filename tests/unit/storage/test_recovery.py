@@ -1,6 +1,7 @@
 """Opening after a crash: torn and garbage tails are cut, damaged or missing index files are
 rebuilt, closed segments are trusted (open reads only the active one), and a batch whose CRC
-fails is never returned."""
+fails is never returned. After a clean close open reads no segment at all (only the marker and
+the active segment's index files), and a crash after that is recovered by a scan again."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pytest
 
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptBatchError, CrcMismatchError
+from raftlog.storage.batch import crc32c
 from raftlog.storage.files import Buffer, FileHandle, FileSystem, ManualClock, SimFileSystem
-from raftlog.storage.log import SegmentedLog
+from raftlog.storage.log import CLEAN_SHUTDOWN_FILE_NAME, SegmentedLog
 
 BatchFactory = Callable[..., bytes]
 OpenLog = Callable[..., SegmentedLog]
@@ -26,6 +28,13 @@ def _fill(log: SegmentedLog, batch: BatchFactory, count: int) -> list[int]:
 
 def _segment_file(log: SegmentedLog, number: int, suffix: str = ".log") -> str:
     return os.path.join(log.directory, f"{log.segment_base_offsets[number]:020d}{suffix}")
+
+
+def _close_as_if_crashed(log: SegmentedLog) -> None:
+    """Close (everything flushed), then drop the clean-shutdown marker: what a crash right
+    after a flush leaves, so the next open must scan the active segment."""
+    log.close()
+    log.files.remove(os.path.join(log.directory, CLEAN_SHUTDOWN_FILE_NAME))
 
 
 def test_torn_last_batch_is_cut(open_log: OpenLog, batch: BatchFactory) -> None:
@@ -54,7 +63,7 @@ def test_corrupt_batch_in_the_active_segment_cuts_the_rest(
 ) -> None:
     log = open_log()
     _fill(log, batch, 4)
-    log.close()
+    _close_as_if_crashed(log)
     size = len(batch(records=2))
     with open(_segment_file(log, -1), "r+b") as file:
         file.seek(size + 70)  # inside the records of the second batch
@@ -62,6 +71,23 @@ def test_corrupt_batch_in_the_active_segment_cuts_the_rest(
     reopened = open_log()
     assert reopened.log_end_offset == 2
     assert reopened.read(0, bytes_max=10**6).next_offset == 2
+
+
+def test_after_a_clean_close_a_damaged_batch_is_not_cut_but_never_returned(
+    open_log: OpenLog, batch: BatchFactory
+) -> None:
+    log = open_log()
+    _fill(log, batch, 4)
+    log.close()  # clean: everything was flushed, nothing may be cut
+    size = len(batch(records=2))
+    with open(_segment_file(log, -1), "r+b") as file:
+        file.seek(size + 70)
+        file.write(b"\xff")
+    reopened = open_log()
+    assert reopened.log_end_offset == 8
+    assert [h.base_offset for h in reopened.read(0, bytes_max=10**6).headers] == [0]
+    with pytest.raises(CrcMismatchError):
+        reopened.read(2, bytes_max=10**6)
 
 
 def test_missing_index_files_are_rebuilt(open_log: OpenLog, batch: BatchFactory) -> None:
@@ -163,12 +189,75 @@ def test_open_reads_only_the_active_segment(
     sim = SimFileSystem()
     log = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)
     _fill(log, batch, 60)
-    log.close()
+    _close_as_if_crashed(log)
     counting = _CountingFiles(sim)
     reopened = SegmentedLog.open("/l", config=small_config, files=counting, clock=clock)  # type: ignore[arg-type]
     active = _segment_file(reopened, -1)
     assert set(counting.bytes_read) <= {active}
     assert len(reopened.segment_base_offsets) > 5
+
+
+def test_open_after_a_clean_close_reads_no_segment(
+    batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+) -> None:
+    sim = SimFileSystem()
+    log = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)
+    bases = _fill(log, batch, 61)
+    log.close()
+    counting = _CountingFiles(sim)
+    reopened = SegmentedLog.open("/l", config=small_config, files=counting, clock=clock)  # type: ignore[arg-type]
+    assert not any(path.endswith(".log") for path in counting.bytes_read), counting.bytes_read
+    assert reopened.log_end_offset == bases[-1] + 2 == reopened.durable_end_offset
+    # The resumed active segment indexes, reads and keeps appending (and rolling) as before.
+    more = _fill(reopened, batch, 30)
+    for offset in range(0, more[-1] + 2, 3):
+        assert reopened.read(offset, bytes_max=1).base_offset == offset - offset % 2
+    assert not sim.exists("/l/" + CLEAN_SHUTDOWN_FILE_NAME)  # taken at open
+
+
+def test_a_crash_after_a_clean_restart_is_recovered_by_a_scan(
+    open_log: OpenLog, batch: BatchFactory
+) -> None:
+    log = open_log()
+    _fill(log, batch, 3)
+    log.close()
+    reopened = open_log()  # resumes clean, and takes the marker
+    bases = _fill(reopened, batch, 2)
+    reopened.flush()
+    path = _segment_file(reopened, -1)
+    os.truncate(path, os.path.getsize(path) - 5)  # a crash tore the last batch
+    again = open_log()
+    assert again.log_end_offset == bases[-1]
+
+
+@pytest.mark.parametrize("damage", ["flip", "cut", "not-json", "size", "missing-index"], ids=str)
+def test_a_marker_that_does_not_match_means_a_scan(
+    open_log: OpenLog, batch: BatchFactory, damage: str
+) -> None:
+    log = open_log()
+    _fill(log, batch, 4)
+    log.close()
+    marker = Path(log.directory) / CLEAN_SHUTDOWN_FILE_NAME
+    data = bytearray(marker.read_bytes())
+    if damage == "flip":
+        data[-3] ^= 0x10
+    elif damage == "cut":
+        data = data[:-4]
+    elif damage == "not-json":
+        data = bytearray(crc32c(b"[1,2").to_bytes(4, "big") + b"[1,2")
+    elif damage == "missing-index":
+        os.remove(_segment_file(log, -1, ".index"))
+    marker.write_bytes(bytes(data))
+    path = _segment_file(log, -1)
+    size = len(batch(records=2))
+    with open(path, "r+b") as file:
+        file.seek(size + 70)  # damage the second batch: only a scan cuts the log there
+        file.write(b"\xff")
+    if damage == "size":
+        with open(path, "ab") as file:
+            file.write(b"\0" * 5)  # the file no longer has the size the marker recorded
+    reopened = open_log()
+    assert reopened.log_end_offset == 2
 
 
 def test_unflushed_appends_may_vanish_but_flushed_ones_never(
