@@ -27,7 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from raftlog.chaos.clients import LogClients, RaftlogClients
-from raftlog.chaos.local_backend import lookup_controller, lookup_leader, send_fault_rules
+from raftlog.chaos.local_backend import (
+    lookup_controller,
+    lookup_leader,
+    lookup_replicas,
+    reassign,
+    send_fault_rules,
+)
 from raftlog.cluster_cli import wait_for_controller
 
 __all__ = ["DockerBackend", "unavailable_reason"]
@@ -165,6 +171,12 @@ class DockerBackend:
         # The data lives in the stopped container's own file system: cutting it would need the
         # cut run inside a helper container sharing it. Not done: the kill stands alone.
         return None
+
+    def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
+        return reassign(",".join(self._bootstrap), self.topic, partition, replicas)
+
+    def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
+        return lookup_replicas(self._bootstrap, self.topic, partition, self._timeout_s)
 
     def partition_leader(self, partition: int) -> int | None:
         leader = lookup_leader(self._bootstrap, self.topic, partition, self._timeout_s)

@@ -27,13 +27,20 @@ import grpc
 
 from raftlog.chaos.clients import LogClients, RaftlogClients
 from raftlog.client import Admin
-from raftlog.cluster_cli import wait_for_controller
+from raftlog.cluster_cli import reassign_partition, wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.storage.files import OsFileSystem, cut_to_durable
 
-__all__ = ["LocalBackend", "lookup_controller", "lookup_leader", "send_fault_rules"]
+__all__ = [
+    "LocalBackend",
+    "lookup_controller",
+    "lookup_leader",
+    "lookup_replicas",
+    "reassign",
+    "send_fault_rules",
+]
 
 
 class LocalBackend:
@@ -128,6 +135,12 @@ class LocalBackend:
         ]
         return running or self._cluster.bootstrap.split(",")
 
+    def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
+        return reassign(",".join(self._answering()), self.topic, partition, replicas)
+
+    def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
+        return lookup_replicas(self._answering(), self.topic, partition, self._timeout_s)
+
     def partition_leader(self, partition: int) -> int | None:
         leader = lookup_leader(self._answering(), self.topic, partition, self._timeout_s)
         return leader if leader in self.node_ids else None
@@ -155,6 +168,32 @@ def lookup_leader(addresses: list[str], topic: str, partition: int, timeout_s: f
             return admin.describe_topic(topic).partitions[partition].leader
     except Exception:  # a lookup during a fault may fail: the nemesis then picks at random
         return None
+
+
+def lookup_replicas(
+    addresses: list[str], topic: str, partition: int, timeout_s: float
+) -> tuple[int, ...] | None:
+    """The partition's replicas (the preferred leader first); None when no answer came."""
+    try:
+        with Admin(addresses, request_timeout_ms=int(timeout_s * 1000)) as admin:
+            return tuple(admin.describe_topic(topic).partitions[partition].replicas)
+    except Exception:  # a lookup during a fault may fail: the move is then skipped
+        return None
+
+
+# How long a move may wait for a controller to take it (an election may be under way).
+REASSIGN_TIMEOUT_S = 10.0
+
+
+def reassign(bootstrap: str, topic: str, partition: int, replicas: Sequence[int]) -> str | None:
+    """Start a move (`raftlog cluster reassign`); None when taken, else the reason."""
+    try:
+        reassign_partition(
+            bootstrap, topic, partition, list(replicas), timeout_s=REASSIGN_TIMEOUT_S
+        )
+    except (ValueError, TimeoutError) as error:
+        return str(error)
+    return None
 
 
 def lookup_controller(addresses: list[str], timeout_s: float) -> int | None:

@@ -35,6 +35,13 @@ N}}`; the Raft core runs on ticks, so only the node's wall-clock uses see it: le
 heartbeats in the metadata, record and segment timestamps, retention): `clock-jump` moves one
 node's clock forward or back by minutes, `clock-skew` gives every node a different offset of
 up to two minutes either way. Both are healed by putting every clock back.
+
+Membership: `move-replica` reassigns one partition (`Internal.SubmitMetadata` with a
+ReassignPartition, as `raftlog cluster reassign` does): one replica, the leader half of the
+time, is replaced by a node outside the replica set, which the partition leader carries out by
+single-node Raft membership changes under the load; with no node outside the set (3 nodes,
+3 replicas) the same replicas in another order move the preferred leader instead. A move is
+not undone at heal: it completes on its own, under whatever faults follow.
 """
 
 from __future__ import annotations
@@ -66,8 +73,10 @@ NEMESES = (
     "lose-unsynced",
     "clock-jump",
     "clock-skew",
+    "move-replica",
 )
-# Nemeses that need the node-side hooks of --chaos (a backend without them refuses these).
+# Nemeses that need the node-side hooks of --chaos or the cluster's reassignment (a backend
+# without them refuses these).
 NODE_HOOK_NEMESES = (
     "partition",
     "flaky",
@@ -75,6 +84,7 @@ NODE_HOOK_NEMESES = (
     "lose-unsynced",
     "clock-jump",
     "clock-skew",
+    "move-replica",
 )
 # Targeted variants: always the leader of a partition, to aim at the acks=1 loss window.
 TARGETED = {
@@ -115,6 +125,13 @@ class ClusterControl(Protocol):
         or None when the backend cannot."""
         ...
 
+    def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
+        """Start moving `partition` to `replicas`: None once the controller took the move,
+        else why not (refused, no controller in time)."""
+        ...
+
+    def partition_replicas(self, partition: int) -> tuple[int, ...] | None: ...
+
     def partition_leader(self, partition: int) -> int | None: ...
 
     def controller(self) -> int | None: ...
@@ -127,6 +144,8 @@ class Fault:
     nodes: tuple[int, ...] = ()
     links: frozenset[Link] = field(default_factory=frozenset)
     clock_offsets_ms: tuple[tuple[int, int], ...] = ()  # (node, offset) for clock faults
+    partition: int | None = None  # move-replica: the partition and its new replicas
+    replicas: tuple[int, ...] = ()
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -137,6 +156,9 @@ class Fault:
         }
         if self.clock_offsets_ms:
             described["clock_offsets_ms"] = {str(n): o for n, o in self.clock_offsets_ms}
+        if self.partition is not None:
+            described["partition"] = self.partition
+            described["replicas"] = list(self.replicas)
         return described
 
 
@@ -189,8 +211,12 @@ def plan_fault(
     *,
     leader: int | None,
     controller: int | None,
+    partition: int | None = None,
+    replicas: Sequence[int] | None = None,
 ) -> Fault:
-    """A concrete fault for `nemesis`; the leader and controller may be None when unknown."""
+    """A concrete fault for `nemesis`; the leader and controller may be None when unknown.
+    `leader` leads `partition`, whose current `replicas` move-replica needs (None: unknown,
+    and then that fault does nothing)."""
     if nemesis not in NEMESES:
         raise ValueError(f"unknown nemesis {nemesis!r}; expected one of {NEMESES}")
     someone = rng.choice(list(nodes))
@@ -215,6 +241,10 @@ def plan_fault(
         target = controller if kind == "controller" and controller else someone
         offset_ms = rng.randrange(*CLOCK_JUMP_MS) * rng.choice((-1, 1))
         return Fault(nemesis, kind, (target,), clock_offsets_ms=((target, offset_ms),))
+    if nemesis == "move-replica":
+        if partition is None or not replicas:
+            return Fault(nemesis, "unknown-replicas")
+        return _plan_move(nodes, rng, partition, tuple(replicas), leader)
     if nemesis == "clock-skew":
         steps = rng.sample(range(-CLOCK_SKEW_STEPS, CLOCK_SKEW_STEPS + 1), len(nodes))
         offsets = tuple(
@@ -224,6 +254,31 @@ def plan_fault(
     kind = rng.choice(PARTITIONS)
     target = {"isolate-leader": leader, "isolate-controller": controller}.get(kind) or someone
     return Fault(nemesis, kind, (), partition_links(kind, nodes, rng, target))
+
+
+def _plan_move(
+    nodes: Sequence[int],
+    rng: random.Random,
+    partition: int,
+    replicas: tuple[int, ...],
+    leader: int | None,
+) -> Fault:
+    outside = [n for n in nodes if n not in replicas]
+    if not outside:
+        order = list(replicas)
+        while order == list(replicas) and len(order) > 1:
+            rng.shuffle(order)
+        return Fault("move-replica", "reorder", (), partition=partition, replicas=tuple(order))
+    kind = rng.choice(("replace-leader", "replace-follower"))
+    followers = [n for n in replicas if n != leader]
+    if kind == "replace-leader" and leader in replicas:
+        leaving = leader
+    else:
+        kind, leaving = "replace-follower", rng.choice(followers)
+    joining = rng.choice(outside)
+    target = tuple(joining if n == leaving else n for n in replicas)
+    assert len(set(target)) == len(replicas) and joining in target and leaving not in target
+    return Fault("move-replica", kind, (leaving, joining), partition=partition, replicas=target)
 
 
 class Nemesis:
@@ -245,6 +300,11 @@ class Nemesis:
                 control.kill(node)
             cuts = {str(node): control.lose_unsynced(node) for node in fault.nodes}
             return {"cuts": cuts}
+        elif fault.nemesis == "move-replica":
+            if fault.partition is None:
+                return {"reassign": "skipped: the partition's replicas were not known"}
+            refused = control.reassign(fault.partition, fault.replicas)
+            return {"reassign": "accepted" if refused is None else refused}
         elif fault.clock_offsets_ms:
             clocks_set = {
                 str(node): control.set_faults(node, {"clock": {"offset_ms": offset_ms}})
@@ -272,6 +332,8 @@ class Nemesis:
         if fault.nemesis in ("kill", "lose-unsynced"):
             for node in fault.nodes:
                 control.restart(node)
+        elif fault.nemesis == "move-replica":
+            pass  # a move completes on its own; it is not undone
         elif fault.nemesis == "pause":
             for node in fault.nodes:
                 control.resume(node)

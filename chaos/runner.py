@@ -120,9 +120,19 @@ def _play_faults(
     start_s = time.monotonic()
     for number, planned in enumerate(schedule):
         _sleep_until(planned.start_s, start_s, progress)
-        leader = backend.partition_leader(rng.randrange(options.workload.partitions))
+        partition = rng.randrange(options.workload.partitions)
+        leader = backend.partition_leader(partition)
+        replicas = (
+            backend.partition_replicas(partition) if planned.nemesis == "move-replica" else None
+        )
         fault = plan_fault(
-            planned.nemesis, backend.node_ids, rng, leader=leader, controller=backend.controller()
+            planned.nemesis,
+            backend.node_ids,
+            rng,
+            leader=leader,
+            controller=backend.controller(),
+            partition=partition,
+            replicas=replicas,
         )
         described = {"id": number, **fault.describe()}
         recorder.record(NEMESIS, "info", "start", described)

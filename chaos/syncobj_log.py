@@ -234,6 +234,12 @@ class SyncObjBackend:
     def lose_unsynced(self, node: int) -> dict[str, Any] | None:
         return None  # no durability manifest (see the module docstring)
 
+    def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
+        return "pysyncobj: one fixed group, no reassignment"
+
+    def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
+        return None
+
     def partition_leader(self, partition: int) -> int | None:
         return next((i for i, n in self._nodes.items() if n.leading() is not None), None)
 

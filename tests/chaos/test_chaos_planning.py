@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,13 @@ class RecordingControl:
         self.calls.append(("cut", node))
         return {"bytes_cut": node}
 
+    def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
+        self.calls.append(("reassign", partition, tuple(replicas)))
+        return None
+
+    def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
+        return (1, 2, 3)
+
     def partition_leader(self, partition: int) -> int | None:
         return 1
 
@@ -197,6 +205,64 @@ def test_a_clock_jump_moves_one_clock_by_minutes_and_heal_puts_it_back(seed: int
     control.calls.clear()
     nemesis.stop(fault)
     assert control.calls == [("faults", n, {"heal": True}) for n in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_move_replaces_one_replica_by_a_node_outside_the_set(seed: int) -> None:
+    nodes, replicas = [1, 2, 3, 4, 5], (1, 2, 3)
+    fault = plan_fault(
+        "move-replica", nodes, random.Random(seed), leader=2, controller=1, partition=1,
+        replicas=replicas,
+    )  # fmt: skip
+    leaving, joining = fault.nodes
+    assert fault.partition == 1 and len(fault.replicas) == 3
+    assert leaving in replicas and joining in (4, 5)
+    assert fault.replicas == tuple(joining if n == leaving else n for n in replicas)
+    assert (fault.kind == "replace-leader") == (leaving == 2)
+
+
+def test_moves_aim_at_the_leader_and_at_followers() -> None:
+    kinds = {
+        plan_fault(
+            "move-replica", [1, 2, 3, 4, 5], random.Random(seed), leader=2, controller=1,
+            partition=0, replicas=(1, 2, 3),
+        ).kind
+        for seed in range(30)
+    }  # fmt: skip
+    assert kinds == {"replace-leader", "replace-follower"}
+
+
+def test_with_no_node_outside_the_replicas_a_move_reorders_them() -> None:
+    for seed in range(10):
+        fault = plan_fault(
+            "move-replica", [1, 2, 3], random.Random(seed), leader=1, controller=1,
+            partition=2, replicas=(1, 2, 3),
+        )  # fmt: skip
+        assert fault.kind == "reorder"
+        assert sorted(fault.replicas) == [1, 2, 3] and fault.replicas != (1, 2, 3)
+
+
+def test_a_move_is_submitted_once_and_not_undone() -> None:
+    control = RecordingControl([1, 2, 3])
+    nemesis = Nemesis(control)
+    fault = plan_fault(
+        "move-replica", [1, 2, 3], random.Random(0), leader=1, controller=1, partition=2,
+        replicas=(1, 2, 3),
+    )  # fmt: skip
+    assert nemesis.start(fault) == {"reassign": "accepted"}
+    assert control.calls == [("reassign", 2, fault.replicas)]
+    assert fault.describe()["replicas"] == list(fault.replicas)
+    control.calls.clear()
+    nemesis.stop(fault)
+    assert control.calls == []
+
+
+def test_a_move_with_unknown_replicas_does_nothing() -> None:
+    control = RecordingControl([1, 2, 3])
+    fault = plan_fault("move-replica", [1, 2, 3], random.Random(0), leader=None, controller=None)
+    assert fault.kind == "unknown-replicas"
+    assert "skipped" in Nemesis(control).start(fault)["reassign"]
+    assert control.calls == []
 
 
 @pytest.mark.parametrize("count", [3, 5])
