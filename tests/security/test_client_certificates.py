@@ -180,3 +180,16 @@ def test_a_client_ca_needs_node_tls_and_an_acl_file(pki: Pki, tmp_path: Path) ->
     ):
         with pytest.raises(ConfigError, match="tls_client_ca"):
             settings_from_args(parse(*argv))
+
+
+def test_the_toml_key_tls_client_ca(tmp_path: Path, pki: Pki) -> None:
+    from raftlog.runtime.settings import settings_from_toml
+
+    acl = write_acl(tmp_path / "acl.toml")
+    path = tmp_path / "node.toml"
+    path.write_text(
+        f'[node]\nnode_id = 1\ndata_dir = "{tmp_path}"\nlisten = "127.0.0.1:1"\n'
+        f'peers = "1=127.0.0.1:101"\ntls_cert = "{pki.cert}"\ntls_key = "{pki.key}"\n'
+        f'auth_tokens = "{acl}"\ntls_client_ca = "{pki.ca}"\n'
+    )
+    assert settings_from_toml(path).tls_client_ca == pki.ca
