@@ -202,9 +202,14 @@ def _move_while_writing(
             os.kill(cluster.nodes[spare].pid, signal.SIGSTOP)
         reassign(cluster, topic, 0, list(target), paused=spare if kill is not None else None)
         if kill is not None:
-            victim = admin.describe_cluster().controller_id if kill == "controller" else leader
+            # Ask the other nodes: the paused one would hold each request until its timeout.
+            others = Admin(
+                ",".join(n.client_address for i, n in cluster.nodes.items() if i != spare)
+            )
+            victim = others.describe_cluster().controller_id if kill == "controller" else leader
             assert victim is not None
-            assert replicas_of(admin, topic, 0) == replicas, "completed while paused"
+            assert replicas_of(others, topic, 0) == replicas, "completed while paused"
+            others.close()
             cluster.kill_node(victim, sig=signal.SIGKILL)
             cluster.start_node(victim)
             os.kill(cluster.nodes[spare].pid, signal.SIGCONT)
