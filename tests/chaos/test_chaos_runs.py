@@ -127,6 +127,20 @@ def test_clock_faults_lose_nothing_and_reach_every_node(tmp_path: Path, nemesis:
     assert results["availability"]["ok_fraction"]["send"] > 0.95, results["availability"]
 
 
+@pytest.mark.slow
+def test_replica_moves_under_load_lose_nothing(tmp_path: Path) -> None:
+    # 5 nodes, 3 replicas: each move replaces one replica (the leader or a follower) by a node
+    # that held nothing, through learner, promotion and removal under the producers.
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--nodes", "5", "--nemesis", "move-replica"]
+    argv += ["--duration", "20", "--seed", "1", "--out", str(out)]
+    code = main(argv)
+    results = _results(out)
+    assert code == 0, (results["anomaly_counts"], results["unchecked"])
+    outcomes = [e["reassign"] for e in _nemesis_effects(out)]
+    assert "accepted" in outcomes, outcomes
+
+
 class _LossyProducer:
     """Planted bug: every 7th send is acknowledged at a made-up offset and never written."""
 
@@ -185,7 +199,7 @@ def test_the_pysyncobj_baseline_runs_under_kill_and_pause(tmp_path: Path) -> Non
     assert set(results["anomaly_counts"]) >= {"lost", "duplicate", "send_reorder"}
 
 
-@pytest.mark.parametrize("nemesis", ["partition", "lose-unsynced", "clock-jump"])
+@pytest.mark.parametrize("nemesis", ["partition", "lose-unsynced", "clock-jump", "move-replica"])
 def test_node_hook_nemeses_are_refused_where_there_is_no_hook(tmp_path: Path, nemesis: str) -> None:
     argv = ["run", "--backend", "pysyncobj", "--nemesis", nemesis, "--out", str(tmp_path)]
     assert main(argv) == 2
