@@ -216,6 +216,39 @@ def test_options_that_are_wrong_fail_naming_the_option(spark: Any, cluster: Loca
         load(subscribe="t", startingOffsets="latest").collect()
 
 
+def test_mode_specific_options_fail_as_early_as_pyspark_allows(
+    spark: Any, cluster: LocalCluster
+) -> None:
+    """At load() PySpark calls only `DataSource.schema()`, which is not told whether the read
+    is a batch or a stream (pyspark.sql.datasource 4.x has no such hook), so an option valid
+    for one mode only can be refused no earlier than when Spark asks for that mode's reader:
+    the first action of a batch read, the start of a streaming query. Both name the option."""
+    from pyspark.errors import PySparkException, StreamingQueryException
+
+    batch = (
+        spark.read.format("raftlog")
+        .option("bootstrap", cluster.bootstrap)
+        .option("subscribe", "t")
+        .option("maxOffsetsPerTrigger", "5")
+        .load()
+    )
+    assert not batch.isStreaming  # load() accepted it: nothing told the source the mode
+    with pytest.raises(PySparkException, match="maxOffsetsPerTrigger: only for streaming reads"):
+        batch.collect()
+
+    streaming = (
+        spark.readStream.format("raftlog")
+        .option("bootstrap", cluster.bootstrap)
+        .option("subscribe", "t")
+        .option("endingOffsets", "latest")
+        .load()
+    )
+    assert streaming.isStreaming
+    query = streaming.writeStream.format("noop").start()  # start() returns: planning is async
+    with pytest.raises(StreamingQueryException, match="endingOffsets: only for batch reads"):
+        query.awaitTermination(QUERY_TIMEOUT_S)
+
+
 # -- streaming ----------------------------------------------------------------------------------
 
 
