@@ -229,7 +229,7 @@ class Broker:
         raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(self), server)  # type: ignore[no-untyped-call]
         groups = GroupServicer(self.groups, self.leader_address)
         raftlog_pb2_grpc.add_GroupsServicer_to_server(groups, server)  # type: ignore[no-untyped-call]
-        self._health = health.aio.HealthServicer()  # type: ignore[attr-defined]
+        self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         services = [
             raftlog_pb2.DESCRIPTOR.services_by_name[name].full_name
