@@ -32,6 +32,7 @@ from raftlog.metadata.commands import (
 from raftlog.metadata.controller import (
     CreateTopicRequest,
     LeaderMove,
+    auto_rebalance_step,
     expired_nodes,
     fences_by_silence,
     live_node_ids,
@@ -75,6 +76,7 @@ __all__ = [
     "ReportLeader",
     "TopicInfo",
     "assign_replicas",
+    "auto_rebalance_step",
     "decode_command",
     "encode_command",
     "expired_nodes",

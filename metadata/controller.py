@@ -33,6 +33,11 @@ Duties:
   leadership moves back, by
   `preferred_leader_moves`. What `rebalance_plan` moves after a return are the partitions
   created while the node was away, and the same for a newly added node.
+- `auto_rebalance_step`: what the controller's duties run on their own (setting
+  `metadata.auto_rebalance`): the first move of `rebalance_plan`, only when no move is under
+  way and every node it involves has been alive (and heard from) for
+  `metadata.rebalance_grace_ms`, so a node that just returned, or flaps, receives nothing
+  until it has stayed up, and a cluster never runs two automatic moves at once.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from raftlog.types import GroupId, NodeId, PartitionId
 __all__ = [
     "CreateTopicRequest",
     "LeaderMove",
+    "auto_rebalance_step",
     "expired_nodes",
     "fences_by_silence",
     "live_node_ids",
@@ -401,3 +407,25 @@ def _balance_preferred_leaders(
         counts[emptiest] += 1
         swaps += 1
     return swaps
+
+
+def auto_rebalance_step(
+    state: MetadataState, alive_for_ms: Mapping[NodeId, int], grace_ms: int
+) -> ReassignPartition | None:
+    """The one move the controller starts by itself now, or None.
+
+    `alive_for_ms` is how long each node has been alive without interruption as the
+    controller measured it (missing: not alive, or not heard from recently). Nothing starts
+    while any move (automatic or an operator's) is under way: moves go one at a time, each
+    one membership change after another of a single group.
+    """
+    assert grace_ms > 0, grace_ms
+    if state.moving_partitions():
+        return None
+    for command in rebalance_plan(state, moves_max=1):
+        info = state.partition(command.topic, command.partition)
+        assert info is not None, command
+        involved = set(info.replicas) | set(command.replicas)
+        if all(alive_for_ms.get(n, -1) >= grace_ms for n in involved):
+            return command
+    return None

@@ -237,6 +237,11 @@ class MetadataConfig:
     producer_id_block_size: int = 1000
     # Replica moves and preferred-leader swaps in one rebalance plan.
     rebalance_moves_max: int = 64
+    # The controller evens out replicas by itself (one move at a time, never while another
+    # runs), moving only between nodes alive for the grace period: a node that just came
+    # back, or flaps, is left alone until it has stayed up that long.
+    auto_rebalance: bool = True
+    rebalance_grace_ms: int = 30_000
     # Consumer groups (raftlog.metadata.groups): a member silent for the session timeout is
     # removed and its partitions move; members heartbeat every interval; a member asked to
     # revoke partitions is removed if it has not confirmed within its rebalance timeout

@@ -11,11 +11,13 @@ from collections import Counter
 import pytest
 
 from raftlog.config import MetadataConfig
+from raftlog.errors import ConfigError
 from raftlog.metadata.assignment import NodeLoad, assign_replicas
 from raftlog.metadata.commands import (
     ApplyResult,
     AssignmentError,
     Command,
+    CompleteReassignment,
     CreatePartitions,
     CreateTopic,
     DeleteTopic,
@@ -30,6 +32,7 @@ from raftlog.metadata.commands import (
 from raftlog.metadata.controller import (
     CreateTopicRequest,
     LeaderMove,
+    auto_rebalance_step,
     expired_nodes,
     fences_by_silence,
     live_node_ids,
@@ -290,6 +293,66 @@ def test_rebalance_leaves_partitions_with_a_dead_replica_alone() -> None:
     cluster.apply(FenceNode(NodeId(3), cluster.now_ms + LEASE_MS, LEASE_MS))
     cluster.apply(RegisterNode(NodeId(4), "n4:1", "n4:2", 1, cluster.now_ms))
     assert rebalance_plan(cluster.state) == ()
+
+
+GRACE_MS = 30_000
+
+
+def _alive_for(ms: int, *nodes: int) -> dict[NodeId, int]:
+    return {NodeId(n): ms for n in nodes}
+
+
+def test_auto_rebalance_moves_one_replica_at_a_time_onto_a_new_node() -> None:
+    cluster = Cluster(3)
+    cluster.create("orders", 6, 2)  # 4 replicas on each of nodes 1, 2, 3
+    cluster.apply(RegisterNode(NodeId(4), "n4:1", "n4:2", 1, cluster.now_ms))
+    moves = 0
+    while step := auto_rebalance_step(cluster.state, _alive_for(GRACE_MS, 1, 2, 3, 4), GRACE_MS):
+        assert NodeId(4) in step.replicas or moves > 0
+        cluster.apply(step)
+        # While the move runs nothing else starts, even with everything alive.
+        assert (
+            auto_rebalance_step(cluster.state, _alive_for(GRACE_MS, 1, 2, 3, 4), GRACE_MS) is None
+        )
+        moving = cluster.state.moving_partitions()
+        if moving:
+            (info,) = moving
+            assert info.target is not None
+            cluster.apply(
+                CompleteReassignment(info.topic, info.partition, info.group_id, info.target)
+            )
+        moves += 1
+        assert moves <= 12, "the rebalance does not converge"
+    loads = node_loads(cluster.state)
+    assert sorted(load.replicas for load in loads.values()) == [3, 3, 3, 3]
+    assert loads[NodeId(4)].leaders >= 1
+
+
+def test_auto_rebalance_waits_for_every_involved_node_to_outlive_the_grace() -> None:
+    cluster = Cluster(3)
+    cluster.create("orders", 6, 2)
+    cluster.apply(RegisterNode(NodeId(4), "n4:1", "n4:2", 1, cluster.now_ms))
+    just_back = {**_alive_for(GRACE_MS, 1, 2, 3), NodeId(4): GRACE_MS - 1}
+    assert auto_rebalance_step(cluster.state, just_back, GRACE_MS) is None
+    # Node 4 not heard from recently (missing): nothing moves onto it either.
+    assert auto_rebalance_step(cluster.state, _alive_for(GRACE_MS, 1, 2, 3), GRACE_MS) is None
+    step = auto_rebalance_step(cluster.state, _alive_for(GRACE_MS, 1, 2, 3, 4), GRACE_MS)
+    assert step is not None and NodeId(4) in step.replicas
+
+
+def test_auto_rebalance_never_runs_beside_an_operators_move() -> None:
+    cluster = Cluster(3)
+    cluster.create("orders", 6, 2)
+    cluster.apply(RegisterNode(NodeId(4), "n4:1", "n4:2", 1, cluster.now_ms))
+    p0 = cluster.state.partitions("orders")[0]
+    cluster.apply(ReassignPartition("orders", PartitionId(0), (p0.replicas[0], NodeId(4))))
+    assert auto_rebalance_step(cluster.state, _alive_for(GRACE_MS, 1, 2, 3, 4), GRACE_MS) is None
+
+
+def test_auto_rebalance_settings_are_validated() -> None:
+    assert MetadataConfig().auto_rebalance
+    with pytest.raises(ConfigError, match="rebalance_grace_ms"):
+        MetadataConfig(rebalance_grace_ms=0).validate()
 
 
 def test_assign_replicas_errors() -> None:
