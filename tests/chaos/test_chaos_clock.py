@@ -1,14 +1,20 @@
-"""The node's movable wall clock (`ChaosClock`) and the SetFaults rule that moves it."""
+"""The node's movable wall clock (`ChaosClock`), the SetFaults rule that moves it, and how a
+node started with --chaos wires it (and its recording file port) in."""
 
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
+from raftlog.broker import Broker
 from raftlog.errors import ConfigError
 from raftlog.rpc.admin_servicer import apply_fault_rules
 from raftlog.rpc.faults import ChaosClock, FaultInjector
+from raftlog.runtime.settings import BrokerSettings
+from raftlog.storage.files import ChaosFileSystem, OsFileSystem, SystemClock
+from raftlog.types import NodeId
 
 
 class _Source:
@@ -90,3 +96,36 @@ def test_a_malformed_clock_rule_is_refused(clock: object) -> None:
     with pytest.raises(ValueError, match="clock"):
         apply_fault_rules(injector, {"clock": clock})
     assert injector.clock.is_clean
+
+
+def _settings(data_dir: Path, **chaos: bool) -> BrokerSettings:
+    address = ("127.0.0.1", 1)
+    return BrokerSettings(
+        node_id=NodeId(1),
+        data_dir=data_dir,
+        listen=address,
+        raft_listen=address,
+        peers={NodeId(1): address},
+        **chaos,
+    )
+
+
+def test_a_chaos_node_reads_the_injectors_clock_and_records_what_it_fsyncs(
+    tmp_path: Path,
+) -> None:
+    broker = Broker(_settings(tmp_path, chaos=True))
+    assert broker.faults is not None and broker.wall_clock is broker.faults.clock
+    assert isinstance(broker.files, ChaosFileSystem) and not broker.files.skip_sync
+    unsafe = Broker(_settings(tmp_path, chaos=True, chaos_skip_fsync=True))
+    assert isinstance(unsafe.files, ChaosFileSystem) and unsafe.files.skip_sync
+
+
+def test_a_node_without_chaos_uses_the_plain_ports(tmp_path: Path) -> None:
+    broker = Broker(_settings(tmp_path))
+    assert broker.faults is None
+    assert type(broker.wall_clock) is SystemClock and type(broker.files) is OsFileSystem
+
+
+def test_skipping_fsync_needs_the_chaos_flag(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="chaos_skip_fsync"):
+        _settings(tmp_path, chaos_skip_fsync=True).validate()
