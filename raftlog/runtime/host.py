@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
@@ -38,6 +39,7 @@ from raftlog.raft.ports import HardStateStore
 from raftlog.raft.types import HardState, Message
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.ready import complete_ready, persist_ready
+from raftlog.storage.hard_state import HardStateWrite
 from raftlog.storage.log import FlushTicket
 from raftlog.types import GroupId, NodeId
 
@@ -260,23 +262,43 @@ _save_executor = concurrent.futures.ThreadPoolExecutor(
 )
 
 
+@runtime_checkable
+class SplitSaveStore(Protocol):
+    """A hard-state store whose save can finish off the loop (raftlog.storage.hard_state)."""
+
+    def begin_save(self, hard_state: HardState) -> HardStateWrite: ...
+
+
 class _HardStateSaves:
-    """Collects a pass's hard-state saves so they run off the loop with the log fsyncs."""
+    """Collects a pass's hard-state saves so their fsyncs run off the loop with the logs'.
+
+    Stores that can split a save write it now, on the loop, and leave only the fsyncs and
+    the rename for the disk threads (little Python there, so the threads hardly contend
+    with the loop for the GIL); other stores save whole on a disk thread."""
 
     def __init__(self) -> None:
-        self.pending: list[tuple[HardStateStore, HardState]] = []
+        self.pending: list[Callable[[], None]] = []
 
     def store_for(self, store: HardStateStore) -> HardStateStore:
-        saves = self
+        return _DeferredStore(self, store)
 
-        class _Deferred:
-            def load(self) -> HardState:
-                return store.load()
 
-            def save(self, hard_state: HardState) -> None:
-                saves.pending.append((store, hard_state))
+class _DeferredStore:
+    __slots__ = ("_saves", "_store")
 
-        return _Deferred()
+    def __init__(self, saves: _HardStateSaves, store: HardStateStore) -> None:
+        self._saves = saves
+        self._store = store
+
+    def load(self) -> HardState:
+        return self._store.load()
+
+    def save(self, hard_state: HardState) -> None:
+        store = self._store
+        if isinstance(store, SplitSaveStore):
+            self._saves.pending.append(store.begin_save(hard_state).finish)
+        else:
+            self._saves.pending.append(functools.partial(store.save, hard_state))
 
 
 async def _sync_off_loop(saves: _HardStateSaves, tickets: list[FlushTicket]) -> None:
@@ -290,10 +312,10 @@ async def _sync_off_loop(saves: _HardStateSaves, tickets: list[FlushTicket]) -> 
     await asyncio.gather(*work)
 
 
-def _save_all(pending: list[tuple[HardStateStore, HardState]]) -> None:
+def _save_all(pending: list[Callable[[], None]]) -> None:
     """On a disk thread: each store is touched by one thread only (one save per group)."""
-    for store, hard_state in pending:
-        store.save(hard_state)
+    for finish in pending:
+        finish()
 
 
 def _run_tickets(tickets: list[FlushTicket]) -> None:
