@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -49,6 +50,8 @@ from raftlog.storage.records import validate_records
 from raftlog.types import Offset, Term
 
 __all__ = ["FetchResult", "OffsetSpec", "PartitionLog", "PartitionReplica", "ProduceResult"]
+
+_logger = logging.getLogger(__name__)
 
 
 class PartitionLog(Protocol):
@@ -221,6 +224,13 @@ class PartitionReplica:
             checkpoint.state, producers_max=self._producers_max
         )
         self._applied_offset = checkpoint.offset
+        _logger.info(
+            "%s-%s: resuming after the checkpoint at offset %d (the log ends at %d)",
+            self.topic,
+            self.partition,
+            checkpoint.offset,
+            log.last_offset(),
+        )
         return checkpoint.offset
 
     def restore(self, snapshot: Snapshot) -> None:
