@@ -10,6 +10,7 @@ partition the final read could not judge), 2 bad usage or a run that could not s
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import signal
 import sys
@@ -38,6 +39,12 @@ def add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     run_parser = commands.add_parser("run", help="run a workload under faults and check it")
     _add_run_arguments(run_parser)
     run_parser.set_defaults(func=_run)
+    cut_parser = commands.add_parser(
+        "cut",
+        help="cut a STOPPED --chaos node's data files back to what it fsynced (power loss)",
+    )
+    cut_parser.add_argument("data_dir", type=Path, help="the node's --data-dir")
+    cut_parser.set_defaults(func=_cut)
 
 
 def _add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -125,6 +132,28 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0 if results["valid"] else 1
+
+
+def _cut(args: argparse.Namespace) -> int:
+    """What `lose-unsynced` does to a killed node, by hand (for a node under any supervisor)."""
+    from raftlog.errors import StorageError
+    from raftlog.storage.files import DURABILITY_MANIFEST_NAME, OsFileSystem, cut_to_durable
+
+    directory: Path = args.data_dir
+    if not (directory / DURABILITY_MANIFEST_NAME).is_file():
+        print(
+            f"raftlog chaos cut: no {DURABILITY_MANIFEST_NAME} in {directory} (not a node "
+            "started with --chaos, or already cut): nothing to cut",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        report = cut_to_durable(OsFileSystem(), str(directory))
+    except StorageError as error:
+        print(f"raftlog chaos cut: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(report.describe()))
+    return 0
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from raftlog.chaos.cli import main
 from raftlog.errors import StorageError
 from raftlog.storage.files import (
     DURABILITY_MANIFEST_NAME,
@@ -133,6 +134,23 @@ def test_the_unsafe_node_never_syncs_its_partition_logs_so_the_cut_loses_their_w
     assert _files(sim) == {"seg": b"acknowledged", "hard-state": b"vote"}, "honest outside"
     assert sim.file_bytes(f"{partition}/seg") == b"", "the partition log's appends are gone"
     assert sim.file_bytes(f"{partition}/hard-state") == b"vote", "its hard state is honest"
+
+
+def test_the_cut_command_cuts_a_stopped_node_by_hand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fs = ChaosFileSystem(OsFileSystem(), str(tmp_path))
+    handle = fs.open(str(tmp_path / "seg"), create=True)
+    fs.sync_directory(str(tmp_path))
+    handle.append([b"synced"])
+    handle.sync()
+    handle.append([b"+lost"])
+    handle.close()
+    assert main(["cut", str(tmp_path)]) == 0
+    assert (tmp_path / "seg").read_bytes() == b"synced"
+    assert '"bytes_cut": 5' in capsys.readouterr().out
+    assert main(["cut", str(tmp_path)]) == 2, "cut already: the manifest is gone"
+    assert "nothing to cut" in capsys.readouterr().err
 
 
 def test_a_damaged_manifest_is_a_clear_error() -> None:
