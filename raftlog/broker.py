@@ -23,6 +23,15 @@ hands its partition leaderships away and refuses produce with a retriable NotLea
 Partition leaders report themselves to the controller, which records leader and epoch so any
 node can route clients. The metadata leader is the controller: it registers nodes, fences
 those whose lease expired and plans topic creation (`raftlog.metadata.controller`).
+
+Observers (issue 5): a node whose id is not in `--peers` starts its metadata group with no
+voters (it can never elect itself), registers through `--bootstrap` (the voters' client
+addresses) while it knows no controller, and the controller adds every registered node that
+is not a member to the metadata group as a learner, one membership change at a time. The
+observer then replicates the metadata log (or snapshot), answers metadata requests from its
+copy and hosts partition replicas; it never votes in the metadata quorum. The controller
+also evens out replicas by itself (`metadata.auto_rebalance`): one move at a time, between
+nodes it has heard from without interruption for `metadata.rebalance_grace_ms`.
 """
 
 from __future__ import annotations
@@ -58,6 +67,7 @@ from raftlog.metadata import (
     NodeHeartbeat,
     RegisterNode,
     ReportLeader,
+    auto_rebalance_step,
     encode_command,
     fences_by_silence,
     plan_create_partitions,
@@ -169,6 +179,9 @@ class Broker:
         # heartbeat it committed.
         self._controller_since: tuple[int, float] | None = None
         self._heard_at: dict[NodeId, float] = {}
+        # While controller: since when each node has been alive without interruption, and in
+        # which incarnation (a restart starts its grace period again).
+        self._alive_since: dict[NodeId, tuple[int, float]] = {}
         self._completing: set[GroupId] = set()  # CompleteReassignment reports in flight
         self._grpc: grpc.aio.Server | None = None
         # Set when a task of the node fails: `raftlog serve` then exits non-zero.
@@ -185,7 +198,9 @@ class Broker:
             METADATA_GROUP_ID,
             storage,
             hard_state_store,
-            frozenset(self.settings.peers),
+            # An observer starts with no voters: it learns the membership (itself a learner)
+            # from the controller's log or snapshot, and can never elect itself.
+            frozenset(self.settings.peers) if self.node_id in self.settings.peers else frozenset(),
             self.metadata,
         )
         self.metadata.listeners.append(self._reconcile)
@@ -510,7 +525,7 @@ class Broker:
                 )
             sent_at = time.monotonic()
             try:
-                result = await self.submit(command, timeout_s=interval_s * 2)
+                result = await self._submit_liveness(command, timeout_s=interval_s * 2)
                 registered = registered or result.ok
                 if result.ok:
                     self._lease_renewed_at = sent_at
@@ -525,6 +540,25 @@ class Broker:
             # group request (consumers resume sooner after a controller change).
             self.groups.coordinating()
             await asyncio.sleep(interval_s if registered else 0.2)
+
+    async def _submit_liveness(self, command: Command, *, timeout_s: float) -> ApplyResult:
+        """`submit`, or, on an observer that knows no controller yet (before it is a learner
+        of the metadata quorum, or just restarted), through its `--bootstrap` addresses: the
+        one that is the controller accepts, the others answer NOT_CONTROLLER."""
+        try:
+            return await self.submit(command, timeout_s=timeout_s)
+        except NotControllerError:
+            if not self.settings.bootstrap or self.forward is None:
+                raise
+        error: RaftlogError = NotControllerError(leader_hint=None)
+        for address in self.settings.bootstrap:
+            if address == self.settings.client_address:
+                continue
+            try:
+                return await self.forward(address, command, timeout_s)
+            except NotControllerError as refused:
+                error = refused
+        raise error
 
     def _report_stale_leaders(self) -> None:
         """Re-report leadership the metadata does not show yet.
@@ -614,6 +648,7 @@ class Broker:
             # A new controller grants every node a full lease before fencing anyone (KRaft).
             self._controller_since = (term, now)
             self._heard_at.clear()
+            self._alive_since.clear()
         since = self._controller_since[1]
         silent_ms = {
             n.node_id: int((now - max(self._heard_at.get(n.node_id, since), since)) * 1000)
@@ -624,6 +659,57 @@ class Broker:
             log.warning("node %s: fencing node %s (lease expired)", self.node_id, command.node_id)
             with contextlib.suppress(RaftlogError, TimeoutError):
                 await self.submit(command, timeout_s=2.0)
+        self._add_metadata_learners()
+        if self.config.metadata.auto_rebalance:
+            await self._auto_rebalance(now, silent_ms)
+
+    def _add_metadata_learners(self) -> None:
+        """Make every registered, alive node that is not a member of the metadata group a
+        learner of it (observers): one membership change at a time, once the previous one
+        committed, as the core requires."""
+        group = self.metadata_group
+        assert group is not None
+        node = group.node
+        membership = node.membership
+        if node.configs.last_offset > node.commit_offset:
+            return
+        for info in self.metadata.state.nodes():
+            if info.alive and info.node_id not in membership.members:
+                learners = membership.learners | {info.node_id}
+                with contextlib.suppress(RaftlogError):
+                    node.propose_membership(Membership(membership.voters, learners))
+                    log.info("node %s: node %s joins the metadata quorum as a learner",
+                             self.node_id, info.node_id)  # fmt: skip
+                    group.wake()
+                return
+
+    async def _auto_rebalance(self, now: float, silent_ms: dict[NodeId, int]) -> None:
+        """Start the next automatic replica move, if one is due (controller.auto_rebalance_step).
+
+        A node counts as alive since the controller first saw it unfenced in its current
+        incarnation: being fenced or restarting starts its grace period again. A node not
+        heard from within two heartbeat intervals (it may have just died) takes part in no
+        move until it is heard again; that alone does not restart its grace period, so a
+        heartbeat delayed on a loaded machine costs nothing but a later move."""
+        recent_ms = 2 * self.config.metadata.node_heartbeat_interval_ms
+        alive_for_ms: dict[NodeId, int] = {}
+        for info in self.metadata.state.nodes():
+            if not info.alive:
+                self._alive_since.pop(info.node_id, None)
+                continue
+            seen = self._alive_since.get(info.node_id)
+            if seen is None or seen[0] != info.incarnation:
+                seen = self._alive_since[info.node_id] = (info.incarnation, now)
+            if silent_ms.get(info.node_id, recent_ms) < recent_ms:
+                alive_for_ms[info.node_id] = int((now - seen[1]) * 1000)
+        grace_ms = self.config.metadata.rebalance_grace_ms
+        command = auto_rebalance_step(self.metadata.state, alive_for_ms, grace_ms)
+        if command is None:
+            return
+        log.info("node %s: rebalancing: %s-%s -> %s", self.node_id, command.topic,
+                 command.partition, list(command.replicas))  # fmt: skip
+        with contextlib.suppress(RaftlogError, TimeoutError):
+            await self.submit(command, timeout_s=2.0)
 
     def is_fenced(self) -> bool:
         """The metadata shows this node fenced, or its own clock says its lease lapsed."""

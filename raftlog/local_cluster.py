@@ -7,6 +7,8 @@ directory under `DIR/node-N`, its client port `base_port + N` and its node-to-no
 their pids and ports, a `bootstrap` string of client addresses, and `node_flags`, the flags
 every node starts with (TLS and auth options: file paths only, never a secret), so a node
 restarted by a later command or the chaos suite comes back with the same security.
+`add_observer` adds a node outside the metadata quorum's voters (`--peers`): it starts with
+`--bootstrap` set to the voters' client addresses.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class NodeProcess:
     data_dir: str
     log_file: str
     pid: int = 0
+    # Not a voter of the metadata quorum: left out of --peers, registers via --bootstrap.
+    observer: bool = False
 
     @property
     def client_address(self) -> str:
@@ -120,7 +124,30 @@ class LocalCluster:
 
     @property
     def peers(self) -> str:
-        return ",".join(f"{n.node_id}=127.0.0.1:{n.raft_port}" for n in self.nodes.values())
+        return ",".join(
+            f"{n.node_id}=127.0.0.1:{n.raft_port}" for n in self.nodes.values() if not n.observer
+        )
+
+    def add_observer(self) -> NodeProcess:
+        """A new node (not started) with the next id, outside the metadata quorum's voters;
+        its ports follow the others' (client base+N, node-to-node base+100+N)."""
+        node_id = max(self.nodes) + 1
+        first = min(self.nodes.values(), key=lambda n: n.node_id)
+        client_port = first.client_port - first.node_id + node_id
+        for port in (client_port, client_port + RAFT_PORT_OFFSET):
+            if not _port_free(port):
+                raise RuntimeError(f"port {port} for observer node {node_id} is taken")
+        node = NodeProcess(
+            node_id=node_id,
+            client_port=client_port,
+            raft_port=client_port + RAFT_PORT_OFFSET,
+            data_dir=str(self.directory / f"node-{node_id}"),
+            log_file=str(self.directory / f"node-{node_id}.log"),
+            observer=True,
+        )
+        self.nodes[node_id] = node
+        self.save()
+        return node
 
     def save(self) -> None:
         data = {
@@ -152,8 +179,12 @@ class LocalCluster:
             "--cluster-id",
             self.cluster_id,
             *self.node_flags,
+            *(("--bootstrap", self._voter_addresses()) if node.observer else ()),
             *extra,
         ]
+
+    def _voter_addresses(self) -> str:
+        return ",".join(n.client_address for n in self.nodes.values() if not n.observer)
 
     def start_node(self, node_id: int, *extra: str) -> NodeProcess:
         node = self.nodes[node_id]

@@ -20,6 +20,7 @@ from raftlog.runtime.settings import (
     BrokerSettings,
     apply_overrides,
     parse_address,
+    parse_bootstrap,
     parse_peers,
     settings_from_toml,
 )
@@ -39,6 +40,11 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--raft-advertise", help="node-to-node address others should use")
     parser.add_argument(
         "--peers", help="metadata quorum voters as ID=HOST:PORT,... (their node-to-node addresses)"
+    )
+    parser.add_argument(
+        "--bootstrap",
+        help="observers (a --node-id not in --peers): client HOST:PORT,... of the voters, "
+        "used to register with the controller",
     )
     parser.add_argument("--cluster-id", default=None)
     parser.add_argument(
@@ -112,6 +118,7 @@ def _base_settings(args: argparse.Namespace) -> BrokerSettings:
             raft_advertise=args.raft_advertise,
             cluster_id=args.cluster_id,
             chaos=args.chaos or None,
+            bootstrap=getattr(args, "bootstrap", None),
         )
     missing = [
         flag
@@ -143,6 +150,7 @@ def _base_settings(args: argparse.Namespace) -> BrokerSettings:
         else None,
         cluster_id=args.cluster_id or "raftlog",
         chaos=args.chaos,
+        bootstrap=parse_bootstrap(args.bootstrap) if getattr(args, "bootstrap", None) else (),
     ).validate()
 
 

@@ -2,8 +2,11 @@
 
 `--peers` lists the initial voters of the metadata quorum as `ID=HOST:PORT` with their
 node-to-node (Raft) addresses; clients use `--listen`/`--advertise` (gRPC). A node whose id
-is not in `--peers` would join as an observer; every setting is validated eagerly and errors
-name the flag or key.
+is not in `--peers` is an observer: it registers with the controller through `--bootstrap`
+(client addresses of the voters, as a KRaft broker finds its controllers through
+`controller.quorum.bootstrap.servers`), then follows the metadata quorum as a learner and
+hosts partition replicas like any node. Every setting is validated eagerly and errors name
+the flag or key.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ __all__ = [
     "BrokerSettings",
     "apply_overrides",
     "parse_address",
+    "parse_bootstrap",
     "parse_peers",
     "settings_from_toml",
 ]
@@ -52,6 +56,16 @@ def parse_peers(text: str, *, setting: str = "--peers") -> dict[NodeId, Address]
     return peers
 
 
+def parse_bootstrap(text: str, *, setting: str = "--bootstrap") -> tuple[str, ...]:
+    """`HOST:PORT,...` client addresses, each checked, in the given order."""
+    addresses = tuple(filter(None, (part.strip() for part in text.split(","))))
+    if not addresses:
+        raise ConfigError(f"{setting}: expected HOST:PORT,... (client addresses), got {text!r}")
+    for address in addresses:
+        parse_address(address, setting=setting)
+    return addresses
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerSettings:
     node_id: NodeId
@@ -67,6 +81,9 @@ class BrokerSettings:
     # show the checker catches the writes such a node loses.
     chaos_skip_fsync: bool = False
     config: NodeConfig = field(default_factory=NodeConfig)
+    # Client addresses (HOST:PORT) through which an observer (a node outside `peers`)
+    # reaches the controller to register before it follows the metadata quorum.
+    bootstrap: tuple[str, ...] = ()
     # --- security (issue 10; raftlog.tls, raftlog.rpc.security)
     tls_cert: Path | None = None
     tls_key: Path | None = None
@@ -87,6 +104,12 @@ class BrokerSettings:
                 f"peers: the metadata quorum takes 1, 3, 5 or 7 voters, got {len(self.peers)}"
             )
         self.config.validate()
+        if self.node_id not in self.peers and not self.bootstrap:
+            raise ConfigError(
+                f"bootstrap (--bootstrap): node {self.node_id} is not a voter in peers "
+                f"{sorted(self.peers)}, so it joins as an observer and needs the client "
+                "addresses (HOST:PORT,...) of the voters to register with the controller"
+            )
         if self.chaos_skip_fsync and not self.chaos:
             raise ConfigError("chaos_skip_fsync (--chaos-skip-fsync) needs chaos (--chaos)")
         # --- security (issue 10)
@@ -168,6 +191,7 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         "raft_advertise",
         "cluster_id",
         "chaos",
+        "bootstrap",
         *_SECURITY_KEYS,  # issue 10
     }
     unknown = sorted(set(node) - known)
@@ -193,6 +217,9 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         else None,
         cluster_id=str(node.get("cluster_id", "raftlog")),
         chaos=bool(node.get("chaos", False)),
+        bootstrap=parse_bootstrap(str(node["bootstrap"]), setting="bootstrap")
+        if node.get("bootstrap")
+        else (),
         **_security_settings(node),  # issue 10
     ).validate()
 
