@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from raftlog import errors
+from raftlog.metadata.state import ALLOCATED_PRODUCER_ID_LIMIT
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.runtime.group import Commitment
@@ -168,6 +169,8 @@ class LogServicer(pb_grpc.LogServicer):
             return pb.InitProducerIdResponse(
                 error=pb.Error(code=pb.REQUEST_TIMED_OUT, message="no producer id in time")
             )
+        # Ids from 2**62 up belong to clients that derive their own (the Spark sink).
+        assert 0 <= producer_id < ALLOCATED_PRODUCER_ID_LIMIT, producer_id
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
 
     async def DescribeProducers(
