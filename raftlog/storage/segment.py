@@ -359,8 +359,11 @@ class Segment:
             )
         while header.last_offset < offset:
             position += header.size_bytes
+            expected = header.last_offset + 1
             header = self._peek_header(position)
-            if header is None or header.base_offset > offset:
+            # The base offset lies outside the CRC: contiguity is its only check once the
+            # segment was not scanned (closed, or resumed after a clean shutdown).
+            if header is None or header.base_offset != expected:
                 raise CorruptBatchError(
                     f"no batch holds offset {offset}", path=self.path, position=position
                 )
@@ -390,6 +393,8 @@ class Segment:
         view = memoryview(data)
         for batch_position, header in _whole_batches(data):
             batch_end = batch_position + header.size_bytes
+            if headers and header.base_offset != headers[-1].last_offset + 1:
+                break  # a base offset (outside the CRC) off the sequence: never served
             # The header was unpacked and bounds-checked by _whole_batches: only the CRC
             # remains (verify_batch would parse the header a second time).
             crc = crc32c(view[batch_position + CRC_START : batch_end])

@@ -331,3 +331,24 @@ def test_a_smaller_index_entries_max_still_opens(
     assert [reopened.read(b, bytes_max=1).base_offset for b in bases] == bases
     reopened.append(batch(), leader_epoch=1)  # the active segment rolls: its index is full
     assert reopened.log_end_offset == bases[-1] + 3
+
+
+@pytest.mark.parametrize("segment", ["closed", "active after a clean close"])
+def test_a_damaged_base_offset_is_never_served(
+    open_log: OpenLog, batch: BatchFactory, segment: str
+) -> None:
+    """Base offsets lie outside the CRC; an unscanned segment checks that they follow on."""
+    log = open_log()
+    _fill(log, batch, 40 if segment == "closed" else 4)
+    log.close()
+    number = 0 if segment == "closed" else -1
+    base = log.segment_base_offsets[number]
+    size = len(batch(records=2))
+    with open(_segment_file(log, number), "r+b") as file:
+        file.seek(2 * size)  # the high byte of the third batch's base offset
+        file.write(b"\x01")
+    reopened = open_log()
+    first = reopened.read(base, bytes_max=10**6)
+    assert [h.base_offset for h in first.headers] == [base, base + 2]
+    with pytest.raises(CorruptBatchError, match="no batch holds offset"):
+        reopened.read(base + 4, bytes_max=10**6)
