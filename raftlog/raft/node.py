@@ -234,11 +234,16 @@ class RaftNode:
     def become_leader(self) -> None:
         assert self.current_role is Role.CANDIDATE, self.current_role
         term = self.current_term
+        # The voters that just granted us this term were heard from within this election
+        # timeout: they count for the first check-quorum (§6.2), so a leader on a slow
+        # cluster is not deposed for answers still on their way to its first appends.
+        granted = {voter for voter, vote in self.votes.items() if vote}
         self.reset(term)
         self.current_role = Role.LEADER
         self.current_leader = self.node_id
         for member in self.configs.current.members:
             self.add_progress(member)
+            self.progress[member].recent_active = member in granted
         # Raft §8: a NOOP of the new term lets the leader learn what is committed.
         noop = Entry(term, Offset(self.last_offset + 1), 1, EntryKind.NOOP, b"")
         self.term_start_offset = noop.offset

@@ -200,3 +200,24 @@ def test_quiesced_follower_ignores_ticks_but_campaign_wakes_it() -> None:
     assert node.quiesced and node.election_elapsed_ticks == 0
     node.campaign()
     assert not node.quiesced and node.role is Role.PRE_CANDIDATE
+
+
+def test_voters_count_for_a_new_leaders_first_check_quorum() -> None:
+    """A new leader whose followers are slow to answer its first appends is not deposed
+    at the first check-quorum: the votes it won were heard within that timeout."""
+    cluster = Cluster([1, 2, 3], config=RaftConfig(election_timeout_ticks=10))
+    cluster.run("campaign 1")
+    for _ in range(4):  # pre-vote, pre-vote answers, vote, vote answers
+        cluster.process()
+        cluster.deliver()
+    cluster.process()
+    leader = cluster.nodes[N1]
+    assert leader.role is Role.LEADER
+    cluster.queue.clear()  # the followers' answers to its appends are lost (or very late)
+    for _ in range(10):
+        leader.tick()
+    assert leader.role is Role.LEADER, "the first check passes on the votes"
+    for _ in range(10):
+        leader.tick()
+    leader.ready()
+    assert leader.role is Role.FOLLOWER, "the second check needs fresh answers"
