@@ -31,6 +31,7 @@ PUBLIC = {
     "ReportLeader",
     "TopicInfo",
     "assign_replicas",
+    "auto_rebalance_step",
     "decode_command",
     "encode_command",
     "expired_nodes",
