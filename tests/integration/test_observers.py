@@ -129,6 +129,14 @@ def test_an_observer_joins_hosts_replicas_rejoins_and_never_votes(tmp_path: Path
         _produce(observer.client_address, "wide", 1, more)
         assert _consume_all(observer.client_address, "wide", 1) == more
 
+        # The controller made it a learner once; the restart did not change the membership.
+        joined = [
+            line
+            for n in (1, 2, 3)
+            for line in Path(cluster.nodes[n].log_file).read_text().splitlines()
+            if "node 4 joins the metadata quorum as a learner" in line
+        ]
+        assert len(joined) == 1, joined
         # The observer does not vote: two voters of three gone, metadata writes stop.
         controller = voters.describe_cluster().controller_id
         assert controller in (1, 2, 3)
