@@ -38,8 +38,8 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import cast
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TypeVar, cast
 
 import grpc
 import grpc.aio
@@ -52,6 +52,7 @@ from raftlog.storage.records import RecordInput, encode_batch
 from raftlog.types import GroupId, NodeId, Offset, Term
 
 SEED = 20261122
+T = TypeVar("T")
 KIB = 1024
 MIB = 1024 * KIB
 GRPC_METHOD = "/raftlog.bench.Transport/Stream"
@@ -357,6 +358,7 @@ class FollowerReceiver(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         os.close(self.fd)
+        self.fd = -1
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self.view[self.filled :]
@@ -645,15 +647,14 @@ def cpu_seconds(server_pid: int) -> float:
     return own.ru_utime + own.ru_stime + server_ticks / os.sysconf("SC_CLK_TCK")
 
 
-def run_on(event_loop: str, main: Callable[[], Awaitable[None]]) -> None:
+def run_on(event_loop: str, main: Callable[[], Coroutine[object, object, T]]) -> T:
     """Run `main()` on a fresh event loop of the named kind (both sides use the same kind)."""
     if event_loop == "uvloop":
         import uvloop  # optional: only the uvloop runs need it
 
-        uvloop.run(main())
-    else:
-        assert event_loop == "asyncio", event_loop
-        asyncio.run(main())  # type: ignore[arg-type]
+        return uvloop.run(main())
+    assert event_loop == "asyncio", event_loop
+    return asyncio.run(main())
 
 
 class Receiver:
