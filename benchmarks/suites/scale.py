@@ -10,7 +10,9 @@ node's CPU time from /proc/<pid>/stat at both ends of a window (60 s; 20 s in qu
 divides by the window. Elections are counted from the nodes themselves, outside the window: for
 every partition, the epoch (Raft term) of the node that serves it as leader, from a no-wait
 fetch, before and after; each term step is an election no one asked for. (The metadata's leader
-epochs would do too, but were seen to lag behind: see benchmarks/README.md.)
+epochs would do too, but were seen to lag behind: see benchmarks/README.md.) Probes go out at
+most 200 at a time per node, under its per-client request limit. `leaders_all_elected_s` is the
+time from creating the topic until every partition was served (NaN if some never were).
 
 Restart (`restart_to_serving_s`): a single node (replication factor 1, so the restarted node is
 the one that must serve) is filled with `restart_log_gib` of 1 KiB records sent as ready-made
@@ -23,11 +25,14 @@ mode uses 256 MiB instead of 2 GiB.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import sys
 import time
+
+import grpc
 
 from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
@@ -38,10 +43,10 @@ from _harness import (  # noqa: E402
     GIB,
     KIB,
     MIB,
+    PROBE_TIMEOUT_S,
     cpu_seconds,
     create_topic,
     fetch_error,
-    leader_epochs,
     node_pids,
     produce_raw_batches,
     raw_batch,
@@ -49,6 +54,7 @@ from _harness import (  # noqa: E402
 )
 
 from raftlog.rpc.v1 import raftlog_pb2 as pb  # noqa: E402
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc  # noqa: E402
 
 PARTITIONS = 1000
 # No new leader for this long: the cluster has settled (elections here were seen to trickle
@@ -56,6 +62,41 @@ PARTITIONS = 1000
 LEADERS_STABLE_S = {True: 20.0, False: 60.0}
 SETTLE_S = 10.0
 RESTART_WAIT_S_MAX = 120.0
+
+
+# Probes in flight per node: below the node's per-client request limit
+# (NodeConfig.client_requests_in_flight_max, 256), which refuses the excess at once and made
+# partitions look unserved at random when all 1,000 probes went out together.
+PROBES_IN_FLIGHT_MAX = 200
+
+
+def leader_epochs(cluster: LocalCluster, topic: str, partitions: int) -> dict[int, int]:
+    """Partition -> epoch (Raft term) of the node that serves it as leader, from no-wait
+    fetches asked of every running node, PROBES_IN_FLIGHT_MAX at a time."""
+    epochs: dict[int, int] = {}
+    for node_id, node in cluster.nodes.items():
+        if not cluster.is_running(node_id):
+            continue
+        with grpc.insecure_channel(node.client_address) as channel:
+            fetch = pb_grpc.LogStub(channel).Fetch
+            for start in range(0, partitions, PROBES_IN_FLIGHT_MAX):
+                chunk = range(start, min(partitions, start + PROBES_IN_FLIGHT_MAX))
+                futures = [
+                    fetch.future(
+                        pb.FetchRequest(
+                            topic=topic, partition=p, offset=0, max_bytes=1, max_wait_ms=0
+                        ),
+                        timeout=PROBE_TIMEOUT_S,
+                    )
+                    for p in chunk
+                ]
+                for partition, future in zip(chunk, futures, strict=True):
+                    with contextlib.suppress(grpc.RpcError):
+                        response = future.result()
+                        if response.error.code == pb.ErrorCode.NONE:
+                            epoch = int(response.leader_epoch)
+                            epochs[partition] = max(epoch, epochs.get(partition, epoch))
+    return epochs
 
 
 def wait_leaders_settled(cluster: LocalCluster, topic: str, *, quick: bool) -> dict[int, int]:
@@ -82,6 +123,7 @@ def idle_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
         create_topic(admin, "idle", partitions=PARTITIONS, wait=False)
         before = wait_leaders_settled(cluster, "idle", quick=quick)
         settled_s = time.monotonic() - started
+        all_elected_s = settled_s if len(before) == PARTITIONS else float("nan")
         time.sleep(SETTLE_S)
         pids = node_pids(cluster)
         cpu_before = {node: cpu_seconds(pid) for node, pid in pids.items()}
@@ -104,6 +146,8 @@ def idle_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
         "partitions_led_1000_partitions": float(len(after)),
         "partitions_newly_led_in_window_1000_partitions": float(newly_led),
         "leaders_settled_s_1000_partitions": settled_s,
+        # Until every partition was served (NaN: some never were before the suite gave up).
+        "leaders_all_elected_s_1000_partitions": all_elected_s,
         "nodes_alive_after_idle_1000_partitions": float(alive),
     }
 
