@@ -54,9 +54,11 @@ __all__ = [
     "AssignmentError",
     "Command",
     "CommitGroupOffsets",
+    "CompleteDecommission",
     "CompleteReassignment",
     "CreatePartitions",
     "CreateTopic",
+    "DecommissionNode",
     "DeleteGroup",
     "DeleteTopic",
     "ErrorCode",
@@ -125,6 +127,9 @@ class ErrorCode(enum.Enum):
     UNKNOWN_GROUP = "UNKNOWN_GROUP"  # a consumer group with no committed offsets
     REASSIGNMENT_IN_PROGRESS = "REASSIGNMENT_IN_PROGRESS"  # one move per partition at a time
     NO_REASSIGNMENT_IN_PROGRESS = "NO_REASSIGNMENT_IN_PROGRESS"  # a late or stale completion
+    NODE_DECOMMISSIONED = "NODE_DECOMMISSIONED"  # a decommissioned node may never come back
+    DECOMMISSION_REFUSED = "DECOMMISSION_REFUSED"  # a metadata voter, or too few nodes left
+    DECOMMISSION_INCOMPLETE = "DECOMMISSION_INCOMPLETE"  # the node still hosts replicas
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,6 +272,22 @@ class DeleteGroup:
     group_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class DecommissionNode:
+    """Starts taking a node out of the cluster: no replica is placed on it again, and the
+    controller moves its replicas off one move at a time (`controller.decommission_step`)."""
+
+    node_id: NodeId
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteDecommission:
+    """A decommissioning node hosts nothing any more and the controller removed it from the
+    metadata quorum's learners: it is decommissioned, and may never register again."""
+
+    node_id: NodeId
+
+
 Command: TypeAlias = (
     RegisterNode
     | NodeHeartbeat
@@ -280,6 +301,8 @@ Command: TypeAlias = (
     | AllocateProducerIds
     | CommitGroupOffsets
     | DeleteGroup
+    | DecommissionNode
+    | CompleteDecommission
 )
 
 # The wire schema, as data: command type -> field -> kind.
@@ -321,6 +344,8 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
     AllocateProducerIds: {"count": "int"},
     CommitGroupOffsets: {"group_id": "str", "offsets": "offsets"},
     DeleteGroup: {"group_id": "str"},
+    DecommissionNode: {"node_id": "int"},
+    CompleteDecommission: {"node_id": "int"},
 }
 _TYPES_BY_NAME: dict[str, type[Any]] = {t.__name__: t for t in _FIELD_KINDS}
 assert all(tuple(f.name for f in fields(t)) == tuple(k) for t, k in _FIELD_KINDS.items())

@@ -33,6 +33,15 @@ Duties:
   leadership moves back, by
   `preferred_leader_moves`. What `rebalance_plan` moves after a return are the partitions
   created while the node was away, and the same for a newly added node.
+- `plan_decommission` / `decommission_step` (taking a node out): the admin request is
+  refused for a voter of the metadata quorum (voters are fixed at bootstrap by `--peers`;
+  only observers leave) and, by the command's own check, when some topic would be left with
+  fewer active nodes than its replication factor. Once the node is decommissioning, no
+  placement or rebalance puts a replica on it, and each step moves one replica off it (to
+  the live, active node holding fewest replicas, in the same list position, so a preferred
+  leadership moves with it) through the ordinary reassignment, one move at a time. When it
+  hosts nothing the step says so (`CompleteDecommission`); the runtime first removes the
+  node from the metadata quorum's learners, then proposes it.
 - `auto_rebalance_step`: what the controller's duties run on their own (setting
   `metadata.auto_rebalance`): the first move of `rebalance_plan`, only when no move is under
   way and every node it involves has been alive (and heard from) for
@@ -44,15 +53,17 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from raftlog.config import MetadataConfig
 from raftlog.metadata.assignment import NodeLoad, assign_replicas
 from raftlog.metadata.commands import (
     ApplyResult,
+    CompleteDecommission,
     CreatePartitions,
     CreateTopic,
+    DecommissionNode,
     ErrorCode,
     FenceNode,
     ReassignPartition,
@@ -67,12 +78,14 @@ __all__ = [
     "CreateTopicRequest",
     "LeaderMove",
     "auto_rebalance_step",
+    "decommission_step",
     "expired_nodes",
     "fences_by_silence",
     "live_node_ids",
     "node_loads",
     "plan_create_partitions",
     "plan_create_topic",
+    "plan_decommission",
     "preferred_leader_moves",
     "rebalance_plan",
 ]
@@ -101,10 +114,11 @@ class LeaderMove:
 
 
 def live_node_ids(state: MetadataState, now_ms: int, lease_ms: int) -> tuple[NodeId, ...]:
-    """Nodes that are unfenced and heard from within the lease, in id order."""
+    """Nodes that take new replicas (unfenced, not leaving) and were heard from within the
+    lease, in id order."""
     assert lease_ms > 0, lease_ms
     return tuple(
-        n.node_id for n in state.nodes() if n.alive and now_ms - n.last_heartbeat_ms < lease_ms
+        n.node_id for n in state.nodes() if n.placeable and now_ms - n.last_heartbeat_ms < lease_ms
     )
 
 
@@ -302,7 +316,9 @@ def rebalance_plan(
     """Reassignments that balance replicas, then preferred leaders, among alive nodes."""
     budget = MetadataConfig().rebalance_moves_max if moves_max is None else moves_max
     assert budget >= 0, budget
-    alive = set(state.alive_node_ids())
+    # A node being decommissioned is neither a source nor a target here: partitions on it
+    # are left to decommission_step, which only ever moves replicas off it.
+    alive = set(state.placeable_node_ids())
     if len(alive) < 2:
         return ()
     replicas = {
@@ -427,5 +443,49 @@ def auto_rebalance_step(
         assert info is not None, command
         involved = set(info.replicas) | set(command.replicas)
         if all(alive_for_ms.get(n, -1) >= grace_ms for n in involved):
+            return command
+    return None
+
+
+def plan_decommission(
+    state: MetadataState, node_id: NodeId, metadata_voters: Collection[NodeId]
+) -> DecommissionNode | ApplyResult:
+    """The DecommissionNode to propose for the admin request, or the error to answer with."""
+    if node_id in metadata_voters:
+        return reject(
+            ErrorCode.DECOMMISSION_REFUSED,
+            f"node {node_id} is a voter of the metadata quorum {sorted(metadata_voters)}: voters "
+            "are fixed at bootstrap (--peers) and cannot be decommissioned; only observers "
+            "(nodes started with --bootstrap) can",
+        )
+    command = DecommissionNode(node_id=node_id)
+    verdict = state.check(command)
+    return command if verdict.ok else verdict
+
+
+def decommission_step(
+    state: MetadataState, live: Collection[NodeId]
+) -> ReassignPartition | CompleteDecommission | None:
+    """The next step of taking decommissioning nodes out, or None (nothing to do now).
+
+    `live` are the nodes the controller heard from recently: a replica moves only to one of
+    them. Nothing starts while any move is under way (one move at a time, as rebalancing)."""
+    leaving = state.decommissioning_node_ids()
+    if not leaving or state.moving_partitions():
+        return None
+    targets = [n for n in state.placeable_node_ids() if n in live]
+    loads = node_loads(state)
+    for node_id in leaving:
+        hosted = state.partitions_hosted_by(node_id)
+        if not hosted:
+            return CompleteDecommission(node_id=node_id)
+        for p in hosted:
+            candidates = [n for n in targets if n not in p.replicas]
+            if not candidates:
+                continue  # wait for a node to come back (or be added)
+            to = min(candidates, key=lambda n: (loads[n].replicas, n))
+            replicas = tuple(to if n == node_id else n for n in p.replicas)
+            command = ReassignPartition(p.topic, p.partition, replicas)
+            assert state.check(command).ok, (command, state.check(command))
             return command
     return None

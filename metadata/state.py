@@ -16,7 +16,10 @@ What the state holds:
 - the cluster id (fixed at bootstrap, carried by snapshots);
 - nodes: addresses, incarnation, whether fenced and the `now_ms` of the last heartbeat. A
   node is alive while it is registered and not fenced; FenceNode marks a node whose lease
-  expired, a heartbeat or re-registration brings it back;
+  expired, a heartbeat or re-registration brings it back. A node's `status` is "active",
+  "decommissioning" (DecommissionNode: no replica is placed on it again, the controller
+  moves its replicas off) or "decommissioned" (CompleteDecommission, once it hosts nothing:
+  it is no longer alive and may never register or heartbeat again);
 - topics: name, id, replication factor, config, and their partitions in index order;
 - partitions: Raft group id (unique for ever: ids are never reused, so a late message from a
   deleted topic's group cannot touch its successor), replicas (the first is the preferred
@@ -54,9 +57,11 @@ from raftlog.metadata.commands import (
     ApplyResult,
     Command,
     CommitGroupOffsets,
+    CompleteDecommission,
     CompleteReassignment,
     CreatePartitions,
     CreateTopic,
+    DecommissionNode,
     DeleteGroup,
     DeleteTopic,
     ErrorCode,
@@ -85,6 +90,9 @@ from raftlog.types import GroupId, NodeId, PartitionId
 __all__ = [
     "FIRST_PARTITION_GROUP_ID",
     "METADATA_GROUP_ID",
+    "NODE_ACTIVE",
+    "NODE_DECOMMISSIONED",
+    "NODE_DECOMMISSIONING",
     "MetadataState",
     "NodeInfo",
     "PartitionInfo",
@@ -97,6 +105,11 @@ NO_EPOCH = -1  # leader_epoch of a partition no leader has reported yet
 # Producer ids from 2**62 up are derived by clients (the Spark sink's per-task ids,
 # raftlog.client.producer.DERIVED_PRODUCER_ID_MIN): the allocator never reaches them.
 ALLOCATED_PRODUCER_ID_LIMIT = 1 << 62
+# A node's life cycle: active -> decommissioning -> decommissioned, never back.
+NODE_ACTIVE = "active"
+NODE_DECOMMISSIONING = "decommissioning"
+NODE_DECOMMISSIONED = "decommissioned"
+NODE_STATUSES = (NODE_ACTIVE, NODE_DECOMMISSIONING, NODE_DECOMMISSIONED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +120,16 @@ class NodeInfo:
     incarnation: int
     fenced: bool
     last_heartbeat_ms: int  # now_ms of the last RegisterNode or NodeHeartbeat applied
+    status: str = NODE_ACTIVE  # one of NODE_STATUSES
 
     @property
     def alive(self) -> bool:
-        return not self.fenced
+        return not self.fenced and self.status != NODE_DECOMMISSIONED
+
+    @property
+    def placeable(self) -> bool:
+        """New replicas may go here: alive and not being decommissioned."""
+        return self.alive and self.status == NODE_ACTIVE
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +223,17 @@ class MetadataState:
         """Registered, unfenced nodes in id order."""
         return tuple(n.node_id for n in self.nodes() if n.alive)
 
+    def placeable_node_ids(self) -> tuple[NodeId, ...]:
+        """Alive nodes that are not being decommissioned, in id order (placement targets)."""
+        return tuple(n.node_id for n in self.nodes() if n.placeable)
+
+    def decommissioning_node_ids(self) -> tuple[NodeId, ...]:
+        return tuple(n.node_id for n in self.nodes() if n.status == NODE_DECOMMISSIONING)
+
+    def partitions_hosted_by(self, node_id: NodeId) -> tuple[PartitionInfo, ...]:
+        """Partitions whose group `node_id` holds (replicas or a move's target)."""
+        return tuple(p for p in self.all_partitions() if node_id in p.hosts)
+
     def topics(self) -> tuple[TopicInfo, ...]:
         return tuple(self._topics[name] for name in sorted(self._topics))
 
@@ -280,6 +310,8 @@ class MetadataState:
         if problem is not None:
             return problem
         known = self._nodes.get(command.node_id)
+        if known is not None and known.status == NODE_DECOMMISSIONED:
+            return _decommissioned(command.node_id)
         if known is not None and command.incarnation < known.incarnation:
             return reject(
                 ErrorCode.STALE_INCARNATION,
@@ -292,6 +324,8 @@ class MetadataState:
         known = self._nodes.get(command.node_id)
         if known is None:
             return reject(ErrorCode.UNKNOWN_NODE, f"node {command.node_id} is not registered")
+        if known.status == NODE_DECOMMISSIONED:
+            return _decommissioned(command.node_id)
         if command.incarnation != known.incarnation:
             return reject(
                 ErrorCode.STALE_INCARNATION,
@@ -388,8 +422,14 @@ class MetadataState:
         return None
 
     def _check_replicas(
-        self, what: str, replication_factor: int, replicas: tuple[NodeId, ...]
+        self,
+        what: str,
+        replication_factor: int,
+        replicas: tuple[NodeId, ...],
+        existing: tuple[NodeId, ...] = (),
     ) -> ApplyResult | None:
+        """`existing` are the partition's current replicas: they may stay where they are
+        even on a node being decommissioned; no replica is added to such a node."""
         if len(replicas) != replication_factor:
             return reject(
                 ErrorCode.INVALID_REPLICATION_FACTOR,
@@ -406,6 +446,15 @@ class MetadataState:
             return reject(
                 ErrorCode.INVALID_REPLICA_ASSIGNMENT,
                 f"{what}: replicas {list(replicas)} name unregistered nodes {unknown}",
+            )
+        leaving = [
+            n for n in replicas if n not in existing and self._nodes[n].status != NODE_ACTIVE
+        ]
+        if leaving:
+            return reject(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"{what}: replicas {list(replicas)} name nodes {leaving} that are "
+                "decommissioning or decommissioned (no replica is placed on them)",
             )
         return None
 
@@ -455,8 +504,12 @@ class MetadataState:
                 ErrorCode.REASSIGNMENT_IN_PROGRESS,
                 f"{where} is already moving to {list(target)}; wait until it completes",
             )
+        current = self._partitions[command.topic][command.partition]
         return self._check_replicas(
-            where, self._topics[command.topic].replication_factor, command.replicas
+            where,
+            self._topics[command.topic].replication_factor,
+            command.replicas,
+            existing=current.replicas,
         )
 
     def _check_complete_reassignment(self, command: CompleteReassignment) -> ApplyResult | None:
@@ -530,6 +583,49 @@ class MetadataState:
             )
         return problem
 
+    def _check_decommission(self, command: DecommissionNode) -> ApplyResult | None:
+        known = self._nodes.get(command.node_id)
+        if known is None:
+            return reject(ErrorCode.UNKNOWN_NODE, f"node {command.node_id} is not registered")
+        if known.status == NODE_DECOMMISSIONED:
+            return reject(
+                ErrorCode.NODE_DECOMMISSIONED, f"node {command.node_id} is already decommissioned"
+            )
+        # Every topic must still find replication_factor nodes to live on without this one
+        # (fenced nodes count: they are expected back; nodes already leaving do not).
+        remaining = [
+            n
+            for n in self._nodes.values()
+            if n.status == NODE_ACTIVE and n.node_id != command.node_id
+        ]
+        for topic in self.topics():
+            if topic.replication_factor > len(remaining):
+                return reject(
+                    ErrorCode.DECOMMISSION_REFUSED,
+                    f"decommissioning node {command.node_id} would leave {len(remaining)} "
+                    f"nodes {[int(n.node_id) for n in remaining]} for topic {topic.name!r} "
+                    f"of replication factor {topic.replication_factor}",
+                )
+        return None
+
+    def _check_complete_decommission(self, command: CompleteDecommission) -> ApplyResult | None:
+        known = self._nodes.get(command.node_id)
+        if known is None:
+            return reject(ErrorCode.UNKNOWN_NODE, f"node {command.node_id} is not registered")
+        if known.status != NODE_DECOMMISSIONING:
+            return reject(
+                ErrorCode.INVALID_REQUEST,
+                f"node {command.node_id} is {known.status}, not decommissioning",
+            )
+        hosted = self.partitions_hosted_by(command.node_id)
+        if hosted:
+            names = [f"{p.topic}-{p.partition}" for p in hosted[:10]]
+            return reject(
+                ErrorCode.DECOMMISSION_INCOMPLETE,
+                f"node {command.node_id} still hosts {len(hosted)} partitions {names}",
+            )
+        return None
+
     def _check_delete_group(self, command: DeleteGroup) -> ApplyResult | None:
         problem = _check_consumer_group_id(command.group_id)
         if problem is None and command.group_id not in self._group_offsets:
@@ -541,6 +637,7 @@ class MetadataState:
     # ---- effects (run only after their check passed) ------------------------------------
 
     def _register_node(self, command: RegisterNode) -> ApplyResult:
+        known = self._nodes.get(command.node_id)
         self._nodes[command.node_id] = NodeInfo(
             node_id=command.node_id,
             client_address=command.client_address,
@@ -548,7 +645,21 @@ class MetadataState:
             incarnation=command.incarnation,
             fenced=False,
             last_heartbeat_ms=command.now_ms,
+            # A decommissioning node that restarts is still leaving.
+            status=NODE_ACTIVE if known is None else known.status,
         )
+        return OK
+
+    def _decommission(self, command: DecommissionNode) -> ApplyResult:
+        # Repeating it while the node is leaving changes nothing.
+        known = self._nodes[command.node_id]
+        self._nodes[command.node_id] = replace(known, status=NODE_DECOMMISSIONING)
+        return OK
+
+    def _complete_decommission(self, command: CompleteDecommission) -> ApplyResult:
+        known = self._nodes[command.node_id]
+        assert not self.partitions_hosted_by(command.node_id), command
+        self._nodes[command.node_id] = replace(known, status=NODE_DECOMMISSIONED)
         return OK
 
     def _heartbeat(self, command: NodeHeartbeat) -> ApplyResult:
@@ -702,6 +813,11 @@ class MetadataState:
             violations.append("two topics share a topic id")
         if any(n.node_id != key for key, n in self._nodes.items()):
             violations.append("a node is filed under another id")
+        for node in self._nodes.values():
+            if node.status not in NODE_STATUSES:
+                violations.append(f"node {node.node_id} has status {node.status!r}")
+            elif node.status == NODE_DECOMMISSIONED and self.partitions_hosted_by(node.node_id):
+                violations.append(f"decommissioned node {node.node_id} hosts partitions")
         for group_id, offsets in self._group_offsets.items():
             unknown = [tp for tp in offsets if self.partition(*tp) is None]
             if not offsets or unknown:
@@ -765,7 +881,20 @@ _HANDLERS: dict[
         MetadataState._commit_group_offsets,
     ),
     DeleteGroup: (MetadataState._check_delete_group, MetadataState._delete_group),
+    DecommissionNode: (MetadataState._check_decommission, MetadataState._decommission),
+    CompleteDecommission: (
+        MetadataState._check_complete_decommission,
+        MetadataState._complete_decommission,
+    ),
 }
+
+
+def _decommissioned(node_id: NodeId) -> ApplyResult:
+    return reject(
+        ErrorCode.NODE_DECOMMISSIONED,
+        f"node {node_id} was decommissioned and may not rejoin the cluster (a new node needs "
+        "a new node id and an empty data directory)",
+    )
 
 
 def _check_consumer_group_id(group_id: str) -> ApplyResult | None:
@@ -790,7 +919,8 @@ def _check_consumer_group_id(group_id: str) -> ApplyResult | None:
 # have committed offsets the root also holds
 #   "group_offsets": [{"group_id", "offsets": [[topic, partition, offset], ...]}] by group,
 # and only then, so snapshots taken before consumer groups existed still decode. Likewise a
-# partition with a move under way also holds "target": [node ids], and only then.
+# partition with a move under way also holds "target": [node ids], and only then, and a node
+# that is not active holds "status" ("decommissioning" or "decommissioned"), and only then.
 
 SNAPSHOT_FORMAT_VERSION = 1
 
@@ -810,6 +940,7 @@ def _encode_snapshot(state: MetadataState) -> bytes:
                 "fenced": n.fenced,
                 "last_heartbeat_ms": n.last_heartbeat_ms,
             }
+            | ({} if n.status == NODE_ACTIVE else {"status": n.status})
             for n in state.nodes()
         ],
         "topics": [_encode_topic(t, state.partitions(t.name)) for t in state.topics()],
@@ -914,7 +1045,12 @@ def _decode_node(where: str, raw: object) -> NodeInfo:
         "fenced",
         "last_heartbeat_ms",
     )
+    if isinstance(raw, dict) and "status" in raw:
+        keys += ("status",)
     fields_ = _object(where, raw, keys)
+    status = decode_str(f"{where}.status", fields_.get("status", NODE_ACTIVE))
+    if status not in NODE_STATUSES or ("status" in fields_ and status == NODE_ACTIVE):
+        raise MetadataDecodeError(f"snapshot {where}.status: unknown status {status!r}")
     fenced = fields_["fenced"]
     if not isinstance(fenced, bool):
         raise MetadataDecodeError(f"snapshot {where}.fenced: expected a boolean, got {fenced!r}")
@@ -925,6 +1061,7 @@ def _decode_node(where: str, raw: object) -> NodeInfo:
         incarnation=decode_int(f"{where}.incarnation", fields_["incarnation"]),
         fenced=fenced,
         last_heartbeat_ms=decode_int(f"{where}.last_heartbeat_ms", fields_["last_heartbeat_ms"]),
+        status=status,
     )
 
 
