@@ -1037,7 +1037,7 @@ def _decode_group_offsets(raw: object) -> dict[str, dict[tuple[str, int], int]]:
 
 
 def _decode_node(where: str, raw: object) -> NodeInfo:
-    keys = (
+    keys: tuple[str, ...] = (
         "node_id",
         "client_address",
         "raft_address",

@@ -32,6 +32,13 @@ observer then replicates the metadata log (or snapshot), answers metadata reques
 copy and hosts partition replicas; it never votes in the metadata quorum. The controller
 also evens out replicas by itself (`metadata.auto_rebalance`): one move at a time, between
 nodes it has heard from without interruption for `metadata.rebalance_grace_ms`.
+
+Decommissioning (issue 8, `Admin.DecommissionNode`): only an observer can leave (metadata
+voters are fixed at bootstrap). The controller marks it decommissioning, moves its replicas
+off one move at a time (`controller.decommission_step`, through the ordinary reassignment),
+removes it from the metadata group's learners and marks it decommissioned. Its registration
+and heartbeats are refused from then on: a decommissioned node logs why, and one that is
+restarted stops with that error instead of rejoining.
 """
 
 from __future__ import annotations
@@ -61,17 +68,21 @@ from raftlog.metadata import (
     AllocateProducerIds,
     ApplyResult,
     Command,
+    CompleteDecommission,
     CompleteReassignment,
     CreateTopicRequest,
     DeleteTopic,
+    ErrorCode,
     NodeHeartbeat,
     RegisterNode,
     ReportLeader,
     auto_rebalance_step,
+    decommission_step,
     encode_command,
     fences_by_silence,
     plan_create_partitions,
     plan_create_topic,
+    plan_decommission,
 )
 from raftlog.metadata.reassignment import Complete, ProposeMembership, TransferLeadership, next_step
 from raftlog.partition.checkpoint import CheckpointStore
@@ -183,6 +194,7 @@ class Broker:
         # which incarnation (a restart starts its grace period again).
         self._alive_since: dict[NodeId, tuple[int, float]] = {}
         self._completing: set[GroupId] = set()  # CompleteReassignment reports in flight
+        self._decommissioned_logged = False
         self._grpc: grpc.aio.Server | None = None
         # Set when a task of the node fails: `raftlog serve` then exits non-zero.
         self.failed: asyncio.Future[None] | None = None
@@ -284,6 +296,8 @@ class Broker:
         await self.transport.close()
         for group in list(self.host.groups()):
             group.fail_waiters(NotLeaderError(leader_hint=None))
+        for replica in self.replicas.values():
+            replica.checkpoint_on_close()  # a clean stop: the next start re-applies nothing
         for storage in self._storages.values():
             storage.close()
         self._storages.clear()
@@ -526,6 +540,8 @@ class Broker:
             sent_at = time.monotonic()
             try:
                 result = await self._submit_liveness(command, timeout_s=interval_s * 2)
+                if result.code is ErrorCode.NODE_DECOMMISSIONED:
+                    self._on_decommissioned(result.message, restarted=not registered)
                 registered = registered or result.ok
                 if result.ok:
                     self._lease_renewed_at = sent_at
@@ -540,6 +556,22 @@ class Broker:
             # group request (consumers resume sooner after a controller change).
             self.groups.coordinating()
             await asyncio.sleep(interval_s if registered else 0.2)
+
+    def _on_decommissioned(self, message: str, *, restarted: bool) -> None:
+        """The controller refused this node's registration or heartbeat: it was
+        decommissioned. A running node says so once (it hosts nothing and is out of the
+        metadata quorum: stop it); a restarted one stops instead of rejoining."""
+        if restarted:
+            log.error("node %s: refused: %s; stopping", self.node_id, message)
+            if self.failed is not None and not self.failed.done():
+                self.failed.set_exception(RaftlogError(f"node {self.node_id}: {message}"))
+        elif not self._decommissioned_logged:
+            self._decommissioned_logged = True
+            log.error(
+                "node %s: decommissioned (%s); it serves nothing now: stop it",
+                self.node_id,
+                message,
+            )
 
     async def _submit_liveness(self, command: Command, *, timeout_s: float) -> ApplyResult:
         """`submit`, or, on an observer that knows no controller yet (before it is a learner
@@ -660,6 +692,7 @@ class Broker:
             with contextlib.suppress(RaftlogError, TimeoutError):
                 await self.submit(command, timeout_s=2.0)
         self._add_metadata_learners()
+        await self._decommission_step(silent_ms)
         if self.config.metadata.auto_rebalance:
             await self._auto_rebalance(now, silent_ms)
 
@@ -674,7 +707,8 @@ class Broker:
         if node.configs.last_offset > node.commit_offset:
             return
         for info in self.metadata.state.nodes():
-            if info.alive and info.node_id not in membership.members:
+            # A node being decommissioned is never (re)added: it is on its way out.
+            if info.placeable and info.node_id not in membership.members:
                 learners = membership.learners | {info.node_id}
                 with contextlib.suppress(RaftlogError):
                     node.propose_membership(Membership(membership.voters, learners))
@@ -682,6 +716,43 @@ class Broker:
                              self.node_id, info.node_id)  # fmt: skip
                     group.wake()
                 return
+
+    async def _decommission_step(self, silent_ms: dict[NodeId, int]) -> None:
+        """The next step of decommissioning nodes (controller.decommission_step): one replica
+        move at a time to a node heard from recently; once a node hosts nothing, remove it
+        from the metadata group's learners (one membership change, once the previous one
+        committed), then mark it decommissioned."""
+        recent_ms = 2 * self.config.metadata.node_heartbeat_interval_ms
+        live = {n for n, silence in silent_ms.items() if silence < recent_ms}
+        step = decommission_step(self.metadata.state, live)
+        if step is None:
+            return
+        if isinstance(step, CompleteDecommission):
+            group = self.metadata_group
+            assert group is not None
+            node = group.node
+            membership = node.membership
+            if step.node_id in membership.members:
+                if step.node_id in membership.voters:
+                    return  # never: voters are refused at the request (plan_decommission)
+                if node.configs.last_offset > node.commit_offset:
+                    return  # the previous membership change is not committed yet
+                with contextlib.suppress(RaftlogError):
+                    node.propose_membership(
+                        Membership(membership.voters, membership.learners - {step.node_id})
+                    )
+                    log.info("node %s: node %s leaves the metadata quorum (decommissioned)",
+                             self.node_id, step.node_id)  # fmt: skip
+                    group.wake()
+                return
+            if node.configs.last_offset > node.commit_offset:
+                return
+            log.info("node %s: node %s is decommissioned", self.node_id, step.node_id)
+        else:
+            log.info("node %s: decommissioning: %s-%s -> %s", self.node_id, step.topic,
+                     step.partition, list(step.replicas))  # fmt: skip
+        with contextlib.suppress(RaftlogError, TimeoutError):
+            await self.submit(step, timeout_s=2.0)
 
     async def _auto_rebalance(self, now: float, silent_ms: dict[NodeId, int]) -> None:
         """Start the next automatic replica move, if one is due (controller.auto_rebalance_step).
@@ -893,6 +964,26 @@ class Broker:
         if not self.is_controller():
             raise NotControllerError(leader_hint=self.controller_id)
         return await self.submit(DeleteTopic(name=name), timeout_s=timeout_s)
+
+    async def decommission_node(self, node_id: NodeId, *, timeout_s: float) -> ApplyResult:
+        """Start decommissioning `node_id` (refused for a metadata voter); the controller's
+        duties then carry it out."""
+        if not self.is_controller():
+            raise NotControllerError(leader_hint=self.controller_id)
+        assert self.metadata_group is not None
+        voters = self.metadata_group.node.membership.voters | frozenset(self.settings.peers)
+        plan = plan_decommission(self.metadata.state, node_id, voters)
+        if isinstance(plan, ApplyResult):
+            return plan
+        return await self.submit(plan, timeout_s=timeout_s)
+
+    def metadata_role(self, node_id: NodeId) -> str:
+        """`node_id` in the metadata quorum as this node's copy of its membership shows it."""
+        assert self.metadata_group is not None
+        membership = self.metadata_group.node.membership
+        if node_id in membership.voters:
+            return "voter"
+        return "learner" if node_id in membership.learners else "none"
 
     async def _wait_for_leaders(self, topic: str, deadline: float) -> None:
         """Best effort: return once every partition of `topic` reported a leader."""

@@ -1,7 +1,10 @@
-"""`raftlog cluster up|down|status|reassign`: a local cluster of node processes (no Docker
-needed). `cluster reassign` starts moving a partition's replicas (issue 5): the move is
-recorded by the controller and carried out by the partition leader, one Raft membership
-change at a time; `--wait` blocks until DescribeTopic shows the new replicas.
+"""`raftlog cluster up|down|status|reassign|decommission`: a local cluster of node processes
+(no Docker needed). `cluster reassign` starts moving a partition's replicas (issue 5): the
+move is recorded by the controller and carried out by the partition leader, one Raft
+membership change at a time; `--wait` blocks until DescribeTopic shows the new replicas.
+`cluster decommission NODE` takes an observer out (issue 8): its replicas move to other
+nodes one at a time, then it leaves the metadata quorum; `--wait` blocks until
+DescribeCluster shows it decommissioned (then stop its process).
 
 `cluster up` passes TLS and auth options to every node (`--tls-cert`, `--tls-key`, `--tls-ca`,
 `--peer-tls`, `--auth-tokens`, `--tls-client-ca`, as `raftlog serve` takes them), checked
@@ -62,6 +65,17 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     )
     reassign.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the end")
     reassign.set_defaults(func=_reassign)
+    decommission = commands.add_parser(
+        "decommission", help="move every replica off an observer node and retire it"
+    )
+    decommission.add_argument("node", type=int, metavar="NODE", help="the node id")
+    decommission.add_argument("--dir", type=Path, default=None)
+    decommission.add_argument("--bootstrap", default=None)
+    decommission.add_argument(
+        "--wait", type=float, nargs="?", const=600.0, default=0.0,
+        help="wait (up to SECONDS, default 600) until the node is decommissioned",
+    )  # fmt: skip
+    decommission.set_defaults(func=_decommission)
 
 
 def wait_for_controller(bootstrap: str, *, timeout_s: float, **client_options: Any) -> int:
@@ -209,12 +223,21 @@ def _status(args: argparse.Namespace) -> int:
         cluster = admin.describe_cluster()
         print(f"cluster {cluster.cluster_id}: controller node {cluster.controller_id}")
         for node in cluster.nodes:
-            print(f"  node {node.node_id} {node.address} {'alive' if node.alive else 'FENCED'}")
+            print(
+                f"  node {node.node_id} {node.address} {'alive' if node.alive else 'FENCED'} "
+                f"{node.state} metadata {node.metadata_role}"
+            )
         for name in admin.list_topics():
             for p in admin.describe_topic(name).partitions:
                 print(
                     f"  {name}-{p.id}: leader {p.leader} epoch {p.epoch} replicas "
                     f"{list(p.replicas)} high watermark {p.high_watermark}"
+                    + (
+                        f" moving: adding {list(p.adding_replicas)} removing "
+                        f"{list(p.removing_replicas)}"
+                        if p.adding_replicas or p.removing_replicas
+                        else ""
+                    )
                 )
     finally:
         admin.close()
@@ -293,5 +316,33 @@ def _reassign(args: argparse.Namespace) -> int:
         admin.close()
     if args.wait > 0:
         print(f"the move did not complete within {args.wait:.0f}s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _decommission(args: argparse.Namespace) -> int:
+    from raftlog.client import Admin
+    from raftlog.client.errors import ClientError
+    from raftlog.client_cli import resolve_bootstrap
+
+    admin = Admin(resolve_bootstrap(args.bootstrap, args.dir))
+    try:
+        try:
+            admin.decommission_node(args.node)
+        except ClientError as error:
+            print(f"raftlog cluster decommission: {error}", file=sys.stderr)
+            return 1
+        print(f"decommissioning node {args.node}", file=sys.stderr)
+        deadline = time.monotonic() + args.wait
+        while time.monotonic() < deadline:
+            node = next((n for n in admin.describe_cluster().nodes if n.node_id == args.node), None)
+            if node is not None and node.state == "decommissioned":
+                print(f"node {args.node} is decommissioned: stop its process", file=sys.stderr)
+                return 0
+            time.sleep(0.5)
+    finally:
+        admin.close()
+    if args.wait > 0:
+        print(f"node {args.node} was not decommissioned within {args.wait:.0f}s", file=sys.stderr)
         return 1
     return 0

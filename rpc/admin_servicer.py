@@ -95,6 +95,8 @@ def topic_proto(broker: Broker, state: MetadataState, name: str) -> pb.TopicInfo
             leader_epoch=p.leader_epoch,
             replicas=[int(r) for r in p.replicas],
             high_watermark=broker.partition_high_watermark(name, int(p.partition)),
+            adding_replicas=[int(r) for r in p.adding],
+            removing_replicas=[int(r) for r in p.removing],
         )
         for p in state.partitions(name)
     ]
@@ -107,9 +109,15 @@ def topic_proto(broker: Broker, state: MetadataState, name: str) -> pb.TopicInfo
     )
 
 
-def _nodes(state: MetadataState) -> list[pb.Node]:
+def _nodes(broker: Broker, state: MetadataState) -> list[pb.Node]:
     return [
-        pb.Node(node_id=int(n.node_id), address=n.client_address, alive=n.alive)
+        pb.Node(
+            node_id=int(n.node_id),
+            address=n.client_address,
+            alive=n.alive,
+            state=n.status,
+            metadata_role=broker.metadata_role(n.node_id),
+        )
         for n in state.nodes()
     ]
 
@@ -126,7 +134,7 @@ def metadata_response(broker: Broker, request: pb.MetadataRequest) -> pb.Metadat
     return pb.MetadataResponse(
         cluster_id=state.cluster_id,
         controller_id=_controller(broker),
-        nodes=_nodes(state),
+        nodes=_nodes(broker, state),
         topics=topics,
     )
 
@@ -212,8 +220,23 @@ class AdminServicer(pb_grpc.AdminServicer):
         return pb.DescribeClusterResponse(
             cluster_id=state.cluster_id,
             controller_id=_controller(self._broker),
-            nodes=_nodes(state),
+            nodes=_nodes(self._broker, state),
         )
+
+    async def DecommissionNode(
+        self, request: pb.DecommissionNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DecommissionNodeResponse:
+        try:
+            result = await self._broker.decommission_node(
+                NodeId(request.node_id), timeout_s=_timeout_s(request.timeout_ms)
+            )
+        except errors.RaftlogError as error:
+            return pb.DecommissionNodeResponse(error=_raftlog_error(error, self._broker))
+        except TimeoutError:
+            return pb.DecommissionNodeResponse(
+                error=pb.Error(code=pb.REQUEST_TIMED_OUT, message="decommission not committed")
+            )
+        return pb.DecommissionNodeResponse(error=result_error(result))
 
 
 class InternalServicer(pb_grpc.InternalServicer):

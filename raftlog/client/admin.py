@@ -50,6 +50,9 @@ class PartitionDescription:
     epoch: int
     high_watermark: int  # -1 when the answering node does not host the partition
     log_start_offset: int
+    # A move under way (KIP-455): target nodes not yet replicas, replicas it takes away.
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,8 @@ class NodeDescription:
     node_id: int
     address: str
     alive: bool
+    state: str = "active"  # "active", "decommissioning" or "decommissioned"
+    metadata_role: str = "none"  # "voter", "learner" or "none", as the answering node sees it
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +89,8 @@ def topic_description(info: pb.TopicInfo) -> TopicDescription:
             epoch=p.leader_epoch,
             high_watermark=p.high_watermark,
             log_start_offset=p.log_start_offset,
+            adding_replicas=tuple(p.adding_replicas),
+            removing_replicas=tuple(p.removing_replicas),
         )
         for p in sorted(info.partitions, key=lambda p: p.partition)
     )
@@ -178,6 +185,15 @@ class Admin:
         concerning = f"create partitions of topic {name!r} (to {total_count})"
         self._call("Admin.CreatePartitions", request, concerning=concerning)
 
+    def decommission_node(self, node_id: int) -> None:
+        """Start taking observer `node_id` out of the cluster (its replicas move to other
+        nodes one at a time); returns once the controller committed the start. Watch
+        `describe_cluster()` for the node's state to become "decommissioned"."""
+        if node_id < 0:
+            raise ClientError(f"node id must be non-negative, got {node_id}")
+        request = pb.DecommissionNodeRequest(node_id=node_id, timeout_ms=self._timeout_ms)
+        self._call("Admin.DecommissionNode", request, concerning=f"decommission node {node_id}")
+
     def list_topics(self) -> list[str]:
         response = self._call("Admin.ListTopics", pb.ListTopicsRequest(), concerning="list topics")
         return sorted(response.names)
@@ -192,7 +208,13 @@ class Admin:
         request = pb.DescribeClusterRequest()
         response = self._call("Admin.DescribeCluster", request, concerning="describe cluster")
         nodes = tuple(
-            NodeDescription(node.node_id, node.address, node.alive)
+            NodeDescription(
+                node.node_id,
+                node.address,
+                node.alive,
+                state=node.state or "active",
+                metadata_role=node.metadata_role or "none",
+            )
             for node in sorted(response.nodes, key=lambda node: node.node_id)
         )
         controller = response.controller_id if response.controller_id >= 0 else None

@@ -217,30 +217,38 @@ class DescribeProducersResponse(_message.Message):
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., known: _Optional[bool] = ..., producer_epoch: _Optional[int] = ..., last_sequence: _Optional[int] = ..., last_offset: _Optional[int] = ...) -> None: ...
 
 class Node(_message.Message):
-    __slots__ = ("node_id", "address", "alive")
+    __slots__ = ("node_id", "address", "alive", "state", "metadata_role")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    METADATA_ROLE_FIELD_NUMBER: _ClassVar[int]
     node_id: int
     address: str
     alive: bool
-    def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ...) -> None: ...
+    state: str
+    metadata_role: str
+    def __init__(self, node_id: _Optional[int] = ..., address: _Optional[str] = ..., alive: _Optional[bool] = ..., state: _Optional[str] = ..., metadata_role: _Optional[str] = ...) -> None: ...
 
 class PartitionInfo(_message.Message):
-    __slots__ = ("partition", "leader_id", "leader_epoch", "replicas", "high_watermark", "log_start_offset")
+    __slots__ = ("partition", "leader_id", "leader_epoch", "replicas", "high_watermark", "log_start_offset", "adding_replicas", "removing_replicas")
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     LEADER_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ADDING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REMOVING_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     partition: int
     leader_id: int
     leader_epoch: int
     replicas: _containers.RepeatedScalarFieldContainer[int]
     high_watermark: int
     log_start_offset: int
-    def __init__(self, partition: _Optional[int] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ...) -> None: ...
+    adding_replicas: _containers.RepeatedScalarFieldContainer[int]
+    removing_replicas: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, partition: _Optional[int] = ..., leader_id: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., replicas: _Optional[_Iterable[int]] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., adding_replicas: _Optional[_Iterable[int]] = ..., removing_replicas: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TopicInfo(_message.Message):
     __slots__ = ("name", "topic_id", "replication_factor", "partitions", "config")
@@ -383,6 +391,20 @@ class DescribeClusterResponse(_message.Message):
     controller_id: int
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., cluster_id: _Optional[str] = ..., controller_id: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ...) -> None: ...
+
+class DecommissionNodeRequest(_message.Message):
+    __slots__ = ("node_id", "timeout_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: int
+    timeout_ms: int
+    def __init__(self, node_id: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class DecommissionNodeResponse(_message.Message):
+    __slots__ = ("error",)
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
 
 class SubmitMetadataRequest(_message.Message):
     __slots__ = ("command", "timeout_ms")

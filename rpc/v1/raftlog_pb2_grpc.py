@@ -351,6 +351,11 @@ class AdminStub:
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeClusterRequest.SerializeToString,
                 response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeClusterResponse.FromString,
                 _registered_method=True)
+        self.DecommissionNode = channel.unary_unary(
+                '/raftlog.v1.Admin/DecommissionNode',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -392,6 +397,12 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DecommissionNode(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -424,6 +435,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DescribeCluster,
                     request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeClusterRequest.FromString,
                     response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeClusterResponse.SerializeToString,
+            ),
+            'DecommissionNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DecommissionNode,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -588,6 +604,33 @@ class Admin:
             '/raftlog.v1.Admin/DescribeCluster',
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeClusterRequest.SerializeToString,
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DecommissionNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Admin/DecommissionNode',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeResponse.FromString,
             options,
             channel_credentials,
             insecure,
