@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from raftlog.chaos.nemesis import NEMESES, NODE_HOOK_NEMESES
+from raftlog.chaos.nemesis import LOCAL_ONLY_NEMESES, NEMESES, NODE_HOOK_NEMESES, OBSERVERS_MAX
 from raftlog.chaos.runner import Backend, RunOptions, run
 from raftlog.chaos.workload import WorkloadOptions
 
@@ -64,6 +64,9 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
     p.add_argument("--base-port", type=int, default=None, help="local backend: client ports")
     p.add_argument("--image", default="raftlog:local", help="docker backend: node image")
+    p.add_argument("--observers", type=int, choices=range(OBSERVERS_MAX + 1), default=0,
+                   help="local backend: nodes outside the metadata voters (remove-node's "
+                   "candidates)")  # fmt: skip
     p.add_argument("--unsafe-skip-fsync", action="store_true",
                    help="local backend: nodes never fsync (the checker must catch it)")  # fmt: skip
 
@@ -78,6 +81,8 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
             topic=topic,
             base_port=args.base_port,
             unsafe_skip_fsync=args.unsafe_skip_fsync,
+            observers=args.observers,
+            rebalance_grace_ms=2000 if "add-node" in args.nemesis else None,
         )
     if args.backend == "docker":
         from raftlog.chaos.docker_backend import DockerBackend
@@ -92,8 +97,14 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
     hooked = set(NODE_HOOK_NEMESES) & set(args.nemesis)
     if args.backend == "pysyncobj" and hooked:
         raise ValueError(f"--backend pysyncobj has no node fault hooks: drop {sorted(hooked)}")
-    if args.backend == "docker" and "lose-unsynced" in args.nemesis:
-        raise ValueError("--backend docker cannot cut a container's files: drop lose-unsynced")
+    local_only = sorted(set(LOCAL_ONLY_NEMESES) & set(args.nemesis))
+    if args.backend == "docker" and local_only:
+        raise ValueError(
+            f"--backend docker cannot cut a container's files or add and remove containers: "
+            f"drop {local_only}"
+        )
+    if args.observers and args.backend != "local":
+        raise ValueError("--observers needs --backend local")
     if args.unsafe_skip_fsync and args.backend != "local":
         raise ValueError("--unsafe-skip-fsync needs --backend local")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)

@@ -175,6 +175,15 @@ class DockerBackend:
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
         return reassign(",".join(self._bootstrap), self.topic, partition, replicas)
 
+    def add_node(self) -> int | None:
+        return None  # containers are fixed at start (add-node needs --backend local)
+
+    def remove_node(self, node: int, timeout_s: float) -> str | None:
+        return "docker: remove-node needs --backend local"
+
+    def observers(self) -> tuple[int, ...]:
+        return ()
+
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
         return lookup_replicas(self._bootstrap, self.topic, partition, self._timeout_s)
 

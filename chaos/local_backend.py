@@ -7,8 +7,11 @@ data directory), pauses are SIGSTOP/SIGCONT, and network faults are rules sent t
 `Internal.SetFaults`, which also moves a node's wall clock. Loss of unsynced writes: after a
 SIGKILL, `lose_unsynced` cuts the node's files back to what it fsynced, from the manifest its
 --chaos file port keeps (`raftlog.storage.files.cut_to_durable`). `unsafe_skip_fsync` starts
-every node with --chaos-skip-fsync (the deliberately unsafe node). No root and no Docker are
-needed. Every control call is bounded by
+every node with --chaos-skip-fsync (the deliberately unsafe node). Membership: `observers`
+nodes outside the metadata quorum's voters start with the cluster, `add_node` starts one
+more under load, `remove_node` decommissions one (Admin.DecommissionNode), waits for it and
+stops it for good; `node_ids` is always the nodes the run still has. No root and no Docker
+are needed. Every control call is bounded by
 `control_timeout_s` and reports failure as False instead of raising: a nemesis acting on a
 node that is down (or paused, so its gRPC server cannot answer) must not stop the run.
 """
@@ -19,6 +22,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,9 @@ from typing import Any
 import grpc
 
 from raftlog.chaos.clients import LogClients, RaftlogClients
+from raftlog.chaos.nemesis import OBSERVERS_MAX
 from raftlog.client import Admin
+from raftlog.client.errors import ClientError
 from raftlog.cluster_cli import reassign_partition, wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.v1 import raftlog_pb2 as pb
@@ -55,16 +61,27 @@ class LocalBackend:
         base_port: int | None = None,
         control_timeout_s: float = 2.0,
         unsafe_skip_fsync: bool = False,
+        observers: int = 0,
+        rebalance_grace_ms: int | None = None,
     ) -> None:
         assert node_count in (1, 3, 5), node_count
+        assert 0 <= observers <= OBSERVERS_MAX, observers
         self._cluster = LocalCluster.create(
             directory / "cluster", node_count=node_count, base_port=base_port
         )
+        for _ in range(observers):
+            self._cluster.add_observer()
+        self._removed: set[int] = set()  # decommissioned and stopped for good
         self.node_ids: Sequence[int] = sorted(self._cluster.nodes)
         self.topic = topic
         self._timeout_s = control_timeout_s
         self._paused: set[int] = set()
-        self._serve_flags = ("--chaos", "--chaos-skip-fsync") if unsafe_skip_fsync else ("--chaos",)
+        self._serve_flags: tuple[str, ...] = (
+            ("--chaos", "--chaos-skip-fsync") if unsafe_skip_fsync else ("--chaos",)
+        )
+        if rebalance_grace_ms is not None:
+            # add-node: the new node gets replicas within a run, not after the 30 s default.
+            self._serve_flags += ("--set", f"metadata.rebalance_grace_ms={rebalance_grace_ms}")
 
     @property
     def log_paths(self) -> list[str]:
@@ -74,10 +91,25 @@ class LocalBackend:
         self._cluster.start(*self._serve_flags)
         try:
             wait_for_controller(self._cluster.bootstrap, timeout_s=timeout_s)
+            self._wait_for_observers(timeout_s)
         except TimeoutError:
             self.stop()
             raise
         return RaftlogClients(self._cluster.bootstrap)
+
+    def _wait_for_observers(self, timeout_s: float) -> None:
+        """Until every observer registered, so the run's topic places replicas on it too."""
+        wanted = set(self.observers())
+        deadline = time.monotonic() + timeout_s
+        with Admin(self._cluster.bootstrap, request_timeout_ms=5000) as admin:
+            while wanted:
+                with contextlib.suppress(ClientError):
+                    alive = {n.node_id for n in admin.describe_cluster().nodes if n.alive}
+                    if wanted <= alive:
+                        return
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"observers {sorted(wanted)} not registered in time")
+                time.sleep(0.2)
 
     def stop(self) -> None:
         for node in list(self._paused):
@@ -92,6 +124,8 @@ class LocalBackend:
         return True
 
     def restart(self, node: int) -> bool:
+        if node in self._removed:
+            return False  # decommissioned: it would refuse to rejoin
         if self._cluster.is_running(node):
             return True
         self._cluster.start_node(node, *self._serve_flags)
@@ -131,12 +165,57 @@ class LocalBackend:
         running = [
             n.client_address
             for n in self._cluster.nodes.values()
-            if n.node_id not in self._paused and self._cluster.is_running(n.node_id)
+            if n.node_id not in self._paused
+            and n.node_id not in self._removed
+            and self._cluster.is_running(n.node_id)
         ]
         return running or self._cluster.bootstrap.split(",")
 
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
         return reassign(",".join(self._answering()), self.topic, partition, replicas)
+
+    # -- membership -------------------------------------------------------------------------
+
+    def add_node(self) -> int | None:
+        try:
+            node = self._cluster.add_observer()
+        except RuntimeError:  # its ports are taken
+            return None
+        self._cluster.start_node(node.node_id, *self._serve_flags)
+        self.node_ids = sorted(n for n in self._cluster.nodes if n not in self._removed)
+        return node.node_id
+
+    def observers(self) -> tuple[int, ...]:
+        return tuple(
+            n.node_id
+            for n in self._cluster.nodes.values()
+            if n.observer and n.node_id not in self._removed
+        )
+
+    def remove_node(self, node: int, timeout_s: float) -> str | None:
+        if node not in self.observers():
+            return f"node {node} is not an observer (metadata voters cannot be decommissioned)"
+        deadline = time.monotonic() + timeout_s
+        try:
+            with Admin(self._answering(), request_timeout_ms=10_000) as admin:
+                admin.decommission_node(node)
+                while time.monotonic() < deadline:
+                    with contextlib.suppress(ClientError):
+                        described = admin.describe_cluster().nodes
+                        if any(
+                            n.node_id == node and n.state == "decommissioned" for n in described
+                        ):
+                            break
+                    time.sleep(0.5)
+                else:
+                    return f"node {node} not decommissioned within {timeout_s:.0f}s"
+        except ClientError as error:
+            return f"decommission of node {node} refused: {error}"
+        self.resume(node)
+        self._cluster.kill_node(node, sig=signal.SIGTERM)
+        self._removed.add(node)
+        self.node_ids = sorted(n for n in self._cluster.nodes if n not in self._removed)
+        return None
 
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
         return lookup_replicas(self._answering(), self.topic, partition, self._timeout_s)

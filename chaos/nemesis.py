@@ -42,6 +42,14 @@ time, is replaced by a node outside the replica set, which the partition leader 
 single-node Raft membership changes under the load; with no node outside the set (3 nodes,
 3 replicas) the same replicas in another order move the preferred leader instead. A move is
 not undone at heal: it completes on its own, under whatever faults follow.
+`add-node` starts a new observer (a node outside the metadata quorum's voters, joining
+through --bootstrap) under the load; the controller's automatic rebalancing then moves
+replicas onto it one move at a time. `remove-node` decommissions an observer
+(`Admin.DecommissionNode`): its replicas move to the other nodes one at a time, it leaves
+the metadata quorum; the nemesis waits for the decommissioned state (up to
+`REMOVE_NODE_WAIT_S`), then stops the process for good. With no observer it does nothing
+(metadata voters are fixed at bootstrap and cannot be decommissioned). Neither is undone at
+heal: a cluster grows and shrinks for the rest of the run.
 """
 
 from __future__ import annotations
@@ -53,8 +61,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 __all__ = [
+    "LOCAL_ONLY_NEMESES",
     "NEMESES",
     "NODE_HOOK_NEMESES",
+    "OBSERVERS_MAX",
     "ClusterControl",
     "Fault",
     "Nemesis",
@@ -74,6 +84,8 @@ NEMESES = (
     "clock-jump",
     "clock-skew",
     "move-replica",
+    "add-node",
+    "remove-node",
 )
 # Nemeses that need the node-side hooks of --chaos or the cluster's reassignment (a backend
 # without them refuses these).
@@ -85,7 +97,16 @@ NODE_HOOK_NEMESES = (
     "clock-jump",
     "clock-skew",
     "move-replica",
+    "add-node",
+    "remove-node",
 )
+# Nemeses that change the set of node processes: only the local backend does.
+LOCAL_ONLY_NEMESES = ("lose-unsynced", "add-node", "remove-node")
+# Observers a local run may start with (`--observers`), remove-node's candidates.
+OBSERVERS_MAX = 2
+# How long remove-node waits for a decommission to finish before it gives up (and leaves
+# the node running: it still hosts replicas).
+REMOVE_NODE_WAIT_S = 60.0
 # Targeted variants: always the leader of a partition, to aim at the acks=1 loss window.
 TARGETED = {
     "kill-leader": ("kill", "leader"),
@@ -131,6 +152,19 @@ class ClusterControl(Protocol):
         ...
 
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None: ...
+
+    def add_node(self) -> int | None:
+        """Start a new observer node; its id, or None when the backend cannot."""
+        ...
+
+    def remove_node(self, node: int, timeout_s: float) -> str | None:
+        """Decommission observer `node`, wait up to `timeout_s` until it is, then stop it for
+        good (it leaves `node_ids`): None when done, else why not."""
+        ...
+
+    def observers(self) -> tuple[int, ...]:
+        """Running nodes outside the metadata quorum's voters (remove-node's candidates)."""
+        ...
 
     def partition_leader(self, partition: int) -> int | None: ...
 
@@ -213,10 +247,11 @@ def plan_fault(
     controller: int | None,
     partition: int | None = None,
     replicas: Sequence[int] | None = None,
+    observers: Sequence[int] = (),
 ) -> Fault:
     """A concrete fault for `nemesis`; the leader and controller may be None when unknown.
     `leader` leads `partition`, whose current `replicas` move-replica needs (None: unknown,
-    and then that fault does nothing)."""
+    and then that fault does nothing); `observers` are remove-node's candidates."""
     if nemesis not in NEMESES:
         raise ValueError(f"unknown nemesis {nemesis!r}; expected one of {NEMESES}")
     someone = rng.choice(list(nodes))
@@ -245,6 +280,12 @@ def plan_fault(
         if partition is None or not replicas:
             return Fault(nemesis, "unknown-replicas")
         return _plan_move(nodes, rng, partition, tuple(replicas), leader)
+    if nemesis == "add-node":
+        return Fault(nemesis, "observer")
+    if nemesis == "remove-node":
+        if not observers:
+            return Fault(nemesis, "no-observer")
+        return Fault(nemesis, "observer", (rng.choice(sorted(observers)),))
     if nemesis == "clock-skew":
         steps = rng.sample(range(-CLOCK_SKEW_STEPS, CLOCK_SKEW_STEPS + 1), len(nodes))
         offsets = tuple(
@@ -305,6 +346,16 @@ class Nemesis:
                 return {"reassign": "skipped: the partition's replicas were not known"}
             refused = control.reassign(fault.partition, fault.replicas)
             return {"reassign": "accepted" if refused is None else refused}
+        elif fault.nemesis == "add-node":
+            added = control.add_node()
+            return {"added": added} if added is not None else {"add": "the backend cannot"}
+        elif fault.nemesis == "remove-node":
+            if not fault.nodes:
+                return {"remove": "skipped: no observer to decommission"}
+            (node,) = fault.nodes
+            # Waits here, under the load, for the replicas to move off (bounded).
+            refused = control.remove_node(node, REMOVE_NODE_WAIT_S)
+            return {"removed": node} if refused is None else {"remove": refused}
         elif fault.clock_offsets_ms:
             clocks_set = {
                 str(node): control.set_faults(node, {"clock": {"offset_ms": offset_ms}})
@@ -332,8 +383,8 @@ class Nemesis:
         if fault.nemesis in ("kill", "lose-unsynced"):
             for node in fault.nodes:
                 control.restart(node)
-        elif fault.nemesis == "move-replica":
-            pass  # a move completes on its own; it is not undone
+        elif fault.nemesis in ("move-replica", "add-node", "remove-node"):
+            pass  # membership changes are not undone: they complete on their own
         elif fault.nemesis == "pause":
             for node in fault.nodes:
                 control.resume(node)

@@ -133,6 +133,7 @@ def _play_faults(
             controller=backend.controller(),
             partition=partition,
             replicas=replicas,
+            observers=backend.observers() if planned.nemesis == "remove-node" else (),
         )
         described = {"id": number, **fault.describe()}
         recorder.record(NEMESIS, "info", "start", described)

@@ -237,6 +237,15 @@ class SyncObjBackend:
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
         return "pysyncobj: one fixed group, no reassignment"
 
+    def add_node(self) -> int | None:
+        return None  # pysyncobj: one fixed group
+
+    def remove_node(self, node: int, timeout_s: float) -> str | None:
+        return "pysyncobj: one fixed group, no decommission"
+
+    def observers(self) -> tuple[int, ...]:
+        return ()
+
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
         return None
 

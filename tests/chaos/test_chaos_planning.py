@@ -94,6 +94,7 @@ class RecordingControl:
     def __init__(self, nodes: list[int]) -> None:
         self.node_ids = nodes
         self.calls: list[tuple[Any, ...]] = []
+        self._observers: list[int] = []
 
     def kill(self, node: int) -> bool:
         self.calls.append(("kill", node))
@@ -125,6 +126,24 @@ class RecordingControl:
 
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
         return (1, 2, 3)
+
+    def add_node(self) -> int | None:
+        self.calls.append(("add",))
+        added = max(self.node_ids) + 1
+        self.node_ids = [*self.node_ids, added]
+        self._observers.append(added)
+        return added
+
+    def remove_node(self, node: int, timeout_s: float) -> str | None:
+        self.calls.append(("remove", node))
+        if node not in self._observers:
+            return f"node {node} is not an observer"
+        self._observers.remove(node)
+        self.node_ids = [n for n in self.node_ids if n != node]
+        return None
+
+    def observers(self) -> tuple[int, ...]:
+        return tuple(self._observers)
 
     def partition_leader(self, partition: int) -> int | None:
         return 1
@@ -255,6 +274,54 @@ def test_a_move_is_submitted_once_and_not_undone() -> None:
     control.calls.clear()
     nemesis.stop(fault)
     assert control.calls == []
+
+
+def test_add_node_starts_an_observer_and_remove_node_decommissions_one() -> None:
+    control = RecordingControl([1, 2, 3])
+    nemesis = Nemesis(control)
+    add = plan_fault("add-node", control.node_ids, random.Random(0), leader=1, controller=1)
+    assert (add.nemesis, add.kind, add.nodes) == ("add-node", "observer", ())
+    assert nemesis.start(add) == {"added": 4}
+    nemesis.stop(add)  # not undone: the node stays
+    assert control.calls == [("add",)] and control.node_ids == [1, 2, 3, 4]
+
+    control.calls.clear()
+    remove = plan_fault(
+        "remove-node", control.node_ids, random.Random(0), leader=1, controller=1,
+        observers=control.observers(),
+    )  # fmt: skip
+    assert (remove.kind, remove.nodes) == ("observer", (4,))
+    assert remove.describe()["nodes"] == [4]
+    assert nemesis.start(remove) == {"removed": 4}
+    nemesis.stop(remove)
+    assert control.calls == [("remove", 4)] and control.node_ids == [1, 2, 3]
+    # Healing never brings a removed node back.
+    control.calls.clear()
+    nemesis.heal_all()
+    assert {c[1] for c in control.calls} == {1, 2, 3}
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_remove_node_only_ever_picks_an_observer(seed: int) -> None:
+    fault = plan_fault(
+        "remove-node", [1, 2, 3, 4, 5], random.Random(seed), leader=4, controller=1,
+        observers=(4, 5),
+    )  # fmt: skip
+    assert fault.nodes in ((4,), (5,))
+    nobody = plan_fault("remove-node", [1, 2, 3], random.Random(seed), leader=1, controller=1)
+    assert nobody.kind == "no-observer" and nobody.nodes == ()
+    control = RecordingControl([1, 2, 3])
+    assert "skipped" in Nemesis(control).start(nobody)["remove"]
+    assert control.calls == []
+
+
+def test_a_refused_removal_is_reported() -> None:
+    control = RecordingControl([1, 2, 3])
+    fault = plan_fault(
+        "remove-node", [1, 2, 3], random.Random(0), leader=1, controller=1, observers=(2,)
+    )
+    assert "not an observer" in Nemesis(control).start(fault)["remove"]
+    assert control.node_ids == [1, 2, 3]
 
 
 def test_a_move_with_unknown_replicas_does_nothing() -> None:
