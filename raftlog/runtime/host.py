@@ -62,9 +62,6 @@ class GroupHost:
         self._awake: dict[GroupId, RaftGroup] = {}
         self._reachable: set[NodeId] = set()  # peers the transport reports alive
         self._wake = asyncio.Event()
-        # Cleared while a pass saves hard states: ticks wait for it (see _tick_forever).
-        self._votes_durable = asyncio.Event()
-        self._votes_durable.set()
         self._closed = False
         self.passes = 0
         self.ticks = 0  # group ticks, summed over groups: what quiescence saves
@@ -151,14 +148,15 @@ class GroupHost:
     async def _tick_forever(self) -> None:
         while not self._closed:
             await asyncio.sleep(self._tick_interval_s)
-            # Election timers must not run while this node's votes and terms are still on
-            # their way to disk: a vote that takes longer to save than an election timeout
-            # would always arrive too late, and a mass election (1,000 groups) would churn
-            # for ever on a slow disk. Ticks missed meanwhile are dropped, not replayed.
-            await self._votes_durable.wait()
             awake = self._awake
             for group in awake.values():
-                group.node.tick()
+                # A group whose Ready is still on its way to disk does not tick: a vote or
+                # acknowledgement that takes longer to save than an election timeout would
+                # otherwise always arrive too late, and a mass election (1,000 groups) on a
+                # slow disk would churn for ever. Only its own timers wait (the other groups
+                # keep heartbeating); the ticks it misses are dropped, not replayed.
+                if not group.node.ready_pending:
+                    group.node.tick()
             self.ticks += len(awake)
             self.tick_rounds += 1
             self._dirty.update(awake)
@@ -204,12 +202,7 @@ class GroupHost:
             else:
                 durable_log.sync()
         if tickets or saves.pending:
-            if saves.pending:
-                self._votes_durable.clear()
-            try:
-                await _sync_off_loop(saves, [ticket for _, ticket in tickets])
-            finally:
-                self._votes_durable.set()
+            await _sync_off_loop(saves, [ticket for _, ticket in tickets])
             for split_log, ticket in tickets:
                 split_log.complete_sync(ticket)
         for group, ready in batch:
@@ -308,7 +301,7 @@ async def _sync_off_loop(saves: _HardStateSaves, tickets: list[FlushTicket]) -> 
     loop = asyncio.get_running_loop()
     work = [loop.run_in_executor(_save_executor, _save_all, chunk) for chunk in chunks if chunk]
     if tickets:
-        work.append(asyncio.to_thread(_run_tickets, tickets))
+        work.append(loop.run_in_executor(None, _run_tickets, tickets))
     await asyncio.gather(*work)
 
 
