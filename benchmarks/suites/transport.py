@@ -1,13 +1,14 @@
 """Benchmark: which byte path carries node-to-node Raft traffic (issue 4).
 
-Theory of operation. A receiver process (this file run with `--serve`) listens with every
-candidate at once; this process is the sender. Both sides run one asyncio event loop each in
+Theory of operation. A receiver process (this file run with `--serve LOOP DIR`) listens with
+every candidate at once; this process is the sender. Both sides run one event loop each in
 separate processes, so neither candidate shares a GIL with its peer. For each candidate and
-message size the sender moves the same seeded random payloads until `volume_bytes` have gone,
-then sends an end marker; the receiver answers with the byte count it received, and the clock
-stops when that answer arrives (so bytes still in kernel buffers are not counted as moved).
+message size the sender moves `volume_bytes`, then the receiver answers with the byte count
+it received, and the clock stops when that answer arrives (so bytes still in kernel buffers
+are not counted as moved). Every candidate runs on asyncio's default loop and on uvloop (a
+receiver process per kind, the sender on a fresh loop of the same kind each round).
 
-Candidates:
+Candidates that send the same seeded random payloads from memory, one message each:
 - `grpc`: a grpc.aio bidirectional stream of raw bytes messages (no protobuf: identity
   serializers, so only gRPC's own framing and HTTP/2 flow control are measured);
 - `tcp`: [u32 length][payload] frames over asyncio streams (`writelines`, `readexactly`);
@@ -15,7 +16,19 @@ Candidates:
   received by a `BufferedProtocol` that reads large frames straight into their own buffer;
 - `raft_append`: raftlog's own codec and `PeerTransport`, AppendRequests of 1 MiB made of
   1 KiB entries (and, for comparison, 16 KiB entries), counting entry data bytes at the
-  receiver's `on_messages`.
+  receiver's `on_messages` (asyncio only: PeerTransport rejects uvloop's transports).
+
+Candidates that move the leader's log (`LeaderLog`: 16 KiB RecordBatches written by
+`SegmentedLog` into a real segment file), in spans of whole batches of at most the message
+size, to a follower (`FollowerReceiver`) that reads them into a preallocated buffer and
+writes them to its own file (page cache, no fsync) as it would append them:
+- `push_read`: the leader preads each span into Python (as building AppendEntries from the
+  log does) and writes [u32 length][span] through a flow-controlled transport, streaming;
+- `pull_sendfile`: the follower sends FETCH(offset, max bytes) when it has written the
+  previous span; the leader answers with a 12-byte header and `os.sendfile` from the
+  segment on a non-blocking socket, so payload bytes never enter Python on the sender;
+- `pull_read`: the same pull protocol with pread + sendmsg instead of sendfile, which tells
+  the pull protocol's cost from sendfile's gain.
 
 Contract with benchmarks/run.py: `run(out_dir, *, quick) -> dict[str, float]`. Running the file
 directly prints the metrics as JSON.
