@@ -127,6 +127,7 @@ class PartitionReplica:
         # None: no checkpoints (simulations, tests of other things); see checkpoint.py.
         self._checkpoint = checkpoint
         self._applied_bytes_since_checkpoint = 0
+        self._applied_term = -1  # the term of the entry at _applied_offset
 
     def attach(self, group: RaftGroup) -> None:
         assert self._group is None
@@ -177,6 +178,7 @@ class PartitionReplica:
                     base_offset=entry.offset,
                     last_offset=entry.last_offset,
                 )
+        self._applied_term = entry.term
         self._applied_bytes_since_checkpoint += len(entry.data)
         if (
             self._checkpoint is not None
@@ -199,6 +201,13 @@ class PartitionReplica:
             )
         )
         self._applied_bytes_since_checkpoint = 0
+
+    def checkpoint_on_close(self) -> None:
+        """A clean stop: save what was applied since the last checkpoint, so the next start
+        re-applies nothing (Kafka also snapshots producer state at a clean shutdown)."""
+        if self._checkpoint is not None and self._applied_bytes_since_checkpoint > 0:
+            assert self._applied_term >= 0, self._applied_offset
+            self.save_checkpoint(Term(self._applied_term))
 
     def recover(self, log: RecoveryLog) -> Offset:
         """Before the Raft core starts: load the checkpoint if the log vouches for it.
@@ -224,6 +233,7 @@ class PartitionReplica:
             checkpoint.state, producers_max=self._producers_max
         )
         self._applied_offset = checkpoint.offset
+        self._applied_term = checkpoint.term
         _logger.info(
             "%s-%s: resuming after the checkpoint at offset %d (the log ends at %d)",
             self.topic,
@@ -235,6 +245,8 @@ class PartitionReplica:
 
     def restore(self, snapshot: Snapshot) -> None:
         self._applied_offset = snapshot.meta.offset
+        self._applied_term = snapshot.meta.term
+        self._applied_bytes_since_checkpoint = 0  # the snapshot file holds this state
         self._committed_producers = ProducerStateTable.decode(
             snapshot.data, producers_max=self._producers_max
         )

@@ -298,6 +298,8 @@ class Broker:
             group.fail_waiters(NotLeaderError(leader_hint=None))
         for replica in self.replicas.values():
             replica.checkpoint_on_close()  # a clean stop: the next start re-applies nothing
+        for replica in self.replicas.values():
+            replica.checkpoint_on_close()  # a clean stop: the next start re-applies nothing
         for storage in self._storages.values():
             storage.close()
         self._storages.clear()

@@ -87,6 +87,8 @@ def _restart_and_check(
     cluster.kill_node(1, sig=sig)
     marker = _log_dir(cluster) / CLEAN_SHUTDOWN_FILE_NAME
     assert marker.exists() == (sig == signal.SIGTERM), "only a clean stop leaves the marker"
+    if sig == signal.SIGTERM:  # a clean stop checkpoints everything applied
+        assert _checkpoint(cluster).offset == last.last_offset
     cluster.start_node(1, "--set", "log.checkpoint_interval_bytes=2048")
     wait_until(lambda: _serves(cluster), timeout_s=60, what="the restarted node serves")
     resumed = Path(cluster.nodes[1].log_file).read_text().split("resuming after the checkpoint")

@@ -218,3 +218,21 @@ def test_a_checkpoint_the_log_does_not_vouch_for_is_not_used(tmp_path: Path) -> 
     assert _replica(storage, checkpoints=True).recover(storage) == last.last_offset
     storage.close()
     assert os.path.exists(store.path)
+
+
+def test_a_clean_stop_checkpoints_everything_applied(tmp_path: Path) -> None:
+    entries = _produced_entries(11, 6)  # well under one checkpoint interval
+    storage = _log_with(tmp_path / "log", entries)
+    running = _replica(storage, checkpoints=True)
+    running.recover(storage)
+    _apply_after(running, storage, -1)
+    assert _store(tmp_path / "log").load() is None  # no interval reached yet
+    running.checkpoint_on_close()
+    restarted = _replica(storage, checkpoints=True)
+    assert restarted.recover(storage) == storage.last_offset()  # nothing left to re-apply
+    assert restarted.snapshot_data() == running.snapshot_data()
+    # Nothing applied since: a second clean stop writes nothing (a save renames a new file).
+    before = (tmp_path / "log" / CHECKPOINT_FILE_NAME).stat().st_ino
+    restarted.checkpoint_on_close()
+    assert (tmp_path / "log" / CHECKPOINT_FILE_NAME).stat().st_ino == before
+    storage.close()
