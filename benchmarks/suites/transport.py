@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib.util
 import json
 import os
 import pathlib
@@ -452,7 +453,12 @@ async def recv_exactly(sock: socket.socket, size: int) -> bytes:
 async def writable(sock: socket.socket) -> None:
     loop = asyncio.get_running_loop()
     ready: asyncio.Future[None] = loop.create_future()
-    loop.add_writer(sock.fileno(), lambda: ready.done() or ready.set_result(None))
+
+    def on_writable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_writer(sock.fileno(), on_writable)
     try:
         await ready
     finally:
@@ -606,7 +612,8 @@ async def send_raft_append(
 Sender = Callable[[int, list[bytes], int], Awaitable[int]]
 SENDERS: dict[str, Sender] = {"grpc": send_grpc, "tcp": send_tcp, "tcpbuf": send_tcpbuf}
 SIZES_KIB = (16, 256, 1024)
-EVENT_LOOPS = ("asyncio", "uvloop")
+# uvloop is measured where it is installed (it is not a dependency: docs/transport.md).
+EVENT_LOOPS = ("asyncio", "uvloop") if importlib.util.find_spec("uvloop") else ("asyncio",)
 
 
 REPEATS = 7  # the machine is shared: the median of runs interleaved across candidates
