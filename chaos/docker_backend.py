@@ -175,8 +175,8 @@ class DockerBackend:
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
         return reassign(",".join(self._bootstrap), self.topic, partition, replicas)
 
-    def add_node(self) -> int | None:
-        return None  # containers are fixed at start (add-node needs --backend local)
+    def add_node(self) -> int | str:
+        return "docker: containers are fixed at start (add-node needs --backend local)"
 
     def remove_node(self, node: int, timeout_s: float) -> str | None:
         return "docker: remove-node needs --backend local"

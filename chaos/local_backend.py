@@ -176,11 +176,11 @@ class LocalBackend:
 
     # -- membership -------------------------------------------------------------------------
 
-    def add_node(self) -> int | None:
+    def add_node(self) -> int | str:
         try:
             node = self._cluster.add_observer()
-        except RuntimeError:  # its ports are taken
-            return None
+        except RuntimeError as error:  # its ports are taken (by another program)
+            return str(error)
         self._cluster.start_node(node.node_id, *self._serve_flags)
         self.node_ids = sorted(n for n in self._cluster.nodes if n not in self._removed)
         return node.node_id

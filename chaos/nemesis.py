@@ -153,8 +153,8 @@ class ClusterControl(Protocol):
 
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None: ...
 
-    def add_node(self) -> int | None:
-        """Start a new observer node; its id, or None when the backend cannot."""
+    def add_node(self) -> int | str:
+        """Start a new observer node: its id, or why not."""
         ...
 
     def remove_node(self, node: int, timeout_s: float) -> str | None:
@@ -348,7 +348,7 @@ class Nemesis:
             return {"reassign": "accepted" if refused is None else refused}
         elif fault.nemesis == "add-node":
             added = control.add_node()
-            return {"added": added} if added is not None else {"add": "the backend cannot"}
+            return {"added": added} if isinstance(added, int) else {"add": added}
         elif fault.nemesis == "remove-node":
             if not fault.nodes:
                 return {"remove": "skipped: no observer to decommission"}

@@ -237,8 +237,8 @@ class SyncObjBackend:
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
         return "pysyncobj: one fixed group, no reassignment"
 
-    def add_node(self) -> int | None:
-        return None  # pysyncobj: one fixed group
+    def add_node(self) -> int | str:
+        return "pysyncobj: one fixed group"
 
     def remove_node(self, node: int, timeout_s: float) -> str | None:
         return "pysyncobj: one fixed group, no decommission"

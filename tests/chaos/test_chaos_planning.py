@@ -127,7 +127,7 @@ class RecordingControl:
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
         return (1, 2, 3)
 
-    def add_node(self) -> int | None:
+    def add_node(self) -> int | str:
         self.calls.append(("add",))
         added = max(self.node_ids) + 1
         self.node_ids = [*self.node_ids, added]

@@ -141,6 +141,50 @@ def test_replica_moves_under_load_lose_nothing(tmp_path: Path) -> None:
     assert "accepted" in outcomes, outcomes
 
 
+def _node_log_lines(out: Path) -> list[str]:
+    return [
+        line for path in sorted((out / "cluster").glob("node-*.log"))
+        for line in path.read_text().splitlines()
+    ]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_added_nodes_get_replicas_by_rebalancing_under_load(tmp_path: Path) -> None:
+    # 3 voters, then observers started under the load; the controller's automatic
+    # rebalancing (grace shortened for the run) moves replicas onto them one at a time.
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--nodes", "3", "--nemesis", "add-node"]
+    argv += ["--duration", "30", "--seed", "1", "--out", str(out)]
+    code = main(argv)
+    results = _results(out)
+    assert code == 0, (results["anomaly_counts"], results["unchecked"])
+    added = [e["added"] for e in _nemesis_effects(out) if "added" in e]
+    assert added, _nemesis_effects(out)
+    moves_onto_added = [
+        line
+        for line in _node_log_lines(out)
+        if "rebalancing:" in line and any(f"{n}" in line.split("->")[-1] for n in added)
+    ]
+    assert moves_onto_added, "no replica was moved onto an added node"
+
+
+@pytest.mark.slow
+def test_removed_nodes_hand_their_replicas_over_under_load(tmp_path: Path) -> None:
+    # 3 voters and 1 observer holding replicas of the run's topic: remove-node decommissions
+    # the observer under the load (its replicas move to the voters), then stops it.
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--nodes", "3", "--observers", "1"]
+    argv += ["--nemesis", "remove-node", "--duration", "30", "--seed", "1", "--out", str(out)]
+    code = main(argv)
+    results = _results(out)
+    assert code == 0, (results["anomaly_counts"], results["unchecked"])
+    effects = _nemesis_effects(out)
+    assert any(e.get("removed") == 4 for e in effects), effects
+    lines = _node_log_lines(out)
+    assert any("decommissioning: chaos" in line for line in lines), "no replica moved off"
+    assert any("node 4 is decommissioned" in line for line in lines)
+
+
 class _LossyProducer:
     """Planted bug: every 7th send is acknowledged at a made-up offset and never written."""
 
