@@ -35,6 +35,7 @@ def test_transport_signatures() -> None:
         "rng",
         "incarnation",
         "on_peer_restart",
+        "on_peer_liveness",
     ]
     send = inspect.signature(peer_transport.PeerTransport.send)
     assert list(send.parameters) == ["self", "peer", "group", "message"]
