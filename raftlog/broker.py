@@ -71,6 +71,7 @@ from raftlog.metadata import (
     CompleteDecommission,
     CompleteReassignment,
     CreateTopicRequest,
+    DecommissionNode,
     DeleteTopic,
     ErrorCode,
     NodeHeartbeat,
@@ -298,8 +299,6 @@ class Broker:
             group.fail_waiters(NotLeaderError(leader_hint=None))
         for replica in self.replicas.values():
             replica.checkpoint_on_close()  # a clean stop: the next start re-applies nothing
-        for replica in self.replicas.values():
-            replica.checkpoint_on_close()  # a clean stop: the next start re-applies nothing
         for storage in self._storages.values():
             storage.close()
         self._storages.clear()
@@ -499,6 +498,11 @@ class Broker:
             if controller is None or self.forward is None:
                 raise NotControllerError(leader_hint=controller)
             return await self.forward(self.client_address_of(controller), command, timeout_s)
+        if isinstance(command, DecommissionNode):
+            # However it arrives (Admin or Internal.SubmitMetadata), a voter is refused.
+            plan = plan_decommission(self.metadata.state, command.node_id, self._voters())
+            if isinstance(plan, ApplyResult):
+                return plan
         if isinstance(command, NodeHeartbeat | RegisterNode):
             # Lease times are the controller's clock, never the sender's (clock skew).
             command = dataclasses.replace(command, now_ms=self.wall_clock.now_ms())
@@ -972,12 +976,15 @@ class Broker:
         duties then carry it out."""
         if not self.is_controller():
             raise NotControllerError(leader_hint=self.controller_id)
-        assert self.metadata_group is not None
-        voters = self.metadata_group.node.membership.voters | frozenset(self.settings.peers)
-        plan = plan_decommission(self.metadata.state, node_id, voters)
+        plan = plan_decommission(self.metadata.state, node_id, self._voters())
         if isinstance(plan, ApplyResult):
             return plan
         return await self.submit(plan, timeout_s=timeout_s)
+
+    def _voters(self) -> frozenset[NodeId]:
+        """The metadata quorum's voters: the bootstrap --peers and the group's membership."""
+        assert self.metadata_group is not None
+        return self.metadata_group.node.membership.voters | frozenset(self.settings.peers)
 
     def metadata_role(self, node_id: NodeId) -> str:
         """`node_id` in the metadata quorum as this node's copy of its membership shows it."""

@@ -8,6 +8,8 @@ error instead of rejoining. Decommissioning a voter is refused and says why.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -100,13 +102,26 @@ def test_an_observer_is_decommissioned_under_load(tmp_path: Path) -> None:
         assert on_observer, "placement put replicas on the observer"
         directories = [Path(observer.data_dir) / "partitions" / f"{TOPIC}-{p}" for p in on_observer]
 
-        # A voter is refused, and the refusal says why.
+        # A voter is refused, and the refusal says why (through the API and the command line).
         with pytest.raises(ClientError, match="voter"):
             admin.decommission_node(2)
+        command = [sys.executable, "-m", "raftlog", "cluster", "decommission"]
+        command += ["--bootstrap", _voters(cluster)]
+        refused = subprocess.run(
+            [*command, "3"], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert refused.returncode == 1, refused.stderr
+        assert "voter of the metadata quorum" in refused.stderr
 
         load = Load(_voters(cluster))
         wait_until(lambda: load.count() >= 50, timeout_s=60, what="the load running")
-        admin.decommission_node(4)
+        # `raftlog cluster decommission 4 --wait` under the load.
+        decommission = subprocess.Popen(
+            [*command, "4", "--wait", "240"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         seen_moving = False
 
         def decommissioned() -> bool:
@@ -117,6 +132,9 @@ def test_an_observer_is_decommissioned_under_load(tmp_path: Path) -> None:
             return node.state == "decommissioned" and node.metadata_role == "none"
 
         wait_until(decommissioned, timeout_s=240, what="node 4 decommissioned")
+        _, stderr = decommission.communicate(timeout=60)
+        assert decommission.returncode == 0, stderr
+        assert "node 4 is decommissioned" in stderr
         acked_during = load.count()
         wait_until(lambda: load.count() >= acked_during + 20, timeout_s=60, what="load after")
         load.stop()
