@@ -243,10 +243,27 @@ def test_the_pysyncobj_baseline_runs_under_kill_and_pause(tmp_path: Path) -> Non
     assert set(results["anomaly_counts"]) >= {"lost", "duplicate", "send_reorder"}
 
 
-@pytest.mark.parametrize("nemesis", ["partition", "lose-unsynced", "clock-jump", "move-replica"])
+@pytest.mark.parametrize(
+    "nemesis",
+    ["partition", "lose-unsynced", "clock-jump", "move-replica", "add-node", "remove-node"],
+)
 def test_node_hook_nemeses_are_refused_where_there_is_no_hook(tmp_path: Path, nemesis: str) -> None:
     argv = ["run", "--backend", "pysyncobj", "--nemesis", nemesis, "--out", str(tmp_path)]
     assert main(argv) == 2
+
+
+@pytest.mark.parametrize("nemesis", ["lose-unsynced", "add-node", "remove-node"])
+def test_process_set_nemeses_are_refused_on_docker(
+    tmp_path: Path, nemesis: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "--backend", "docker", "--nemesis", nemesis, "--out", str(tmp_path)]
+    assert main(argv) == 2
+    assert nemesis in capsys.readouterr().err
+
+
+def test_observers_need_the_local_backend(tmp_path: Path) -> None:
+    argv = ["run", "--backend", "pysyncobj", "--observers", "1", "--nemesis", "kill"]
+    assert main([*argv, "--out", str(tmp_path)]) == 2
 
 
 def test_the_unsafe_node_is_refused_outside_the_local_backend(tmp_path: Path) -> None:
