@@ -58,6 +58,7 @@ import itertools
 import json
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from raftlog.config import LogConfig
@@ -114,8 +115,13 @@ class FlushTicket:
     files: FileSystem
     end_offset: int
     done: bool = False
+    # Durable work of the log's owner that must precede these fsyncs (RaftLogStorage's
+    # leader-epoch checkpoint), run on the same disk thread instead of on the event loop.
+    prelude: Callable[[], None] | None = None
 
     def run(self) -> None:
+        if self.prelude is not None:
+            self.prelude()
         for handle in self.handles:
             handle.sync()
         if self.directory is not None:

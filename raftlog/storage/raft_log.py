@@ -17,10 +17,16 @@ Answering `term_at` must not read the disk: a *leader-epoch cache* (Kafka's
 leader-epoch-checkpoint) lists `(term, start_offset)` for each term in the log, and the
 offsets of the CONFIG entries after the snapshot ride along. Both change rarely (a leader
 change, a membership change, a truncation, a compaction) and are then written to
-`raft-checkpoint` atomically, *before* the log append they describe, so the checkpoint is
-never behind the durable log; on open it is cut back to the log's end (a crash may have lost
-the appends), checked against the last batch's term, and rebuilt from a scan if missing,
-damaged or inconsistent.
+`raft-checkpoint` atomically. A truncation, snapshot or compaction writes it at once; an
+append that starts a term or adds a CONFIG entry (every group at an election: a thousand
+partitions elect at once) only marks it pending, and the next sync writes it on the disk
+thread just *before* fsyncing the log it describes (`FlushTicket.prelude`), so no replace
+and fsync of a file runs on the event loop per election. On open it is cut back to the log's
+end (a crash may have lost appends), checked against the last batch's term, and rebuilt
+from a scan if missing, damaged or inconsistent: a crash that wrote log pages back before
+the pending checkpoint reached disk leaves the last batch's term unknown to it, so the
+check sends it to the scan. Term start offsets are unique (Log Matching), so a checkpoint
+whose last term matches the log's is right for every term it lists.
 
 The latest snapshot's metadata (and data: a partition's is empty, the metadata quorum's holds
 its state machine) lives in `snapshot`, also replaced atomically, and is written *before* the
@@ -41,6 +47,7 @@ import bisect
 import json
 import os
 import struct
+import threading
 from collections.abc import Sequence
 
 from raftlog.config import LogConfig
@@ -102,6 +109,13 @@ class RaftLogStorage:
         self._epoch_terms: list[int] = []
         self._epoch_starts: list[int] = []
         self._config_offsets: list[int] = []
+        # Checkpoint versions: the latest encoded, the latest on disk, and the one waiting for
+        # the next sync. A disk thread and the loop may both write (a ticket's prelude, a
+        # compaction), so writes are serialized and never replace a newer version by an older.
+        self._checkpoint_version = 0
+        self._checkpoint_written = 0
+        self._checkpoint_pending: tuple[int, bytes] | None = None
+        self._checkpoint_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -185,7 +199,7 @@ class RaftLogStorage:
             self._forget_from(first)
         batches = [self._batch_for(entry) for entry in entries]
         if self._note_appends(entries):
-            self._save_checkpoint()  # before the appends it describes: never behind the log
+            self._save_checkpoint(defer=True)  # written by the next sync, before its fsyncs
         for entry, batch in zip(entries, batches, strict=True):
             info = self.log.append(batch, leader_epoch=entry.term, base_offset=entry.offset)
             assert info.last_offset == entry.last_offset, (info, entry)
@@ -222,16 +236,24 @@ class RaftLogStorage:
         assert self.first_offset() == offset + 1 and self.log.log_start_offset <= offset + 1
 
     def sync(self) -> None:
+        self._write_pending_checkpoint()
         self.log.flush()
 
     def prepare_sync(self) -> FlushTicket:
         """`sync` split for the group host: run the ticket off the loop, then complete it."""
-        return self.log.prepare_flush()
+        ticket = self.log.prepare_flush()
+        pending, self._checkpoint_pending = self._checkpoint_pending, None
+        if pending is not None:
+            version, data = pending
+            ticket.prelude = lambda: self._write_checkpoint(version, data)
+        return ticket
 
     def complete_sync(self, ticket: FlushTicket) -> None:
+        assert ticket.done
         self.log.complete_flush(ticket)
 
     def close(self) -> None:
+        self._write_pending_checkpoint()
         self.log.close()
 
     # --- PartitionLog (what a partition replica reads for consumers) ---------------------
@@ -306,7 +328,7 @@ class RaftLogStorage:
     def _checkpoint_path(self) -> str:
         return os.path.join(self.directory, CHECKPOINT_FILE_NAME)
 
-    def _save_checkpoint(self) -> None:
+    def _save_checkpoint(self, *, defer: bool = False) -> None:
         body = json.dumps(
             {
                 "epochs": list(zip(self._epoch_terms, self._epoch_starts, strict=True)),
@@ -314,7 +336,26 @@ class RaftLogStorage:
             },
             separators=(",", ":"),
         ).encode()
-        write_file_atomically(self.files, self._checkpoint_path(), _CRC.pack(crc32c(body)) + body)
+        self._checkpoint_version += 1
+        data = _CRC.pack(crc32c(body)) + body
+        if defer:
+            self._checkpoint_pending = (self._checkpoint_version, data)
+        else:
+            self._checkpoint_pending = None  # this newer version replaces it
+            self._write_checkpoint(self._checkpoint_version, data)
+
+    def _write_pending_checkpoint(self) -> None:
+        pending, self._checkpoint_pending = self._checkpoint_pending, None
+        if pending is not None:
+            self._write_checkpoint(*pending)
+
+    def _write_checkpoint(self, version: int, data: bytes) -> None:
+        """Any thread: replace the file unless a newer version is already there."""
+        with self._checkpoint_lock:
+            if version <= self._checkpoint_written:
+                return
+            write_file_atomically(self.files, self._checkpoint_path(), data)
+            self._checkpoint_written = version
 
     def _load_checkpoint(self) -> bool:
         """Load, cut back to the log and check the checkpoint; False if it cannot be used."""

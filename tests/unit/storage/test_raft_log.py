@@ -305,3 +305,65 @@ class RaftLogMachine(RuleBasedStateMachine):
 
 RaftLogMachine.TestCase.settings = settings(max_examples=300, stateful_step_count=40, deadline=None)
 TestRaftLogMachine = RaftLogMachine.TestCase
+
+
+def _checkpoint_bytes(sim: SimFileSystem) -> bytes | None:
+    path = f"/g/log/{CHECKPOINT_FILE_NAME}"
+    if not sim.exists(path):
+        return None
+    handle = sim.open(path)
+    try:
+        return handle.read_at(handle.size_bytes(), 0)
+    finally:
+        handle.close()
+
+
+def test_a_new_term_is_checkpointed_by_the_sync_ticket_not_by_the_append() -> None:
+    """An election must not replace and fsync a file per group on the event loop: the append
+    only marks the checkpoint pending; the host's disk thread writes it before the fsyncs."""
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history()[:5])
+    storage.sync()
+    before = _checkpoint_bytes(sim)
+    storage.append([_data_entry(7, storage.last_offset() + 1)])
+    assert _checkpoint_bytes(sim) == before  # nothing written by the append itself
+    ticket = storage.prepare_sync()
+    assert ticket.prelude is not None
+    assert _checkpoint_bytes(sim) == before
+    ticket.run()  # what the disk thread does
+    storage.complete_sync(ticket)
+    assert _checkpoint_bytes(sim) != before
+    sim.crash()
+    reopened = _open(sim)
+    assert reopened.term_at(reopened.last_offset()) == 7
+    assert reopened.last_offset() == storage.last_offset()
+
+
+def test_an_older_checkpoint_never_replaces_a_newer_one() -> None:
+    """A compaction on the loop may write the checkpoint while a ticket prepared before it
+    waits for a disk thread: the stale prelude must not bring the older version back."""
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history())  # terms 1-4 and a CONFIG entry: checkpoint pending
+    stale_ticket = storage.prepare_sync()  # its prelude holds that version
+    membership = Membership(frozenset({NodeId(1), NodeId(2)}))
+    storage.compact(Snapshot(SnapshotMeta(Offset(9), Term(2), membership), b"state"))
+    after_compaction = _checkpoint_bytes(sim)  # written at once, CONFIG offset 1 dropped
+    stale_ticket.run()
+    assert _checkpoint_bytes(sim) == after_compaction
+    storage.complete_sync(stale_ticket)
+    storage.close()
+    reopened = _open(sim)
+    assert [reopened.term_at(Offset(o)) for o in (9, 10, 12, 14)] == [2, 2, 3, 4]
+    assert list(reopened.config_entries()) == []
+
+
+def test_a_pending_checkpoint_is_written_by_close() -> None:
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history())
+    storage.close()
+    assert _checkpoint_bytes(sim) is not None
+    sim.crash()  # close synced everything: nothing to rebuild, nothing lost
+    assert [_open(sim).term_at(Offset(o)) for o in (0, 6, 12, 14)] == [1, 2, 3, 4]
