@@ -235,12 +235,14 @@ class SimLog:
                 state = _LogState(snapshot=op.snapshot)
                 continue
             entries = op.entries
-            if self._torn_writes and self._rng.random() < 0.3:
+            torn = self._torn_writes and self._rng.random() < 0.3
+            if torn:
                 entries = entries[: self._rng.randint(0, len(entries))]
-            if not entries:
-                break  # torn at the very start of this write: nothing after it survives
-            _apply_append(state, entries, log=None)
-            kept_entries += len(entries)
+            if entries:
+                _apply_append(state, entries, log=None)
+                kept_entries += len(entries)
+            if torn:
+                break  # the disk wrote in order: nothing after a torn write survives
         self._visible = state
         self._durable = state.copy()
         return kept_entries
