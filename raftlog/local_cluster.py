@@ -55,9 +55,28 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def free_port_base(count: int, *, start: int = 20000, stop: int = 60000) -> int:
-    """A base port such that base+1..base+count and their +100 twins are all free."""
-    for base in range(start + (os.getpid() % 97) * 200, stop, 200):
+def _ephemeral_port_low(default: int = 32768) -> int:
+    """The first port the kernel hands to outgoing connections (Linux: ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as handle:
+            return int(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+def free_port_base(count: int, *, start: int = 10000, stop: int | None = None) -> int:
+    """A base port such that base+1..base+count and their +100 twins are all free.
+
+    Blocks stay below the ephemeral range: a port free now but inside it may be taken by any
+    outgoing connection (ours included) before the node binds it. The search starts at a
+    pid-dependent block, so parallel test processes rarely probe the same ports."""
+    stop = min(stop or 65536, _ephemeral_port_low())
+    span = count + RAFT_PORT_OFFSET + 1
+    bases = list(range(start, stop - span, 200))
+    if not bases:
+        raise RuntimeError(f"no room for {count} port pairs in [{start}, {stop})")
+    first = os.getpid() % len(bases)
+    for base in bases[first:] + bases[:first]:
         ports = [base + i for i in range(1, count + 1)]
         if all(_port_free(p) and _port_free(p + RAFT_PORT_OFFSET) for p in ports):
             return base

@@ -189,5 +189,8 @@ async def _serve(settings: BrokerSettings) -> int:
     await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
     failed = broker.failed.done()
+    if failed:
+        # Already logged where it happened; retrieving it keeps asyncio from logging it again.
+        broker.failed.exception()
     await broker.stop()
     return 1 if failed else 0
