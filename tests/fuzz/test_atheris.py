@@ -14,7 +14,8 @@ pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("atheris") is None, reason="atheris is not installed"
 )
 ROOT = Path(__file__).resolve().parents[2]
-RUNS = int(os.environ.get("RAFTLOG_FUZZ_EXAMPLES", 500))
+# A bounded run for CI (about 5 s a target on 2 cores); set RAFTLOG_FUZZ_EXAMPLES for longer.
+RUNS = int(os.environ.get("RAFTLOG_FUZZ_EXAMPLES", 20000))
 
 
 @pytest.mark.parametrize("target", ["batch", "records", "recovery"])
