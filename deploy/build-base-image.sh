@@ -23,12 +23,19 @@ if [[ "${FORCE:-0}" != "1" ]] && docker image inspect "$tag" >/dev/null 2>&1; th
     echo "base image $tag exists (FORCE=1 to rebuild)"
     exit 0
 fi
-if ! command -v debootstrap >/dev/null; then
-    echo "error: debootstrap not found; install it with: apt-get install -y debootstrap" >&2
-    exit 1
-fi
 if [[ "$(id -u)" != "0" ]]; then
     echo "error: debootstrap needs root (run this script with sudo)" >&2
+    exit 1
+fi
+# Every machine starts fresh: fetch debootstrap from Debian's packages when it is missing.
+if ! command -v debootstrap >/dev/null && command -v apt-get >/dev/null; then
+    echo "installing debootstrap (apt-get)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+fi
+if ! command -v debootstrap >/dev/null; then
+    echo "error: debootstrap not found and apt-get could not install it" >&2
+    echo "       (install it with: apt-get install -y debootstrap)" >&2
     exit 1
 fi
 
