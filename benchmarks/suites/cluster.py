@@ -134,6 +134,11 @@ def read_first_line(streams: list[object]) -> dict[str, float]:
     raise TimeoutError(f"pysyncobj: no result within {PYSYNCOBJ_WAIT_S_MAX} s")
 
 
+# Batches in flight per partition for every producer here; unset: the client's default.
+# RAFTLOG_BENCH_MAX_IN_FLIGHT=1 measures the one-batch-at-a-time producer in the same window.
+MAX_IN_FLIGHT = int(os.environ.get("RAFTLOG_BENCH_MAX_IN_FLIGHT", "0")) or None
+
+
 def producer(bootstrap: str, acks: AcksOption, *, linger_ms: int = LINGER_MS) -> Producer:
     return Producer(
         bootstrap,
@@ -142,6 +147,7 @@ def producer(bootstrap: str, acks: AcksOption, *, linger_ms: int = LINGER_MS) ->
         batch_bytes_max=BATCH_BYTES_MAX,
         buffer_bytes_max=BUFFER_BYTES_MAX,
         enable_idempotence=acks == "all",  # the client refuses idempotence without acks=all
+        max_in_flight_per_partition=MAX_IN_FLIGHT,
     )
 
 

@@ -5,8 +5,21 @@ accumulator's condition until a batch is ready, a response arrived or a deadline
 it (1) handles finished responses, (2) fails queued batches older than `delivery_timeout_ms`
 and (3) sends every ready batch as its own Produce request to the partition's leader.
 Requests run concurrently across partitions as gRPC futures whose callbacks only queue the
-answer and wake the thread; at most one batch per partition is in flight, so order within a
-partition holds across retries.
+answer and wake the thread. Up to `max_in_flight_per_partition` batches of one partition
+are in flight at once (Kafka's max.in.flight.requests.per.connection): with linger 0 and one
+batch in flight each record waited for the whole round trip of the batch ahead of it.
+
+Order within a partition across retries (the accumulator's rules, as Kafka's idempotent
+producer): batches leave in sequence order; a batch that fails retriably goes back into the
+queue ahead of every batch never sent, keeping its bytes and so its sequence numbers, and is
+resent only once every earlier batch of its partition is resolved; the later batches in
+flight then fail too (NOT_LEADER, or OUT_OF_ORDER because the leader has not seen the failed
+one) and are resent after it, one at a time, in order. Separate gRPC calls may also reach the
+leader out of order. So OUT_OF_ORDER is retriable while an earlier batch of the partition is
+unresolved, and fatal once the batch is the partition's oldest (a real gap, as before). At
+most `max_in_flight_per_partition` (<= 5) batches of a partition are unresolved, and the
+leader remembers the last 5 batches of each producer, so a resent batch it already wrote is
+answered DUPLICATE_SEQUENCE with its original offsets.
 
 Idempotence (as Kafka's idempotent producer): before the first batch the thread asks any node
 for a producer id and epoch (InitProducerId). A batch is encoded once, at its first attempt,
@@ -54,6 +67,7 @@ from raftlog.storage.records import encode_batch
 __all__ = ["Sender"]
 
 _SEQUENCE_MODULUS = 2**31  # Kafka's sequence numbers wrap at Integer.MAX_VALUE
+_OUT_OF_ORDER = pb.ErrorCode.Name(pb.OUT_OF_ORDER_SEQUENCE)
 _ACKS = {"all": pb.ACKS_ALL, -1: pb.ACKS_ALL, 1: pb.ACKS_LEADER, 0: pb.ACKS_NONE}
 _CODECS = {
     None: Compression.NONE,
@@ -245,7 +259,9 @@ class Sender:
             offset = response.base_offset if self.config.acks != 0 else -1
             return batch, offset, None
         refusal = server_error(response.error, concerning=concerning)
-        if isinstance(refusal, NotLeaderForPartitionError):
+        if refusal.code == _OUT_OF_ORDER:
+            pass  # an earlier batch failed or is not there yet; _may_retry decides
+        elif isinstance(refusal, NotLeaderForPartitionError):
             self.cluster.apply_leader_hint(batch.tp, refusal.leader_id, refusal.leader_address)
         elif refusal.retriable:
             self.cluster.mark_stale(batch.tp.topic)
@@ -269,7 +285,12 @@ class Sender:
         return final
 
     def _may_retry(self, batch: ProducerBatch, error: Exception, now: float) -> bool:
+        # The lock is held: whether an earlier batch is unresolved cannot change meanwhile.
         retriable = bool(getattr(error, "retriable", False))
+        if getattr(error, "code", None) == _OUT_OF_ORDER:
+            # The gap is an earlier batch still in flight or waiting for its retry: this one
+            # goes after it. With none, a sequence was really lost: retrying cannot help.
+            retriable = not self.accumulator.is_oldest_unresolved(batch)
         within_attempts = batch.attempts <= self.config.retries
         within_time = (now - batch.created_at) * 1000 < self.config.delivery_timeout_ms
         return retriable and within_attempts and within_time and not self.abort

@@ -6,10 +6,13 @@ new one when the last is full) after reserving the record's estimated size in a 
 sender to release space, then raises `BufferFullError`. The sender thread asks for `ready`
 batches: the head batch of a partition is ready when it is full (another batch follows it),
 when it has lingered `linger_ms`, when a flush or close is under way, and never while the
-partition already has a batch in flight (`mute`): one batch in flight per partition keeps
-records in order and makes idempotent sequence numbers simple. A batch that must be retried
-goes back to the head of its partition's queue with a `retry_at` time; a finished batch
-releases its bytes.
+partition already has `max_in_flight` batches in flight. Batches leave a partition's queue in
+order and each gets a `drain_order` when it first leaves; a partition's drained batches not
+yet finished are its `unresolved` batches, oldest first. A batch that must be retried goes
+back into its partition's queue after the retries older than it and before every batch never
+sent, with a `retry_at` time, and it leaves again only once it is the partition's oldest
+unresolved batch (Kafka's rule): retries go out one at a time and in order, so the leader
+sees each partition's sequence numbers in order again. A finished batch releases its bytes.
 
 All state is guarded by one `threading.Condition`, which the producer's sender also waits on;
 every change that could make a batch ready notifies it.
@@ -76,6 +79,8 @@ class ProducerBatch:
     encoded: bytes | None = None
     base_sequence: int = -1
     last_error: Exception | None = None
+    # Set when the batch first leaves its queue; orders a partition's unresolved batches.
+    drain_order: int = -1
 
 
 def _running_future() -> Future[int]:
@@ -179,8 +184,11 @@ class Accumulator:
         buffer_bytes_max: int,
         linger_ms: int,
         clock: Callable[[], float],
+        max_in_flight: int = 1,
     ) -> None:
         assert BATCH_HEADER_BYTES < batch_bytes_max <= buffer_bytes_max
+        assert max_in_flight >= 1
+        self.max_in_flight = max_in_flight
         self.batch_bytes_max = batch_bytes_max
         self.buffer_bytes_max = buffer_bytes_max
         self.linger_s = linger_ms / 1000
@@ -191,7 +199,11 @@ class Accumulator:
         self.flushes_under_way = 0
         self.closing = False
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
-        self._muted: set[TopicPartition] = set()
+        # Batches of a partition being sent now (at most max_in_flight).
+        self._in_flight: dict[TopicPartition, int] = {}
+        # Drained batches not finished yet (in flight or queued for a retry), oldest first.
+        self._unresolved: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._drained_batches = 0
         self.incomplete: set[ProducerBatch] = set()
 
     def append(
@@ -267,52 +279,88 @@ class Accumulator:
         assert self.reserved_bytes <= self.buffer_bytes_max
 
     def drain_ready(self, now: float) -> list[ProducerBatch]:
-        """Close and take the head batch of every unmuted partition that is ready; mute them."""
+        """Close and take every ready head batch of each partition below its in-flight bound.
+
+        A retry (a batch drained before) leaves only as its partition's oldest unresolved
+        batch, and nothing queued behind it leaves before it.
+        """
         assert self._is_held()
         drained: list[ProducerBatch] = []
         urgent = self.flushes_under_way > 0 or self.closing
         for tp, queue in self._queues.items():
-            if tp in self._muted or not queue:
-                continue
-            head = queue[0]
-            if head.retry_at > now:
-                continue
-            if head.closed or urgent or now - head.created_at >= self.linger_s:
+            while queue and self._in_flight.get(tp, 0) < self.max_in_flight:
+                head = queue[0]
+                if head.retry_at > now:
+                    break
+                if head.drain_order >= 0:
+                    if self._unresolved[tp][0] is not head:
+                        break  # an older batch of this partition is still unresolved
+                elif not (head.closed or urgent or now - head.created_at >= self.linger_s):
+                    break
                 head.closed = True
-                drained.append(queue.popleft())
-                self._muted.add(tp)
+                queue.popleft()
+                if head.drain_order < 0:
+                    head.drain_order = self._drained_batches
+                    self._drained_batches += 1
+                    self._unresolved.setdefault(tp, deque()).append(head)
+                self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
+                drained.append(head)
         assert all(batch.closed for batch in drained)
         return drained
 
     def next_ready_at(self) -> float | None:
-        """When the earliest unmuted head batch becomes ready (None: no batch waits)."""
+        """When the earliest head batch that may leave becomes ready (None: no batch waits).
+
+        A retry waiting for an older batch of its partition, or a partition at its in-flight
+        bound, has no time: a response wakes the sender.
+        """
         assert self._is_held()
-        times = [
-            max(queue[0].retry_at, queue[0].created_at + self.linger_s)
-            if not queue[0].closed
-            else queue[0].retry_at
-            for tp, queue in self._queues.items()
-            if queue and tp not in self._muted
-        ]
+        times = []
+        for tp, queue in self._queues.items():
+            if not queue or self._in_flight.get(tp, 0) >= self.max_in_flight:
+                continue
+            head = queue[0]
+            if head.drain_order >= 0:
+                if self._unresolved[tp][0] is head:
+                    times.append(head.retry_at)
+            elif head.closed:
+                times.append(head.retry_at)
+            else:
+                times.append(max(head.retry_at, head.created_at + self.linger_s))
         return min(times) if times else None
 
+    def is_oldest_unresolved(self, batch: ProducerBatch) -> bool:
+        """Whether no earlier batch of `batch`'s partition is still in flight or queued for a
+        retry (so an OUT_OF_ORDER answer to `batch` is not explained by one)."""
+        assert self._is_held()
+        unresolved = self._unresolved.get(batch.tp)
+        return not unresolved or unresolved[0] is batch
+
     def requeue(self, batch: ProducerBatch, *, retry_at: float) -> None:
-        """Put an in-flight batch back at the head of its queue, to be retried at `retry_at`."""
-        assert self._is_held() and batch.tp in self._muted
-        self._queues.setdefault(batch.tp, deque()).appendleft(batch)
+        """Put an in-flight batch back in its queue, to be retried at `retry_at`: after the
+        retries drained before it, before every batch never sent."""
+        assert self._is_held() and self._in_flight.get(batch.tp, 0) > 0
+        assert batch.drain_order >= 0
+        queue = self._queues.setdefault(batch.tp, deque())
+        position = 0
+        while position < len(queue) and 0 <= queue[position].drain_order < batch.drain_order:
+            position += 1
+        queue.insert(position, batch)
         batch.retry_at = retry_at
-        self._muted.discard(batch.tp)
+        self._in_flight[batch.tp] -= 1
         self.condition.notify_all()
 
     def complete(self, batch: ProducerBatch, *, in_flight: bool) -> None:
-        """A batch is done (delivered or failed): release its bytes; if it was the partition's
-        batch in flight, unmute the partition. A queued batch that expires must leave the
-        mute alone: the batch in flight ahead of it still holds the partition's order."""
+        """A batch is done (delivered or failed): release its bytes, and its in-flight slot
+        if it was being sent. A queued batch that expires frees no slot: the batches in flight
+        ahead of it still hold theirs."""
         assert self._is_held() and batch in self.incomplete
-        assert not in_flight or batch.tp in self._muted
+        assert not in_flight or self._in_flight.get(batch.tp, 0) > 0
         self.incomplete.discard(batch)
         if in_flight:
-            self._muted.discard(batch.tp)
+            self._in_flight[batch.tp] -= 1
+        if batch.drain_order >= 0:
+            self._unresolved[batch.tp].remove(batch)
         self.reserved_bytes -= batch.size_bytes - BATCH_HEADER_BYTES
         assert self.reserved_bytes >= 0, self.reserved_bytes
         self.condition.notify_all()

@@ -26,6 +26,9 @@ __all__ = [
 
 KIB = 1024
 MIB = 1024 * KIB
+# The most batches of a partition in flight: a leader remembers a producer's last five batches
+# (raftlog.partition.producer_state.REMEMBERED_BATCHES_MAX), so a retried one is still known.
+IDEMPOTENT_IN_FLIGHT_MAX = 5
 
 AcksOption = Literal["all", 1, 0, -1]
 CompressionOption = Literal["lz4", "zstd", "gzip"] | None
@@ -92,7 +95,18 @@ class ProducerConfig:
     # A record fails once it has been tried 1 + retries times or delivery_timeout_ms passed.
     retries: int = 2**31 - 1
     delivery_timeout_ms: int = 120_000
+    # Batches of one partition sent before the first is answered (Kafka's
+    # max.in.flight.requests.per.connection). None: 5 with idempotence (sequence numbers keep
+    # order across retries), 1 without (a retry could land after a later batch).
+    max_in_flight_per_partition: int | None = None
     connection: ConnectionConfig = ConnectionConfig()
+
+    @property
+    def in_flight_per_partition_max(self) -> int:
+        """`max_in_flight_per_partition` with its default resolved."""
+        if self.max_in_flight_per_partition is not None:
+            return self.max_in_flight_per_partition
+        return IDEMPOTENT_IN_FLIGHT_MAX if self.enable_idempotence else 1
 
     def validate(self) -> ProducerConfig:
         self.connection.validate()
@@ -122,6 +136,18 @@ class ProducerConfig:
             "delivery_timeout_ms",
             f"must be >= linger_ms + request_timeout_ms ({self.delivery_timeout_ms} < "
             f"{self.linger_ms} + {self.connection.request_timeout_ms})",
+        )
+        in_flight = self.max_in_flight_per_partition
+        _require(
+            in_flight is None
+            or (
+                isinstance(in_flight, int)
+                and not isinstance(in_flight, bool)
+                and 1 <= in_flight <= IDEMPOTENT_IN_FLIGHT_MAX
+            ),
+            "max_in_flight_per_partition",
+            f"must be an int from 1 to {IDEMPOTENT_IN_FLIGHT_MAX} (the leader remembers the "
+            f"last {IDEMPOTENT_IN_FLIGHT_MAX} batches of a producer) or None, got {in_flight!r}",
         )
         _require(
             not self.enable_idempotence or self.acks in ("all", -1),

@@ -8,7 +8,9 @@ It returns a `concurrent.futures.Future` that resolves to a `RecordMetadata` onc
 acknowledged with the requested `acks`, or fails with a `DeliveryFailedError` (a light
 `RecordFuture` reading its batch's one future: no Condition per record). The background
 sender thread (`raftlog.client._sender`) does everything else: linger, InitProducerId,
-encoding, routing to leaders, retries and completion.
+encoding, routing to leaders, retries and completion. Up to `max_in_flight_per_partition`
+batches of a partition are in flight at once (default 5 with idempotence, whose sequence
+numbers keep them in order across retries; 1 without, where a retry could be reordered).
 
 `flush()` makes every batch ready at once and waits for the records sent before it; `close()`
 flushes, stops the sender and closes the channels (also on leaving a `with` block).
@@ -102,6 +104,7 @@ class Producer:
         enable_idempotence: bool = True,
         retries: int = 2**31 - 1,
         delivery_timeout_ms: int = 120_000,
+        max_in_flight_per_partition: int | None = None,
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
@@ -145,6 +148,7 @@ class Producer:
             enable_idempotence=enable_idempotence,
             retries=retries,
             delivery_timeout_ms=delivery_timeout_ms,
+            max_in_flight_per_partition=max_in_flight_per_partition,
             connection=connection,
         ).validate()
         self._cluster = Cluster(
@@ -166,6 +170,7 @@ class Producer:
             buffer_bytes_max=buffer_bytes_max,
             linger_ms=linger_ms,
             clock=clock,
+            max_in_flight=self.config.in_flight_per_partition_max,
         )
         self._sender = Sender(
             cluster=self._cluster,

@@ -351,7 +351,10 @@ def test_queued_batch_expires_after_delivery_timeout(cluster: FakeCluster) -> No
     cluster.state.create_topic("events", 2)
     cluster.state.produce_gate.clear()  # the first batch stays in flight
     clock = ManualClock()
-    with Producer(cluster.bootstrap, linger_ms=0, clock=clock) as producer:
+    # One batch in flight per partition, so the second one waits in the queue.
+    with Producer(
+        cluster.bootstrap, linger_ms=0, clock=clock, max_in_flight_per_partition=1
+    ) as producer:
         first = producer.send("events", value=b"in flight", partition=0)
         with cluster.state.condition:
             cluster.state.condition.wait_for(
@@ -370,7 +373,10 @@ def test_expiry_behind_a_batch_in_flight_keeps_one_batch_in_flight(cluster: Fake
     cluster.state.create_topic("events", 2)
     cluster.state.produce_gate.clear()
     clock = ManualClock()
-    with Producer(cluster.bootstrap, linger_ms=0, clock=clock) as producer:
+    # One batch in flight per partition, so the second one waits in the queue.
+    with Producer(
+        cluster.bootstrap, linger_ms=0, clock=clock, max_in_flight_per_partition=1
+    ) as producer:
         first = producer.send("events", value=b"in flight", partition=0)
         with cluster.state.condition:
             cluster.state.condition.wait_for(
