@@ -15,8 +15,9 @@ queue ahead of every batch never sent, keeping its bytes and so its sequence num
 resent only once every earlier batch of its partition is resolved; the later batches in
 flight then fail too (NOT_LEADER, or OUT_OF_ORDER because the leader has not seen the failed
 one) and are resent after it, one at a time, in order. Separate gRPC calls may also reach the
-leader out of order. So OUT_OF_ORDER is retriable while an earlier batch of the partition is
-unresolved, and fatal once the batch is the partition's oldest (a real gap, as before). At
+leader out of order. So OUT_OF_ORDER is retriable when an earlier batch of the partition was
+unresolved as the batch was sent (or still is), and fatal for a batch sent as the partition's
+oldest unresolved one, as every retry is (a real gap, as before). At
 most `max_in_flight_per_partition` (<= 5) batches of a partition are unresolved, and the
 leader remembers the last 5 batches of each producer, so a resent batch it already wrote is
 answered DUPLICATE_SEQUENCE with its original offsets.
@@ -290,7 +291,7 @@ class Sender:
         if getattr(error, "code", None) == _OUT_OF_ORDER:
             # The gap is an earlier batch still in flight or waiting for its retry: this one
             # goes after it. With none, a sequence was really lost: retrying cannot help.
-            retriable = not self.accumulator.is_oldest_unresolved(batch)
+            retriable = self.accumulator.may_follow_unresolved(batch)
         within_attempts = batch.attempts <= self.config.retries
         within_time = (now - batch.created_at) * 1000 < self.config.delivery_timeout_ms
         return retriable and within_attempts and within_time and not self.abort

@@ -81,6 +81,8 @@ class ProducerBatch:
     last_error: Exception | None = None
     # Set when the batch first leaves its queue; orders a partition's unresolved batches.
     drain_order: int = -1
+    # Whether an earlier batch of the partition was unresolved when this one was last sent.
+    sent_behind_unresolved: bool = False
 
 
 def _running_future() -> Future[int]:
@@ -304,6 +306,7 @@ class Accumulator:
                     self._drained_batches += 1
                     self._unresolved.setdefault(tp, deque()).append(head)
                 self._in_flight[tp] = self._in_flight.get(tp, 0) + 1
+                head.sent_behind_unresolved = self._unresolved[tp][0] is not head
                 drained.append(head)
         assert all(batch.closed for batch in drained)
         return drained
@@ -329,12 +332,14 @@ class Accumulator:
                 times.append(max(head.retry_at, head.created_at + self.linger_s))
         return min(times) if times else None
 
-    def is_oldest_unresolved(self, batch: ProducerBatch) -> bool:
-        """Whether no earlier batch of `batch`'s partition is still in flight or queued for a
-        retry (so an OUT_OF_ORDER answer to `batch` is not explained by one)."""
+    def may_follow_unresolved(self, batch: ProducerBatch) -> bool:
+        """Whether an OUT_OF_ORDER answer to in-flight `batch` may be explained by an earlier
+        batch of its partition: one was unresolved when `batch` was sent (it may have reached
+        the leader later, or failed since), or one still is. A retry leaves only as the oldest
+        unresolved batch, so a real gap is found at the latest on its retry."""
         assert self._is_held()
-        unresolved = self._unresolved.get(batch.tp)
-        return not unresolved or unresolved[0] is batch
+        unresolved = self._unresolved[batch.tp]
+        return batch.sent_behind_unresolved or unresolved[0] is not batch
 
     def requeue(self, batch: ProducerBatch, *, retry_at: float) -> None:
         """Put an in-flight batch back in its queue, to be retried at `retry_at`: after the

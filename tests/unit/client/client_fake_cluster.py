@@ -36,6 +36,8 @@ from raftlog.storage.records import CONTROL_LEADER_CHANGE, encode_control_batch
 
 __all__ = ["FakeCluster", "FakeClusterState", "FakePartition"]
 
+REMEMBERED_BATCHES_MAX = 5
+
 NO_HINT = -1
 
 
@@ -53,6 +55,8 @@ class FakePartition:
     # producer id -> (base_sequence, last_sequence, base_offset, last_offset, epoch) of its
     # batches, oldest first
     producers: dict[int, list[tuple[int, int, int, int, int]]] = field(default_factory=dict)
+    duplicates_answered: int = 0
+    out_of_order_answered: int = 0
 
     @property
     def high_watermark(self) -> int:
@@ -196,12 +200,20 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
         if header.producer_id >= 0:
             written = partition.producers.get(header.producer_id)
             last = written[-1] if written else None
-            if last is not None and last[0] == header.base_sequence:
-                return pb.ProduceResponse(
-                    error=error(pb.DUPLICATE_SEQUENCE, "already written"), base_offset=last[2]
-                )
+            last_sequence = header.base_sequence + header.record_count - 1
+            # As the real leader (partition/producer_state.py): the last five batches of a
+            # producer are remembered, and a batch equal to one of them is a duplicate.
+            for remembered in (written or [])[-REMEMBERED_BATCHES_MAX:]:
+                if remembered[:2] == (header.base_sequence, last_sequence):
+                    partition.duplicates_answered += 1
+                    return pb.ProduceResponse(
+                        error=error(pb.DUPLICATE_SEQUENCE, "already written"),
+                        base_offset=remembered[2],
+                        last_offset=remembered[3],
+                    )
             expected = 0 if last is None else last[1] + 1
             if header.base_sequence != expected:
+                partition.out_of_order_answered += 1
                 return pb.ProduceResponse(
                     error=error(pb.OUT_OF_ORDER_SEQUENCE, f"expected {expected}")
                 )
