@@ -277,14 +277,18 @@ class PartitionReplica:
         self._require_leader()
         headers = [self._verify(batch) for batch in batches]
         producers = self._leader_view()
+        term = self.group.node.term  # the term of the view the sequences are checked against
+        deadline = asyncio.get_running_loop().time() + timeout_s
         futures: list[asyncio.Future[Offset]] = []
         first = last = -1
+        duplicate_last = -1
         for batch, header in zip(batches, headers, strict=True):
             duplicate = self._check_sequence(producers, header)
             if duplicate is not None:
                 if first < 0:
                     first = duplicate.base_offset
                 last = duplicate.last_offset
+                duplicate_last = max(duplicate_last, duplicate.last_offset)
                 continue
             base, future = self.group.propose(
                 batch, offset_count=header.offset_count, commitment=commitment
@@ -301,7 +305,38 @@ class PartitionReplica:
                     f"{self.topic}-{self.partition}: not {commitment.name.lower()}-acknowledged "
                     f"within {timeout_s:.3f}s; the write may still succeed"
                 ) from None
+        if duplicate_last >= self.high_watermark and commitment is not Commitment.NONE:
+            await self._await_own_commit(duplicate_last, term, deadline, timeout_s)
         return ProduceResult(first, last, self.high_watermark, duplicate=not futures)
+
+    async def _await_own_commit(
+        self, last_offset: int, term: Term, deadline: float, timeout_s: float
+    ) -> None:
+        """Wait until `last_offset` is committed while this node still leads in `term`.
+
+        A retried batch the leader appended but has not committed yet is a duplicate: its
+        answer must still wait for the commitment asked, or a retry (a producer with several
+        batches in flight resends after a lost answer) would be acknowledged before the
+        original is safe. While this node leads `term` its log is never truncated, so the
+        entry it appended is the one that commits; once it does not, the retry goes to the
+        new leader, which knows the batch only if it survived.
+        """
+        while True:
+            node = self.group.node
+            if node.role is not Role.LEADER or node.term != term:
+                raise NotLeaderError(leader_hint=node.leader_id)
+            if self.high_watermark > last_offset:
+                return
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                raise RequestTimedOutError(
+                    f"{self.topic}-{self.partition}: the retried batch at offset {last_offset} "
+                    f"was not committed within {timeout_s:.3f}s; the write may still succeed"
+                )
+            try:
+                await asyncio.wait_for(self._hw_advanced.wait(), remaining)
+            except TimeoutError:
+                continue
 
     def _verify(self, batch: bytes) -> BatchHeader:
         if len(batch) > self._config.batch_bytes_max:
