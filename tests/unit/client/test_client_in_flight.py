@@ -98,9 +98,9 @@ def test_a_failed_batch_and_those_after_it_are_retried_in_order(cluster: FakeClu
     cluster.state.create_topic("events", 2)
     cluster.state.fail_next["Produce"] = [pb.NOT_LEADER]
     with producer(cluster) as client:
-        offsets = send_and_check(cluster, client, 5, in_flight=5)
-    assert offsets == list(range(1, 6))
-    assert stored_values(cluster, "events", 0) == [(1 + i, value(i)) for i in range(5)]
+        offsets = send_and_check(cluster, client, 6, in_flight=5)
+    assert offsets == list(range(1, 7))
+    assert stored_values(cluster, "events", 0) == [(1 + i, value(i)) for i in range(6)]
 
 
 def test_lost_answers_are_answered_as_duplicates_with_their_offsets(cluster: FakeCluster) -> None:
