@@ -3,7 +3,8 @@
 The fake cluster refuses produce requests with retriable errors (NOT_LEADER with a hint,
 REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS) and drops responses after appending (the client cannot
 tell a lost answer from a lost request). With idempotence on, retries must neither lose nor
-duplicate a record, and one batch in flight per partition must keep each partition in order.
+duplicate a record, and batches in flight (sent in sequence order, retried in order with
+their sequence numbers) must keep each partition in order.
 """
 
 from __future__ import annotations

@@ -164,3 +164,26 @@ def test_max_in_flight_per_partition_is_validated(bad: object) -> None:
     config = ProducerConfig(max_in_flight_per_partition=bad)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="max_in_flight_per_partition: must"):
         config.validate()
+
+
+def test_with_linger_0_a_batch_with_room_waits_for_the_one_in_flight(
+    cluster: FakeCluster,
+) -> None:
+    # Many one-record requests cost the nodes more than waiting one round trip: the records
+    # sent while a batch is in flight gather in one batch, sent when the answer comes.
+    cluster.state.create_topic("events", 2)
+    with producer(cluster) as client:
+        cluster.state.produce_gate.clear()
+        first = client.send("events", value=b"first", partition=0)
+        wait_for_produce_requests(cluster, 1)
+        gathered = [client.send("events", value=b"gathered", partition=0) for _ in range(3)]
+        wake = client.send("events", value=b"wake", partition=1)
+        wait_for_produce_requests(cluster, 2)
+        with cluster.state.condition:
+            assert produce_requests(cluster) == 2  # the three records were not sent yet
+        cluster.state.produce_gate.set()
+        assert first.result(TIMEOUT_S).offset == 1
+        assert [future.result(TIMEOUT_S).offset for future in gathered] == [2, 3, 4]
+        assert wake.result(TIMEOUT_S).offset == 1
+    # The no-op, "first", then one batch of three.
+    assert len(cluster.state.stored_batches("events", 0)) == 3
