@@ -72,11 +72,25 @@ def produce(
         return [future.result(timeout=60) for future in futures]
 
 
+def _partitions_of(consumer: Consumer, topic: str, *, timeout_s: float = 30.0) -> set[int]:
+    """Metadata comes from the first node that answers, from its own copy: a node restarted
+    by an earlier test in this module may still be catching up (seen once: UNKNOWN_TOPIC
+    from a node restarted 4 s before). The error is retriable; retry it like a client."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return set(consumer.partitions_for_topic(topic))
+        except ClientError as error:
+            if not error.retriable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def committed(cluster: LocalCluster, topic: str) -> dict[tuple[int, int], bytes | None]:
     """Every committed record of `topic`, by (partition, offset), read with the Consumer."""
     result: dict[tuple[int, int], bytes | None] = {}
     with Consumer(cluster.bootstrap, auto_offset_reset="earliest") as consumer:
-        tps = [(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        tps = [(topic, p) for p in sorted(_partitions_of(consumer, topic))]
         consumer.assign(tps)
         ends = consumer.end_offsets(tps)
         while any(consumer.position(tp) < ends[tp] for tp in ends):
