@@ -512,17 +512,31 @@ class MetadataState:
             existing=current.replicas,
         )
 
+    def _check_group_of(
+        self, topic: str, partition: int, group_id: int, what: str
+    ) -> ApplyResult | None:
+        """A partition group's own report (`what`: "report", "completion") about a partition
+        that exists and is still that group (not a deleted and re-created namesake)."""
+        problem = self._check_partition_known(topic, partition)
+        if problem is not None:
+            return problem
+        current = self._partitions[topic][partition]
+        if current.group_id != group_id:
+            return reject(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"{what} from group {group_id} but {topic!r} partition {partition} is group "
+                f"{current.group_id}",
+            )
+        return None
+
     def _check_complete_reassignment(self, command: CompleteReassignment) -> ApplyResult | None:
-        problem = self._check_partition_known(command.topic, command.partition)
+        problem = self._check_group_of(
+            command.topic, command.partition, command.group_id, "completion"
+        )
         if problem is not None:
             return problem
         current = self._partitions[command.topic][command.partition]
         where = f"{command.topic!r} partition {command.partition}"
-        if current.group_id != command.group_id:
-            return reject(
-                ErrorCode.UNKNOWN_PARTITION,
-                f"completion from group {command.group_id} but {where} is group {current.group_id}",
-            )
         if current.target is None or current.target != command.replicas:
             return reject(
                 ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
@@ -532,16 +546,11 @@ class MetadataState:
         return None
 
     def _check_report_leader(self, command: ReportLeader) -> ApplyResult | None:
-        problem = self._check_partition_known(command.topic, command.partition)
+        problem = self._check_group_of(command.topic, command.partition, command.group_id, "report")
         if problem is not None:
             return problem
         current = self._partitions[command.topic][command.partition]
         where = f"{command.topic!r} partition {command.partition}"
-        if current.group_id != command.group_id:
-            return reject(
-                ErrorCode.UNKNOWN_PARTITION,
-                f"report from group {command.group_id} but {where} is group {current.group_id}",
-            )
         if command.leader_id not in self._nodes:
             return reject(ErrorCode.UNKNOWN_NODE, f"leader {command.leader_id} is not registered")
         if command.epoch < current.leader_epoch or (
