@@ -9,6 +9,7 @@ runtime proposes, commits and applies, and calls these functions.
 """
 
 from raftlog.metadata.assignment import NodeLoad, assign_replicas
+from raftlog.metadata.catch_up import caught_up_since_start
 from raftlog.metadata.commands import (
     AllocateProducerIds,
     ApplyResult,
@@ -83,6 +84,7 @@ __all__ = [
     "TopicInfo",
     "assign_replicas",
     "auto_rebalance_step",
+    "caught_up_since_start",
     "decode_command",
     "decommission_step",
     "encode_command",

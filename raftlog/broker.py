@@ -78,6 +78,7 @@ from raftlog.metadata import (
     RegisterNode,
     ReportLeader,
     auto_rebalance_step,
+    caught_up_since_start,
     decommission_step,
     encode_command,
     fences_by_silence,
@@ -125,6 +126,10 @@ class Broker:
         self.config = settings.config
         self.incarnation = time.time_ns()
         self.metadata = MetadataMachine(settings.cluster_id)
+        # Set once this node's copy of the metadata has caught up since this start; metadata
+        # reads wait for it (raftlog.metadata.catch_up).
+        self._metadata_caught_up = asyncio.Event()
+        self.metadata.listeners.append(self._observe_metadata_catch_up)
         self.replicas: dict[tuple[str, int], PartitionReplica] = {}
         self._replicas_by_group: dict[GroupId, PartitionReplica] = {}
         # Running tasks only: short ones (leader reports) remove themselves when done.
@@ -477,6 +482,32 @@ class Broker:
     async def _submit_quietly(self, command: Command) -> None:
         with contextlib.suppress(RaftlogError, TimeoutError, OSError):
             await self.submit(command, timeout_s=5.0)
+
+    # -- metadata reads ------------------------------------------------------------------------
+
+    def _observe_metadata_catch_up(self) -> None:
+        """Latch, after an apply or restore, once this node's copy shows its own registration
+        of this start: it then holds everything committed before the node started."""
+        if self._metadata_caught_up.is_set():
+            return
+        if caught_up_since_start(self.metadata.state, self.node_id, self.incarnation):
+            log.info(
+                "node %s: metadata caught up at offset %s; serving metadata reads",
+                self.node_id,
+                self.metadata.state.applied_offset,
+            )
+            self._metadata_caught_up.set()
+
+    async def wait_metadata_caught_up(self) -> bool:
+        """Wait up to `metadata.catch_up_wait_ms` until this node's copy of the metadata has
+        caught up once since start (KRaft brokers serve only then); False if it has not, and
+        the caller refuses the read, retriably, so the client asks another node."""
+        if self._metadata_caught_up.is_set():
+            return True
+        wait_s = self.config.metadata.catch_up_wait_ms / 1000
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._metadata_caught_up.wait(), wait_s)
+        return self._metadata_caught_up.is_set()
 
     # -- metadata commands ---------------------------------------------------------------------
 

@@ -230,6 +230,9 @@ class MetadataConfig:
     # A node whose last heartbeat is this old is fenced; nodes heartbeat several times a lease.
     node_lease_ms: int = 6000
     node_heartbeat_interval_ms: int = 1500
+    # A metadata read (Metadata, DescribeTopic, ...) reaching a node whose copy has not caught
+    # up since it started waits this long for it, then is refused (retriable NOT_CONTROLLER).
+    catch_up_wait_ms: int = 3000
     topics_max: int = 10_000
     partitions_per_topic_max: int = 1000
     replication_factor_max: int = 7

@@ -3,10 +3,14 @@ and the node-to-controller Internal service.
 
 Theory of operation. Reads (Metadata, DescribeTopic, ListTopics, DescribeCluster) answer
 from this node's copy of the metadata state, so any node can serve them and a client may
-bootstrap anywhere. Writes go to the controller: a node that is not the controller answers
-NOT_CONTROLLER with the controller's id and address (clients retry there), except for
-node-internal commands (registration, heartbeats, leader reports), which a node forwards on
-its own through `Internal.SubmitMetadata`.
+bootstrap anywhere. A node that has just started answers them only once its copy has caught
+up (it applied its own registration, `raftlog.metadata.catch_up`): a read waits for that up
+to `metadata.catch_up_wait_ms`, then is refused with a retriable NOT_CONTROLLER naming the
+controller, so the client asks the controller or another node rather than being told that a
+topic created while this node was down does not exist. Writes go to the controller: a node
+that is not the controller answers NOT_CONTROLLER with the controller's id and address
+(clients retry there), except for node-internal commands (registration, heartbeats, leader
+reports), which a node forwards on its own through `Internal.SubmitMetadata`.
 """
 
 from __future__ import annotations
@@ -35,7 +39,13 @@ from raftlog.types import NodeId
 if TYPE_CHECKING:
     from raftlog.broker import Broker
 
-__all__ = ["AdminServicer", "InternalServicer", "metadata_response", "result_error"]
+__all__ = [
+    "AdminServicer",
+    "InternalServicer",
+    "metadata_read_refusal",
+    "metadata_response",
+    "result_error",
+]
 
 TIMEOUT_MS_DEFAULT = 30_000
 TIMEOUT_MS_MAX = 300_000
@@ -127,6 +137,26 @@ def _controller(broker: Broker) -> int:
     return -1 if controller is None else int(controller)
 
 
+async def metadata_read_refusal(broker: Broker) -> pb.Error | None:
+    """None once this node's copy of the metadata has caught up since it started (waiting
+    for that up to `metadata.catch_up_wait_ms`); else a retriable NOT_CONTROLLER naming the
+    controller, which Admin clients follow and Metadata clients answer by asking another node.
+    """
+    if await broker.wait_metadata_caught_up():
+        return None
+    controller = broker.controller_id
+    return pb.Error(
+        code=pb.NOT_CONTROLLER,
+        message=(
+            f"node {broker.node_id} has not caught up with the metadata quorum since it "
+            f"started (it has not applied its own registration yet); ask the controller"
+        ),
+        retriable=True,
+        leader_id=-1 if controller is None else int(controller),
+        leader_address=broker.leader_address(controller),
+    )
+
+
 def metadata_response(broker: Broker, request: pb.MetadataRequest) -> pb.MetadataResponse:
     state = broker.metadata.state
     names = list(request.topics) or [t.name for t in state.topics()]
@@ -197,6 +227,9 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def DescribeTopic(
         self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeTopicResponse:
+        refusal = await metadata_read_refusal(self._broker)
+        if refusal is not None:
+            return pb.DescribeTopicResponse(error=refusal)
         topic = topic_proto(self._broker, self._broker.metadata.state, request.name)
         if topic is None:
             return pb.DescribeTopicResponse(
@@ -209,6 +242,9 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListTopicsResponse:
+        refusal = await metadata_read_refusal(self._broker)
+        if refusal is not None:
+            return pb.ListTopicsResponse(error=refusal)
         return pb.ListTopicsResponse(
             names=sorted(t.name for t in self._broker.metadata.state.topics())
         )
@@ -216,6 +252,9 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def DescribeCluster(
         self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeClusterResponse:
+        refusal = await metadata_read_refusal(self._broker)
+        if refusal is not None:
+            return pb.DescribeClusterResponse(error=refusal)
         state = self._broker.metadata.state
         return pb.DescribeClusterResponse(
             cluster_id=state.cluster_id,

@@ -154,8 +154,11 @@ class LogServicer(pb_grpc.LogServicer):
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.MetadataResponse:
-        from raftlog.rpc.admin_servicer import metadata_response
+        from raftlog.rpc.admin_servicer import metadata_read_refusal, metadata_response
 
+        refusal = await metadata_read_refusal(self._broker)
+        if refusal is not None:
+            return pb.MetadataResponse(error=refusal)
         return metadata_response(self._broker, request)
 
     async def InitProducerId(

@@ -34,6 +34,7 @@ PUBLIC = {
     "TopicInfo",
     "assign_replicas",
     "auto_rebalance_step",
+    "caught_up_since_start",
     "decode_command",
     "decommission_step",
     "encode_command",
