@@ -65,6 +65,9 @@ class RaftConfig:
     # A leader refuses proposals while this many bytes are appended but not committed.
     uncommitted_bytes_max: int = 64 * MIB
     apply_bytes_max: int = 16 * MIB
+    # Entries persisted but not yet applied stay in memory up to this many bytes, so applying
+    # them (and serving a follower just behind) does not read them back from the log.
+    stable_cache_bytes_max: int = 16 * MIB
     read_index_requests_max: int = 1024
     proposals_max: int = 4096
     # Messages a node queues between two Readys; beyond it, new ones are dropped (Raft

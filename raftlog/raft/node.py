@@ -79,7 +79,7 @@ class RaftNode:
         self._node_id = node_id
         self.config = config.validate()
         self.rng = rng
-        self.log = RaftLog(storage)
+        self.log = RaftLog(storage, stable_cache_bytes_max=self.config.stable_cache_bytes_max)
         self.current_term: Term = hard_state.term
         self.voted_for: NodeId | None = hard_state.vote
         self.current_role = Role.FOLLOWER
@@ -444,5 +444,6 @@ class RaftNode:
             applied = ready.committed_entries[-1].last_offset
             assert applied <= self.commit, (applied, self.commit)
             self.applied = max(self.applied, applied)
+        self.log.applied_to(self.applied)
         replication.on_durable(self)
         self.check_invariants()

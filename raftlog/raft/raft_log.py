@@ -8,6 +8,13 @@ covers offsets `[unstable_offset, last_offset]`; the next Ready hands them to th
 is how a follower truncates a conflicting suffix (Raft §5.3) before the driver has done it.
 A snapshot received from a leader (Raft §7) waits in `pending_snapshot` the same way.
 
+Entries `stable_to` moves out of `unstable` are kept a while longer in `stable_cache`, the
+newest persisted entries, ending right below `unstable_offset`: committed entries are applied
+(and lagging followers served) from memory instead of being read back from storage. Applied
+entries leave it (`applied_to`), and it holds at most `stable_cache_bytes_max` bytes (the
+oldest go first); whatever is not in it is read from storage, which holds the same entries.
+A truncation or a snapshot drops what it covers.
+
 Offsets are ranges: an entry covers `[offset, last_offset]`, and `term_at(o)` is the term of
 the entry containing `o`. Terms never decrease along the log, so the first offset of a term
 is found by binary search over `term_at` (Kafka's leader-epoch lookup, without a cache).
@@ -21,6 +28,8 @@ appends (dropping every stored entry at offset >= 4).
 from __future__ import annotations
 
 import bisect
+import itertools
+from collections import deque
 from collections.abc import Sequence
 
 from raftlog.raft.ports import LogStorage
@@ -30,14 +39,31 @@ from raftlog.types import Offset, Term
 __all__ = ["RaftLog"]
 
 
-class RaftLog:
-    __slots__ = ("pending_snapshot", "storage", "unstable", "unstable_offset")
+def _offset(entry: Entry) -> Offset:
+    return entry.offset
 
-    def __init__(self, storage: LogStorage) -> None:
+
+class RaftLog:
+    __slots__ = (
+        "pending_snapshot",
+        "stable_cache",
+        "stable_cache_bytes",
+        "stable_cache_bytes_max",
+        "storage",
+        "unstable",
+        "unstable_offset",
+    )
+
+    def __init__(self, storage: LogStorage, *, stable_cache_bytes_max: int) -> None:
+        assert stable_cache_bytes_max > 0, stable_cache_bytes_max
         self.storage = storage
         self.unstable: list[Entry] = []
         self.unstable_offset = Offset(storage.last_offset() + 1)
         self.pending_snapshot: Snapshot | None = None
+        # Persisted entries kept in memory, contiguous, the last ending at unstable_offset - 1.
+        self.stable_cache: deque[Entry] = deque()
+        self.stable_cache_bytes = 0
+        self.stable_cache_bytes_max = stable_cache_bytes_max
         assert self.unstable_offset >= storage.first_offset(), (
             "storage.last_offset() is below storage.first_offset() - 1"
         )
@@ -96,7 +122,7 @@ class RaftLog:
         result: list[Entry] = []
         size_bytes = 0
         if start < self.unstable_offset:
-            for entry in self.storage.entries(start, bytes_max=bytes_max):
+            for entry in self._stable_entries(start, bytes_max=bytes_max):
                 if entry.offset >= self.unstable_offset:
                     break
                 result.append(entry)
@@ -114,6 +140,26 @@ class RaftLog:
             result.append(entry)
             size_bytes += entry.size_bytes
         assert result, "entries() returns at least one entry"
+        return result
+
+    def _stable_entries(self, start: Offset, *, bytes_max: int) -> Sequence[Entry]:
+        """Persisted entries from the one based at `start`, up to `bytes_max` but at least
+        one: from the cache when it holds `start`, else from storage. Both hold the same
+        entries: the cache keeps what the driver wrote, and a truncation or a snapshot drops
+        the part it covers."""
+        cache = self.stable_cache
+        if not cache or start < cache[0].offset:
+            return self.storage.entries(start, bytes_max=bytes_max)
+        # Applying reads from the cache's first entry; a lagging follower's catch-up may not.
+        index = 0 if cache[0].offset == start else bisect.bisect_left(cache, start, key=_offset)
+        assert index < len(cache) and cache[index].offset == start, (start, cache[0].offset)
+        result: list[Entry] = []
+        size_bytes = 0
+        for entry in itertools.islice(cache, index, None):
+            if result and size_bytes + entry.size_bytes > bytes_max:
+                break
+            result.append(entry)
+            size_bytes += entry.size_bytes
         return result
 
     def first_offset_of_term_at_least(self, term: Term) -> Offset:
@@ -150,6 +196,7 @@ class RaftLog:
         if first < self.unstable_offset:
             self.unstable = list(entries)
             self.unstable_offset = first
+            self._drop_cached_from(first)
         else:
             index = bisect.bisect_left(self.unstable, first, key=lambda e: e.offset)
             del self.unstable[index:]
@@ -161,6 +208,8 @@ class RaftLog:
         self.pending_snapshot = snapshot
         self.unstable = []
         self.unstable_offset = Offset(snapshot.meta.offset + 1)
+        self.stable_cache.clear()
+        self.stable_cache_bytes = 0
         assert self.last_offset() == snapshot.meta.offset
 
     def stable_to(self, *, snapshot: Snapshot | None, entries: Sequence[Entry]) -> None:
@@ -173,9 +222,53 @@ class RaftLog:
         index = self._unstable_index(last.offset)
         if index is None or self.unstable[index] != last:
             return  # replaced since that Ready: the newer entries go out in the next one
+        self._cache(self.unstable[: index + 1])
         del self.unstable[: index + 1]
         self.unstable_offset = Offset(last.last_offset + 1)
         assert self.storage.last_offset() >= self.durable_last_offset(), (
             f"storage ends at {self.storage.last_offset()} after persisting up to "
             f"{self.durable_last_offset()}"
         )
+        self._check_cache()
+
+    # --- the stable cache ---
+
+    def applied_to(self, offset: Offset) -> None:
+        """Entries up to `offset` are applied: the cache need not keep them."""
+        cache = self.stable_cache
+        while cache and cache[0].last_offset <= offset:
+            self.stable_cache_bytes -= cache.popleft().size_bytes
+        self._check_cache()
+
+    def _cache(self, stabilized: Sequence[Entry]) -> None:
+        """Keep entries just persisted (they start at `unstable_offset`), then trim the
+        oldest to the byte bound."""
+        assert not stabilized or stabilized[0].offset == self.unstable_offset, stabilized
+        cache = self.stable_cache
+        cache.extend(stabilized)
+        self.stable_cache_bytes += sum(entry.size_bytes for entry in stabilized)
+        while self.stable_cache_bytes > self.stable_cache_bytes_max:
+            self.stable_cache_bytes -= cache.popleft().size_bytes
+
+    def _drop_cached_from(self, offset: Offset) -> None:
+        """A truncation from `offset` (Raft §5.3): cached entries there are replaced."""
+        cache = self.stable_cache
+        while cache and cache[-1].last_offset >= offset:
+            self.stable_cache_bytes -= cache.pop().size_bytes
+        if cache and cache[-1].last_offset + 1 != offset:
+            cache.clear()  # cut inside an entry: nothing cached may stay beside the gap
+            self.stable_cache_bytes = 0
+        self._check_cache()
+
+    def _check_cache(self) -> None:
+        """O(1): the cache ends right below the unstable entries and respects its bound."""
+        cache = self.stable_cache
+        assert 0 <= self.stable_cache_bytes <= self.stable_cache_bytes_max, (
+            self.stable_cache_bytes,
+            self.stable_cache_bytes_max,
+        )
+        assert not cache or cache[-1].last_offset + 1 == self.unstable_offset, (
+            cache[-1],
+            self.unstable_offset,
+        )
+        assert bool(cache) or self.stable_cache_bytes == 0

@@ -111,6 +111,7 @@ class SimOptions:
             append_bytes_max=self.append_bytes_max,
             uncommitted_bytes_max=16384,
             apply_bytes_max=2048,
+            stable_cache_bytes_max=1024,  # below apply_bytes_max: some applies read storage
             quiesce=self.quiesce,
             planted_bugs=self.bugs,
         ).validate()

@@ -1,6 +1,7 @@
 """RaftLog (unstable suffix over storage) against a plain list model (Raft §5.3 truncation,
-§7 snapshots): whatever mix of appends, truncations, Ready persistence, compaction and
-snapshot installs happens, the view equals the model."""
+§7 snapshots): whatever mix of appends, truncations, Ready persistence, applying, compaction
+and snapshot installs happens, the view equals the model, read from any entry on, whether
+the entries come from the stable cache, from storage or from both."""
 
 from __future__ import annotations
 
@@ -10,17 +11,26 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from raftlog.raft.memory import MemoryStorage
 from raftlog.raft.raft_log import RaftLog
-from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
+from raftlog.raft.types import (
+    ENTRY_OVERHEAD_BYTES,
+    Entry,
+    EntryKind,
+    Membership,
+    Snapshot,
+    SnapshotMeta,
+)
 from raftlog.types import NodeId, Offset, Term
 
 MEMBERSHIP = Membership(frozenset({NodeId(1)}))
+# Room for three of the model's one-byte entries: reads hit the cache, storage, and both.
+CACHE_BYTES_MAX = 3 * (1 + ENTRY_OVERHEAD_BYTES)
 
 
 class RaftLogModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.storage = MemoryStorage()
-        self.log = RaftLog(self.storage)
+        self.log = RaftLog(self.storage, stable_cache_bytes_max=CACHE_BYTES_MAX)
         self.model: list[Entry] = []  # entries after the snapshot
         self.snapshot_offset, self.snapshot_term = Offset(-1), Term(0)
         self.term = 1
@@ -47,6 +57,12 @@ class RaftLogModel(RuleBasedStateMachine):
             self.storage.append(entries)
         self.log.stable_to(snapshot=snapshot, entries=entries)
         assert not self.log.unstable and self.log.pending_snapshot is None
+
+    @rule(index=st.integers(0, 5))
+    def apply(self, index: int) -> None:
+        """The driver applied the model's first entries: the cache lets them go."""
+        if index < len(self.model):
+            self.log.applied_to(self.model[index].last_offset)
 
     @precondition(lambda self: not self.log.unstable and self.log.pending_snapshot is None)
     @rule(index=st.integers(0, 5))
@@ -83,6 +99,23 @@ class RaftLogModel(RuleBasedStateMachine):
             got = self.log.entries(self.model[0].offset, bytes_max=10**9)
             assert got == self.model
         assert self.log.durable_last_offset() <= max(self.storage.last_offset(), self._last())
+
+    @invariant()
+    def reads_from_any_entry_match_model(self) -> None:
+        for index, entry in enumerate(self.model):
+            assert self.log.entries(entry.offset, bytes_max=1) == [entry]
+            two = self.log.entries(entry.offset, bytes_max=2 * entry.size_bytes)
+            assert two == self.model[index : index + 2]
+
+    @invariant()
+    def cache_holds_persisted_model_entries_within_bound(self) -> None:
+        cache = list(self.log.stable_cache)
+        assert self.log.stable_cache_bytes == sum(e.size_bytes for e in cache)
+        assert self.log.stable_cache_bytes <= CACHE_BYTES_MAX
+        for entry in cache:
+            assert entry.last_offset < self.log.unstable_offset
+            if entry.offset > self.snapshot_offset:
+                assert entry in self.model, (entry, self.model)
 
     @invariant()
     def term_search_finds_run_starts(self) -> None:
