@@ -281,14 +281,15 @@ class PartitionReplica:
         deadline = asyncio.get_running_loop().time() + timeout_s
         futures: list[asyncio.Future[Offset]] = []
         first = last = -1
-        duplicate_last = -1
+        duplicate_last: _Duplicate | None = None  # the latest duplicate, if any
         for batch, header in zip(batches, headers, strict=True):
             duplicate = self._check_sequence(producers, header)
             if duplicate is not None:
                 if first < 0:
                     first = duplicate.base_offset
                 last = duplicate.last_offset
-                duplicate_last = max(duplicate_last, duplicate.last_offset)
+                if duplicate_last is None or duplicate.last_offset > duplicate_last.last_offset:
+                    duplicate_last = duplicate
                 continue
             base, future = self.group.propose(
                 batch, offset_count=header.offset_count, commitment=commitment
@@ -305,38 +306,48 @@ class PartitionReplica:
                     f"{self.topic}-{self.partition}: not {commitment.name.lower()}-acknowledged "
                     f"within {timeout_s:.3f}s; the write may still succeed"
                 ) from None
-        if duplicate_last >= self.high_watermark and commitment is not Commitment.NONE:
-            await self._await_own_commit(duplicate_last, term, deadline, timeout_s)
+        if (
+            duplicate_last is not None
+            and duplicate_last.last_offset >= self.high_watermark
+            and commitment is not Commitment.NONE
+        ):
+            await self._await_original(duplicate_last, term, commitment, deadline, timeout_s)
         return ProduceResult(first, last, self.high_watermark, duplicate=not futures)
 
-    async def _await_own_commit(
-        self, last_offset: int, term: Term, deadline: float, timeout_s: float
+    async def _await_original(
+        self,
+        duplicate: _Duplicate,
+        term: Term,
+        commitment: Commitment,
+        deadline: float,
+        timeout_s: float,
     ) -> None:
-        """Wait until `last_offset` is committed while this node still leads in `term`.
+        """Wait until the original of a duplicate is as safe as `commitment` asks.
 
-        A retried batch the leader appended but has not committed yet is a duplicate: its
-        answer must still wait for the commitment asked, or a retry (a producer with several
-        batches in flight resends after a lost answer) would be acknowledged before the
-        original is safe. While this node leads `term` its log is never truncated, so the
-        entry it appended is the one that commits; once it does not, the retry goes to the
-        new leader, which knows the batch only if it survived.
+        A retried batch the leader appended in `term` but has not committed yet is a
+        duplicate: its answer must still wait for the commitment asked, or a retry (a
+        producer with several batches in flight resends after a lost answer) would be
+        acknowledged before the original is safe. The group answers it as it answers the
+        original proposal (`RaftGroup.waiter_for`): at commit for acks=all, once durable
+        here for acks=1, with ProposalDroppedError if another leader's entry replaced it.
+        Entries commit and become durable in offset order, so the latest duplicate of the
+        request stands for all of them.
         """
-        while True:
-            node = self.group.node
-            if node.role is not Role.LEADER or node.term != term:
-                raise NotLeaderError(leader_hint=node.leader_id)
-            if self.high_watermark > last_offset:
-                return
-            remaining = deadline - asyncio.get_running_loop().time()
-            if remaining <= 0:
-                raise RequestTimedOutError(
-                    f"{self.topic}-{self.partition}: the retried batch at offset {last_offset} "
-                    f"was not committed within {timeout_s:.3f}s; the write may still succeed"
-                )
-            try:
-                await asyncio.wait_for(self._hw_advanced.wait(), remaining)
-            except TimeoutError:
-                continue
+        future = self.group.waiter_for(
+            Offset(duplicate.base_offset),
+            Offset(duplicate.last_offset),
+            term=term,
+            commitment=commitment,
+        )
+        remaining = max(deadline - asyncio.get_running_loop().time(), 0.0)
+        try:
+            await asyncio.wait_for(future, remaining)
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"{self.topic}-{self.partition}: the retried batch at offset "
+                f"{duplicate.last_offset} was not {commitment.name.lower()}-acknowledged "
+                f"within {timeout_s:.3f}s; the write may still succeed"
+            ) from None
 
     def _verify(self, batch: bytes) -> BatchHeader:
         if len(batch) > self._config.batch_bytes_max:

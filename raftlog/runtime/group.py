@@ -14,11 +14,14 @@ keeps the bookkeeping that turns Raft progress into answers for clients:
 
 Waiters are kept in offset order (proposals get increasing offsets), so resolving is a walk
 from the front of a deque; the number of waiters is bounded by `RaftConfig.proposals_max`.
+A retried proposal that the leader already appended (a producer's duplicate) waits on the
+original entry through a waiter of its own (`waiter_for`), placed beside the original's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import enum
 from collections import deque
 from collections.abc import Callable
@@ -101,11 +104,7 @@ class RaftGroup:
 
         Raises NotLeaderError or ProposalDroppedError (both retriable) without side effects.
         """
-        if len(self._waiters) >= self._config.proposals_max:
-            raise ProposalDroppedError(
-                f"group {self.group_id}: {len(self._waiters)} proposals already waiting "
-                f"(proposals_max={self._config.proposals_max})"
-            )
+        self._require_waiter_room()
         base_offset = self.node.propose(data, offset_count=offset_count)
         self.wake()
         future: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
@@ -117,6 +116,48 @@ class RaftGroup:
         assert not self._waiters or self._waiters[-1].last_offset < base_offset
         self._waiters.append(_Waiter(self.node.term, base_offset, last_offset, commitment, future))
         return base_offset, future
+
+    def waiter_for(
+        self, base_offset: Offset, last_offset: Offset, *, term: Term, commitment: Commitment
+    ) -> asyncio.Future[Offset]:
+        """A future for an entry this leader appended in `term`, answered as a proposal of it
+        with `commitment` would be: a retried proposal (a producer's duplicate) waits on the
+        original entry instead of proposing it again.
+
+        Resolved at once when what it waits for has happened (the entry is applied, or for
+        LEADER durable here), else by the waiter machinery (`apply`, `on_durable`), which
+        also fails it if another leader's entry replaces the original. Its own future: a
+        caller that times out and cancels it leaves the original proposal's answer alone.
+        Raises NotLeaderError when this node no longer leads `term`, ProposalDroppedError
+        when `proposals_max` waiters are pending.
+        """
+        node = self.node
+        if node.role is not Role.LEADER or node.term != term:
+            raise NotLeaderError(leader_hint=node.leader_id)
+        # While this node leads `term` its log is never truncated: the entry is still there.
+        assert node.log.term_at(base_offset) == term, (base_offset, term)
+        assert base_offset <= last_offset <= node.last_offset, (base_offset, last_offset)
+        future: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
+        done = commitment is Commitment.NONE or node.applied >= last_offset
+        # The core's durable end, not `durable_offset`: a snapshot installed since that was
+        # set may have replaced the log it described.
+        durable = commitment is Commitment.LEADER and node.log.durable_last_offset() >= last_offset
+        if done or durable:
+            future.set_result(base_offset)
+            return future
+        self._require_waiter_room()
+        waiter = _Waiter(term, base_offset, last_offset, commitment, future)
+        # After every waiter based at or before it: offset order, and the original first.
+        index = bisect.bisect_right(self._waiters, base_offset, key=_waiter_base_offset)
+        self._waiters.insert(index, waiter)
+        return future
+
+    def _require_waiter_room(self) -> None:
+        if len(self._waiters) >= self._config.proposals_max:
+            raise ProposalDroppedError(
+                f"group {self.group_id}: {len(self._waiters)} proposals already waiting "
+                f"(proposals_max={self._config.proposals_max})"
+            )
 
     def _drop_replaced(self, base_offset: Offset) -> None:
         """Fail waiters at or beyond a new proposal's offset: their entries are gone.
@@ -210,6 +251,10 @@ class RaftGroup:
             if not future.done():
                 future.set_exception(error)
         self._read_waiters.clear()
+
+
+def _waiter_base_offset(waiter: _Waiter) -> Offset:
+    return waiter.base_offset
 
 
 def _nothing() -> None:
