@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,36 +28,64 @@ from raftlog.local_cluster import LocalCluster
 __all__ = ["add_cluster_parser", "reassign_partition", "wait_for_controller"]
 
 
+# Options naming files, as (flag, help), in the order `--help` lists them.
+_NODE_SECURITY_FILES = (
+    ("--tls-cert", "PEM certificate chain of the nodes"),
+    ("--tls-key", "PEM private key of --tls-cert"),
+    ("--tls-ca", "PEM CA bundle that signs node certs"),
+)
+_NODE_AUTH_FILES = (
+    ("--auth-tokens", "TOML token file (auth, ACLs)"),
+    ("--tls-client-ca", "require client certificates"),
+)
+_CLIENT_CERTIFICATE_FILES = (
+    ("--tls-cert", "PEM client certificate (mutual TLS)"),
+    ("--tls-key", "PEM private key of --tls-cert"),
+)
+
+
+def _add_files(parser: Any, files: tuple[tuple[str, str], ...]) -> None:
+    """Add one `Path` option per (flag, help) to `parser` (a parser or an argument group)."""
+    for flag, text in files:
+        parser.add_argument(flag, type=Path, help=text)
+
+
+def _cluster_parent() -> argparse.ArgumentParser:
+    """--dir and --bootstrap, shared by the commands that talk to a running cluster: the
+    cluster started in --dir, or the nodes in --bootstrap (`client_cli.resolve_bootstrap`)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--dir", type=Path, default=None)
+    parent.add_argument("--bootstrap", default=None)
+    return parent
+
+
 def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("cluster", help="start, stop or inspect a local cluster")
     commands = parser.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND", required=True)
+    cluster = _cluster_parent()
     up = commands.add_parser("up", help="start N node processes on loopback")
     up.add_argument("--nodes", type=int, choices=(1, 3, 5), default=3)
     up.add_argument("--dir", type=Path, required=True, help="data and state directory")
     up.add_argument("--base-port", type=int, help="client ports base+1..N, raft ports +100")
     up.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a controller")
     security = up.add_argument_group("security, passed to every node (docs/security.md)")
-    security.add_argument("--tls-cert", type=Path, help="PEM certificate chain of the nodes")
-    security.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
-    security.add_argument("--tls-ca", type=Path, help="PEM CA bundle that signs node certs")
+    _add_files(security, _NODE_SECURITY_FILES)
     security.add_argument("--peer-tls", action="store_true", help="mutual TLS between nodes")
-    security.add_argument("--auth-tokens", type=Path, help="TOML token file (auth, ACLs)")
-    security.add_argument("--tls-client-ca", type=Path, help="require client certificates")
+    _add_files(security, _NODE_AUTH_FILES)
     up.set_defaults(func=_up)
     down = commands.add_parser("down", help="stop the cluster started in --dir")
     down.add_argument("--dir", type=Path, required=True)
     down.set_defaults(func=_down)
-    status = commands.add_parser("status", help="nodes, controller, partition leaders and lag")
-    status.add_argument("--dir", type=Path, default=None)
-    status.add_argument("--bootstrap", default=None)
+    status = commands.add_parser(
+        "status", parents=[cluster], help="nodes, controller, partition leaders and lag"
+    )
     status.add_argument("--tls-ca", type=Path, help="PEM CA of the nodes (default: --dir's)")
     status.add_argument("--token", help="bearer token (default: $RAFTLOG_TOKEN, else --dir's)")
-    status.add_argument("--tls-cert", type=Path, help="PEM client certificate (mutual TLS)")
-    status.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    _add_files(status, _CLIENT_CERTIFICATE_FILES)
     status.set_defaults(func=_status)
-    reassign = commands.add_parser("reassign", help="move a partition to other replicas")
-    reassign.add_argument("--dir", type=Path, default=None)
-    reassign.add_argument("--bootstrap", default=None)
+    reassign = commands.add_parser(
+        "reassign", parents=[cluster], help="move a partition to other replicas"
+    )
     reassign.add_argument("--topic", required=True)
     reassign.add_argument("--partition", type=int, required=True)
     reassign.add_argument(
@@ -66,11 +94,11 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     reassign.add_argument("--wait", type=float, default=0.0, help="seconds to wait for the end")
     reassign.set_defaults(func=_reassign)
     decommission = commands.add_parser(
-        "decommission", help="move every replica off an observer node and retire it"
+        "decommission",
+        parents=[cluster],
+        help="move every replica off an observer node and retire it",
     )
     decommission.add_argument("node", type=int, metavar="NODE", help="the node id")
-    decommission.add_argument("--dir", type=Path, default=None)
-    decommission.add_argument("--bootstrap", default=None)
     decommission.add_argument(
         "--wait", type=float, nargs="?", const=600.0, default=0.0,
         help="wait (up to SECONDS, default 600) until the node is decommissioned",
@@ -303,21 +331,19 @@ def _reassign(args: argparse.Namespace) -> int:
         print(f"raftlog cluster reassign: {error}", file=sys.stderr)
         return 1
     print(f"moving {args.topic}-{args.partition} to {replicas}", file=sys.stderr)
-    admin = Admin(bootstrap)
-    try:
-        deadline = time.monotonic() + args.wait
-        while time.monotonic() < deadline:
-            partitions = admin.describe_topic(args.topic).partitions
-            if any(p.id == args.partition and list(p.replicas) == replicas for p in partitions):
-                print("move completed", file=sys.stderr)
-                return 0
-            time.sleep(0.2)
-    finally:
-        admin.close()
-    if args.wait > 0:
-        print(f"the move did not complete within {args.wait:.0f}s", file=sys.stderr)
-        return 1
-    return 0
+
+    def moved(admin: Admin) -> bool:
+        partitions = admin.describe_topic(args.topic).partitions
+        return any(p.id == args.partition and list(p.replicas) == replicas for p in partitions)
+
+    with Admin(bootstrap) as admin:
+        return _wait_and_report(
+            lambda: moved(admin),
+            wait_s=args.wait,
+            interval_s=0.2,
+            reached="move completed",
+            missed=f"the move did not complete within {args.wait:.0f}s",
+        )
 
 
 def _decommission(args: argparse.Namespace) -> int:
@@ -333,16 +359,37 @@ def _decommission(args: argparse.Namespace) -> int:
             print(f"raftlog cluster decommission: {error}", file=sys.stderr)
             return 1
         print(f"decommissioning node {args.node}", file=sys.stderr)
-        deadline = time.monotonic() + args.wait
-        while time.monotonic() < deadline:
-            node = next((n for n in admin.describe_cluster().nodes if n.node_id == args.node), None)
-            if node is not None and node.state == "decommissioned":
-                print(f"node {args.node} is decommissioned: stop its process", file=sys.stderr)
-                return 0
-            time.sleep(0.5)
+
+        def decommissioned() -> bool:
+            nodes = admin.describe_cluster().nodes
+            node = next((n for n in nodes if n.node_id == args.node), None)
+            return node is not None and node.state == "decommissioned"
+
+        return _wait_and_report(
+            decommissioned,
+            wait_s=args.wait,
+            interval_s=0.5,
+            reached=f"node {args.node} is decommissioned: stop its process",
+            missed=f"node {args.node} was not decommissioned within {args.wait:.0f}s",
+        )
     finally:
         admin.close()
-    if args.wait > 0:
-        print(f"node {args.node} was not decommissioned within {args.wait:.0f}s", file=sys.stderr)
+
+
+def _wait_and_report(
+    done: Callable[[], bool], *, wait_s: float, interval_s: float, reached: str, missed: str
+) -> int:
+    """Poll `done` every `interval_s` for up to `wait_s` seconds (not at all without a wait);
+    the exit status: 0 once it holds (saying `reached`) or without a wait, 1 when a wait ran
+    out (saying `missed`)."""
+    assert interval_s > 0, interval_s
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if done():
+            print(reached, file=sys.stderr)
+            return 0
+        time.sleep(interval_s)
+    if wait_s > 0:
+        print(missed, file=sys.stderr)
         return 1
     return 0
