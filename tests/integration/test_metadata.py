@@ -3,13 +3,12 @@ fails over, metadata survives restarts, leadership moves away from a dead node a
 
 Metadata reads are served from the answering node's own copy, which may lag the controller's
 by a few entries: a test that reads through several nodes waits until each one it asks shows
-what it expects (never reads a change through one node and assumes another has it)."""
+what it expects (`tests.integration._wait`)."""
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from raftlog.client import Admin, Producer
 from raftlog.client.admin import TopicDescription
 from raftlog.local_cluster import LocalCluster
+from tests.integration._wait import ask_every_node, wait_every_node_shows, wait_listed
 from tests.integration.conftest import start_cluster, wait_until
 
 
@@ -24,27 +24,8 @@ def _assignment(description: TopicDescription) -> list[tuple[int, tuple[int, ...
     return [(p.id, tuple(p.replicas)) for p in description.partitions]
 
 
-def _on_every_node(cluster: LocalCluster, check: Callable[[Admin], bool]) -> bool:
-    """`check` holds on every running node, each asked through its own address alone."""
-    for node in cluster.nodes.values():
-        admin = Admin(node.client_address)
-        try:
-            if not check(admin):
-                return False
-        finally:
-            admin.close()
-    return True
-
-
 def _describe_everywhere(cluster: LocalCluster, topic: str) -> list[TopicDescription]:
-    descriptions = []
-    for node in cluster.nodes.values():
-        admin = Admin(node.client_address)
-        try:
-            descriptions.append(admin.describe_topic(topic))
-        finally:
-            admin.close()
-    return descriptions
+    return list(ask_every_node(cluster, lambda node: node.describe_topic(topic)))
 
 
 @pytest.mark.parametrize("node_count", [3, 5])
@@ -83,11 +64,7 @@ def test_any_node_describes_topics_and_the_controller_fails_over(
             what="a survivor to name the new controller",
         )
         # The controller answered the create; the survivor asked next may apply it a moment later.
-        wait_until(
-            lambda: "after-failover" in admin.list_topics(),
-            timeout_s=30,
-            what="the new topic listed",
-        )
+        wait_listed(admin, "after-failover", timeout_s=30, what="the new topic listed")
     finally:
         cluster.stop()
 
@@ -104,13 +81,11 @@ def test_metadata_survives_a_restart_of_every_node(tmp_path: Path) -> None:
         cluster.start()
         # Every node replays the metadata at its own pace: wait until each one, asked alone,
         # lists and describes every topic as before the restart.
-        wait_until(
-            lambda: _on_every_node(
-                cluster,
-                lambda node: (
-                    set(node.list_topics()) >= set(before)
-                    and all(_assignment(node.describe_topic(n)) == a for n, a in before.items())
-                ),
+        wait_every_node_shows(
+            cluster,
+            lambda node: (
+                set(node.list_topics()) >= set(before)
+                and all(_assignment(node.describe_topic(n)) == a for n, a in before.items())
             ),
             timeout_s=60,
             what="every node to list and describe the topics as before the restart",

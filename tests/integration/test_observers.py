@@ -19,6 +19,7 @@ import pytest
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.client.errors import ClientError
 from raftlog.local_cluster import LocalCluster, NodeProcess
+from tests.integration._wait import wait_listed
 from tests.integration.conftest import start_cluster, wait_until
 
 # A short grace keeps the test quick; the default (30 s) is what production runs with.
@@ -120,11 +121,13 @@ def test_an_observer_joins_hosts_replicas_rejoins_and_never_votes(tmp_path: Path
         voters.create_topic("while-down", partitions=1, replication_factor=3)
         cluster.start_node(4, *flags)
         on_observer = Admin(observer.client_address)
-        wait_until(
-            lambda: "while-down" in on_observer.list_topics() and 4 in _alive_nodes(voters),
+        wait_listed(
+            on_observer,
+            "while-down",
             timeout_s=60,
             what="the restarted observer catching up with the metadata",
         )
+        wait_until(lambda: 4 in _alive_nodes(voters), timeout_s=60, what="the observer back")
         more = [f"after-restart-{i}".encode() for i in range(20)]
         _produce(observer.client_address, "wide", 1, more)
         assert _consume_all(observer.client_address, "wide", 1) == more
@@ -163,11 +166,7 @@ def test_an_observer_joins_hosts_replicas_rejoins_and_never_votes(tmp_path: Path
             timeout_s=60,
             what="a metadata write once two voters are up",
         )
-        wait_until(
-            lambda: "quorum-back" in on_observer.list_topics(),
-            timeout_s=30,
-            what="the observer seeing the write",
-        )
+        wait_listed(on_observer, "quorum-back", timeout_s=30, what="the observer seeing the write")
     finally:
         cluster.stop()
 
