@@ -221,6 +221,9 @@ class Cluster:
         self._metadata = ClusterMetadata("", None, {}, {})
         self._fetched_at: dict[str, float] = {}
         self._stale: set[str] = set()
+        # topic -> (its partitions as routing keys, until when they are fresh): read without
+        # the lock by `topic_partitions`, on every send(); written and dropped under it.
+        self._routes: dict[str, tuple[tuple[TopicPartition, ...], float]] = {}
         self._next_address = 0
         self._closed = False
 
@@ -343,6 +346,7 @@ class Cluster:
             for name in fresh.topics:
                 self._fetched_at[name] = now
                 self._stale.discard(name)
+            self._routes.clear()  # rebuilt on the next send from the answer just stored
             return self._metadata
 
     def topic(self, topic: str) -> tuple[PartitionMetadata, ...]:
@@ -361,6 +365,27 @@ class Cluster:
                 retriable=True,
             )
         return partitions
+
+    def topic_partitions(self, topic: str) -> tuple[TopicPartition, ...]:
+        """The partitions of `topic` as routing keys (as `topic`, refreshing when needed).
+
+        The producer asks on every send(): while the cached answer is fresh this reads one
+        dict entry and the clock, without the lock (a dict read is atomic under the GIL, and
+        a route is dropped under the lock whenever its topic goes stale or metadata arrives).
+        """
+        route = self._routes.get(topic)
+        if route is not None and self._clock() < route[1]:
+            return route[0]
+        partitions = self.topic(topic)
+        routes = tuple(TopicPartition(topic, p) for p in range(len(partitions)))
+        with self._lock:
+            # Cached only if nothing changed since `topic` answered: a route never outlives
+            # the metadata it was built from.
+            if self._metadata.topics.get(topic) is partitions and topic not in self._stale:
+                fresh_until = self._fetched_at[topic] + self.config.metadata_max_age_ms / 1000
+                self._routes[topic] = (routes, fresh_until)
+        assert len(routes) == len(partitions) > 0
+        return routes
 
     def leader_address(self, tp: TopicPartition) -> str:
         """The client address of `tp`'s leader (refreshing metadata once if it is unknown)."""
@@ -397,7 +422,11 @@ class Cluster:
 
     def mark_stale(self, topic: str) -> None:
         with self._lock:
-            self._stale.add(topic)
+            self._mark_stale_locked(topic)
+
+    def _mark_stale_locked(self, topic: str) -> None:
+        self._stale.add(topic)
+        self._routes.pop(topic, None)
 
     def apply_leader_hint(
         self, tp: TopicPartition, leader_id: int | None, leader_address: str | None
@@ -409,13 +438,13 @@ class Cluster:
                 leader_id is not None and partitions is not None and tp.partition < len(partitions)
             )
             if not usable or partitions is None or leader_id is None:
-                self._stale.add(tp.topic)
+                self._mark_stale_locked(tp.topic)
                 return
             nodes = dict(self._metadata.nodes)
             if leader_address:
                 nodes[leader_id] = leader_address
             elif leader_id not in nodes:
-                self._stale.add(tp.topic)
+                self._mark_stale_locked(tp.topic)
             updated = list(partitions)
             updated[tp.partition] = replace(updated[tp.partition], leader_id=leader_id)
             topics = {**self._metadata.topics, tp.topic: tuple(updated)}

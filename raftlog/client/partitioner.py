@@ -74,6 +74,11 @@ class StickyPartitioner:
     def partition(self, topic: str, partitions: int) -> int:
         """The current sticky partition of `topic` (drawing one if there is none)."""
         assert partitions > 0, partitions
+        # Read without the lock first (a dict read is atomic under the GIL): send() asks on
+        # every keyless record and the answer changes only when a batch closes.
+        current = self._sticky.get(topic)
+        if current is not None and current < partitions:
+            return current
         with self._lock:
             current = self._sticky.get(topic)
             if current is None or current >= partitions:

@@ -201,46 +201,47 @@ class Producer:
             raise ClientClosedError(f"producer closed: cannot send to topic {topic!r}")
         if not isinstance(topic, str) or not topic:
             raise ClientError(f"topic must be a non-empty string, got {topic!r}")
-        if timestamp_ms is not None and not 0 <= timestamp_ms < 2**63:
+        if timestamp_ms is None:
+            timestamp_ms = self._wall_clock_ms()
+        elif not 0 <= timestamp_ms < 2**63:
             raise ClientError(f"timestamp_ms must be a non-negative int64, got {timestamp_ms}")
-        record = RecordInput(
-            key=_optional_bytes("key", key),
-            value=_optional_bytes("value", value),
-            timestamp_ms=self._wall_clock_ms() if timestamp_ms is None else timestamp_ms,
-            headers=_headers(headers),
-        )
-        partitions = self._partition_count(topic)
+        # Plain bytes (nearly every call) skip the conversion calls.
+        if key is not None and type(key) is not bytes:
+            key = _optional_bytes("key", key)
+        if value is not None and type(value) is not bytes:
+            value = _optional_bytes("value", value)
+        record = RecordInput(key, value, timestamp_ms, () if headers is None else _headers(headers))
+        routes = self._topic_partitions(topic)
         max_block_ms = self.config.max_block_ms
         if partition is not None:
-            if not 0 <= partition < partitions:
+            if not 0 <= partition < len(routes):
                 raise ClientError(
-                    f"partition {partition} of topic {topic!r} does not exist (it has {partitions})"
+                    f"partition {partition} of topic {topic!r} does not exist "
+                    f"(it has {len(routes)})"
                 )
-            future = self._accumulator.append(
-                TopicPartition(topic, partition), record, max_block_ms=max_block_ms
-            )
+            future = self._accumulator.append(routes[partition], record, max_block_ms=max_block_ms)
         elif key is not None:
-            chosen = partition_for_key(key, partitions)
-            future = self._accumulator.append(
-                TopicPartition(topic, chosen), record, max_block_ms=max_block_ms
-            )
+            chosen = partition_for_key(key, len(routes))
+            future = self._accumulator.append(routes[chosen], record, max_block_ms=max_block_ms)
         else:
-            future = self._append_sticky(topic, partitions, record)
+            future = self._append_sticky(routes, record)
         assert future is not None
         return future
 
-    def _append_sticky(self, topic: str, partitions: int, record: RecordInput) -> RecordFuture:
+    def _append_sticky(
+        self, routes: tuple[TopicPartition, ...], record: RecordInput
+    ) -> RecordFuture:
+        topic, partitions = routes[0].topic, len(routes)
         chosen = self._partitioner.partition(topic, partitions)
-        tp = TopicPartition(topic, chosen)
         max_block_ms = self.config.max_block_ms
         future = self._accumulator.append(
-            tp, record, max_block_ms=max_block_ms, abort_on_new_batch=True
+            routes[chosen], record, max_block_ms=max_block_ms, abort_on_new_batch=True
         )
         if future is not None:
             return future
         # The sticky partition's batch is full: move on, then open a batch wherever we land.
         self._partitioner.on_batch_closed(topic, chosen, partitions)
-        tp = TopicPartition(topic, self._partitioner.partition(topic, partitions))
+        tp = routes[self._partitioner.partition(topic, partitions)]
         future = self._accumulator.append(tp, record, max_block_ms=max_block_ms)
         assert future is not None
         return future
@@ -312,14 +313,15 @@ class Producer:
             self._sleep(backoff_s)  # an election under way: the caller blocks by design
 
     def _partition_count(self, topic: str) -> int:
-        """Partitions of `topic`, retrying retriable metadata errors up to max_block_ms."""
+        return len(self._topic_partitions(topic))
+
+    def _topic_partitions(self, topic: str) -> tuple[TopicPartition, ...]:
+        """`topic`'s partitions, retrying retriable metadata errors up to max_block_ms."""
         deadline = self._clock() + self.config.max_block_ms / 1000
         backoff_s = self.config.connection.retry_backoff_ms / 1000
         while True:
             try:
-                count = len(self._cluster.topic(topic))
-                assert count > 0
-                return count
+                return self._cluster.topic_partitions(topic)
             except ClientError as error:
                 if not error.retriable or self._clock() + backoff_s >= deadline:
                     raise

@@ -34,9 +34,20 @@ from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.storage.batch import patch_base_offset_and_epoch, verify_batch
 from raftlog.storage.records import CONTROL_LEADER_CHANGE, encode_control_batch
 
-__all__ = ["FakeCluster", "FakeClusterState", "FakePartition"]
+__all__ = ["FakeCluster", "FakeClusterState", "FakePartition", "ManualClock"]
 
 REMEMBERED_BATCHES_MAX = 5
+
+
+class ManualClock:
+    """A monotonic clock the test moves by hand (the clients' clock port)."""
+
+    def __init__(self) -> None:
+        self.now_s = 1000.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
 
 NO_HINT = -1
 

@@ -10,7 +10,7 @@ import warnings
 from concurrent.futures import Future
 
 import pytest
-from client_fake_cluster import FakeCluster
+from client_fake_cluster import FakeCluster, ManualClock
 
 from raftlog.client import Consumer, Producer, RecordMetadata
 from raftlog.client.errors import (
@@ -335,16 +335,6 @@ def test_not_leader_error_carries_the_hint() -> None:
     assert isinstance(error, NotLeaderForPartitionError)
     assert (error.retriable, error.leader_id, error.leader_address) == (True, 3, "h:1")
     assert "events/0" in str(error) and "node 3 at h:1" in str(error)
-
-
-class ManualClock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now_s = 1000.0
-
-    def __call__(self) -> float:
-        return self.now_s
 
 
 def test_queued_batch_expires_after_delivery_timeout(cluster: FakeCluster) -> None:

@@ -78,3 +78,59 @@ def test_callers_cannot_complete_a_record_future() -> None:
         futures[0].set_result(RecordMetadata("t", 2, 0, 0))
     with pytest.raises(RuntimeError, match="completed by its producer"):
         futures[0].set_exception(RuntimeError())
+
+
+def logged_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [str(r.exc_info[1]) for r in caplog.records if r.exc_info]
+
+
+def test_a_failing_callback_is_logged_and_the_others_still_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    batch, futures = _batch_of(3)
+    seen: list[int] = []
+
+    def failing(_: Future[RecordMetadata]) -> None:
+        raise ValueError("planted callback failure")
+
+    futures[0].add_done_callback(lambda f: seen.append(f.result().offset))
+    futures[1].add_done_callback(failing)
+    futures[2].add_done_callback(lambda f: seen.append(f.result().offset))
+    batch.future.set_result(5)
+    assert seen == [5, 7]  # in the order they were added
+    assert logged_errors(caplog) == ["planted callback failure"]
+    futures[1].add_done_callback(failing)  # run at once: logged, not raised
+    assert logged_errors(caplog) == ["planted callback failure"] * 2
+
+
+def test_callbacks_added_while_the_batch_resolves_run_exactly_once() -> None:
+    batch, futures = _batch_of(1)
+    calls: list[int] = []
+    adding = threading.Event()
+
+    def add_callbacks() -> None:
+        adding.set()
+        for index in range(2000):
+            futures[0].add_done_callback(lambda _, index=index: calls.append(index))
+
+    adder = threading.Thread(target=add_callbacks)
+    adder.start()
+    adding.wait(TIMEOUT_S)
+    batch.future.set_result(0)
+    adder.join(TIMEOUT_S)
+    assert sorted(calls) == list(range(2000))
+
+
+def test_a_resolved_batch_answers_without_its_future() -> None:
+    # After resolution result() and exception() read the batch's copy of the outcome; the
+    # copy is taken from the future once, so both agree with it.
+    batch, futures = _batch_of(2)
+    error = RuntimeError("delivery failed")
+    batch.future.set_exception(error)
+    assert batch.resolved and batch.error is error
+    assert futures[1].exception() is error and futures[1].done()
+    other, others = _batch_of(2)
+    other.future.set_result(9)
+    assert other.resolved and other.error is None and other.base_offset == 9
+    assert others[1].result() == RecordMetadata("t", 2, 10, 1001)
+    assert repr(others[1]) == "<RecordFuture t/2#1 finished>"
