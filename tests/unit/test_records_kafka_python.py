@@ -213,3 +213,20 @@ def test_varints_match_kafka_python(value: int) -> None:
     kafka_encode_varint(value, theirs.append)
     assert encode_varint(value) == bytes(theirs)
     assert decode_varint(bytes(theirs)) == kafka_decode_varint(theirs, 0)
+
+
+def test_a_batch_of_many_chunks_matches_kafka_python_byte_for_byte() -> None:
+    # The encoder joins about 32 KiB of records at a time and reads the varints of 0..8191
+    # from a table: this batch spans many chunks, and its lengths, offset deltas and
+    # timestamp deltas fall on both sides of 63/64 (one or two bytes) and of 8191/8192.
+    sizes = [0, 63, 64, 8191, 8192, 8193, 20_000]
+    inputs = []
+    for index in range(9000):
+        size = sizes[index // 50 % len(sizes)] if index % 50 == 0 else index % 130
+        key = None if index % 3 == 0 else b"k" * (index % 70)
+        value = None if index % 7 == 0 else bytes([index % 256]) * size
+        headers = (("h", b"v"),) if index % 11 == 0 else ()
+        inputs.append(RecordInput(key, value, 1_700_000_000_000 + 2 * index, headers))
+    ours = encode_batch(inputs, producer_id=7, producer_epoch=1, base_sequence=0)
+    assert ours == kafka_build(inputs, Compression.NONE, producer=(7, 1, 0))
+    assert len(ours) > 8 * 32 * 1024
