@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from raftlog.client import Admin
+from raftlog.client.errors import NotControllerError
 from raftlog.local_cluster import LocalCluster
 from tests.security.pki import TOKENS, Pki
 from tests.security.test_secure_cluster import wait_for_nodes
@@ -52,8 +53,11 @@ def test_a_node_with_a_foreign_certificate_cannot_join(cluster: LocalCluster, pk
         replicas = admin.describe_topic("pair").partitions[0].replicas
     assert members == {1, 2} and 3 not in replicas
     assert cluster.is_running(3)  # it is up, just shut out
-    # Node 3's own view (it trusts only the foreign CA): it never heard from a leader.
+    # Node 3's own view (it trusts only the foreign CA): it never heard from a leader, so it
+    # never applied its own registration, never caught up with the metadata quorum, and
+    # refuses to describe the cluster from its copy (raftlog.metadata.catch_up).
     third = cluster.nodes[3].client_address
-    with Admin(third, tls_ca=pki.foreign_ca, token=TOKENS["admin"]) as admin:
-        view = admin.describe_cluster()
-    assert view.controller_id is None and view.nodes == ()
+    admin = Admin(third, tls_ca=pki.foreign_ca, token=TOKENS["admin"], request_timeout_ms=5000)
+    with admin, pytest.raises(NotControllerError, match="has not caught up") as refused:
+        admin.describe_cluster()
+    assert refused.value.leader_id is None  # it knows no controller
