@@ -85,7 +85,7 @@ from raftlog.metadata.commands import (
     reject,
     topic_name_collision_key,
 )
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import DERIVED_PRODUCER_ID_MIN, GroupId, NodeId, PartitionId
 
 __all__ = [
     "FIRST_PARTITION_GROUP_ID",
@@ -103,8 +103,8 @@ METADATA_GROUP_ID = GroupId(0)  # the metadata quorum itself
 FIRST_PARTITION_GROUP_ID = GroupId(1)
 NO_EPOCH = -1  # leader_epoch of a partition no leader has reported yet
 # Producer ids from 2**62 up are derived by clients (the Spark sink's per-task ids,
-# raftlog.client.producer.DERIVED_PRODUCER_ID_MIN): the allocator never reaches them.
-ALLOCATED_PRODUCER_ID_LIMIT = 1 << 62
+# raftlog.types.DERIVED_PRODUCER_ID_MIN): the allocator never reaches them.
+ALLOCATED_PRODUCER_ID_LIMIT = DERIVED_PRODUCER_ID_MIN
 # A node's life cycle: active -> decommissioning -> decommissioned, never back.
 NODE_ACTIVE = "active"
 NODE_DECOMMISSIONING = "decommissioning"

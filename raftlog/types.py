@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NewType
 
-__all__ = ["GroupId", "NodeId", "Offset", "PartitionId", "Term"]
+__all__ = ["DERIVED_PRODUCER_ID_MIN", "GroupId", "NodeId", "Offset", "PartitionId", "Term"]
 
 NodeId = NewType("NodeId", int)
 Term = NewType("Term", int)
@@ -18,3 +18,8 @@ Offset = NewType("Offset", int)
 PartitionId = NewType("PartitionId", int)
 # A Raft group on a node: the metadata quorum is group 0, partitions get ids from the controller.
 GroupId = NewType("GroupId", int)
+
+# Producer ids split at 2**62: the controller allocates ids below it (InitProducerId), clients
+# that must resume as the same producer (the Spark sink's tasks) derive theirs at or above it
+# (`raftlog.client.producer.derived_producer_id`), so the two kinds never meet.
+DERIVED_PRODUCER_ID_MIN = 1 << 62

@@ -59,14 +59,12 @@ from raftlog.client.errors import (
 from raftlog.client.partitioner import StickyPartitioner, partition_for_key
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.storage.records import Headers, RecordInput
+from raftlog.types import DERIVED_PRODUCER_ID_MIN
 
 __all__ = ["DERIVED_PRODUCER_ID_MIN", "Producer", "derived_producer_id"]
 
 HeadersInput = Sequence[tuple[str, bytes | None]]
 
-# Producer ids with bit 62 set are derived by clients; the controller's allocator stops
-# below them (raftlog.metadata.state.ALLOCATED_PRODUCER_ID_LIMIT), so the two never meet.
-DERIVED_PRODUCER_ID_MIN = 1 << 62
 _PRODUCER_ID_LIMIT = 1 << 63  # ids are non-negative int64
 _PRODUCER_EPOCH_MAX = 2**15 - 1  # int16 in the RecordBatch header
 
