@@ -7,9 +7,9 @@ order the core requires:
     1. send each Ready's `messages` (a leader's appends go out before its own fsync);
     2. persist: install snapshots, append entries (buffered writes); hard states to save are
        collected;
-    3. on a disk thread: save the collected hard states (each an atomic file replace) and
-       fsync every log touched in this pass (group commit: the votes and appends a pass
-       gathered from many groups share one trip off the loop);
+    3. on a disk thread: save the collected hard states (each an atomic file replace), and
+       write (one writev per log) and fsync every log touched in this pass (group commit:
+       the votes and appends a pass gathered from many groups share one trip off the loop);
     4. send `persisted_messages` (votes, append acknowledgements), apply committed entries,
        answer reads, `advance`.
 
@@ -312,6 +312,7 @@ def _save_all(pending: list[Callable[[], None]]) -> None:
 
 
 def _run_tickets(tickets: list[FlushTicket]) -> None:
-    """On the disk thread: only fsyncs of file descriptors, nothing Python-shared."""
+    """On the disk thread: writes of buffers handed over and fsyncs of file descriptors,
+    nothing the loop touches meanwhile (raftlog.storage.segment.SegmentSync)."""
     for ticket in tickets:
         ticket.run()

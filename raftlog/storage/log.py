@@ -72,7 +72,6 @@ from raftlog.errors import (
 from raftlog.storage.batch import BatchHeader, crc32c, patch_base_offset_and_epoch, verify_batch
 from raftlog.storage.files import (
     Clock,
-    FileHandle,
     FileSystem,
     OsFileSystem,
     SystemClock,
@@ -85,6 +84,7 @@ from raftlog.storage.segment import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     Segment,
+    SegmentSync,
     parse_segment_name,
 )
 
@@ -108,9 +108,10 @@ _CLEAN_STATE_KEYS = frozenset(
 
 @dataclass(slots=True)
 class FlushTicket:
-    """The fsyncs of one `prepare_flush`; `run` may be called from any thread."""
+    """The writes and fsyncs of one `prepare_flush`; `run` may be called from any thread."""
 
-    handles: tuple[FileHandle, ...]
+    syncs: tuple[SegmentSync, ...]
+    segments: tuple[Segment, ...]  # whose syncs these are (read on the caller's thread only)
     directory: str | None
     files: FileSystem
     end_offset: int
@@ -122,8 +123,8 @@ class FlushTicket:
     def run(self) -> None:
         if self.prelude is not None:
             self.prelude()
-        for handle in self.handles:
-            handle.sync()
+        for sync in self.syncs:
+            sync.run()
         if self.directory is not None:
             self.files.sync_directory(self.directory)
         self.done = True
@@ -389,20 +390,31 @@ class SegmentedLog:
         return self._durable_end_offset
 
     def prepare_flush(self) -> FlushTicket:
-        """`flush` in three steps, so the fsyncs can run off the event loop: this hands the
-        buffered appends to the OS (on the caller's thread), `FlushTicket.run` fsyncs (any
-        thread; it touches only file descriptors), `complete_flush` records durability (on
+        """`flush` in three steps, so the copy into the page cache and the fsyncs can run off
+        the event loop: this takes the buffered appends (on the caller's thread),
+        `FlushTicket.run` writes and fsyncs them (any thread; it touches only file
+        descriptors and the buffers handed over), `complete_flush` records durability (on
         the caller's thread). Nothing may truncate the log between the first and the last
-        step; appends may (they are simply not covered)."""
+        step; appends may (they are simply not covered), and reads of bytes in flight wait
+        for their write (`Segment.finish_in_flight`)."""
         self._check_open()
-        handles = [h for h in (s.prepare_sync() for s in self._segments[-2:]) if h is not None]
+        segments, syncs = [], []
+        for segment in self._segments[-2:]:
+            sync = segment.prepare_sync()
+            if sync is not None:
+                segments.append(segment)
+                syncs.append(sync)
         directory = self.directory if self._directory_dirty else None
         self._directory_dirty = False
-        return FlushTicket(tuple(handles), directory, self.files, self.log_end_offset)
+        return FlushTicket(
+            tuple(syncs), tuple(segments), directory, self.files, self.log_end_offset
+        )
 
     def complete_flush(self, ticket: FlushTicket) -> int:
         assert ticket.done, "complete_flush before the ticket ran"
         assert ticket.end_offset <= self.log_end_offset, "truncated during a flush"
+        for segment in ticket.segments:
+            segment.finish_in_flight()  # written by the ticket: only counts them
         self._durable_end_offset = max(self._durable_end_offset, ticket.end_offset)
         self._check_invariants()
         return self._durable_end_offset

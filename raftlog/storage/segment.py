@@ -6,24 +6,30 @@ contiguous in offset: each starts at the previous batch's last offset + 1. A seg
 
 * *active* (the last one): it takes appends. Appends wait in `_pending` (user space) and go
   to the OS in one writev when a flush comes, a reader needs them, or the buffer reaches
-  `append_buffer_bytes_max`. Its indexes live in memory only; recovery rebuilds them by
-  scanning the file, which it must read anyway to cut a torn tail. After a clean shutdown
-  there is no tail to cut: the log's close wrote the segment's index files and its `state`
-  (`clean_state`), and the next open resumes from them without reading the file
-  (`resume_clean`, Kafka's clean-shutdown marker); or
+  `append_buffer_bytes_max`. A split flush (`prepare_sync`) hands that writev, with the
+  fsync after it, to a disk thread (`SegmentSync`): the event loop does not copy a pass's
+  appends into the page cache. Until the loop has seen that write finish, the bytes count
+  as in flight; whatever needs the file's tail (a read of them, a drain, a truncation, a
+  close) first waits for the write, or does it itself if no thread has started it.
+  Its indexes live in memory only; recovery rebuilds them by scanning the file, which it
+  must read anyway to cut a torn tail. After a clean shutdown there is no tail to cut: the
+  log's close wrote the segment's index files and its `state` (`clean_state`), and the next
+  open resumes from them without reading the file (`resume_clean`, Kafka's clean-shutdown
+  marker); or
 * *closed*: read-only, fsynced, with its index files written and fsynced when it closed.
   Opening a closed segment reads nothing: its indexes load on first use and are checked
   then; a missing or damaged index file is rebuilt from the segment (`CorruptIndexError`).
   Its `end_offset` is the next segment's base offset, supplied by the log.
 
-Sizes: `size_bytes` counts pending bytes too; `_written_bytes` only what the OS has.
-Invariant: `_written_bytes + _pending_bytes == size_bytes`.
+Sizes: `size_bytes` counts pending and in-flight bytes too; `_written_bytes` only what the
+loop knows the OS has. Invariant: `_written_bytes + in-flight + _pending_bytes == size_bytes`.
 """
 
 from __future__ import annotations
 
 import os
 import struct
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -46,6 +52,7 @@ __all__ = [
     "LOG_SUFFIX",
     "TIME_INDEX_SUFFIX",
     "Segment",
+    "SegmentSync",
     "parse_segment_name",
     "segment_name",
 ]
@@ -84,6 +91,49 @@ class SegmentRead:
     headers: tuple[BatchHeader, ...]
 
 
+class SegmentSync:
+    """Appends of one segment handed off by `Segment.prepare_sync`, and the fsync after them.
+
+    `run` (a disk thread) writes the buffers in one writev, then fsyncs. The write happens
+    exactly once, by whoever comes first: the thread, or the loop when it needs the bytes in
+    the file before the thread got to them (`write`; the lock makes the loop wait while the
+    thread is at it, and a ticket that never runs cannot strand the appends)."""
+
+    __slots__ = ("_buffers", "_error", "_handle", "_lock", "size_bytes", "synced", "written")
+
+    def __init__(self, handle: FileHandle, buffers: list[bytearray], size_bytes: int) -> None:
+        assert size_bytes == sum(len(buffer) for buffer in buffers), size_bytes
+        self._handle = handle
+        self._buffers = buffers
+        self.size_bytes = size_bytes
+        self._lock = threading.Lock()
+        self._error: BaseException | None = None
+        self.written = False
+        self.synced = False
+
+    def write(self) -> None:
+        """Write the buffers unless already written (any thread); re-raises a failed write."""
+        with self._lock:
+            if not self.written:
+                try:
+                    if self._buffers:
+                        self._handle.append(self._buffers)
+                except BaseException as error:
+                    self._error = error
+                    raise
+                finally:
+                    self.written = True
+                    self._buffers = []  # the page cache has them (or the write failed)
+            elif self._error is not None:
+                raise self._error
+
+    def run(self) -> None:
+        """On a disk thread: the write, then the fsync that makes it durable."""
+        self.write()
+        self._handle.sync()
+        self.synced = True
+
+
 class Segment:
     def __init__(
         self, files: FileSystem, directory: str, base_offset: int, config: LogConfig
@@ -101,6 +151,7 @@ class Segment:
         self._written_bytes = 0
         self._pending: list[bytearray] = []
         self._pending_bytes = 0
+        self._in_flight: SegmentSync | None = None  # appends handed to a disk thread
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._max_timestamp_ms: int | None = None
@@ -293,6 +344,7 @@ class Segment:
 
     def drain(self) -> None:
         """Hand pending appends to the OS (one writev); not durable until `sync`."""
+        self.finish_in_flight()  # O_APPEND: these must land after the appends in flight
         if self._pending:
             self._require_handle().append(self._pending)
             self._written_bytes += self._pending_bytes
@@ -305,16 +357,32 @@ class Segment:
             self._require_handle().sync()
             self.is_dirty = False
 
-    def prepare_sync(self) -> FileHandle | None:
-        """Drain on the caller's thread and hand back the file to fsync elsewhere (or None).
+    def prepare_sync(self) -> SegmentSync | None:
+        """Hand the pending appends and the fsync to another thread (or None: all synced).
 
-        The segment counts as clean from here: the caller must fsync the handle before it
-        treats anything appended so far as durable (`SegmentedLog.prepare_flush`)."""
-        self.drain()
+        The segment counts as clean from here: the caller must run the returned sync before
+        it treats anything appended so far as durable (`SegmentedLog.prepare_flush`)."""
+        self.finish_in_flight()
         if not self.is_dirty:
             return None
         self.is_dirty = False
-        return self._require_handle()
+        handoff = SegmentSync(self._require_handle(), self._pending, self._pending_bytes)
+        self._in_flight = handoff
+        self._pending, self._pending_bytes = [], 0
+        return handoff
+
+    def finish_in_flight(self) -> None:
+        """Count the appends handed to a disk thread as written, writing them here if no
+        thread has yet (waiting while one is at it). Loop thread only."""
+        handoff = self._in_flight
+        if handoff is None:
+            return
+        handoff.write()
+        self._written_bytes += handoff.size_bytes
+        self._in_flight = None
+        if not handoff.synced:
+            self.is_dirty = True  # the next sync must fsync them: that ticket may never run
+        assert self._written_bytes + self._pending_bytes == self.size_bytes
 
     def close_for_roll(self) -> None:
         """Turn the active segment into a closed one: sync it, then write and sync its index
@@ -454,6 +522,7 @@ class Segment:
     def truncate_from(self, offset: int, now_ms: int) -> None:
         """Drop batches at offsets >= `offset` (a batch boundary); sync; become active."""
         assert self.base_offset <= offset <= self.end_offset, (offset, self.base_offset)
+        self.drain()  # the scan below reads the whole file
         position = self.size_bytes
         if offset < self.end_offset:
             position, header = self.locate(offset)
@@ -491,6 +560,7 @@ class Segment:
 
     def close(self) -> None:
         if self._handle is not None:
+            self.finish_in_flight()  # never close the file under a disk thread's write
             self._handle.close()
             self._handle = None
 
