@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from raftlog.config import LogConfig
 from raftlog.storage.files import ManualClock, SimFileSystem
-from raftlog.storage.log import SegmentedLog
+from raftlog.storage.log import FlushTicket, SegmentedLog
 from tests.unit.storage.conftest import make_batch
 
 
 def _open(sim: SimFileSystem, config: LogConfig) -> SegmentedLog:
     return SegmentedLog.open("/sim/log", config=config, files=sim, clock=ManualClock(1))
+
+
+def _one_append_prepared(sim: SimFileSystem, config: LogConfig) -> tuple[SegmentedLog, FlushTicket]:
+    log = _open(sim, config)
+    log.append(make_batch(), leader_epoch=1)
+    return log, log.prepare_flush()
 
 
 def test_a_completed_ticket_makes_its_appends_durable(
@@ -32,9 +38,7 @@ def test_a_completed_ticket_makes_its_appends_durable(
 def test_appends_made_while_a_ticket_runs_are_not_counted_durable(
     sim: SimFileSystem, small_config: LogConfig
 ) -> None:
-    log = _open(sim, small_config)
-    log.append(make_batch(), leader_epoch=1)
-    ticket = log.prepare_flush()
+    log, ticket = _one_append_prepared(sim, small_config)
     log.append(make_batch(), leader_epoch=1)
     ticket.run()
     assert log.complete_flush(ticket) == 1
@@ -61,9 +65,7 @@ def _active_file_bytes(sim: SimFileSystem, log: SegmentedLog) -> int:
 def test_the_ticket_not_the_caller_writes_the_appends(
     sim: SimFileSystem, small_config: LogConfig
 ) -> None:
-    log = _open(sim, small_config)
-    log.append(make_batch(), leader_epoch=1)
-    ticket = log.prepare_flush()
+    log, ticket = _one_append_prepared(sim, small_config)
     assert _active_file_bytes(sim, log) == 0, "the copy into the file is the ticket's work"
     ticket.run()
     assert _active_file_bytes(sim, log) == log._active().size_bytes
@@ -90,9 +92,7 @@ def test_a_read_of_appends_in_flight_writes_them_once(
 def test_appends_of_a_ticket_that_never_ran_are_made_durable_by_the_next_flush(
     sim: SimFileSystem, small_config: LogConfig
 ) -> None:
-    log = _open(sim, small_config)
-    log.append(make_batch(), leader_epoch=1)
-    log.prepare_flush()  # handed off, then abandoned (a cancelled pass)
+    log, _ = _one_append_prepared(sim, small_config)  # then abandoned (a cancelled pass)
     assert log.flush() == 1
     sim.crash(torn=False)
     assert _open(sim, small_config).log_end_offset == 1
