@@ -98,12 +98,11 @@ class ProducerBatch:
     resolved: bool = False
     base_offset: int = -1
     error: BaseException | None = None
-    # Record callbacks waiting for the batch, flat: record future, its callback, the next
-    # record future, ... (a pair costs no tuple). One cheap Lock per batch instead of
-    # Future.add_done_callback's Condition per record.
-    callbacks: list[RecordFuture | Callable[[Future[RecordMetadata]], object]] = field(
-        default_factory=list
-    )
+    # Record callbacks waiting for the batch, side by side with their record futures (a pair
+    # costs no tuple). One cheap Lock per batch instead of Future.add_done_callback's
+    # Condition per record.
+    callback_futures: list[RecordFuture] = field(default_factory=list)
+    callbacks: list[Callable[[Future[RecordMetadata]], object]] = field(default_factory=list)
     callbacks_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
@@ -117,11 +116,9 @@ class ProducerBatch:
             self.base_offset = future.result()
         self.resolved = True
         with self.callbacks_lock:
+            futures, self.callback_futures = self.callback_futures, []
             callbacks, self.callbacks = self.callbacks, []
-        assert len(callbacks) % 2 == 0
-        pairs = iter(callbacks)
-        for record_future, callback in zip(pairs, pairs, strict=True):
-            assert isinstance(record_future, RecordFuture)
+        for record_future, callback in zip(futures, callbacks, strict=True):
             _run_callback(record_future, callback)
         # Later callbacks run at once in add_done_callback, which sees `resolved` set.
         assert not self.callbacks, "a callback was queued after the batch resolved"
@@ -203,7 +200,8 @@ class RecordFuture(Future[RecordMetadata]):
         batch = self._batch
         with batch.callbacks_lock:
             if not batch.resolved:
-                batch.callbacks += (self, fn)
+                batch.callback_futures.append(self)
+                batch.callbacks.append(fn)
                 return
         _run_callback(self, fn)  # done already: run at once, as Future does
 
