@@ -69,7 +69,15 @@ from raftlog.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
-from raftlog.storage.batch import BatchHeader, crc32c, patch_base_offset_and_epoch, verify_batch
+from raftlog.storage.batch import (
+    CRC_FIELD,
+    CRC_START,
+    EPOCH_FIELD,
+    BatchHeader,
+    crc32c,
+    patch_base_offset_and_epoch,
+    verify_batch,
+)
 from raftlog.storage.files import (
     Clock,
     FileSystem,
@@ -91,6 +99,10 @@ from raftlog.storage.segment import (
 __all__ = ["CLEAN_SHUTDOWN_FILE_NAME", "AppendInfo", "FlushTicket", "ReadResult", "SegmentedLog"]
 
 CLEAN_SHUTDOWN_FILE_NAME = "clean-shutdown"
+# The bytes of a batch that append rewrites (base offset, length, leader epoch): all before the
+# CRC's range, so the rest is written from the caller's bytes as they are.
+_PATCHED_PREFIX_BYTES = EPOCH_FIELD + 4
+assert _PATCHED_PREFIX_BYTES <= CRC_FIELD < CRC_START
 _CRC = struct.Struct(">I")
 # The marker holds one small JSON object; anything larger is not ours.
 _CLEAN_SHUTDOWN_BYTES_MAX = 4096
@@ -332,21 +344,27 @@ class SegmentedLog:
                 f"append at base_offset {base_offset} to {self.directory}, but the log ends "
                 f"at {self.log_end_offset}: truncate first or append at the end"
             )
-        copy = bytearray(batch)  # the one copy: patched here, written from here
-        header = verify_batch(copy)
-        if header.size_bytes != len(copy):
+        if not isinstance(batch, bytes):
+            batch = bytes(batch)  # buffered until written: the caller must not change it
+        header = verify_batch(batch)
+        if header.size_bytes != len(batch):
             raise CorruptBatchError(
-                f"{len(copy) - header.size_bytes} bytes after the batch", position=header.size_bytes
+                f"{len(batch) - header.size_bytes} bytes after the batch",
+                position=header.size_bytes,
             )
         offset = self.log_end_offset
-        patch_base_offset_and_epoch(copy, 0, base_offset=offset, leader_epoch=leader_epoch)
+        # No copy of the batch: its first bytes, patched, then a view of the rest (base offset
+        # and epoch lie outside the CRC, which covers only bytes after both).
+        prefix = bytearray(batch[:_PATCHED_PREFIX_BYTES])
+        patch_base_offset_and_epoch(prefix, 0, base_offset=offset, leader_epoch=leader_epoch)
+        parts = (prefix, memoryview(batch)[_PATCHED_PREFIX_BYTES:])
         last_offset = offset + header.last_offset_delta
         now_ms = self.clock.now_ms()
-        self._maybe_roll(len(copy), last_offset, now_ms)
-        self._active().append(copy, _patched(header, offset, leader_epoch), now_ms)
+        self._maybe_roll(len(batch), last_offset, now_ms)
+        self._active().append(parts, _patched(header, offset, leader_epoch), now_ms)
         assert self.log_end_offset == last_offset + 1
         assert self._durable_end_offset <= offset, "a new append is not durable yet"
-        return AppendInfo(offset, last_offset, len(copy), header.max_timestamp)
+        return AppendInfo(offset, last_offset, len(batch), header.max_timestamp)
 
     def _maybe_roll(self, batch_bytes: int, last_offset: int, now_ms: int) -> None:
         active = self._active()

@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from raftlog.config import LogConfig
@@ -44,7 +44,7 @@ from raftlog.storage.batch import (
     crc32c,
     verify_batch,
 )
-from raftlog.storage.files import FileHandle, FileSystem, read_whole_file
+from raftlog.storage.files import Buffer, FileHandle, FileSystem, read_whole_file
 from raftlog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
 __all__ = [
@@ -101,7 +101,7 @@ class SegmentSync:
 
     __slots__ = ("_buffers", "_error", "_handle", "_lock", "size_bytes", "synced", "written")
 
-    def __init__(self, handle: FileHandle, buffers: list[bytearray], size_bytes: int) -> None:
+    def __init__(self, handle: FileHandle, buffers: list[Buffer], size_bytes: int) -> None:
         assert size_bytes == sum(len(buffer) for buffer in buffers), size_bytes
         self._handle = handle
         self._buffers = buffers
@@ -149,7 +149,7 @@ class Segment:
         self.rolling_base_ms = _TIMESTAMP_NONE
         self._handle: FileHandle | None = None
         self._written_bytes = 0
-        self._pending: list[bytearray] = []
+        self._pending: list[Buffer] = []
         self._pending_bytes = 0
         self._in_flight: SegmentSync | None = None  # appends handed to a disk thread
         self._offset_index: OffsetIndex | None = None
@@ -297,15 +297,17 @@ class Segment:
 
     # --- appending ----------------------------------------------------------------------
 
-    def append(self, batch: bytearray, header: BatchHeader, now_ms: int) -> int:
-        """Buffer a verified, patched batch; returns its position in the file."""
+    def append(self, parts: Sequence[Buffer], header: BatchHeader, now_ms: int) -> int:
+        """Buffer a verified, patched batch, given as consecutive parts that nobody changes
+        until they are written; returns its position in the file."""
         assert header.base_offset == self.end_offset, (header.base_offset, self.end_offset)
-        assert len(batch) == header.size_bytes
+        size_bytes = sum(len(part) for part in parts)
+        assert size_bytes == header.size_bytes, (size_bytes, header)
         position = self.size_bytes
-        self._index_batch(position, header.base_offset, len(batch), header.max_timestamp, now_ms)
-        self._pending.append(batch)
-        self._pending_bytes += len(batch)
-        self.size_bytes += len(batch)
+        self._index_batch(position, header.base_offset, size_bytes, header.max_timestamp, now_ms)
+        self._pending.extend(parts)
+        self._pending_bytes += size_bytes
+        self.size_bytes += size_bytes
         self.end_offset = header.last_offset + 1
         self.is_dirty = True
         if self._pending_bytes >= self.config.append_buffer_bytes_max:
