@@ -16,7 +16,9 @@ and snapshot data are written as-is.
 
 Copies: `encode_messages` computes the exact frame size first, allocates the frame once and
 packs every field into it with `pack_into`, so each payload byte is copied exactly once into
-the frame (the socket then sends from it). `decode_messages` takes a memoryview of the body and
+the frame (the socket then sends from it). The transport uses `encode_message_parts`, the same
+bytes as a list of buffers in which large entry data is the entry's own `bytes`: those bytes
+are copied only into the kernel. `decode_messages` takes a memoryview of the body and
 slices each payload out once into the `bytes` an `Entry` holds.
 
 Validation: decoding never trusts the wire. Every read is bounds-checked, and values the Raft
@@ -55,6 +57,8 @@ from raftlog.types import GroupId, NodeId, Offset, Term
 __all__ = [
     "FRAME_HEADER",
     "PROTOCOL_VERSION",
+    "SCATTER_DATA_BYTES_MIN",
+    "Buffer",
     "FrameKind",
     "Hello",
     "Item",
@@ -63,6 +67,7 @@ __all__ = [
     "decode_hello",
     "decode_messages",
     "encode_hello",
+    "encode_message_parts",
     "encode_messages",
     "item_size_bytes",
 ]
@@ -78,6 +83,10 @@ _COUNT = struct.Struct("!I")
 _ITEM = struct.Struct("!qB")  # group, message kind
 _ENTRY = struct.Struct("!qqqBI")  # term, offset, offset_count, kind, data length
 _NODE = struct.Struct("!q")
+# Entry data this large goes to the socket from the entry's own bytes (encode_message_parts).
+SCATTER_DATA_BYTES_MIN = 64 * 1024
+# What encode_message_parts returns: bytes and views of them.
+Buffer: TypeAlias = bytes | memoryview
 
 
 class FrameKind(enum.IntEnum):
@@ -163,16 +172,58 @@ def encode_messages(items: Sequence[Item], *, size_bytes: int | None = None) -> 
     """
     if size_bytes is None:
         size_bytes = sum(item_size_bytes(message) for _, message in items)
-    frame = bytearray(FRAME_HEADER.size + _COUNT.size + size_bytes)
-    FRAME_HEADER.pack_into(frame, 0, len(frame) - 4, FrameKind.MESSAGES)
+    return _encode(items, size_bytes, deferred=None)
+
+
+def encode_message_parts(items: Sequence[Item], *, size_bytes: int) -> list[Buffer]:
+    """The frame of `encode_messages` as consecutive buffers: entry data of at least
+    `SCATTER_DATA_BYTES_MIN` bytes is the entry's own `bytes`, not copied (a leader sends
+    each batch to every follower: copying it only into the kernel saves a copy, and the
+    allocation of a frame as large, per follower); the rest is packed between them."""
+    deferred: list[tuple[int, bytes]] = []
+    packed = _encode(items, size_bytes, deferred=deferred)
+    view = memoryview(packed)
+    parts: list[Buffer] = []
+    start = 0
+    for position, data in deferred:
+        parts += (view[start:position], data)
+        start = position
+    parts.append(view[start:])
+    assert sum(len(part) for part in parts) == FRAME_HEADER.size + _COUNT.size + size_bytes
+    return parts
+
+
+def _encode(
+    items: Sequence[Item], size_bytes: int, *, deferred: list[tuple[int, bytes]] | None
+) -> bytearray:
+    """The frame, packed; with `deferred`, large entry data is left out of it and listed
+    there with the position where it belongs."""
+    frame_bytes = FRAME_HEADER.size + _COUNT.size + size_bytes
+    large_bytes = 0 if deferred is None else _large_data_bytes(items)
+    frame = bytearray(frame_bytes - large_bytes)
+    FRAME_HEADER.pack_into(frame, 0, frame_bytes - 4, FrameKind.MESSAGES)
     _COUNT.pack_into(frame, FRAME_HEADER.size, len(items))
     position = FRAME_HEADER.size + _COUNT.size
     for group, message in items:
         kind = _KIND_OF[type(message)]
         _ITEM.pack_into(frame, position, group, kind)
-        position = _ENCODERS[kind](frame, position + _ITEM.size, message)
+        if isinstance(message, AppendRequest):
+            position = _encode_append_request(frame, position + _ITEM.size, message, deferred)
+        else:
+            position = _ENCODERS[kind](frame, position + _ITEM.size, message)
     assert position == len(frame), f"frame size {len(frame)} but wrote {position} bytes"
     return frame
+
+
+def _large_data_bytes(items: Sequence[Item]) -> int:
+    """Bytes of the entry data `encode_message_parts` leaves out of the packed frame."""
+    return sum(
+        len(entry.data)
+        for _, message in items
+        if isinstance(message, AppendRequest)
+        for entry in message.entries
+        if len(entry.data) >= SCATTER_DATA_BYTES_MIN
+    )
 
 
 def _put_data(frame: bytearray, position: int, data: bytes) -> int:
@@ -197,7 +248,12 @@ def _encode_vote_response(frame: bytearray, position: int, m: VoteResponse) -> i
     return position + fixed.size
 
 
-def _encode_append_request(frame: bytearray, position: int, m: AppendRequest) -> int:
+def _encode_append_request(
+    frame: bytearray,
+    position: int,
+    m: AppendRequest,
+    deferred: list[tuple[int, bytes]] | None = None,
+) -> int:
     fixed = _FIXED[MessageKind.APPEND_REQUEST]
     fields = (m.term, m.sender, m.receiver, m.prev_offset, m.prev_term, m.commit_offset)
     fixed.pack_into(frame, position, *fields, len(m.entries))
@@ -209,6 +265,9 @@ def _encode_append_request(frame: bytearray, position: int, m: AppendRequest) ->
             frame, position, entry.term, entry.offset, entry.offset_count, entry.kind, len(data)
         )
         position += _ENTRY.size
+        if deferred is not None and len(data) >= SCATTER_DATA_BYTES_MIN:
+            deferred.append((position, data))  # sent from the entry's bytes, after this
+            continue
         end = position + len(data)
         frame[position:end] = data
         position = end

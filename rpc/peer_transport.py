@@ -48,7 +48,7 @@ import logging
 import random
 import ssl
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 from raftlog.config import TransportConfig
@@ -56,6 +56,7 @@ from raftlog.errors import FrameError, HandshakeError, TransportError
 from raftlog.raft.types import Message
 from raftlog.rpc.codec import (
     FRAME_HEADER,
+    Buffer,
     FrameKind,
     Hello,
     Item,
@@ -63,6 +64,7 @@ from raftlog.rpc.codec import (
     decode_hello,
     decode_messages,
     encode_hello,
+    encode_message_parts,
     encode_messages,
     item_size_bytes,
 )
@@ -82,6 +84,31 @@ Address = tuple[str, int]
 FRAME_OVERHEAD_BYTES = FRAME_HEADER.size + 4
 # Frames are handed to the socket at most this much at a time (see _pump).
 WRITE_SLICE_BYTES = 256 * 1024
+
+
+class _OutFrame:
+    """A frame to send, as consecutive buffers (`codec.encode_message_parts`: large entry
+    data is the entries' own bytes, never copied into a frame)."""
+
+    __slots__ = ("parts", "size_bytes")
+
+    def __init__(self, parts: Sequence[Buffer]) -> None:
+        self.parts = tuple(parts)
+        self.size_bytes = sum(len(part) for part in self.parts)
+
+    def __len__(self) -> int:
+        return self.size_bytes
+
+    def chunk(self, start: int, bytes_max: int) -> Buffer:
+        """Up to `bytes_max` bytes from `start`, from one part (without copying)."""
+        assert 0 <= start < self.size_bytes and bytes_max > 0, (start, self.size_bytes)
+        for part in self.parts:
+            if start < len(part):
+                if start == 0 and len(part) <= bytes_max:
+                    return part
+                return memoryview(part)[start : start + bytes_max]
+            start -= len(part)
+        raise AssertionError("start lies inside the frame")
 
 
 @dataclass(slots=True)
@@ -142,11 +169,11 @@ class _Peer:
         self.connection: _Connection | None = None
         self.pending: list[Item] = []
         self.pending_bytes = 0
-        self.frames: deque[bytearray] = deque()
+        self.frames: deque[_OutFrame] = deque()
         self.frame_sent_bytes = 0  # how much of frames[0] the socket already has
         self.queued_bytes = 0  # pending + frames + frames delayed or held by faults
         self.flush_scheduled = False
-        self.held: bytearray | None = None  # a frame held back to be reordered
+        self.held: _OutFrame | None = None  # a frame held back to be reordered
         self.connected = asyncio.Event()
         self.space = asyncio.Event()  # set whenever queued_bytes goes down
         self.task: asyncio.Task[None] | None = None
@@ -314,7 +341,7 @@ class PeerTransport:
     def _seal(self, peer: _Peer) -> None:
         """Encode everything pending for `peer` into one frame and route it."""
         assert peer.pending, "sealing an empty frame"
-        frame = encode_messages(peer.pending, size_bytes=peer.pending_bytes)
+        frame = _OutFrame(encode_message_parts(peer.pending, size_bytes=peer.pending_bytes))
         peer.queued_bytes += FRAME_OVERHEAD_BYTES
         self._counters.messages_sent += len(peer.pending)
         peer.pending = []
@@ -324,7 +351,7 @@ class PeerTransport:
         else:
             self._route_with_faults(peer, frame, self._faults.outgoing(peer.node_id))
 
-    def _enqueue(self, peer: _Peer, frame: bytearray) -> None:
+    def _enqueue(self, peer: _Peer, frame: _OutFrame) -> None:
         if peer.removed or peer.phase is _Phase.DOWN:
             self._release(peer, len(frame))
             self._counters.frames_dropped_disconnected += 1
@@ -344,11 +371,10 @@ class PeerTransport:
             # Large frames go in slices: asyncio (3.11) keeps unsent bytes in one bytearray
             # and shifts it after every send, so a huge write costs quadratic memmoves.
             frame = peer.frames[0]
-            start = peer.frame_sent_bytes
-            end = min(len(frame), start + WRITE_SLICE_BYTES)
-            connection.write(memoryview(frame)[start:end] if end - start < len(frame) else frame)
-            peer.frame_sent_bytes = end
-            if end == len(frame):
+            chunk = frame.chunk(peer.frame_sent_bytes, WRITE_SLICE_BYTES)
+            connection.write(chunk)
+            peer.frame_sent_bytes += len(chunk)
+            if peer.frame_sent_bytes == len(frame):
                 peer.frames.popleft()
                 peer.frame_sent_bytes = 0
                 self._release(peer, len(frame))
@@ -373,7 +399,7 @@ class PeerTransport:
 
     # --- faults (only with a FaultInjector) ---
 
-    def _route_with_faults(self, peer: _Peer, frame: bytearray, fate: FrameFate) -> None:
+    def _route_with_faults(self, peer: _Peer, frame: _OutFrame, fate: FrameFate) -> None:
         if fate.copies == 0:
             self._release(peer, len(frame))
             self._counters.frames_dropped_fault += 1
@@ -390,7 +416,7 @@ class PeerTransport:
             else:
                 self._enqueue(peer, frame)
 
-    def _release_held(self, peer: _Peer, frame: bytearray) -> None:
+    def _release_held(self, peer: _Peer, frame: _OutFrame) -> None:
         # No later frame came within the reorder window: send the held one anyway.
         if peer.held is frame:
             peer.held = None
@@ -535,7 +561,7 @@ class PeerTransport:
                 continue
             peer.queued_bytes += len(HEARTBEAT_FRAME)
             self._counters.heartbeats_sent += 1
-            frame = bytearray(HEARTBEAT_FRAME)
+            frame = _OutFrame((HEARTBEAT_FRAME,))
             if self._faults is None or not self._faults.active:
                 self._enqueue(peer, frame)
             else:  # a partition must cut liveness too
@@ -653,7 +679,7 @@ class _Connection(asyncio.BufferedProtocol):
         if peer is not None and peer.connection is self:
             self.owner._pump(peer)
 
-    def write(self, frame: bytearray | memoryview) -> None:
+    def write(self, frame: Buffer) -> None:
         assert self.transport is not None and self.peer_id is not None
         self.transport.write(frame)
 

@@ -15,9 +15,9 @@ from loopback import A, B, C, Inbox, append, closing, heartbeat, node, pair, run
 
 from raftlog.config import TransportConfig
 from raftlog.errors import FrameError
-from raftlog.raft.types import TimeoutNow
+from raftlog.raft.types import AppendRequest, Entry, EntryKind, TimeoutNow
 from raftlog.rpc import codec
-from raftlog.types import GroupId, Term
+from raftlog.types import GroupId, Offset, Term
 
 
 def test_messages_for_many_groups_arrive_in_order_one_frame_per_loop_iteration() -> None:
@@ -37,6 +37,30 @@ def test_messages_for_many_groups_arrive_in_order_one_frame_per_loop_iteration()
         # Everything sent in one loop iteration went out as one frame.
         assert a.counters().frames_sent == 1 and inbox_b.frames == 1
         assert a.counters().messages_sent == b.counters().messages_received == len(sent) + 1
+        await closing(a, b)
+
+    run(scenario)
+
+
+def test_large_entries_arrive_whole_from_frames_sent_in_parts() -> None:
+    """Entry data of SCATTER_DATA_BYTES_MIN or more goes to the socket from the entry's own
+    bytes, between the packed rest of the frame, in slices of WRITE_SLICE_BYTES."""
+
+    async def scenario() -> None:
+        a, b, _, inbox_b = await pair()
+        large = codec.SCATTER_DATA_BYTES_MIN
+        sizes = [10, 5 * large, 0, large, 300, 3 * large]
+        entries = tuple(
+            Entry(Term(1), Offset(index), 1, EntryKind.DATA, bytes([index + 1]) * size)
+            for index, size in enumerate(sizes)
+        )
+        request = AppendRequest(Term(1), A, B, Offset(-1), Term(0), entries, Offset(-1))
+        a.send(B, GroupId(2), heartbeat(A, B, 1))
+        a.send(B, GroupId(1), request)
+        a.send(B, GroupId(3), heartbeat(A, B, 2))
+        await inbox_b.wait_for(3)
+        assert inbox_b.messages() == [heartbeat(A, B, 1), request, heartbeat(A, B, 2)]
+        assert a.counters().bytes_sent == b.counters().bytes_received
         await closing(a, b)
 
     run(scenario)

@@ -226,3 +226,30 @@ def test_malformed_hellos_are_rejected() -> None:
         codec.decode_hello(memoryview(bytes(body[:-1]) + b"\xff"))
     with pytest.raises(FrameError, match="cluster id must be"):
         codec.encode_hello(codec.Hello("", NodeId(1)))
+
+
+def _large_append(sizes: list[int]) -> AppendRequest:
+    """Entries of these data sizes, each of distinct bytes, from offset 0 in term 1."""
+    entries = tuple(
+        Entry(Term(1), Offset(index), 1, EntryKind.DATA, bytes([index % 256]) * size)
+        for index, size in enumerate(sizes)
+    )
+    return AppendRequest(Term(1), NodeId(1), NodeId(2), Offset(-1), Term(0), entries, Offset(-1))
+
+
+LARGE = codec.SCATTER_DATA_BYTES_MIN
+
+
+@settings(max_examples=100, deadline=None)
+@given(items, st.lists(st.sampled_from([0, 10, LARGE - 1, LARGE, 3 * LARGE]), max_size=5))
+def test_frame_parts_hold_the_frame_bytes_and_large_data_uncopied(
+    batch: list[codec.Item], sizes: list[int]
+) -> None:
+    batch = [*batch, (GroupId(9), _large_append(sizes))] if sizes else batch
+    size_bytes = sum(codec.item_size_bytes(message) for _, message in batch)
+    parts = codec.encode_message_parts(batch, size_bytes=size_bytes)
+    assert b"".join(parts) == codec.encode_messages(batch)
+    large = [e.data for _, m in batch if isinstance(m, AppendRequest) for e in m.entries]
+    large = [data for data in large if len(data) >= LARGE]
+    assert [part for part in parts if isinstance(part, bytes)] == large
+    assert all(any(part is data for part in parts) for data in large), "sent, not copied"
