@@ -366,16 +366,23 @@ class Cluster:
             )
         return partitions
 
-    def topic_partitions(self, topic: str) -> tuple[TopicPartition, ...]:
-        """The partitions of `topic` as routing keys (as `topic`, refreshing when needed).
+    def cached_topic_partitions(self, topic: str) -> tuple[TopicPartition, ...] | None:
+        """`topic_partitions(topic)` while the cached answer is fresh, else None.
 
-        The producer asks on every send(): while the cached answer is fresh this reads one
-        dict entry and the clock, without the lock (a dict read is atomic under the GIL, and
-        a route is dropped under the lock whenever its topic goes stale or metadata arrives).
+        The producer asks on every send(): this reads one dict entry and the clock, without
+        the lock (a dict read is atomic under the GIL, and a route is dropped under the lock
+        whenever its topic goes stale or metadata arrives).
         """
         route = self._routes.get(topic)
         if route is not None and self._clock() < route[1]:
             return route[0]
+        return None
+
+    def topic_partitions(self, topic: str) -> tuple[TopicPartition, ...]:
+        """The partitions of `topic` as routing keys (as `topic`, refreshing when needed)."""
+        cached = self.cached_topic_partitions(topic)
+        if cached is not None:
+            return cached
         partitions = self.topic(topic)
         routes = tuple(TopicPartition(topic, p) for p in range(len(partitions)))
         with self._lock:

@@ -209,12 +209,8 @@ class Producer:
         if value is not None and type(value) is not bytes:
             value = _optional_bytes("value", value)
         record = RecordInput(key, value, timestamp_ms, () if headers is None else _headers(headers))
-        try:
-            routes = self._cluster.topic_partitions(topic)  # cached: one dict read, no lock
-        except ClientError as error:
-            if not error.retriable:
-                raise
-            routes = self._topic_partitions(topic)  # retried up to max_block_ms
+        # Fresh routes are one dict read; otherwise metadata is fetched, up to max_block_ms.
+        routes = self._cluster.cached_topic_partitions(topic) or self._topic_partitions(topic)
         max_block_ms = self.config.max_block_ms
         if partition is not None:
             if not 0 <= partition < len(routes):

@@ -97,3 +97,11 @@ def test_the_producer_sees_added_partitions_once_its_metadata_ages(
         clock.now_s += METADATA_MAX_AGE_MS / 1000 + 0.1
         producer.send("events", value=b"b", partition=1)
         assert producer.partitions_for("events") == {0, 1}
+
+
+def test_an_unknown_topic_costs_one_metadata_request_per_attempt(cluster: FakeCluster) -> None:
+    with Producer(cluster.bootstrap, max_block_ms=0) as producer:
+        asked = metadata_requests(cluster)
+        with pytest.raises(ClientError, match="'nope'"):
+            producer.send("nope", value=b"a")
+        assert metadata_requests(cluster) == asked + 1
