@@ -44,22 +44,28 @@ def test_messages_for_many_groups_arrive_in_order_one_frame_per_loop_iteration()
 
 def test_large_entries_arrive_whole_from_frames_sent_in_parts() -> None:
     """Entry data of SCATTER_DATA_BYTES_MIN or more goes to the socket from the entry's own
-    bytes, between the packed rest of the frame, in slices of WRITE_SLICE_BYTES."""
+    bytes, between the packed rest of the frame, in slices of WRITE_SLICE_BYTES; the receiver
+    reuses its large-frame buffer for a smaller frame after it."""
+
+    def request(sizes: list[int], fill: int) -> AppendRequest:
+        entries = tuple(
+            Entry(Term(1), Offset(index), 1, EntryKind.DATA, bytes([fill + index]) * size)
+            for index, size in enumerate(sizes)
+        )
+        return AppendRequest(Term(1), A, B, Offset(-1), Term(0), entries, Offset(-1))
 
     async def scenario() -> None:
         a, b, _, inbox_b = await pair()
         large = codec.SCATTER_DATA_BYTES_MIN
-        sizes = [10, 5 * large, 0, large, 300, 3 * large]
-        entries = tuple(
-            Entry(Term(1), Offset(index), 1, EntryKind.DATA, bytes([index + 1]) * size)
-            for index, size in enumerate(sizes)
-        )
-        request = AppendRequest(Term(1), A, B, Offset(-1), Term(0), entries, Offset(-1))
+        first = request([10, 5 * large, 0, large, 300, 3 * large], fill=1)
+        second = request([2 * large, 7], fill=100)
         a.send(B, GroupId(2), heartbeat(A, B, 1))
-        a.send(B, GroupId(1), request)
+        a.send(B, GroupId(1), first)
         a.send(B, GroupId(3), heartbeat(A, B, 2))
         await inbox_b.wait_for(3)
-        assert inbox_b.messages() == [heartbeat(A, B, 1), request, heartbeat(A, B, 2)]
+        a.send(B, GroupId(1), second)
+        await inbox_b.wait_for(4)
+        assert inbox_b.messages() == [heartbeat(A, B, 1), first, heartbeat(A, B, 2), second]
         assert a.counters().bytes_sent == b.counters().bytes_received
         await closing(a, b)
 
