@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from raftlog.config import LogConfig, RaftConfig
-from raftlog.errors import RequestTimedOutError
+from raftlog.errors import ProposalDroppedError, RequestTimedOutError
 from raftlog.partition.replica import PartitionReplica, ProduceResult
 from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
@@ -194,5 +194,29 @@ def test_a_duplicate_that_times_out_leaves_its_original_waiting() -> None:
         partition.heal()
         assert not (await original).duplicate
         assert partition.groups[LEADER].node.role is Role.LEADER
+
+    asyncio.run(scenario())
+
+
+def test_a_duplicate_fails_with_its_original_when_a_new_leader_replaces_it() -> None:
+    """Raft §5.3: the entry a deposed leader appended is truncated by the next leader's log;
+    the original proposal and its duplicate are both told, neither is acknowledged."""
+
+    async def scenario() -> None:
+        partition = _Partition()
+        partition.cut = {LEADER}
+        original = await _started(_produce(partition, 0, Commitment.QUORUM))
+        partition.settle()
+        retry = await _started(_produce(partition, 0, Commitment.QUORUM))
+        others = [partition.groups[NodeId(2)].node, partition.groups[NodeId(3)].node]
+        while not any(node.role is Role.LEADER for node in others):
+            for node in others:
+                node.tick()
+            partition.settle()
+        partition.heal()
+        for task in (original, retry):
+            with pytest.raises(ProposalDroppedError, match="replaced"):
+                await task
+        assert partition.groups[LEADER].node.role is Role.FOLLOWER
 
     asyncio.run(scenario())
