@@ -21,8 +21,8 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -47,6 +47,7 @@ from raftlog.tls import diagnose_tls_refusal, grpc_channel_credentials  # issue 
 __all__ = [
     "Cluster",
     "ClusterMetadata",
+    "ConnectionOptions",
     "PartitionMetadata",
     "TopicPartition",
     "parse_bootstrap",
@@ -184,6 +185,50 @@ class _Channel:
         service, _, rpc = name.partition(".")
         stub = self.log if service == "Log" else self.admin
         return getattr(stub, rpc)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionOptions:
+    """The keywords every client (Producer, Consumer, Admin) takes to reach the cluster.
+
+    Each client's constructor lists them itself, under these names and with these defaults
+    (its public signature, pinned by a test), and hands them over in one step:
+    `ConnectionOptions.from_arguments(locals())`.
+    """
+
+    request_timeout_ms: int = 30_000
+    retry_backoff_ms: int = 100
+    metadata_max_age_ms: int = 300_000
+    clock: Clock = time.monotonic
+    tls_ca: str | os.PathLike[str] | None = None  # issue 10: TLS, trusting this CA
+    token: str | None = None  # issue 10: bearer token (docs/security.md)
+    tls_cert: str | os.PathLike[str] | None = None  # issue 10: client certificate (mTLS)
+    tls_key: str | os.PathLike[str] | None = None  # issue 10: its private key
+
+    @classmethod
+    def from_arguments(cls, arguments: Mapping[str, Any]) -> ConnectionOptions:
+        """The options among a client constructor's arguments (its `locals()`)."""
+        return cls(**{option.name: arguments[option.name] for option in fields(cls)})
+
+    @property
+    def config(self) -> ConnectionConfig:
+        return ConnectionConfig(
+            request_timeout_ms=self.request_timeout_ms,
+            retry_backoff_ms=self.retry_backoff_ms,
+            metadata_max_age_ms=self.metadata_max_age_ms,
+        ).validate()
+
+    def connect(self, bootstrap: str | Sequence[str]) -> Cluster:
+        """A `Cluster` for `bootstrap` with these options (no request is made yet)."""
+        return Cluster(
+            bootstrap,
+            self.config,
+            clock=self.clock,
+            tls_ca=self.tls_ca,
+            token=self.token,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+        )
 
 
 class Cluster:

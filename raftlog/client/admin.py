@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from raftlog.client._connection import Cluster
-from raftlog.client.config import ConnectionConfig
+from raftlog.client._connection import ConnectionOptions
 from raftlog.client.errors import (
     ClientError,
     NoNodeAnsweredError,
@@ -120,20 +119,7 @@ class Admin:
         tls_cert: str | os.PathLike[str] | None = None,  # issue 10: client certificate (mTLS)
         tls_key: str | os.PathLike[str] | None = None,  # issue 10: its private key
     ) -> None:
-        config = ConnectionConfig(
-            request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            metadata_max_age_ms=metadata_max_age_ms,
-        )
-        self._cluster = Cluster(
-            bootstrap,
-            config,
-            clock=clock,
-            tls_ca=tls_ca,
-            token=token,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-        )
+        self._cluster = ConnectionOptions.from_arguments(locals()).connect(bootstrap)
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep

@@ -49,9 +49,9 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from raftlog.client._connection import Cluster, TopicPartition
+from raftlog.client._connection import ConnectionOptions, TopicPartition
 from raftlog.client._group import GroupMember
-from raftlog.client.config import AutoOffsetReset, ConnectionConfig, ConsumerConfig
+from raftlog.client.config import AutoOffsetReset, ConsumerConfig
 from raftlog.client.errors import (
     ClientClosedError,
     ClientError,
@@ -137,11 +137,8 @@ class Consumer:
                 f"auto_commit_interval_ms ({auto_commit_interval_ms}) and rebalance_timeout_ms "
                 f"({rebalance_timeout_ms}) must be positive"
             )
-        connection = ConnectionConfig(
-            request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            metadata_max_age_ms=metadata_max_age_ms,
-        )
+        options = ConnectionOptions.from_arguments(locals())
+        connection = options.config
         self.config = ConsumerConfig(
             auto_offset_reset=auto_offset_reset,
             partition_fetch_bytes_max=partition_fetch_bytes_max,
@@ -152,15 +149,7 @@ class Consumer:
             consumer_timeout_ms=consumer_timeout_ms,
             connection=connection,
         ).validate()
-        self._cluster = Cluster(
-            bootstrap,
-            connection,
-            clock=clock,
-            tls_ca=tls_ca,
-            token=token,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-        )
+        self._cluster = options.connect(bootstrap)
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from types import TracebackType
 
-from raftlog.client._connection import Cluster, TopicPartition
+from raftlog.client._connection import ConnectionOptions, TopicPartition
 from raftlog.client._sender import Sender, start_sender
 from raftlog.client.accumulator import Accumulator, RecordFuture, RecordMetadata
 from raftlog.client.config import (
@@ -46,7 +46,6 @@ from raftlog.client.config import (
     MIB,
     AcksOption,
     CompressionOption,
-    ConnectionConfig,
     ProducerConfig,
 )
 from raftlog.client.errors import (
@@ -131,11 +130,8 @@ class Producer:
                 )
             if not enable_idempotence:
                 raise ClientError("producer_id needs enable_idempotence=True")
-        connection = ConnectionConfig(
-            request_timeout_ms=request_timeout_ms,
-            retry_backoff_ms=retry_backoff_ms,
-            metadata_max_age_ms=metadata_max_age_ms,
-        )
+        options = ConnectionOptions.from_arguments(locals())
+        connection = options.config
         self.config = ProducerConfig(
             acks=acks,
             linger_ms=linger_ms,
@@ -149,15 +145,7 @@ class Producer:
             max_in_flight_per_partition=max_in_flight_per_partition,
             connection=connection,
         ).validate()
-        self._cluster = Cluster(
-            bootstrap,
-            connection,
-            clock=clock,
-            tls_ca=tls_ca,
-            token=token,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-        )
+        self._cluster = options.connect(bootstrap)
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+
+import pytest
 
 import raftlog.client
 from raftlog.client import Admin, Consumer, Producer
+from raftlog.client._connection import ConnectionOptions
 
 
 def test_public_names() -> None:
@@ -74,3 +78,14 @@ def test_record_fields() -> None:
     assert list(raftlog.client.ConsumerRecord.__dataclass_fields__) == record_fields
     meta_fields = ["topic", "partition", "offset", "timestamp_ms"]
     assert list(raftlog.client.RecordMetadata.__dataclass_fields__) == meta_fields
+
+
+@pytest.mark.parametrize("client", [Producer, Consumer, Admin])
+def test_every_client_takes_the_connection_options_by_name(client: type) -> None:
+    # Each constructor hands its locals() to ConnectionOptions.from_arguments: every option
+    # must be one of its keyword-only parameters, with the option's own default.
+    signature = inspect.signature(client)
+    for option in dataclasses.fields(ConnectionOptions):
+        parameter = signature.parameters[option.name]
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, option.name
+        assert parameter.default == option.default, option.name
