@@ -25,6 +25,8 @@ __all__ = [
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
+# glibc refuses an mmap threshold above HEAP_MAX_SIZE / 2 (32 MiB on 64-bit systems).
+MALLOC_MMAP_THRESHOLD_BYTES_MAX = 32 * MIB
 
 # Deliberate defects the simulator can switch on to prove its checkers can fail
 # (`python -m raftlog.sim --bug NAME`). Production configs must leave `planted_bugs` empty.
@@ -310,6 +312,11 @@ class NodeConfig:
     client_connections_per_address_max: int = 256
     client_connections_max: int = 4096
     # --- end security limits
+    # glibc malloc (raftlog.runtime.memory): freed heap kept for reuse up to this many bytes,
+    # and blocks below this size served from the heap instead of a fresh mmap, so buffers of
+    # a batch are reused instead of page-faulted in anew for every request.
+    malloc_trim_threshold_bytes: int = 256 * MIB
+    malloc_mmap_threshold_bytes: int = 32 * MIB
 
     def validate(self) -> NodeConfig:
         self.raft.validate()
@@ -354,4 +361,15 @@ class NodeConfig:
             "must hold at least one batch of log.batch_bytes_max",
         )
         # --- end security limits
+        _require(
+            self.malloc_trim_threshold_bytes > 0,
+            "malloc_trim_threshold_bytes",
+            f"must be positive, got {self.malloc_trim_threshold_bytes}",
+        )
+        _require(
+            0 < self.malloc_mmap_threshold_bytes <= MALLOC_MMAP_THRESHOLD_BYTES_MAX,
+            "malloc_mmap_threshold_bytes",
+            f"must be in (0, {MALLOC_MMAP_THRESHOLD_BYTES_MAX}] (glibc's limit), got "
+            f"{self.malloc_mmap_threshold_bytes}",
+        )
         return self

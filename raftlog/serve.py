@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from raftlog.errors import ConfigError
+from raftlog.runtime.memory import tune_malloc
 from raftlog.runtime.settings import (
     BrokerSettings,
     apply_overrides,
@@ -172,6 +173,12 @@ def run_serve(args: argparse.Namespace) -> int:
 async def _serve(settings: BrokerSettings) -> int:
     from raftlog.broker import Broker
 
+    config = settings.config
+    if not tune_malloc(
+        trim_threshold_bytes=config.malloc_trim_threshold_bytes,
+        mmap_threshold_bytes=config.malloc_mmap_threshold_bytes,
+    ):
+        logging.getLogger("raftlog").info("no glibc mallopt: malloc thresholds left as they are")
     broker = Broker(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
