@@ -155,6 +155,16 @@ def _short_reason(details: str | None) -> str:
     return cause if marker else text
 
 
+# RPCs a caller may send as request bytes it serialized itself: a produce request carries a
+# megabyte of batch, and building a ProduceRequest around it and serializing that cost two
+# more copies plus the protobuf arena's fresh pages (0.7-1.1 ms a 1 MiB batch in a loop
+# here, against 20 us for one join; the client suite: 4.76 -> 4.50 us a 1 KiB record).
+# name -> (gRPC method path, response parser)
+_SERIALIZED_RPCS: dict[str, tuple[str, Callable[[bytes], Any]]] = {
+    "Log.Produce": ("/raftlog.v1.Log/Produce", pb.ProduceResponse.FromString),
+}
+
+
 class _Channel:
     """One gRPC channel with the stubs of both services."""
 
@@ -180,8 +190,17 @@ class _Channel:
         # The generated stubs are untyped; calls through them return protobuf messages.
         self.log: Any = pb_grpc.LogStub(self.channel)  # type: ignore[no-untyped-call]
         self.admin: Any = pb_grpc.AdminStub(self.channel)  # type: ignore[no-untyped-call]
+        # Produce with a request already serialized by the caller (see `_SERIALIZED_RPCS`).
+        self.serialized: dict[str, Any] = {
+            name: self.channel.unary_unary(
+                path, request_serializer=None, response_deserializer=parse, _registered_method=True
+            )
+            for name, (path, parse) in _SERIALIZED_RPCS.items()
+        }
 
-    def method(self, name: str) -> Any:
+    def method(self, name: str, *, serialized: bool = False) -> Any:
+        if serialized:
+            return self.serialized[name]
         service, _, rpc = name.partition(".")
         stub = self.log if service == "Log" else self.admin
         return getattr(stub, rpc)
@@ -287,11 +306,16 @@ class Cluster:
             ) from None
 
     def call_future(self, address: str, rpc: str, request: Any, *, timeout_ms: int) -> Any:
-        """Start `rpc` at `address`; the grpc future's errors go through translate_rpc_error."""
+        """Start `rpc` at `address`; the grpc future's errors go through translate_rpc_error.
+
+        `request` is a message, or for an RPC of `_SERIALIZED_RPCS` its serialized bytes.
+        """
         assert timeout_ms > 0, timeout_ms
+        serialized = isinstance(request, bytes)
+        assert not serialized or rpc in _SERIALIZED_RPCS, rpc
         return (
             self._channel(address)
-            .method(rpc)
+            .method(rpc, serialized=serialized)
             .future(request, timeout=timeout_ms / 1000, metadata=self._call_metadata)
         )
 

@@ -92,6 +92,7 @@ __all__ = [
     "decode_varint",
     "encode_batch",
     "encode_control_batch",
+    "encode_unsigned_varint",
     "encode_varint",
     "validate_records",
 ]
@@ -181,11 +182,18 @@ def encode_varint(value: int) -> bytes:
         return _ONE_BYTE_VARINTS[zigzag]
     if zigzag < 0x4000:
         return bytes((zigzag & 0x7F | 0x80, zigzag >> 7))
+    return encode_unsigned_varint(zigzag)
+
+
+def encode_unsigned_varint(value: int) -> bytes:
+    """Plain base-128 varint of a non-negative integer (protobuf's lengths and tags, Kafka's
+    unsigned varints): seven bits a byte, low first, the high bit set on all but the last."""
+    assert 0 <= value < 2**64, value
     out = bytearray()
-    while zigzag >= 0x80:
-        out.append(zigzag & 0x7F | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
     return bytes(out)
 
 

@@ -30,6 +30,7 @@ from raftlog.storage.records import (
     decode_varint,
     encode_batch,
     encode_control_batch,
+    encode_unsigned_varint,
     encode_varint,
 )
 
@@ -177,6 +178,21 @@ def test_decodes_at_a_position_inside_a_larger_buffer() -> None:
 def test_varint_vectors(value: int, encoded: bytes) -> None:
     assert encode_varint(value) == encoded
     assert decode_varint(encoded) == (value, len(encoded))
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [
+        (0, b"\x00"),
+        (127, b"\x7f"),
+        (128, b"\x80\x01"),
+        (300, b"\xac\x02"),  # protobuf's own example (protobuf.dev, encoding)
+        (2**20, b"\x80\x80\x40"),
+        (2**64 - 1, b"\xff" * 9 + b"\x01"),
+    ],
+)
+def test_unsigned_varint_vectors(value: int, encoded: bytes) -> None:
+    assert encode_unsigned_varint(value) == encoded
 
 
 def test_varint_rejections_name_the_position() -> None:

@@ -13,6 +13,7 @@ import pytest
 from client_fake_cluster import FakeCluster, ManualClock
 
 from raftlog.client import Consumer, Producer, RecordMetadata
+from raftlog.client._sender import serialized_produce_request
 from raftlog.client.errors import (
     BufferFullError,
     ClientClosedError,
@@ -27,7 +28,7 @@ from raftlog.client.errors import (
 from raftlog.errors import ConfigError
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.storage.batch import Compression, parse_header
-from raftlog.storage.records import decode_batch
+from raftlog.storage.records import RecordInput, decode_batch, encode_batch
 
 with warnings.catch_warnings():
     # kafka/__init__ calls the deprecated importlib.resources.read_text at import time.
@@ -460,3 +461,17 @@ def test_send_blocks_on_a_full_buffer_until_space_frees(cluster: FakeCluster) ->
         producer.flush()
     opener.join()
     assert [future.result(0).offset for future in futures] == list(range(1, 21))
+
+
+@pytest.mark.parametrize("value_bytes", [0, 300, 200_000])
+def test_a_produce_request_serialized_around_its_batch_reads_as_the_message(
+    value_bytes: int,
+) -> None:
+    # The sender appends the batch to protobuf's serialization of the small fields (one copy
+    # of the batch); the node must read exactly the message the stub would have sent.
+    batch = encode_batch([RecordInput(None, b"v" * value_bytes, 5)])
+    wire = serialized_produce_request("events", 3, batch, acks=pb.ACKS_ALL, timeout_ms=24_000)
+    expected = pb.ProduceRequest(
+        topic="events", partition=3, batches=[batch], acks=pb.ACKS_ALL, timeout_ms=24_000
+    )
+    assert pb.ProduceRequest.FromString(wire) == expected
