@@ -19,7 +19,9 @@ write buffer is below `write_buffer_bytes_max`. A message that does not fit is d
 counted: Raft tolerates loss and resends. While a peer is down (between a failed attempt and
 the next one, with exponential backoff and jitter) messages to it are dropped at once, and
 frames queued when a connection breaks are discarded, so a peer never receives a flood of
-stale traffic when it comes back.
+stale traffic when it comes back. A HELLO from a peer we are backing off from ends the
+backoff at once (the peer is up: it just dialed us), so a restarted node hears from us as soon
+as it has dialed us, not after our backoff toward it.
 
 Receiving calls `on_messages(sender, items)` synchronously, once per frame, with every
 (group, message) pair of that frame. An exception it raises closes that connection and goes
@@ -157,6 +159,7 @@ class _Peer:
         "pending_bytes",
         "phase",
         "queued_bytes",
+        "redial",
         "removed",
         "space",
         "task",
@@ -176,6 +179,8 @@ class _Peer:
         self.held: _OutFrame | None = None  # a frame held back to be reordered
         self.connected = asyncio.Event()
         self.space = asyncio.Event()  # set whenever queued_bytes goes down
+        # Set when the peer's own HELLO arrives while we back off: it is up, dial it now.
+        self.redial = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
         self.removed = False
 
@@ -439,7 +444,20 @@ class PeerTransport:
                 await self._run_connection(peer, connection)
             peer.phase = _Phase.DOWN
             self._discard_queue(peer)
-            await asyncio.sleep(self._backoff_s(failures))
+            if await self._back_off(peer, self._backoff_s(failures)):
+                failures = 0
+
+    async def _back_off(self, peer: _Peer, backoff_s: float) -> bool:
+        """Wait `backoff_s` before the next dial, or less if the peer's HELLO arrives
+        meanwhile (returns True then): a restarted node dials us first, and making it wait
+        out our backoff (up to reconnect_backoff_ms_max) would delay everything we send it,
+        such as the metadata it needs to catch up."""
+        peer.redial.clear()
+        try:
+            await asyncio.wait_for(peer.redial.wait(), backoff_s)
+        except TimeoutError:
+            return False
+        return True
 
     async def _dial(self, peer: _Peer) -> _Connection:
         assert self._loop is not None
@@ -504,6 +522,9 @@ class PeerTransport:
         if older is not None and older is not connection:
             older.abort()  # the peer redialed: its old connection is dead or half-open
         self._inbound[node_id] = connection
+        peer = self._peers.get(node_id)
+        if peer is not None and peer.phase is _Phase.DOWN:
+            peer.redial.set()  # it is up again: cut our backoff toward it short
 
     def _deliver(self, sender: NodeId, body: memoryview, frame_bytes: int) -> None:
         self._counters.frames_received += 1

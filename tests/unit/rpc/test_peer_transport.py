@@ -173,6 +173,31 @@ def test_reconnects_after_the_peer_restarts() -> None:
     run(scenario)
 
 
+def test_a_hello_from_a_peer_ends_the_backoff_toward_it() -> None:
+    slow_redial = TransportConfig(reconnect_backoff_ms_min=60_000, reconnect_backoff_ms_max=60_000)
+
+    async def scenario() -> None:
+        closed = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port_b = closed.sockets[0].getsockname()[1]
+        closed.close()
+        await closed.wait_closed()  # B is down: A's first dial fails, then it backs off
+        a, port_a = await node(A, Inbox(), config=slow_redial)
+        a.update_peers({B: ("127.0.0.1", port_b)})
+        while a.counters().connect_failures < 1:
+            await asyncio.sleep(0)  # yield until the first dial has failed
+        # B comes back and dials A; its HELLO cuts A's minute of backoff short.
+        inbox_b = Inbox()
+        b, _ = await node(B, inbox_b, port=port_b)
+        b.update_peers({A: ("127.0.0.1", port_a)})
+        await a.wait_connected(B)  # without the reset: only after 60 s (the hang guard fails)
+        a.send(B, GroupId(1), heartbeat(A, B, 1))
+        await inbox_b.wait_for(1)
+        assert a.counters().connect_failures == 1 and a.counters().connects == 1
+        await closing(a, b)
+
+    run(scenario)
+
+
 def test_peers_can_be_added_removed_and_moved() -> None:
     async def scenario() -> None:
         a, b, _, _ = await pair()
