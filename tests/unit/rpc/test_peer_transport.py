@@ -132,14 +132,20 @@ def test_a_full_queue_drops_instead_of_blocking() -> None:
     run(scenario)
 
 
+async def _unused_port() -> int:
+    """A loopback port nothing listens on (it was bound a moment ago): dialing it fails."""
+    closed = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port: int = closed.sockets[0].getsockname()[1]
+    closed.close()
+    await closed.wait_closed()
+    return port
+
+
 def test_a_peer_that_is_down_gets_nothing_queued() -> None:
     slow_redial = TransportConfig(reconnect_backoff_ms_min=60_000, reconnect_backoff_ms_max=60_000)
 
     async def scenario() -> None:
-        closed = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-        port = closed.sockets[0].getsockname()[1]
-        closed.close()
-        await closed.wait_closed()  # nothing listens on `port` now: dialing it fails
+        port = await _unused_port()
         a, _ = await node(A, Inbox(), config=slow_redial)
         a.update_peers({B: ("127.0.0.1", port)})
         while a.counters().connect_failures < 1:
@@ -177,10 +183,7 @@ def test_a_hello_from_a_peer_ends_the_backoff_toward_it() -> None:
     slow_redial = TransportConfig(reconnect_backoff_ms_min=60_000, reconnect_backoff_ms_max=60_000)
 
     async def scenario() -> None:
-        closed = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
-        port_b = closed.sockets[0].getsockname()[1]
-        closed.close()
-        await closed.wait_closed()  # B is down: A's first dial fails, then it backs off
+        port_b = await _unused_port()  # B is down: A's first dial fails, then it backs off
         a, port_a = await node(A, Inbox(), config=slow_redial)
         a.update_peers({B: ("127.0.0.1", port_b)})
         while a.counters().connect_failures < 1:
