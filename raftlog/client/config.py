@@ -169,6 +169,10 @@ class ConsumerConfig:
     fetch_min_bytes: int = 1
     # poll() returns at most this many records; the rest stay buffered for the next poll.
     max_poll_records: int = 500
+    # Fetched batches held ahead of the caller, over all partitions: a partition asks for
+    # more while records of it are still buffered (prefetch) only while fewer bytes than this
+    # are buffered; one with nothing buffered always may. 0: fetch only once drained.
+    fetch_buffer_bytes_max: int = 32 * MIB
     # A compressed batch may expand to at most this many bytes (a bound against bombs).
     decompressed_bytes_max: int = 64 * MIB
     # Iteration stops after this long without a record; None iterates until close().
@@ -185,6 +189,12 @@ class ConsumerConfig:
         )
         _require(self.max_poll_records > 0, "max_poll_records", "must be positive")
         _require(self.partition_fetch_bytes_max > 0, "partition_fetch_bytes_max", "must be > 0")
+        buffer_bytes_max = self.fetch_buffer_bytes_max
+        _require(
+            type(buffer_bytes_max) is int and buffer_bytes_max >= 0,
+            "fetch_buffer_bytes_max",
+            f"must be a non-negative int (bytes), got {buffer_bytes_max!r}",
+        )
         _require(
             self.partition_fetch_bytes_max < self.connection.message_bytes_max,
             "partition_fetch_bytes_max",

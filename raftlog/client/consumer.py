@@ -3,23 +3,30 @@
 Theory of operation. The caller assigns partitions and may `seek` each one; a partition with
 no position gets one from `auto_offset_reset` ("earliest": the log start, "latest": the high
 watermark, "error": raise) through a ListOffsets request to its leader, lazily, at the next
-`poll` or `position`. `poll` sends one Fetch per partition whose buffer is empty, to that
-partition's leader, all at once, long-polling up to `fetch_max_wait_ms`; it decodes the
-batches, drops control batches (a leader's no-op, membership changes: they occupy offsets but
-hold no user records) and records before the position (a batch is returned whole even when
-the position lies inside it), buffers the rest and returns up to `max_poll_records`.
+`poll` or `position`. Fetching is pipelined (raftlog.client._fetcher): each partition keeps
+one Fetch in flight to its leader (long-polling up to `fetch_max_wait_ms`), sent again as
+soon as the previous answer is decoded, while `fetch_buffer_bytes_max` allows, so the next
+records are on their way while the caller handles these. `poll` decodes the answers that
+have arrived, drops control batches (a leader's no-op, membership changes: they occupy
+offsets but hold no user records) and records before the position (a batch is returned whole
+even when the position lies inside it), buffers the rest and returns up to
+`max_poll_records`; it waits (up to its timeout) only when nothing is buffered. A seek,
+reset, revocation or unassign drops the partition's buffer and its Fetch in flight, whose
+answer is then never delivered.
 
 Positions. Each partition keeps `fetch_offset` (the next offset to ask for) and a buffer of
 fetched records; its position, the next offset poll() will return, is the first buffered
-record's offset, or `fetch_offset` when the buffer is empty. Example: the log holds a no-op at
+record's offset, or `fetch_offset` when the buffer is empty (the Fetch in flight, if any,
+asks for `fetch_offset`). Example: the log holds a no-op at
 0 and records at 1..3; after `seek(tp, 0)` a poll fetches the batches at 0 and 1..3, skips the
 no-op and returns records 1, 2, 3; the position is then 4.
 
 The server only returns batches below the high watermark (the commit offset); the consumer
 checks it, and checks that offsets increase, and raises rather than return a record that
 breaks either. NOT_LEADER follows the leader hint; other retriable errors (unreachable node,
-timeout, election) are retried until poll's timeout and, if no fetch succeeded at all in that
-time, the last one is raised. OFFSET_OUT_OF_RANGE resets the position per `auto_offset_reset`.
+timeout, election) are retried, each partition after `retry_backoff_ms`, until poll's
+timeout and, if no fetch succeeded at all in that time and none is still in flight, the last
+one is raised. OFFSET_OUT_OF_RANGE resets the position per `auto_offset_reset`.
 
 Consumer groups. `subscribe(topics, group_id=...)` (or `group_id=` in the constructor) joins
 a group instead of `assign`: the cluster's controller shares the topics' partitions among the
@@ -43,13 +50,12 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
 from raftlog.client._connection import ConnectionOptions, TopicPartition
+from raftlog.client._fetcher import ConsumerRecord, Fetcher, PartitionState
 from raftlog.client._group import GroupMember
 from raftlog.client.config import AutoOffsetReset, ConsumerConfig
 from raftlog.client.errors import (
@@ -60,9 +66,8 @@ from raftlog.client.errors import (
     ServerError,
     server_error,
 )
-from raftlog.errors import ConfigError, CorruptBatchError
+from raftlog.errors import ConfigError
 from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.storage.records import Headers, Record, decode_batch
 
 __all__ = ["Consumer", "ConsumerRecord"]
 
@@ -71,30 +76,6 @@ _RESETS = {"earliest": pb.EARLIEST, "latest": pb.LATEST}
 _LEADER_HOPS_MAX = 5
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int
-    headers: Headers
-
-
-@dataclass(slots=True)
-class _PartitionState:
-    fetch_offset: int | None = None
-    reset: AutoOffsetReset | None = None  # a pending seek_to_beginning / seek_to_end / reset
-    buffer: deque[ConsumerRecord] = field(default_factory=deque)
-    high_watermark: int | None = None
-    last_offset: int = -1  # the highest offset buffered since the last seek
-    group_offset_pending: bool = False  # given by the group: look up its committed offset
-
-    def position(self) -> int | None:
-        return self.buffer[0].offset if self.buffer else self.fetch_offset
 
 
 def _as_tp(tp: tuple[str, int]) -> TopicPartition:
@@ -116,6 +97,7 @@ class Consumer:
         fetch_max_wait_ms: int = 500,
         fetch_min_bytes: int = 1,
         max_poll_records: int = 500,
+        fetch_buffer_bytes_max: int = 32 * 1024 * 1024,
         decompressed_bytes_max: int = 64 * 1024 * 1024,
         consumer_timeout_ms: int | None = None,
         request_timeout_ms: int = 30_000,
@@ -145,6 +127,7 @@ class Consumer:
             fetch_max_wait_ms=fetch_max_wait_ms,
             fetch_min_bytes=fetch_min_bytes,
             max_poll_records=max_poll_records,
+            fetch_buffer_bytes_max=fetch_buffer_bytes_max,
             decompressed_bytes_max=decompressed_bytes_max,
             consumer_timeout_ms=consumer_timeout_ms,
             connection=connection,
@@ -153,8 +136,8 @@ class Consumer:
         self._clock = clock
         # Clock and sleep are ports: tests pass a manual clock whose sleep moves it.
         self._sleep = sleep
-        self._partitions: dict[TopicPartition, _PartitionState] = {}
-        self._drain_start = 0
+        self._partitions: dict[TopicPartition, PartitionState] = {}
+        self._fetcher = Fetcher(self._cluster, self.config)
         self._request_timeout_ms = connection.request_timeout_ms
         self._closed = False
         self._group_id = group_id
@@ -174,7 +157,15 @@ class Consumer:
         if self._subscribed:
             raise ClientError("assign() on a subscribed consumer: call unsubscribe() first")
         wanted = [_as_tp(tp) for tp in partitions]
-        self._partitions = {tp: self._partitions.get(tp, _PartitionState()) for tp in wanted}
+        self._set_partitions({tp: self._partitions.get(tp, PartitionState()) for tp in wanted})
+
+    def _set_partitions(self, partitions: dict[TopicPartition, PartitionState]) -> None:
+        """Own exactly `partitions`; the Fetch in flight of each partition dropped is
+        cancelled (its answer would be dropped anyway: its state is gone)."""
+        for tp, state in self._partitions.items():
+            if partitions.get(tp) is not state:
+                state.drop_fetch()
+        self._partitions = partitions
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._partitions)
@@ -184,11 +175,8 @@ class Consumer:
         if not isinstance(offset, int) or offset < 0:
             raise ClientError(f"seek offset must be a non-negative int, got {offset!r}")
         state = self._state(tp)
-        state.buffer.clear()
-        state.fetch_offset = offset
-        state.reset = None
-        state.last_offset = -1
-        assert state.position() == offset
+        state.move_to(offset, None)
+        assert state.position() == offset and state.in_flight is None
 
     def seek_to_beginning(self, *partitions: tuple[str, int]) -> None:
         """Move to the log start of each partition (all assigned ones when none is named)."""
@@ -201,11 +189,7 @@ class Consumer:
     def _seek_lazily(self, partitions: Sequence[tuple[str, int]], reset: AutoOffsetReset) -> None:
         targets = [_as_tp(tp) for tp in partitions] or list(self._partitions)
         for tp in targets:
-            state = self._state(tp)
-            state.buffer.clear()
-            state.fetch_offset = None
-            state.reset = reset
-            state.last_offset = -1
+            self._state(tp).move_to(None, reset)
 
     def position(self, tp: tuple[str, int]) -> int:
         """The offset of the next record poll() returns for `tp` (resolving a pending reset)."""
@@ -247,7 +231,7 @@ class Consumer:
         assert all(offset >= 0 for offset in offsets.values()), offsets
         return offsets
 
-    def _state(self, tp: tuple[str, int]) -> _PartitionState:
+    def _state(self, tp: tuple[str, int]) -> PartitionState:
         self._check_open()
         state = self._partitions.get(_as_tp(tp))
         if state is None:
@@ -255,13 +239,13 @@ class Consumer:
         return state
 
     def _resolve_position(
-        self, tp: TopicPartition, state: _PartitionState, *, retry: bool = True
+        self, tp: TopicPartition, state: PartitionState, *, retry: bool = True
     ) -> None:
         if state.group_offset_pending and self._group is not None:
             committed = self._group.committed([tp])[tp]
             state.group_offset_pending = False
             if committed is not None:
-                state.fetch_offset, state.last_offset = committed, -1
+                state.move_to(committed, None)
                 return
         reset = state.reset or self.config.auto_offset_reset
         if reset == "error":
@@ -278,9 +262,7 @@ class Consumer:
                 f"ListOffsets answered offset {response.offset}",
                 concerning=f"{tp.topic}/{tp.partition}",
             )
-        state.fetch_offset = response.offset
-        state.reset = None
-        state.last_offset = -1
+        state.move_to(response.offset, None)
 
     def _call_leader(self, tp: TopicPartition, rpc: str, request: Any, *, retry: bool) -> Any:
         """Call `rpc` at `tp`'s leader; with `retry`, retriable errors (an election, a node
@@ -317,7 +299,8 @@ class Consumer:
     # -- polling ----------------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 0, *, max_records: int | None = None) -> list[ConsumerRecord]:
-        """Up to `max_records` (default max_poll_records) records, waiting up to `timeout_ms`."""
+        """Up to `max_records` (default max_poll_records) records, waiting up to `timeout_ms`
+        while none is buffered; the next Fetches are on their way when it returns."""
         self._check_open()
         if timeout_ms < 0:
             raise ClientError(f"poll timeout_ms must not be negative, got {timeout_ms}")
@@ -327,74 +310,75 @@ class Consumer:
         assert limit > 0, limit
         deadline = self._clock() + timeout_ms / 1000
         last_error: ClientError | None = None
-        fetched = False
+        answered = False
         while True:
             self._group_work()
-            records = self._drain(limit)
+            answered_now, error = self._collect()
+            answered = answered or answered_now
+            records = self._fetcher.drain(self._partitions.values(), limit)
+            # Before returning: the caller's work on these records overlaps the round trips.
+            last_error = self._send_fetches() or error or last_error
             if records:
                 return records
-            remaining_ms = int((deadline - self._clock()) * 1000)
-            if not self._partitions:  # a group member with nothing (yet) to read
-                if remaining_ms <= 0:
-                    return []
-                assert self._group is not None
-                self._sleep(
-                    max(0.001, min(self._group.seconds_to_heartbeat(), remaining_ms / 1000))
-                )
-                continue
-            wait_ms = max(0, min(self.config.fetch_max_wait_ms, remaining_ms, self._heartbeat_ms()))
-            errors = self._fetch_round(wait_ms)
-            fetched = fetched or len(errors) < len(self._partitions)
-            last_error = errors[-1] if errors else last_error
-            if any(state.buffer for state in self._partitions.values()):
-                continue
             if self._clock() >= deadline:
-                if last_error is not None and not fetched:
+                in_flight = any(s.in_flight for s in self._partitions.values())
+                if last_error is not None and not answered and not in_flight:
                     raise last_error
                 return []
-            if errors:
-                backoff_s = self.config.connection.retry_backoff_ms / 1000
-                self._sleep(max(0.0, min(backoff_s, deadline - self._clock())))
+            self._wait(deadline)
 
-    def _drain(self, limit: int) -> list[ConsumerRecord]:
-        """Up to `limit` buffered records, starting one partition further each time so a
-        partition with a deep buffer cannot hold the others back."""
-        states = list(self._partitions.values())
-        if not states:
-            return []
-        self._drain_start = (self._drain_start + 1) % len(states)
-        records: list[ConsumerRecord] = []
-        for state in states[self._drain_start :] + states[: self._drain_start]:
-            while state.buffer and len(records) < limit:
-                records.append(state.buffer.popleft())
-        assert len(records) <= limit
-        return records
+    def _collect(self) -> tuple[bool, ClientError | None]:
+        """Decode the answers that arrived (prefetching after each); returns whether any
+        arrived and the last retriable error met."""
+        answered = False
+        last_error: ClientError | None = None
+        now_s = self._clock()
+        for tp, error in self._fetcher.collect(self._partitions):
+            if error is None:
+                answered = True
+            else:
+                self._on_fetch_error(tp, error, now_s)
+                last_error = error
+        return answered, last_error
 
-    def _fetch_round(self, wait_ms: int) -> list[ClientError]:
-        """One Fetch to each partition with an empty buffer; returns retriable errors met."""
-        errors: list[ClientError] = []
-        calls: list[tuple[TopicPartition, _PartitionState, str, Any]] = []
+    def _send_fetches(self) -> ClientError | None:
+        """Look up missing positions, then send every Fetch allowed now; returns the last
+        retriable error met (each failed partition waits `retry_backoff_ms`)."""
+        last_error: ClientError | None = None
+        now_s = self._clock()
         for tp, state in self._partitions.items():
-            if state.buffer:
+            if state.fetch_offset is not None or state.retry_at_s > now_s:
                 continue
+            assert state.in_flight is None, tp
             try:
-                if state.fetch_offset is None:
-                    self._resolve_position(tp, state, retry=False)  # poll's loop retries
-                calls.append((tp, state, *self._start_fetch(tp, state, wait_ms)))
+                self._resolve_position(tp, state, retry=False)  # poll's loop retries
             except ClientError as error:
-                self._on_retriable(tp, error)
-                errors.append(error)
-        for tp, state, address, future in calls:
-            try:
-                timeout_ms = self.config.connection.request_timeout_ms
-                response = self._cluster.result(
-                    future, address=address, rpc="Log.Fetch", timeout_ms=timeout_ms
-                )
-                self._on_fetch_response(tp, state, address, response)
-            except ClientError as error:
-                self._on_retriable(tp, error)
-                errors.append(error)
-        return errors
+                self._on_fetch_error(tp, error, now_s)
+                last_error = error
+        for tp, send_error in self._fetcher.send(self._partitions, now_s):
+            self._on_fetch_error(tp, send_error, now_s)
+            last_error = send_error
+        return last_error
+
+    def _on_fetch_error(self, tp: TopicPartition, error: ClientError, now_s: float) -> None:
+        self._on_retriable(tp, error)  # raises what is final
+        state = self._partitions.get(tp)
+        if state is not None:
+            state.retry_at_s = now_s + self.config.connection.retry_backoff_ms / 1000
+
+    def _wait(self, deadline: float) -> None:
+        """Until a Fetch finishes, or the deadline, a heartbeat or a retry backoff's end."""
+        now_s = self._clock()
+        until_s = min(deadline, now_s + self._heartbeat_ms() / 1000)
+        for state in self._partitions.values():
+            if state.in_flight is None and state.retry_at_s > now_s:
+                until_s = min(until_s, state.retry_at_s)
+        if not self._partitions:  # a group member with nothing (yet) to read
+            self._sleep(max(0.001, until_s - now_s))
+        elif any(state.in_flight for state in self._partitions.values()):
+            self._fetcher.wait(until_s - now_s)
+        else:
+            self._sleep(max(0.0, until_s - now_s))  # only a backoff or the deadline is ahead
 
     def _on_retriable(self, tp: TopicPartition, error: ClientError) -> None:
         """Re-raise a final error; for a retriable one make the next lookup find the leader."""
@@ -403,101 +387,6 @@ class Consumer:
         # A NOT_LEADER hint was already recorded; refreshing now could bring back stale news.
         if not isinstance(error, NotLeaderForPartitionError):
             self._cluster.mark_stale(tp.topic)
-
-    def _start_fetch(
-        self, tp: TopicPartition, state: _PartitionState, wait_ms: int
-    ) -> tuple[str, Any]:
-        assert state.fetch_offset is not None
-        address = self._cluster.leader_address(tp)
-        request = pb.FetchRequest(
-            topic=tp.topic,
-            partition=tp.partition,
-            offset=state.fetch_offset,
-            max_bytes=self.config.partition_fetch_bytes_max,
-            max_wait_ms=wait_ms,
-            min_bytes=self.config.fetch_min_bytes,
-        )
-        timeout_ms = self.config.connection.request_timeout_ms
-        return address, self._cluster.call_future(
-            address, "Log.Fetch", request, timeout_ms=timeout_ms
-        )
-
-    def _on_fetch_response(
-        self, tp: TopicPartition, state: _PartitionState, address: str, response: pb.FetchResponse
-    ) -> None:
-        code = response.error.code
-        if code == pb.OFFSET_OUT_OF_RANGE and self.config.auto_offset_reset != "error":
-            state.fetch_offset = None  # the next round asks for a new one per auto_offset_reset
-            return
-        if code != pb.NONE:
-            error = server_error(
-                response.error,
-                concerning=f"fetch {tp.topic}/{tp.partition} at offset {state.fetch_offset} "
-                f"from {address}",
-            )
-            if isinstance(error, NotLeaderForPartitionError):
-                self._cluster.apply_leader_hint(tp, error.leader_id, error.leader_address)
-            raise error
-        if state.high_watermark is None or response.high_watermark > state.high_watermark:
-            state.high_watermark = response.high_watermark
-        self._buffer_batches(tp, state, address, response)
-
-    def _buffer_batches(
-        self, tp: TopicPartition, state: _PartitionState, address: str, response: pb.FetchResponse
-    ) -> None:
-        """Decode whole batches; buffer user records at or past the position."""
-        assert state.fetch_offset is not None
-        data = response.batches
-        position = 0
-        where = f"fetch {tp.topic}/{tp.partition} from {address}"
-        while position < len(data):
-            try:
-                batch = decode_batch(
-                    data, position, decompressed_bytes_max=self.config.decompressed_bytes_max
-                )
-            except CorruptBatchError as error:
-                raise ClientError(f"{where}: {error}") from error
-            header = batch.header
-            # The server promises committed data only; a record past the high watermark
-            # could still be lost in a leader change, so it must never reach the caller.
-            if header.last_offset >= response.high_watermark:
-                raise ClientError(
-                    f"{where}: batch ending at offset {header.last_offset} is not below the "
-                    f"high watermark {response.high_watermark}"
-                )
-            position += header.size_bytes
-            if header.last_offset < state.fetch_offset:
-                continue  # wholly before the position (a batch is returned whole)
-            if not header.is_control:
-                self._buffer_records(tp, state, batch.records, where)
-            state.fetch_offset = header.last_offset + 1
-        assert position == len(data)
-
-    @staticmethod
-    def _buffer_records(
-        tp: TopicPartition, state: _PartitionState, records: Sequence[Record], where: str
-    ) -> None:
-        assert state.fetch_offset is not None
-        for record in records:
-            if record.offset < state.fetch_offset:
-                continue
-            if record.offset <= state.last_offset:
-                raise ClientError(
-                    f"{where}: offset {record.offset} does not follow {state.last_offset}"
-                )
-            state.last_offset = record.offset
-            state.buffer.append(
-                ConsumerRecord(
-                    tp.topic,
-                    tp.partition,
-                    record.offset,
-                    record.key,
-                    record.value,
-                    record.timestamp_ms,
-                    record.headers,
-                )
-            )
-        assert not state.buffer or state.buffer[-1].offset == state.last_offset
 
     # -- consumer groups --------------------------------------------------------------------
 
@@ -514,7 +403,7 @@ class Consumer:
         if self._group is None or self._group.group_id != group or not self._subscribed:
             if self._subscribed:
                 self.unsubscribe()
-            self._partitions = {}
+            self._set_partitions({})
             self._group = self._new_group_member(group)
             self._next_auto_commit_at = self._clock() + self._auto_commit_interval_s
         self._group_id = group
@@ -533,7 +422,7 @@ class Consumer:
                 self._commit_quietly(self._positions(), why="on unsubscribe")
             self._group.leave()
         self._subscribed = False
-        self._partitions = {}
+        self._set_partitions({})
 
     def commit(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
         """Commit `offsets` (the next offset to consume, per partition), or the positions of
@@ -592,7 +481,7 @@ class Consumer:
                     group.group_id,
                     len(self._partitions),
                 )
-                self._partitions = {}
+                self._set_partitions({})
             if answer.assignment is not None:
                 self._reconcile(answer.assignment)
         if self._enable_auto_commit and self._clock() >= self._next_auto_commit_at:
@@ -610,11 +499,11 @@ class Consumer:
                 self._commit_quietly(
                     {tp: positions[tp] for tp in revoked if tp in positions}, why="on revoke"
                 )
-            for tp in revoked:
-                del self._partitions[tp]
+            kept = {tp: s for tp, s in self._partitions.items() if tp not in revoked}
+            self._set_partitions(kept)  # an answer for a revoked partition is never delivered
             self._group.hurry()  # confirm, so the new owners get them sooner
         for tp in added:
-            self._partitions[tp] = _PartitionState(group_offset_pending=True)
+            self._partitions[tp] = PartitionState(group_offset_pending=True)
         if added:
             try:
                 committed = self._group.committed(added)
@@ -676,6 +565,7 @@ class Consumer:
             self._group.leave()
         if self._group is not None:
             self._group.close()
+        self._set_partitions({})
         self._closed = True
         self._cluster.close()
 
