@@ -45,7 +45,7 @@ from typing import Any
 from raftlog.client._connection import TopicPartition
 from raftlog.client.errors import BufferFullError, ClientClosedError, RecordTooLargeError
 from raftlog.storage.batch import BATCH_HEADER_BYTES
-from raftlog.storage.records import RecordInput
+from raftlog.storage.records import RecordFields
 
 __all__ = [
     "Accumulator",
@@ -77,7 +77,8 @@ class ProducerBatch:
 
     tp: TopicPartition
     created_at: float
-    records: list[RecordInput] = field(default_factory=list)
+    # Plain tuples from the producer (see `RecordFields`), or RecordInputs.
+    records: list[RecordFields] = field(default_factory=list)
     # Resolved once, with the batch's base offset (-1 for acks=0) or its DeliveryFailedError;
     # every record's RecordFuture reads it.
     future: Future[int] = field(default_factory=lambda: _running_future())
@@ -235,11 +236,12 @@ class RecordFuture(Future[RecordMetadata]):
             Future.set_result(self, self._metadata(batch_future.result()))
 
 
-def estimate_record_bytes(record: RecordInput) -> int:
+def estimate_record_bytes(record: RecordFields) -> int:
     """An upper bound on a record's encoded size (before compression)."""
-    size = _RECORD_OVERHEAD_BYTES + len(record.key or b"") + len(record.value or b"")
-    for key, value in record.headers:
-        size += 10 + len(key.encode("utf-8")) + len(value or b"")
+    key, value, _, headers = record
+    size = _RECORD_OVERHEAD_BYTES + len(key or b"") + len(value or b"")
+    for header_key, header_value in headers:
+        size += 10 + len(header_key.encode("utf-8")) + len(header_value or b"")
     return size
 
 
@@ -279,7 +281,7 @@ class Accumulator:
     def append(
         self,
         tp: TopicPartition,
-        record: RecordInput,
+        record: RecordFields,
         *,
         max_block_ms: int,
         abort_on_new_batch: bool = False,
@@ -321,12 +323,12 @@ class Accumulator:
             records = batch.records
             records.append(record)
             batch.size_bytes += size
-            return RecordFuture(batch, len(records) - 1, record.timestamp_ms)
+            return RecordFuture(batch, len(records) - 1, record[2])
 
     def _append_slowly(
         self,
         tp: TopicPartition,
-        record: RecordInput,
+        record: RecordFields,
         size: int,
         max_block_ms: int,
         abort_on_new_batch: bool,
@@ -359,7 +361,7 @@ class Accumulator:
             # A batch closed (ready now) or one opened (its linger starts): wake the
             # sender. Records joining an open batch change no deadline, so no wake-up.
             self.condition.notify_all()
-        return RecordFuture(batch, len(records) - 1, record.timestamp_ms)
+        return RecordFuture(batch, len(records) - 1, record[2])
 
     def _reserve(self, size: int, max_block_ms: int) -> None:
         # Called with the condition held; waits for the sender to release space.

@@ -56,6 +56,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c as _crc32c
 
@@ -86,6 +87,7 @@ __all__ = [
     "DecodedBatch",
     "Headers",
     "Record",
+    "RecordFields",
     "RecordInput",
     "decode_batch",
     "decode_control_batch",
@@ -132,14 +134,23 @@ _RECORD_ATTRIBUTES = b"\x00"
 _CHUNK_BYTES = 32 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class RecordInput:
-    """A record to encode; its offset is its place in the batch."""
+class RecordInput(NamedTuple):
+    """A record to encode; its offset is its place in the batch.
+
+    A NamedTuple, so a plain tuple of the same four fields (`RecordFields`) encodes as well:
+    the producer keeps each record it buffers as a plain tuple, cheaper to build, and one the
+    cyclic garbage collector stops tracking (an exact tuple of bytes and ints), where each
+    tracked object held in a buffer of small records is walked again by every collection.
+    """
 
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
     headers: Headers = ()
+
+
+# What `encode_batch` reads of a record: key, value, timestamp_ms, headers (a RecordInput).
+RecordFields = tuple[bytes | None, bytes | None, int, Headers]
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,7 +267,7 @@ def _read_varint_multibyte(data: bytes, start: int, bytes_max: int) -> tuple[int
 
 
 def encode_batch(
-    records: Sequence[RecordInput],
+    records: Sequence[RecordFields],
     *,
     base_offset: int = 0,
     leader_epoch: int = 0,
@@ -313,7 +324,7 @@ def encode_control_batch(
 
 
 def _build_batch(
-    records: Sequence[RecordInput],
+    records: Sequence[RecordFields],
     *,
     attributes: int,
     base_offset: int,
@@ -325,7 +336,7 @@ def _build_batch(
     _require_range("base_offset", base_offset, (0, _INT64[1]))
     _require_range("leader_epoch", leader_epoch, (-1, _INT32[1]))
     _require_range("record count", len(records), (1, _INT32[1]))
-    timestamps_ms = [record.timestamp_ms for record in records]
+    timestamps_ms = [record[2] for record in records]  # timestamp_ms
     first_timestamp_ms = min(timestamps_ms)
     max_timestamp_ms = max(timestamps_ms)
     _require_range("smallest timestamp_ms", first_timestamp_ms, _INT64)
@@ -351,7 +362,7 @@ def _build_batch(
     return batch
 
 
-def _encode_records(records: Sequence[RecordInput], first_timestamp_ms: int) -> list[bytes]:
+def _encode_records(records: Sequence[RecordFields], first_timestamp_ms: int) -> list[bytes]:
     """The records section in pieces of about `_CHUNK_BYTES` (whole records, in order).
 
     A record's parts go into a flat list and a chunk of records is joined at once: one join
@@ -366,10 +377,8 @@ def _encode_records(records: Sequence[RecordInput], first_timestamp_ms: int) -> 
     parts: list[bytes] = []
     extend = parts.extend
     chunk_bytes = 0
-    for offset_delta, record in enumerate(records):
-        key = record.key
-        value = record.value
-        delta = record.timestamp_ms - first_timestamp_ms  # >= 0: first is the smallest
+    for offset_delta, (key, value, timestamp_ms, record_headers) in enumerate(records):
+        delta = timestamp_ms - first_timestamp_ms  # >= 0: first is the smallest
         timestamp_delta = small[delta] if delta < limit else varint(delta)
         offset = small[offset_delta] if offset_delta < limit else varint(offset_delta)
         if key is None:
@@ -380,7 +389,7 @@ def _encode_records(records: Sequence[RecordInput], first_timestamp_ms: int) -> 
             value, value_length = b"", _NULL_LENGTH
         else:
             value_length = small[len(value)] if len(value) < limit else varint(len(value))
-        headers = _encode_headers(record.headers) if record.headers else _NO_HEADERS
+        headers = _encode_headers(record_headers) if record_headers else _NO_HEADERS
         record_bytes = 1 + len(timestamp_delta) + len(offset) + len(key_length) + len(key)
         record_bytes += len(value_length) + len(value) + len(headers)
         if record_bytes > _INT32[1]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import random
 import re
 import threading
@@ -14,6 +15,7 @@ from client_fake_cluster import FakeCluster, ManualClock
 
 from raftlog.client import Consumer, Producer, RecordMetadata
 from raftlog.client._sender import serialized_produce_request
+from raftlog.client.accumulator import RecordFuture
 from raftlog.client.errors import (
     BufferFullError,
     ClientClosedError,
@@ -475,3 +477,22 @@ def test_a_produce_request_serialized_around_its_batch_reads_as_the_message(
         topic="events", partition=3, batches=[batch], acks=pb.ACKS_ALL, timeout_ms=24_000
     )
     assert pb.ProduceRequest.FromString(wire) == expected
+
+
+def test_buffered_records_are_tuples_the_garbage_collector_stops_tracking(
+    cluster: FakeCluster,
+) -> None:
+    # Every tracked object in the buffer is walked again by each collection; a producer of
+    # small records buffers hundreds of thousands. Headers too are plain tuples (a nested
+    # tuple is untracked one level per collection).
+    cluster.state.create_topic("events", 1)
+    with Producer(cluster.bootstrap, linger_ms=60_000) as producer:
+        plain = producer.send("events", value=b"v", key=b"k")
+        with_headers = producer.send("events", value=b"v", headers=[("h", b"x")])
+        assert isinstance(plain, RecordFuture) and isinstance(with_headers, RecordFuture)
+        gc.collect()
+        assert plain._batch.records[0] == (b"k", b"v", plain._timestamp_ms, ())
+        assert not gc.is_tracked(plain._batch.records[0])
+        gc.collect()
+        gc.collect()
+        assert not gc.is_tracked(with_headers._batch.records[1])
