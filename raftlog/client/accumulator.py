@@ -120,7 +120,11 @@ class ProducerBatch:
             futures, self.callback_futures = self.callback_futures, []
             callbacks, self.callbacks = self.callbacks, []
         for record_future, callback in zip(futures, callbacks, strict=True):
-            _run_callback(record_future, callback)
+            # `_run_callback` inline: this loop runs once per record of the batch.
+            try:
+                callback(record_future)
+            except Exception:
+                _LOGGER.exception("exception calling callback for %r", record_future)
         # Later callbacks run at once in add_done_callback, which sees `resolved` set.
         assert not self.callbacks, "a callback was queued after the batch resolved"
 
