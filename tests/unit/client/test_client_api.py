@@ -75,7 +75,7 @@ def test_contract_signatures() -> None:
 
 def test_record_fields() -> None:
     record_fields = ["topic", "partition", "offset", "key", "value", "timestamp_ms", "headers"]
-    assert list(raftlog.client.ConsumerRecord.__dataclass_fields__) == record_fields
+    assert list(raftlog.client.ConsumerRecord._fields) == record_fields
     meta_fields = ["topic", "partition", "offset", "timestamp_ms"]
     assert list(raftlog.client.RecordMetadata.__dataclass_fields__) == meta_fields
 
