@@ -125,10 +125,19 @@ class Fetcher:
         self, partitions: Mapping[TopicPartition, PartitionState], now_s: float
     ) -> list[tuple[TopicPartition, ClientError]]:
         """A Fetch for each partition that may fetch now; returns the errors met sending."""
+        # Most calls find every partition with its Fetch out: one cheap pass says so (an
+        # iterating caller polls once per record).
+        idle = [
+            (tp, state)
+            for tp, state in partitions.items()
+            if state.in_flight is None and state.retry_at_s <= now_s
+        ]
+        if not idle:
+            return []
         buffered_bytes = sum(state.buffered_bytes for state in partitions.values())
         errors: list[tuple[TopicPartition, ClientError]] = []
-        for tp, state in partitions.items():
-            if state.retry_at_s <= now_s and self._may_fetch(state, buffered_bytes):
+        for tp, state in idle:
+            if self._may_fetch(state, buffered_bytes):
                 try:
                     self._start(tp, state)
                 except ClientError as error:
@@ -165,6 +174,10 @@ class Fetcher:
         """Block until a call finishes or `timeout_s` passes."""
         with contextlib.suppress(queue.Empty):
             self._waited.append(self._finished.get(timeout=max(0.0, timeout_s)))
+
+    def any_finished(self) -> bool:
+        """Whether a call has finished since the last `collect` (a cheap look)."""
+        return bool(self._waited) or not self._finished.empty()
 
     def collect(
         self, partitions: Mapping[TopicPartition, PartitionState]

@@ -332,6 +332,8 @@ class Consumer:
         arrived and the last retriable error met."""
         answered = False
         last_error: ClientError | None = None
+        if not self._fetcher.any_finished():
+            return answered, last_error
         now_s = self._clock()
         for tp, error in self._fetcher.collect(self._partitions):
             if error is None:
