@@ -87,8 +87,12 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.GroupsServicer):  # type: ignore[mis
 
 @pytest.fixture
 def node() -> Iterator[FakeNode]:
-    clock = ManualClock()
-    fake = FakeNode(clock)
+    yield from serve(FakeNode(ManualClock()))
+
+
+def serve(fake: FakeNode) -> Iterator[FakeNode]:
+    """`fake` on a loopback gRPC server until the generator is closed."""
+    clock = fake.clock
     server = grpc.server(ThreadPoolExecutor(max_workers=4))
     pb_grpc.add_LogServicer_to_server(fake, server)
     pb_grpc.add_GroupsServicer_to_server(fake, server)
