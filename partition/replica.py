@@ -300,7 +300,9 @@ class PartitionReplica:
             last = base + header.offset_count - 1
         if futures:
             try:
-                await asyncio.wait_for(asyncio.gather(*futures), timeout_s)
+                # One batch per request is the common case: no gather future around it.
+                waited = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
+                await asyncio.wait_for(waited, timeout_s)
             except TimeoutError:
                 raise RequestTimedOutError(
                     f"{self.topic}-{self.partition}: not {commitment.name.lower()}-acknowledged "

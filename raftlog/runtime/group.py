@@ -91,6 +91,9 @@ class RaftGroup:
         self._read_waiters: dict[int, asyncio.Future[Offset]] = {}
         self._next_read_id = 1
         self.durable_offset = log.last_offset()
+        # The last offset applied here. Ahead of `node.applied` while a pass applies entries
+        # early (raftlog.runtime.ready.apply_durable) and has not advanced the core yet.
+        self.applied_offset = node.applied
         self.on_leadership_change: Callable[[RaftGroup], None] | None = None
         # Set by the GroupHost: asks for a processing pass after a proposal or read.
         self.wake: Callable[[], None] = _nothing
@@ -138,7 +141,8 @@ class RaftGroup:
         assert node.log.term_at(base_offset) == term, (base_offset, term)
         assert base_offset <= last_offset <= node.last_offset, (base_offset, last_offset)
         future: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
-        done = commitment is Commitment.NONE or node.applied >= last_offset
+        applied = max(node.applied, self.applied_offset)
+        done = commitment is Commitment.NONE or applied >= last_offset
         # The core's durable end, not `durable_offset`: a snapshot installed since that was
         # set may have replaced the log it described.
         durable = commitment is Commitment.LEADER and node.log.durable_last_offset() >= last_offset
@@ -196,6 +200,7 @@ class RaftGroup:
 
     def apply(self, entry: Entry) -> None:
         self.state_machine.apply(entry)
+        self.applied_offset = max(self.applied_offset, entry.last_offset)
         while self._waiters and self._waiters[0].base_offset <= entry.last_offset:
             waiter = self._waiters.popleft()
             if waiter.future.done():

@@ -13,6 +13,10 @@ order the core requires:
     4. send `persisted_messages` (votes, append acknowledgements), apply committed entries,
        answer reads, `advance`.
 
+Committed entries that were durable before the pass (below its new entries) are applied
+before step 1 (`ready.apply_durable`), so their producers' answers do not wait for the
+pass's fsync.
+
 While step 3 runs the loop may step groups and take proposals (the core allows that between
 `ready()` and `advance()`), but no group gives a new Ready before the pass completes its
 previous one. Messages for a group this node does not host (yet) are dropped: Raft retries,
@@ -38,7 +42,7 @@ from typing import Protocol, runtime_checkable
 from raftlog.raft.ports import HardStateStore
 from raftlog.raft.types import HardState, Message
 from raftlog.runtime.group import RaftGroup
-from raftlog.runtime.ready import complete_ready, persist_ready
+from raftlog.runtime.ready import apply_durable, complete_ready, persist_ready
 from raftlog.storage.hard_state import HardStateWrite
 from raftlog.storage.log import FlushTicket
 from raftlog.types import GroupId, NodeId
@@ -179,6 +183,18 @@ class GroupHost:
         if not batch:
             return
         self.passes += 1
+        # Entries durable before this pass are applied first, so their waiting producers are
+        # answered while the pass's own writes go to disk, not after that fsync.
+        applied_counts = {
+            group.group_id: apply_durable(group.node, ready, apply=group.apply)
+            for group, ready in batch
+        }
+        # Applying may have removed groups (the metadata group's apply reconciles the hosted
+        # partitions and closes a removed one's log): a removed group is finished, nothing of
+        # its Ready is persisted or completed.
+        batch = [
+            (group, ready) for group, ready in batch if self._groups.get(group.group_id) is group
+        ]
         saves = _HardStateSaves()
         for group, ready in batch:
             persist_ready(
@@ -214,6 +230,7 @@ class GroupHost:
                 send=self._sender(group),
                 apply=group.apply,
                 on_read=group.on_read,
+                applied_count=applied_counts[group.group_id],
             )
             if ready.soft_state is not None:
                 group.fail_reads_if_not_leader()

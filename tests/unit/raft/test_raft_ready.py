@@ -15,6 +15,7 @@ from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import (
     AppendRequest,
+    AppendResponse,
     Entry,
     HardState,
     Membership,
@@ -168,3 +169,55 @@ def test_has_ready_is_false_when_idle_and_ready_needs_advance() -> None:
     harness.node.ready()
     with pytest.raises(AssertionError, match="without advance"):
         harness.node.ready()
+
+
+def _leader(events: list[str], *voters: int) -> tuple[RaftNode, RecordingLog, RecordingStore]:
+    """Node 1 leading `voters` in term 1, its no-op (offset 0) durable, not committed."""
+    log, store = RecordingLog(events), RecordingStore(events)
+    node = RaftNode(
+        node_id=N1,
+        config=RaftConfig(pre_vote=False),
+        storage=log,
+        hard_state=HardState(),
+        rng=random.Random(1),
+        bootstrap_membership=Membership(frozenset(NodeId(voter) for voter in voters)),
+    )
+    node.campaign()
+    while node.has_ready():
+        _run(node, log, store, events)
+    node.step(VoteResponse(Term(1), N2, N1, True))
+    while node.has_ready():
+        _run(node, log, store, events)
+    assert node.log.durable_last_offset() == 0 and node.commit < 0
+    return node, log, store
+
+
+def test_entries_durable_before_a_ready_apply_before_its_writes() -> None:
+    """Committed entries below a Ready's new entries were fsynced by an earlier Ready: they
+    are applied first, not after the new entries' fsync (their producers wait for them)."""
+    events: list[str] = []
+    node, log, store = _leader(events, 1, 2)
+    node.step(AppendResponse(Term(1), N2, N1, True, Offset(0)))  # commits the no-op
+    node.propose(b"x", offset_count=2)  # offsets 1..2, not yet written
+    events.clear()
+    _run(node, log, store, events)
+    assert events[:2] == ["apply 0", "send AppendRequest"], events
+    assert events[-3:] == ["append 1..2", "sync", "advanced"], events
+    assert node.applied == 0
+
+
+def test_entries_committed_before_their_local_write_apply_after_its_fsync() -> None:
+    """Two followers of three make a majority before the leader's own write: the entries
+    committed so are applied only after their local fsync (Raft order), the durable ones
+    before it (Raft §5.4.2: both are of the leader's term)."""
+    events: list[str] = []
+    node, log, store = _leader(events, 1, 2, 3)
+    node.propose(b"x", offset_count=1)  # offset 1, only in the leader's unstable log
+    for follower in (N2, NodeId(3)):
+        node.step(AppendResponse(Term(1), follower, N1, True, Offset(1)))
+    assert node.commit == 1
+    events.clear()
+    _run(node, log, store, events)
+    assert events[0] == "apply 0", events
+    assert events.index("sync") < events.index("apply 1") < events.index("advanced"), events
+    assert node.applied == 1
