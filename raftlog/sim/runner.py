@@ -156,5 +156,8 @@ def run_seeds(
     if jobs == 1:
         yield from map(job, seeds)
         return
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+    # Workers are spawned, not forked: a fork copies whatever the caller holds (a test
+    # process has run gRPC clients and their threads by then), and a forked worker was seen
+    # spinning for ever in Thread.join under the core's code. Spawned ones start clean.
+    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
         yield from pool.imap(job, seeds, chunksize=4)
