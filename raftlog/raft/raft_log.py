@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from raftlog.raft.ports import LogStorage
 from raftlog.raft.types import NO_OFFSET, Entry, Snapshot
@@ -41,6 +41,18 @@ __all__ = ["RaftLog"]
 
 def _offset(entry: Entry) -> Offset:
     return entry.offset
+
+
+def _take_within(
+    entries: Iterable[Entry], bytes_max: int, result: list[Entry], size_bytes: int
+) -> None:
+    """Append `entries` to `result` (already `size_bytes` long) while they fit `bytes_max`;
+    the first always goes in when `result` is empty (a read returns at least one entry)."""
+    for entry in entries:
+        if result and size_bytes + entry.size_bytes > bytes_max:
+            return
+        result.append(entry)
+        size_bytes += entry.size_bytes
 
 
 class RaftLog:
@@ -134,11 +146,7 @@ class RaftLog:
             start = Offset(result[-1].last_offset + 1)
         index = self._unstable_index(start)
         assert index is not None and self.unstable[index].offset == start, start
-        for entry in self.unstable[index:]:
-            if result and size_bytes + entry.size_bytes > bytes_max:
-                break
-            result.append(entry)
-            size_bytes += entry.size_bytes
+        _take_within(itertools.islice(self.unstable, index, None), bytes_max, result, size_bytes)
         assert result, "entries() returns at least one entry"
         return result
 
@@ -154,12 +162,7 @@ class RaftLog:
         index = 0 if cache[0].offset == start else bisect.bisect_left(cache, start, key=_offset)
         assert index < len(cache) and cache[index].offset == start, (start, cache[0].offset)
         result: list[Entry] = []
-        size_bytes = 0
-        for entry in itertools.islice(cache, index, None):
-            if result and size_bytes + entry.size_bytes > bytes_max:
-                break
-            result.append(entry)
-            size_bytes += entry.size_bytes
+        _take_within(itertools.islice(cache, index, None), bytes_max, result, 0)
         return result
 
     def first_offset_of_term_at_least(self, term: Term) -> Offset:
