@@ -355,9 +355,14 @@ class Broker:
         applied_offset = (
             machine.recover(storage) if isinstance(machine, PartitionReplica) else Offset(-1)
         )
+        config = self.config.raft
+        if not isinstance(machine, PartitionReplica):
+            # Metadata followers learn each commit at once: every node acts on what it applies
+            # (creates the groups it hosts, learns leaders), and metadata writes are few.
+            config = dataclasses.replace(config, commit_notice="immediate")
         node = RaftNode(
             node_id=self.node_id,
-            config=self.config.raft,
+            config=config,
             storage=storage,
             hard_state=hard_state_store.load(),
             rng=random.Random(self._rng.getrandbits(64)),
@@ -380,7 +385,7 @@ class Broker:
             log=storage,
             hard_state_store=hard_state_store,
             state_machine=machine,
-            config=self.config.raft,
+            config=config,
             bootstrap_membership=bootstrap,
         )
 

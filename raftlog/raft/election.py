@@ -65,7 +65,8 @@ def tick_election(node: RaftNode) -> None:
 
 
 def tick_leader(node: RaftNode) -> None:
-    """Leader tick: heartbeats (§5.2), check-quorum (§6.2), transfer timeout (§3.10)."""
+    """Leader tick: heartbeats (§5.2), check-quorum (§6.2), transfer timeout (§3.10),
+    deferred commit notices (raftlog.raft.replication)."""
     assert node.current_role is Role.LEADER
     node.heartbeat_elapsed_ticks += 1
     node.election_elapsed_ticks += 1
@@ -81,6 +82,7 @@ def tick_leader(node: RaftNode) -> None:
         if quiesce.maybe_quiesce(node):
             return  # the group is idle: the last heartbeat told the followers to go quiet
         replication.bcast_heartbeat(node, node.reads.latest_context())
+    replication.send_commit_notices(node)
     assert node.heartbeat_elapsed_ticks < node.config.heartbeat_interval_ticks
 
 

@@ -16,6 +16,12 @@ optimisation, in Kafka's "end offset of epoch" form). Every retreat strictly low
 Commitment (Raft §5.4.2): the leader commits the highest offset a majority of voters hold,
 but only if the entry there has the current term; earlier-term entries commit indirectly.
 Its own log counts only up to what the driver has made durable (`on_durable`).
+
+Every append carries the leader's commit offset. A follower that is sent nothing else
+learns a new one from an empty append: at once (`commit_notice == "immediate"`, etcd's
+way) or at the leader's next tick (`"next_tick"`, `send_commit_notices`), by which time, under
+load, the next append has usually carried it. Followers only need the commit offset to
+apply; no producer waits for it.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ __all__ = [
     "on_durable",
     "on_heartbeat_response",
     "send_append",
+    "send_commit_notices",
     "tick_snapshots",
 ]
 
@@ -102,6 +109,31 @@ def bcast_append(node: RaftNode) -> None:
         send_append(node, peer)
 
 
+def _on_commit_advanced(node: RaftNode) -> None:
+    """Tell the followers of a new commit offset: with what they are sent anyway, and, if
+    notices are immediate, with an empty append to the others (see the module docstring)."""
+    assert node.current_role is Role.LEADER
+    immediate = node.config.commit_notice == "immediate"
+    for peer in _peers(node):
+        send_append(node, peer, send_empty=immediate)
+
+
+def _commit_unsent(node: RaftNode, progress: Progress) -> bool:
+    """Whether `progress`'s follower holds committed entries it was not told are committed."""
+    return progress.sent_commit < min(node.commit, progress.match)
+
+
+def send_commit_notices(node: RaftNode) -> None:
+    """Leader tick with deferred notices: an empty append to each follower that holds
+    committed entries it was not told of (no append has carried the commit since)."""
+    assert node.current_role is Role.LEADER
+    if node.config.commit_notice != "next_tick":
+        return
+    for peer in _peers(node):
+        if _commit_unsent(node, node.progress[peer]):
+            send_append(node, peer)
+
+
 def _fill_pipeline(node: RaftNode, peer: NodeId) -> None:
     """Send appends until the follower is up to date or its window is full (bounded)."""
     assert node.current_role is Role.LEADER and peer != node.node_id
@@ -155,10 +187,10 @@ def on_append_response(node: RaftNode, message: AppendResponse) -> None:
     ):
         progress.become_replicate()
     if maybe_commit(node) and node.current_role is Role.LEADER:
-        bcast_append(node)  # (a leader removed by what just committed has stepped down)
+        _on_commit_advanced(node)  # (a leader removed by what just committed has stepped down)
     if node.current_role is Role.LEADER and message.sender in node.progress:
         _fill_pipeline(node, message.sender)
-        if progress.sent_commit < min(node.commit, progress.match):
+        if _commit_unsent(node, progress) and node.config.commit_notice == "immediate":
             send_append(node, message.sender)  # tell it what of its log is committed
         if node.lead_transferee == message.sender:
             election.maybe_send_timeout_now(node, message.sender)
@@ -251,7 +283,7 @@ def on_durable(node: RaftNode) -> None:
         own = node.progress[node.node_id]
         committed = own.maybe_update(node.log.durable_last_offset()) and maybe_commit(node)
         if committed and node.current_role is Role.LEADER:
-            bcast_append(node)
+            _on_commit_advanced(node)
     else:
         follower.maybe_advance_commit(node)
 

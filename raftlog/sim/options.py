@@ -22,7 +22,7 @@ import random
 from dataclasses import dataclass, fields
 from typing import Any
 
-from raftlog.config import PLANTED_BUGS, RaftConfig
+from raftlog.config import COMMIT_NOTICES, PLANTED_BUGS, CommitNotice, RaftConfig
 from raftlog.errors import ConfigError
 
 __all__ = ["PROFILES", "SimOptions", "derive_options", "parse_seed_range", "scripted_options"]
@@ -78,6 +78,7 @@ class SimOptions:
     # a peer unheard for `node_liveness_timeout_ticks` (0: one election timeout) is unreachable.
     quiesce: bool = True
     node_liveness_timeout_ticks: int = 0
+    commit_notice: CommitNotice = "immediate"
     messages_in_flight_max: int = MESSAGES_IN_FLIGHT_MAX
     trace_events_max: int = TRACE_EVENTS_MAX
 
@@ -113,6 +114,7 @@ class SimOptions:
             apply_bytes_max=2048,
             stable_cache_bytes_max=1024,  # below apply_bytes_max: some applies read storage
             quiesce=self.quiesce,
+            commit_notice=self.commit_notice,
             planted_bugs=self.bugs,
         ).validate()
 
@@ -195,6 +197,8 @@ def derive_options(
         checkpoint_applied=rng.random() < 0.5,
         heal_ticks_max=40 * election_timeout_ticks,
         protocol_checks=protocol_checks,
+        # From the seed's bits, not the generator, so adding it shifted no other draw.
+        commit_notice=COMMIT_NOTICES[(seed // 2) % len(COMMIT_NOTICES)],
         **_fault_rates(rng, profile),  # type: ignore[arg-type]
     )
     return options, rng

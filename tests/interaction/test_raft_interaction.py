@@ -29,7 +29,7 @@ def _parse_value(field: dataclasses.Field[object], text: str) -> object:
         return text == "true"
     if field.name == "planted_bugs":
         return frozenset(text.split(","))
-    return int(text)
+    return int(text) if text.lstrip("-").isdigit() else text
 
 
 def cluster_for(header: str) -> Cluster:

@@ -98,8 +98,9 @@ def test_propose_validates_its_arguments() -> None:
         {"inflight_messages_max": 0},
         {"outbox_messages_max": 0},
         {"planted_bugs": frozenset({"no-such-bug"})},
+        {"commit_notice": "never"},
     ],
 )
 def test_contradictory_limits_are_refused(settings: dict[str, object]) -> None:
-    with pytest.raises(ConfigError):
+    with pytest.raises(ConfigError, match=next(iter(settings))):
         RaftConfig(**settings).validate()  # type: ignore[arg-type]
