@@ -79,12 +79,24 @@ class NoNodeAnsweredError(ConnectionFailedError):
     """Every address tried for `operation` failed; `failures` holds each one's error."""
 
     def __init__(self, operation: str, failures: list[ClientError], *, addresses: list[str]):
-        reasons = "; ".join(_short(failure) for failure in failures) or "no address to try"
+        reasons = _distinct(failures) or "no address to try"
         ClientError.__init__(self, f"{operation}: no node answered: {reasons}")
         self.address = ",".join(addresses)
         self.reason = reasons
         self.operation = operation
         self.failures = failures
+
+
+def _distinct(failures: list[ClientError]) -> str:
+    """Each distinct failure once, in the order first seen, with how often it repeated: a
+    caller that retried until its deadline may have seen the same refusal hundreds of times."""
+    counts: dict[str, int] = {}
+    for failure in failures:
+        short = _short(failure)
+        counts[short] = counts.get(short, 0) + 1
+    return "; ".join(
+        f"{short} ({count} times)" if count > 1 else short for short, count in counts.items()
+    )
 
 
 def _short(failure: ClientError) -> str:
