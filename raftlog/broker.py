@@ -178,6 +178,8 @@ class Broker:
             node_id=self.node_id,
             tick_interval_ms=self.config.tick_interval_ms,
             send=self.transport.send,
+            sync_on_loop_bytes_max=self.config.sync_on_loop_bytes_max,
+            sync_on_loop_slow_ms=self.config.sync_on_loop_slow_ms,
         )
         self.metadata_group: RaftGroup | None = None
         # Consumer groups, coordinated by the controller (raftlog.rpc.group_servicer).

@@ -316,6 +316,13 @@ class NodeConfig:
     transport: TransportConfig = field(default_factory=TransportConfig)
     metadata: MetadataConfig = field(default_factory=MetadataConfig)
     tick_interval_ms: int = 50
+    # A host pass whose log writes total at most this many bytes (and that saves no hard
+    # state) writes and fsyncs them on the event loop instead of a disk thread: the trip to
+    # the thread costs more than a small fdatasync (raftlog.runtime.host). 0: always the
+    # thread. A sync on the loop slower than sync_on_loop_slow_ms sends syncs to the thread
+    # for a second, so a stalling disk does not stall the loop.
+    sync_on_loop_bytes_max: int = 256 * KIB
+    sync_on_loop_slow_ms: int = 5
     # How often each partition checks retention (whole segments, by bytes and age).
     retention_check_interval_ms: int = 5000
     # The metadata quorum snapshots its state after this many offsets (keeps its log short).
@@ -350,6 +357,17 @@ class NodeConfig:
             "must exceed twice raft.append_bytes_max so any AppendRequest fits in one frame",
         )
         _require(self.tick_interval_ms > 0, "tick_interval_ms", "must be positive")
+        _require(
+            self.sync_on_loop_bytes_max >= 0,
+            "sync_on_loop_bytes_max",
+            f"must be >= 0 (0: never sync on the loop), got {self.sync_on_loop_bytes_max}",
+        )
+        _require(
+            0 < self.sync_on_loop_slow_ms < self.tick_interval_ms,
+            "sync_on_loop_slow_ms",
+            f"must be positive and below tick_interval_ms ({self.tick_interval_ms}), got "
+            f"{self.sync_on_loop_slow_ms}",
+        )
         _require(
             self.retention_check_interval_ms > 0,
             "retention_check_interval_ms",

@@ -1,0 +1,196 @@
+"""GroupHost syncs small writes on the event loop and falls back to the disk thread while the
+disk is slow (raftlog.runtime.host: `_may_sync_inline`). Three in-process hosts, one group,
+real segment logs on a file system whose fsyncs can be made slow."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from raftlog.config import LogConfig, RaftConfig
+from raftlog.raft.memory import MemoryHardStateStore
+from raftlog.raft.node import RaftNode
+from raftlog.raft.types import Entry, Membership, Message, Role, Snapshot
+from raftlog.runtime.group import Commitment, RaftGroup
+from raftlog.runtime.host import GroupHost
+from raftlog.storage.files import FileHandle, OsFileSystem
+from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.types import GroupId, NodeId
+
+NODES = (NodeId(1), NodeId(2), NodeId(3))
+GROUP = GroupId(1)
+CONFIG = RaftConfig(election_timeout_ticks=10, heartbeat_interval_ticks=2)
+SLOW_MS = 5
+HANG_GUARD_S = 60
+
+
+class _SlowSyncHandle:
+    """A real file whose fsync first sleeps `files.sync_delay_s` (a stalling disk)."""
+
+    def __init__(self, files: _SlowSyncFiles, inner: FileHandle) -> None:
+        self._files = files
+        self._inner = inner
+
+    @property
+    def path(self) -> str:
+        return self._inner.path
+
+    def append(self, buffers: Sequence[bytes | bytearray | memoryview]) -> None:
+        self._inner.append(buffers)
+
+    def read_at(self, size_bytes: int, position: int) -> bytes:
+        return self._inner.read_at(size_bytes, position)
+
+    def size_bytes(self) -> int:
+        return self._inner.size_bytes()
+
+    def sync(self) -> None:
+        self._files.sync_threads.add(threading.current_thread().name)
+        time.sleep(self._files.sync_delay_s)
+        self._inner.sync()
+
+    def truncate(self, size_bytes: int) -> None:
+        self._inner.truncate(size_bytes)
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _SlowSyncFiles(OsFileSystem):
+    def __init__(self) -> None:
+        self.sync_delay_s = 0.0
+        self.sync_threads: set[str] = set()
+
+    def open(self, path: str, *, create: bool = False) -> FileHandle:
+        return _SlowSyncHandle(self, super().open(path, create=create))
+
+
+class _Applied:
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+
+    def apply(self, entry: Entry) -> None:
+        self.entries.append(entry)
+
+    def restore(self, snapshot: Snapshot) -> None:
+        raise AssertionError("no snapshots here")
+
+
+def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, GroupHost]:
+    hosts: dict[NodeId, GroupHost] = {}
+
+    def sender(source: NodeId) -> Callable[[NodeId, GroupId, Message], None]:
+        def send(receiver: NodeId, group: GroupId, message: Message) -> None:
+            loop = asyncio.get_running_loop()
+            loop.call_soon(hosts[receiver].deliver, source, [(group, message)])
+
+        return send
+
+    membership = Membership(voters=frozenset(NODES))
+    for node_id in NODES:
+        host = GroupHost(
+            node_id=node_id,
+            tick_interval_ms=10,
+            send=sender(node_id),
+            sync_on_loop_bytes_max=64 * 1024,
+            sync_on_loop_slow_ms=SLOW_MS,
+        )
+        storage = RaftLogStorage.open(root / f"node-{node_id}", config=LogConfig(), files=files)
+        node = RaftNode(
+            node_id=node_id,
+            config=CONFIG,
+            storage=storage,
+            hard_state=MemoryHardStateStore().load(),
+            rng=random.Random(node_id),
+            bootstrap_membership=membership,
+        )
+        host.add(
+            RaftGroup(
+                group_id=GROUP,
+                node=node,
+                log=storage,
+                hard_state_store=MemoryHardStateStore(),
+                state_machine=_Applied(),
+                config=CONFIG,
+                bootstrap_membership=membership,
+            )
+        )
+        for peer in NODES:
+            host.set_peer_reachable(peer, reachable=peer != node_id)
+        hosts[node_id] = host
+    return hosts
+
+
+async def _leader(hosts: dict[NodeId, GroupHost]) -> RaftGroup:
+    while True:
+        for host in hosts.values():
+            group = host.get(GROUP)
+            if group is not None and group.node.role is Role.LEADER:
+                return group
+        await asyncio.sleep(0.005)
+
+
+async def _commit(group: RaftGroup, data: bytes) -> None:
+    _, committed = group.propose(data, offset_count=1, commitment=Commitment.QUORUM)
+    await committed
+
+
+def test_small_syncs_run_on_the_loop_until_one_is_slow(tmp_path: Path) -> None:
+    files = _SlowSyncFiles()
+
+    async def main() -> None:
+        hosts = _hosts(tmp_path, files)
+        tasks = [asyncio.create_task(host.run()) for host in hosts.values()]
+        try:
+            leader = await _leader(hosts)
+            for index in range(20):
+                await _commit(leader, b"small %d" % index)
+            assert all(host.inline_syncs > 0 for host in hosts.values())
+            assert threading.current_thread().name in files.sync_threads
+            assert not any(host.inline_sync_pauses for host in hosts.values())
+
+            files.sync_delay_s = 2 * SLOW_MS / 1000  # the disk stalls
+            files.sync_threads.clear()
+            await _commit(leader, b"slow")
+            # (the follower outside the commit's majority may still be syncing: wait for it)
+            while not all(host.inline_sync_pauses >= 1 for host in hosts.values()):
+                await asyncio.sleep(0.001)
+            inline = {node_id: host.inline_syncs for node_id, host in hosts.items()}
+            files.sync_threads.clear()
+            for index in range(3):  # within the pause (1 s): the disk thread syncs
+                await _commit(leader, b"during the pause %d" % index)
+            assert {node_id: host.inline_syncs for node_id, host in hosts.items()} == inline
+            assert files.sync_threads and threading.current_thread().name not in files.sync_threads
+        finally:
+            for host in hosts.values():
+                host.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(asyncio.wait_for(main(), HANG_GUARD_S))
+
+
+def test_large_writes_keep_the_disk_thread(tmp_path: Path) -> None:
+    files = _SlowSyncFiles()
+
+    async def main() -> None:
+        hosts = _hosts(tmp_path, files)
+        tasks = [asyncio.create_task(host.run()) for host in hosts.values()]
+        try:
+            leader = await _leader(hosts)
+            await _commit(leader, b"warm")
+            files.sync_threads.clear()
+            inline = {node_id: host.inline_syncs for node_id, host in hosts.items()}
+            await _commit(leader, bytes(128 * 1024))  # above sync_on_loop_bytes_max
+            assert threading.current_thread().name not in files.sync_threads
+            leader_host = hosts[leader.node.node_id]
+            assert leader_host.inline_syncs == inline[leader.node.node_id]
+        finally:
+            for host in hosts.values():
+                host.close()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    asyncio.run(asyncio.wait_for(main(), HANG_GUARD_S))
