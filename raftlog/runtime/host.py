@@ -77,7 +77,7 @@ class GroupHost:
         self._tick_interval_s = tick_interval_ms / 1000
         self._send = send
         self._sync_on_loop_bytes_max = sync_on_loop_bytes_max
-        self._sync_on_loop_slow_s = sync_on_loop_slow_ms / 1000
+        self._sync_on_loop_slow_ms = sync_on_loop_slow_ms
         self._inline_sync_paused_until = float("-inf")
         self.inline_syncs = 0
         self.inline_sync_pauses = 0
@@ -240,12 +240,10 @@ class GroupHost:
                 durable_log.sync()
         if tickets and not saves.pending and self._may_sync_inline(tickets):
             self._sync_inline([ticket for _, ticket in tickets])
-            for split_log, ticket in tickets:
-                split_log.complete_sync(ticket)
         elif tickets or saves.pending:
             await _sync_off_loop(saves, [ticket for _, ticket in tickets])
-            for split_log, ticket in tickets:
-                split_log.complete_sync(ticket)
+        for split_log, ticket in tickets:
+            split_log.complete_sync(ticket)
         for group, ready in batch:
             if ready.entries:
                 group.on_durable(ready.entries[-1].last_offset)
@@ -292,15 +290,16 @@ class GroupHost:
         _run_tickets(tickets)
         self.inline_syncs += 1
         finished = loop.time()
-        if finished - started > self._sync_on_loop_slow_s:
+        took_ms = (finished - started) * 1000
+        if took_ms > self._sync_on_loop_slow_ms:
             self._inline_sync_paused_until = finished + INLINE_SYNC_PAUSE_S
             self.inline_sync_pauses += 1
             log.warning(
                 "node %s: a sync on the event loop took %.1f ms (> sync_on_loop_slow_ms=%d); "
                 "syncs go to the disk thread for %.0f s",
                 self.node_id,
-                (finished - started) * 1000,
-                round(self._sync_on_loop_slow_s * 1000),
+                took_ms,
+                self._sync_on_loop_slow_ms,
                 INLINE_SYNC_PAUSE_S,
             )
 

@@ -8,7 +8,7 @@ import asyncio
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from raftlog.config import LogConfig, RaftConfig
@@ -139,58 +139,62 @@ async def _commit(group: RaftGroup, data: bytes) -> None:
     await committed
 
 
-def test_small_syncs_run_on_the_loop_until_one_is_slow(tmp_path: Path) -> None:
+Scenario = Callable[[dict[NodeId, GroupHost], _SlowSyncFiles, RaftGroup], Awaitable[None]]
+
+
+def _run(tmp_path: Path, scenario: Scenario) -> None:
+    """Run the three hosts, wait for a leader, play `scenario`, then stop the hosts."""
     files = _SlowSyncFiles()
 
     async def main() -> None:
         hosts = _hosts(tmp_path, files)
         tasks = [asyncio.create_task(host.run()) for host in hosts.values()]
         try:
-            leader = await _leader(hosts)
-            for index in range(20):
-                await _commit(leader, b"small %d" % index)
-            assert all(host.inline_syncs > 0 for host in hosts.values())
-            assert threading.current_thread().name in files.sync_threads
-            assert not any(host.inline_sync_pauses for host in hosts.values())
-
-            files.sync_delay_s = 2 * SLOW_MS / 1000  # the disk stalls
-            files.sync_threads.clear()
-            await _commit(leader, b"slow")
-            # (the follower outside the commit's majority may still be syncing: wait for it)
-            while not all(host.inline_sync_pauses >= 1 for host in hosts.values()):
-                await asyncio.sleep(0.001)
-            inline = {node_id: host.inline_syncs for node_id, host in hosts.items()}
-            files.sync_threads.clear()
-            for index in range(3):  # within the pause (1 s): the disk thread syncs
-                await _commit(leader, b"during the pause %d" % index)
-            assert {node_id: host.inline_syncs for node_id, host in hosts.items()} == inline
-            assert files.sync_threads and threading.current_thread().name not in files.sync_threads
+            await scenario(hosts, files, await _leader(hosts))
         finally:
             for host in hosts.values():
                 host.close()
             await asyncio.gather(*tasks, return_exceptions=True)
 
     asyncio.run(asyncio.wait_for(main(), HANG_GUARD_S))
+
+
+def test_small_syncs_run_on_the_loop_until_one_is_slow(tmp_path: Path) -> None:
+    async def scenario(
+        hosts: dict[NodeId, GroupHost], files: _SlowSyncFiles, leader: RaftGroup
+    ) -> None:
+        for index in range(20):
+            await _commit(leader, b"small %d" % index)
+        assert all(host.inline_syncs > 0 for host in hosts.values())
+        assert threading.current_thread().name in files.sync_threads
+        assert not any(host.inline_sync_pauses for host in hosts.values())
+
+        files.sync_delay_s = 2 * SLOW_MS / 1000  # the disk stalls
+        files.sync_threads.clear()
+        await _commit(leader, b"slow")
+        # (the follower outside the commit's majority may still be syncing: wait for it)
+        while not all(host.inline_sync_pauses >= 1 for host in hosts.values()):
+            await asyncio.sleep(0.001)
+        inline = {node_id: host.inline_syncs for node_id, host in hosts.items()}
+        files.sync_threads.clear()
+        for index in range(3):  # within the pause (1 s): the disk thread syncs
+            await _commit(leader, b"during the pause %d" % index)
+        assert {node_id: host.inline_syncs for node_id, host in hosts.items()} == inline
+        assert files.sync_threads and threading.current_thread().name not in files.sync_threads
+
+    _run(tmp_path, scenario)
 
 
 def test_large_writes_keep_the_disk_thread(tmp_path: Path) -> None:
-    files = _SlowSyncFiles()
+    async def scenario(
+        hosts: dict[NodeId, GroupHost], files: _SlowSyncFiles, leader: RaftGroup
+    ) -> None:
+        await _commit(leader, b"warm")
+        files.sync_threads.clear()
+        inline = {node_id: host.inline_syncs for node_id, host in hosts.items()}
+        await _commit(leader, bytes(128 * 1024))  # above sync_on_loop_bytes_max
+        assert threading.current_thread().name not in files.sync_threads
+        leader_host = hosts[leader.node.node_id]
+        assert leader_host.inline_syncs == inline[leader.node.node_id]
 
-    async def main() -> None:
-        hosts = _hosts(tmp_path, files)
-        tasks = [asyncio.create_task(host.run()) for host in hosts.values()]
-        try:
-            leader = await _leader(hosts)
-            await _commit(leader, b"warm")
-            files.sync_threads.clear()
-            inline = {node_id: host.inline_syncs for node_id, host in hosts.items()}
-            await _commit(leader, bytes(128 * 1024))  # above sync_on_loop_bytes_max
-            assert threading.current_thread().name not in files.sync_threads
-            leader_host = hosts[leader.node.node_id]
-            assert leader_host.inline_syncs == inline[leader.node.node_id]
-        finally:
-            for host in hosts.values():
-                host.close()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-    asyncio.run(asyncio.wait_for(main(), HANG_GUARD_S))
+    _run(tmp_path, scenario)
