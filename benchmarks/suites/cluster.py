@@ -5,8 +5,9 @@ Theory of operation. One run, one machine, the same seeded random 1 KiB values e
 1. `cluster_raw_append_mb_s`: the storage suite's raw loop (1 MiB writes, fdatasync each),
    measured again here, at the start and at the end (the better of the two; the other is
    `cluster_raw_append_min_mb_s`), so `replication_efficiency` divides figures taken minutes
-   apart, not suites apart; `fdatasync_4k_p50_ms` / `_p99_ms`: 4 KiB append + fdatasync, the floor
-   under any acks=all latency on this disk.
+   apart, not suites apart; `loopback_mb_s`: a plain TCP socket pair on loopback between two
+   processes, 1 MiB sends (the network's limit); `fdatasync_4k_p50_ms` / `_p99_ms`: 4 KiB
+   append + fdatasync, the floor under any acks=all latency on this disk.
 2. Pairs, alternated because the machine is shared and noisy: the pysyncobj baseline (three
    processes, `_pysyncobj_node.py`, commands with callbacks) then raftlog acks=all on a fresh
    topic. Each figure is the median over pairs; `produce_vs_pysyncobj` is the median of the
@@ -50,6 +51,7 @@ from _harness import (  # noqa: E402
     MIB,
     Throughput,
     create_topic,
+    loopback_mb_s,
     payloads,
     percentile,
     produce_latencies_ms,
@@ -261,6 +263,7 @@ def measure(work: pathlib.Path, out_dir: pathlib.Path, *, quick: bool) -> dict[s
     raw_append_mb_s = load_storage_suite().raw_append_mb_s
     raw_before_mb_s = raw_append_mb_s(out_dir, 64 * MIB)
     metrics: dict[str, float] = {}
+    metrics["loopback_mb_s"] = loopback_mb_s(256 * MIB)
     fsyncs = fsync_latencies_ms(out_dir)
     metrics["fdatasync_4k_p50_ms"] = percentile(fsyncs, 0.50)
     metrics["fdatasync_4k_p99_ms"] = percentile(fsyncs, 0.99)
@@ -313,6 +316,7 @@ def measure(work: pathlib.Path, out_dir: pathlib.Path, *, quick: bool) -> dict[s
 
 def draw(out_dir: pathlib.Path, metrics: dict[str, float], points: list[dict[str, float]]) -> None:
     throughput = {
+        "network: TCP socket pair on loopback": metrics["loopback_mb_s"],
         "disk: raw append + fdatasync": metrics["cluster_raw_append_mb_s"],
         "pysyncobj 3 nodes (no fsync)": metrics["pysyncobj_1kib_mb_s"],
         "raftlog acks=all": metrics["produce_acks_all_1kib_mb_s"],

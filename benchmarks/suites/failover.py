@@ -197,7 +197,8 @@ def run_trials(
 
 
 def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
-    trials = 4 if quick else 12
+    # The issue asks for at least 10 trials; quick runs exactly that many.
+    trials = 10 if quick else 12
     out_dir.mkdir(parents=True, exist_ok=True)
     with running_cluster(out_dir / "failover-work") as cluster, Admin(cluster.bootstrap) as admin:
         create_topic(admin, TOPIC, partitions=1)

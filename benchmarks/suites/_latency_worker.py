@@ -1,0 +1,89 @@
+"""One fresh-cluster latency run for `benchmarks/latency_ab.py`, in its own process; not a suite.
+
+    python _latency_worker.py TREE WORK RATES DURATION_S SEQUENTIAL
+
+TREE is a folder holding a `raftlog` namespace (a view of another commit) or "-" for the
+installed one. It goes first on PYTHONPATH, so the node processes this run starts run the
+same code as its producer. The run starts a fresh 3-node cluster in WORK, creates a topic of
+3 partitions (RF 3, leaders on their preferred replicas), times SEQUENTIAL single 1 KiB
+records one after another (`send().result()`: the idle round trip), then for each rate in
+RATES (records/s, comma separated) runs the cluster suite's open-loop acks=all latency
+measurement at linger 0 for DURATION_S, reading each node's CPU (the mean per node) and this
+process's CPU (the producer and its pacing loop) over it. It prints one line of
+JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import time
+
+
+def main(argv: list[str]) -> None:
+    tree, work, rates, duration_s, sequential = argv
+    if tree != "-":
+        sys.path.insert(0, tree)
+        os.environ["PYTHONPATH"] = os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")])
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    import cluster  # found through the path set just above
+    from _harness import (
+        KIB,
+        cpu_seconds,
+        create_topic,
+        node_pids,
+        payloads,
+        percentile,
+        produce_latencies_ms,
+        running_cluster,
+    )
+
+    import raftlog
+    from raftlog.client import Admin
+
+    assert tree == "-" or raftlog.__file__.startswith(tree), (tree, raftlog.__file__)
+    result: dict[str, float] = {}
+    with running_cluster(pathlib.Path(work)) as running, Admin(running.bootstrap) as admin:
+        create_topic(admin, "latency", partitions=cluster.PARTITIONS)
+        with cluster.producer(running.bootstrap, "all", linger_ms=0) as client:
+            values = payloads(KIB)
+            for value in values[:50]:  # metadata, producer id, connections
+                client.send("latency", value=value).result(timeout=60)
+            one_by_one = []
+            for index in range(int(sequential)):
+                started = time.perf_counter()
+                client.send("latency", value=values[index % len(values)]).result(timeout=60)
+                one_by_one.append((time.perf_counter() - started) * 1e3)
+            one_by_one.sort()
+            if one_by_one:
+                result["sequential_p50_ms"] = percentile(one_by_one, 0.5)
+                result["sequential_p90_ms"] = percentile(one_by_one, 0.9)
+        pids = node_pids(running)
+        for rate in (float(r) for r in rates.split(",")):
+            cpu_before = {n: cpu_seconds(pid) for n, pid in pids.items()}
+            client_cpu_before_s = time.process_time()
+            started = time.perf_counter()
+            with cluster.producer(running.bootstrap, "all", linger_ms=0) as client:
+                latencies = produce_latencies_ms(
+                    client,
+                    "latency",
+                    record_bytes=KIB,
+                    rate_records_s=rate,
+                    duration_s=float(duration_s),
+                )
+            elapsed_s = time.perf_counter() - started
+            client_cpu_s = time.process_time() - client_cpu_before_s
+            cpu = sum(cpu_seconds(pid) - cpu_before[n] for n, pid in pids.items())
+            tag = f"{rate / 1000:.0f}k"
+            result[f"p50_ms_{tag}"] = percentile(latencies, 0.50)
+            result[f"p99_ms_{tag}"] = percentile(latencies, 0.99)
+            result[f"p999_ms_{tag}"] = percentile(latencies, 0.999)
+            result[f"node_cores_{tag}"] = cpu / elapsed_s / len(pids)
+            result[f"client_cores_{tag}"] = client_cpu_s / elapsed_s
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
