@@ -736,7 +736,15 @@ def validate_records(
 
 
 def _walk_records(data: bytes, begin: int, end: int, header: BatchHeader) -> None:
-    """`_decode_records`' checks, building nothing; `_Malformed` names the record index."""
+    """`_decode_records`' checks, building nothing; `_Malformed` names the record index.
+
+    A *plain* record (varints of one or two bytes, key and value null or of a non-negative
+    length, no headers: what producers send) is walked inline, in this loop: the walk runs
+    on every produced record, and a call per field cost more than the fields. Any other
+    record, and any record the inline walk would refuse, goes to `_skip_record`, which
+    accepts or refuses it, naming the fault, exactly as it did alone; so the inline walk
+    only decides quickly what `_skip_record` would decide, and every refusal comes from it.
+    """
     assert 0 <= begin <= end <= len(data), (begin, end, len(data))
     count = header.record_count
     if count > (end - begin) // _RECORD_BYTES_MIN:
@@ -749,12 +757,53 @@ def _walk_records(data: bytes, begin: int, end: int, header: BatchHeader) -> Non
     for index in range(count):
         if pos == end:
             raise _Malformed(f"record_count is {count} but the records end after {index}", pos)
+        record_end = -1
+        # The inline walk: any test that fails leaves record_end at -1. An IndexError here
+        # (a field past the end of `data`) means the same.
         try:
-            offset_delta, record_end = _skip_record(data, pos, end)
+            byte = data[pos]
+            if byte < 0x80:
+                zigzag, at = byte, pos + 1
+            elif data[pos + 1] < 0x80:
+                zigzag, at = (byte & 0x7F) | (data[pos + 1] << 7), pos + 2
+            else:
+                zigzag, at = 1, pos  # not plain
+            if not zigzag & 1 and (plain_end := at + (zigzag >> 1)) <= end:
+                at += 1  # attributes
+                at += 1 if data[at] < 0x80 else 2 if data[at + 1] < 0x80 else end  # timestamp
+                byte = data[at]
+                if byte < 0x80:
+                    offset_delta, at = (byte >> 1) ^ -(byte & 1), at + 1
+                elif data[at + 1] < 0x80:
+                    zigzag = (byte & 0x7F) | (data[at + 1] << 7)
+                    offset_delta, at = (zigzag >> 1) ^ -(zigzag & 1), at + 2
+                else:
+                    offset_delta, at = 0, end  # not plain
+                byte = data[at]  # key length: -1 is null, any other negative is a fault
+                if byte < 0x80:
+                    at += 1 if byte == 1 else end if byte & 1 else 1 + (byte >> 1)
+                elif data[at + 1] < 0x80 and not byte & 1:
+                    at += 2 + (((byte & 0x7F) | (data[at + 1] << 7)) >> 1)
+                else:
+                    at = end
+                byte = data[at]  # value length, likewise
+                if byte < 0x80:
+                    at += 1 if byte == 1 else end if byte & 1 else 1 + (byte >> 1)
+                elif data[at + 1] < 0x80 and not byte & 1:
+                    at += 2 + (((byte & 0x7F) | (data[at + 1] << 7)) >> 1)
+                else:
+                    at = end
+                if at + 1 == plain_end and data[at] == 0:  # no headers, and nothing after
+                    record_end = plain_end
         except IndexError:
-            raise _Malformed(f"record {index} runs past the end of the records", pos) from None
-        except _Malformed as error:
-            raise _Malformed(f"record {index}: {error.reason}", error.at) from None
+            record_end = -1
+        if record_end < 0:
+            try:
+                offset_delta, record_end = _skip_record(data, pos, end)
+            except IndexError:
+                raise _Malformed(f"record {index} runs past the end of the records", pos) from None
+            except _Malformed as error:
+                raise _Malformed(f"record {index}: {error.reason}", error.at) from None
         if not previous_delta < offset_delta <= last_offset_delta:
             raise _Malformed(
                 f"record {index} has offset delta {offset_delta}, outside "

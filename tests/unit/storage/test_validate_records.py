@@ -6,6 +6,7 @@ record index and the byte of the fault.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import warnings
 
@@ -15,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftlog.errors import CorruptBatchError
-from raftlog.storage.batch import Compression, parse_header, verify_batch
+from raftlog.storage import records as records_module
+from raftlog.storage.batch import BatchHeader, Compression, parse_header, verify_batch
 from raftlog.storage.records import (
     RecordInput,
     decode_batch,
@@ -173,3 +175,200 @@ def test_the_node_setting_takes_full_or_crc_and_nothing_else() -> None:
     assert relaxed.log.produce_record_validation == "crc"
     with pytest.raises(ConfigError, match=r"produce_record_validation.*'full' or 'crc'"):
         apply_overrides(NodeConfig(), ["log.produce_record_validation=fast"])
+
+
+# --- the inline walk against the plain one --------------------------------------------------
+# `_walk_records` walks plain records inline and hands every other record to `_skip_record`.
+# The reference below is the walk as it was before the inline path: `_skip_record` for every
+# record. Both must accept the same records and refuse the same ones with the same reason at
+# the same byte.
+
+
+def reference_walk(data: bytes, begin: int, end: int, header: BatchHeader) -> None:
+    count = header.record_count
+    if count > (end - begin) // records_module._RECORD_BYTES_MIN:
+        raise records_module._Malformed(
+            f"record_count {count} cannot fit in {end - begin} bytes of records", begin
+        )
+    pos, previous_delta = begin, -1
+    for index in range(count):
+        if pos == end:
+            raise records_module._Malformed(
+                f"record_count is {count} but the records end after {index}", pos
+            )
+        try:
+            offset_delta, record_end = records_module._skip_record(data, pos, end)
+        except IndexError:
+            raise records_module._Malformed(
+                f"record {index} runs past the end of the records", pos
+            ) from None
+        except records_module._Malformed as error:
+            raise records_module._Malformed(f"record {index}: {error.reason}", error.at) from None
+        if not previous_delta < offset_delta <= header.last_offset_delta:
+            raise records_module._Malformed(
+                f"record {index} has offset delta {offset_delta}, outside "
+                f"({previous_delta}, {header.last_offset_delta}]",
+                pos,
+            )
+        previous_delta, pos = offset_delta, record_end
+    if pos != end:
+        raise records_module._Malformed(
+            f"{end - pos} trailing bytes after the {count} records of record_count", pos
+        )
+
+
+def outcome(
+    walk: object, data: bytes, header: BatchHeader, *, beyond: bytes = b""
+) -> tuple[str, int] | None:
+    """How `walk` judges `data` as the records section, with `beyond` after its end (bytes
+    the walk must not take as part of a record)."""
+    try:
+        walk(data + beyond, 0, len(data), header)  # type: ignore[operator]
+    except records_module._Malformed as error:
+        return error.reason, error.at
+    return None
+
+
+def header_for(record_count: int, last_offset_delta: int) -> BatchHeader:
+    """A header saying what the walk is told: the counts need not be ones parse_header would
+    let through, since the walk is called here directly."""
+    valid = parse_header(encode_batch([RecordInput(None, b"", 0)]))
+    return dataclasses.replace(
+        valid, record_count=record_count, last_offset_delta=last_offset_delta
+    )
+
+
+def varint_bytes(value: int, padding: int) -> bytes:
+    """`value` zig-zag encoded, with `padding` redundant continuation bytes (non-canonical,
+    which decoders accept up to the varint's length limit)."""
+    encoded = bytearray(encode_varint(value))
+    for _ in range(padding):
+        encoded[-1] |= 0x80
+        encoded.append(0)
+    return bytes(encoded)
+
+
+varints = st.builds(varint_bytes, st.integers(-3, 20_000), st.integers(0, 2) | st.just(0))
+fields = st.lists(
+    st.one_of(varints, st.binary(min_size=1, max_size=3), st.binary(max_size=40)),
+    min_size=1,
+    max_size=9,
+)
+
+
+@st.composite
+def odd_records(draw: st.DrawFn) -> bytes:
+    """A record of fields drawn in roughly the right order, with a length that is right,
+    off by a little, or anything."""
+    body = b"".join(draw(fields))
+    length = draw(st.sampled_from([len(body), len(body) - 1, len(body) + 1, -1, 300]))
+    return varint_bytes(length, draw(st.integers(0, 1))) + body
+
+
+@SETTINGS
+@given(st.lists(record_inputs, min_size=1, max_size=6), st.data())
+def test_the_inline_walk_agrees_with_the_plain_walk_on_mutated_records(
+    inputs: list[RecordInput], data: st.DataObject
+) -> None:
+    valid = encode_batch(inputs)
+    header = parse_header(valid)
+    records = bytearray(valid[61:])
+    for _ in range(data.draw(st.integers(0, 3))):
+        records[data.draw(st.integers(0, len(records) - 1))] ^= data.draw(st.integers(1, 255))
+    count = data.draw(st.sampled_from([header.record_count, header.record_count + 1, 1]))
+    checked = header_for(count, header.last_offset_delta)
+    walked = outcome(records_module._walk_records, bytes(records), checked)
+    assert walked == outcome(reference_walk, bytes(records), checked)
+
+
+beyond_end = st.sampled_from([b"", b"\x00", b"\x00\x00"]) | st.binary(max_size=3)
+
+
+@SETTINGS
+@given(
+    st.lists(odd_records(), min_size=1, max_size=5),
+    st.integers(-1, 6),
+    st.integers(0, 6),
+    beyond_end,
+)
+def test_the_inline_walk_agrees_with_the_plain_walk_on_odd_encodings(
+    records: list[bytes], last_offset_delta: int, count: int, beyond: bytes
+) -> None:
+    data = b"".join(records)
+    checked = header_for(count, last_offset_delta)
+    walked = outcome(records_module._walk_records, data, checked, beyond=beyond)
+    assert walked == outcome(reference_walk, data, checked, beyond=beyond)
+
+
+@SETTINGS
+@given(st.integers(-1, 6), st.integers(0, 6), st.binary(max_size=160), beyond_end)
+def test_the_inline_walk_agrees_with_the_plain_walk_on_garbage(
+    last_offset_delta: int, count: int, data: bytes, beyond: bytes
+) -> None:
+    checked = header_for(count, last_offset_delta)
+    walked = outcome(records_module._walk_records, data, checked, beyond=beyond)
+    assert walked == outcome(reference_walk, data, checked, beyond=beyond)
+
+
+def test_a_record_one_byte_short_of_its_fields_is_refused_even_with_bytes_after_the_end() -> None:
+    """The records section ends inside the last record's header count; the byte after the
+    end would complete it, but it is not the record's to take."""
+    plain = encode_batch([RecordInput(None, b"v", 0)])[61:]
+    checked = parse_header(encode_batch([RecordInput(None, b"v", 0)]))
+    cut = plain[:-1]
+    walked = outcome(records_module._walk_records, cut, checked, beyond=b"\x00")
+    assert walked is not None and walked == outcome(reference_walk, cut, checked, beyond=b"\x00")
+    assert "record 0" in walked[0]
+
+
+def test_plain_records_are_walked_and_others_still_refused_by_name() -> None:
+    """The inline path accepts what producers send (keys, 1 KiB values, two-byte lengths)
+    and refuses nothing itself: a negative key length still gets `_skip_record`'s words."""
+    plain = encode_batch([RecordInput(b"key", b"v" * 1024, 5)] * 4)
+    header = parse_header(plain)
+    assert outcome(records_module._walk_records, plain[61:], header) is None
+    bad = bytearray(plain[61:])
+    bad[5] = encode_varint(-2)[0]  # record 0's key length (length is two bytes here)
+    reason, at = outcome(records_module._walk_records, bytes(bad), header) or ("", -1)
+    assert reason == "record 0: key length -2 is negative" and at == 5
+    # A null key or value (length -1, one byte 0x01) turned into -2 (0x03), all else intact:
+    # only the length's sign is wrong, and the walk must not take it for a null.
+    for field, batch, at in (
+        # length (1 byte), attributes, timestampDelta, offsetDelta, then the key
+        ("key", encode_batch([RecordInput(None, b"v" * 10, 0)]), 4),
+        ("value", encode_batch([RecordInput(b"k" * 10, None, 0)]), 4 + 1 + 10),
+    ):
+        nulled = bytearray(batch[61:])
+        assert nulled[at] == 0x01, (field, nulled)
+        nulled[at] = 0x03
+        refused = outcome(records_module._walk_records, bytes(nulled), parse_header(batch))
+        assert refused == (f"record 0: {field} length -2 is negative", at)
+
+
+def test_signs_are_read_in_plain_records() -> None:
+    """Zig-zag signs in fields the inline walk reads: a negative offset delta, and a key
+    length that is negative in two bytes (its low bit set), each in an otherwise plain
+    record, are refused as `_skip_record` refuses them."""
+    header = parse_header(encode_batch([RecordInput(None, b"v", 0)]))
+    # length, attributes, timestampDelta, offsetDelta -1, null key, value "v", no headers
+    body = b"\x00\x00" + encode_varint(-1) + b"\x01" + encode_varint(1) + b"v\x00"
+    record = encode_varint(len(body)) + body
+    assert outcome(records_module._walk_records, record, header) == outcome(
+        reference_walk, record, header
+    )
+    assert outcome(records_module._walk_records, record, header) == (
+        "record 0 has offset delta -1, outside (-1, 0]",
+        0,
+    )
+    minus_100 = encode_varint(-100)  # zig-zag 199: two bytes, low bit set
+    assert len(minus_100) == 2
+    # 99 bytes follow it: the record lines up if the sign bit is ignored (length 199 >> 1).
+    for field, fields in (
+        ("key", minus_100 + b"x" * 99 + b"\x01"),
+        ("value", b"\x01" + minus_100 + b"x" * 99),
+    ):
+        body = b"\x00\x00\x00" + fields + b"\x00"
+        record = encode_varint(len(body)) + body
+        refused = outcome(records_module._walk_records, record, header)
+        assert refused == outcome(reference_walk, record, header)
+        assert refused is not None and f"{field} length -100 is negative" in refused[0]
