@@ -779,20 +779,14 @@ def _walk_records(data: bytes, begin: int, end: int, header: BatchHeader) -> Non
                     offset_delta, at = (zigzag >> 1) ^ -(zigzag & 1), at + 2
                 else:
                     offset_delta, at = 0, end  # not plain
-                byte = data[at]  # key length: -1 is null, any other negative is a fault
-                if byte < 0x80:
-                    at += 1 if byte == 1 else end if byte & 1 else 1 + (byte >> 1)
-                elif data[at + 1] < 0x80 and not byte & 1:
-                    at += 2 + (((byte & 0x7F) | (data[at + 1] << 7)) >> 1)
-                else:
-                    at = end
-                byte = data[at]  # value length, likewise
-                if byte < 0x80:
-                    at += 1 if byte == 1 else end if byte & 1 else 1 + (byte >> 1)
-                elif data[at + 1] < 0x80 and not byte & 1:
-                    at += 2 + (((byte & 0x7F) | (data[at + 1] << 7)) >> 1)
-                else:
-                    at = end
+                for _ in _KEY_VALUE:  # their lengths: -1 is null, any other negative a fault
+                    byte = data[at]
+                    if byte < 0x80:
+                        at += 1 if byte == 1 else end if byte & 1 else 1 + (byte >> 1)
+                    elif data[at + 1] < 0x80 and not byte & 1:
+                        at += 2 + (((byte & 0x7F) | (data[at + 1] << 7)) >> 1)
+                    else:
+                        at = end
                 if at + 1 == plain_end and data[at] == 0:  # no headers, and nothing after
                     record_end = plain_end
         except IndexError:

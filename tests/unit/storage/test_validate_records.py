@@ -114,18 +114,25 @@ def test_garbage_behind_a_valid_crc_is_refused_exactly_when_decoding_fails(
     assert (decoded is None) == (validated is None), (decoded, validated)
 
 
+def flipped_records(
+    inputs: list[RecordInput], data: st.DataObject, *, flips_min: int
+) -> tuple[BatchHeader, bytes]:
+    """The header of `inputs`' batch and its records section with a few bytes flipped."""
+    valid = encode_batch(inputs)
+    records = bytearray(valid[61:])
+    for _ in range(data.draw(st.integers(flips_min, 3))):
+        records[data.draw(st.integers(0, len(records) - 1))] ^= data.draw(st.integers(1, 255))
+    return parse_header(valid), bytes(records)
+
+
 @SETTINGS
 @given(st.lists(record_inputs, min_size=1, max_size=5), st.data())
 def test_mutated_records_are_refused_exactly_when_decoding_fails(
     inputs: list[RecordInput], data: st.DataObject
 ) -> None:
     """Bytes flipped inside the records, with the CRC fixed up so the walk must find them."""
-    valid = encode_batch(inputs)
-    header = parse_header(valid)
-    records = bytearray(valid[61:])
-    for _ in range(data.draw(st.integers(1, 3))):
-        records[data.draw(st.integers(0, len(records) - 1))] ^= data.draw(st.integers(1, 255))
-    batch = crc_valid_batch(0, header.last_offset_delta, header.record_count, bytes(records))
+    header, records = flipped_records(inputs, data, flips_min=1)
+    batch = crc_valid_batch(0, header.last_offset_delta, header.record_count, records)
     decoded = verdict(decode_batch, batch)
     validated = verdict(validate, batch)
     assert (decoded is None) == (validated is None), (decoded, validated)
@@ -270,15 +277,11 @@ def odd_records(draw: st.DrawFn) -> bytes:
 def test_the_inline_walk_agrees_with_the_plain_walk_on_mutated_records(
     inputs: list[RecordInput], data: st.DataObject
 ) -> None:
-    valid = encode_batch(inputs)
-    header = parse_header(valid)
-    records = bytearray(valid[61:])
-    for _ in range(data.draw(st.integers(0, 3))):
-        records[data.draw(st.integers(0, len(records) - 1))] ^= data.draw(st.integers(1, 255))
+    header, records = flipped_records(inputs, data, flips_min=0)
     count = data.draw(st.sampled_from([header.record_count, header.record_count + 1, 1]))
     checked = header_for(count, header.last_offset_delta)
-    walked = outcome(records_module._walk_records, bytes(records), checked)
-    assert walked == outcome(reference_walk, bytes(records), checked)
+    walked = outcome(records_module._walk_records, records, checked)
+    assert walked == outcome(reference_walk, records, checked)
 
 
 beyond_end = st.sampled_from([b"", b"\x00", b"\x00\x00"]) | st.binary(max_size=3)
