@@ -654,12 +654,17 @@ class Broker:
             self._on_partition_leadership(replica.group, quiet=True)
 
     def _move_leaders_to_preferred(self) -> None:
-        """Hand partition leadership back to the preferred replica when it is alive.
+        """Hand partition leadership back to the preferred replica when it is in sync.
 
         After a failure, leadership piles up on the survivors; each leader gives it back on
-        its own (no controller round trip). The core's transfer (Raft §3.10) first brings
-        the target up to date and aborts after an election timeout, so a lagging or dead
-        target costs nothing but a retry at the next pass.
+        its own (no controller round trip), as Kafka moves it back to a preferred replica
+        that is in the ISR: only to a follower the leader reaches, replicates to and that
+        holds every committed entry (`RaftNode.is_in_sync`). The core's transfer (Raft
+        §3.10) refuses proposals until the target has caught up, or aborts after an election
+        timeout; started toward a killed node that the metadata still showed alive (until
+        its lease ran out), it refused every produce for ~0.5 s of each heartbeat pass
+        (the failover suite's timelines, 2026-11-25). A lagging target is tried again at a
+        later pass, once it has caught up.
         """
         state = self.metadata.state
         for replica in self.replicas.values():
@@ -673,6 +678,8 @@ class Broker:
             if preferred == self.node_id or target is None or not target.alive:
                 continue
             if preferred not in node.membership.voters or not replica.is_leader_ready():
+                continue
+            if not node.is_in_sync(preferred):
                 continue
             with contextlib.suppress(RaftlogError):
                 node.transfer_leadership(preferred)

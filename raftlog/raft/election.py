@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from raftlog.raft import quiesce, quorum, replication
+from raftlog.raft.progress import ProgressState
 from raftlog.raft.quorum import VoteResult
 from raftlog.raft.types import (
     AppendRequest,
@@ -250,6 +251,26 @@ def on_timeout_now(node: RaftNode, message: TimeoutNow) -> None:
         return
     assert message.term == node.current_term
     start_election(node, transfer=True)
+
+
+def in_sync(node: RaftNode, peer: NodeId) -> bool:
+    """Whether the leader's follower `peer` is in sync, as Kafka's ISR means it: its node is
+    reachable (the host's node-level liveness), the leader is replicating to it (not probing
+    for where its log ends, nor sending a snapshot) and it holds every committed entry.
+
+    A transfer to such a follower finishes in about one round trip. A transfer to any other
+    refuses proposals until the target catches up or, for a dead one, until it aborts an
+    election timeout later: a caller that only wants leadership back where it belongs asks
+    this first.
+    """
+    assert node.current_role is Role.LEADER
+    progress = node.progress.get(peer)
+    return (
+        progress is not None
+        and peer in node.reachable_peers
+        and progress.state is ProgressState.REPLICATE
+        and progress.match >= node.commit_offset
+    )
 
 
 def start_transfer(node: RaftNode, to: NodeId) -> None:

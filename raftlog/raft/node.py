@@ -373,6 +373,14 @@ class RaftNode:
         self._wake_if_quiesced()
         election.start_transfer(self, to)
 
+    def is_in_sync(self, peer: NodeId) -> bool:
+        """On a leader: whether follower `peer` is in sync (reachable, replicating, holding
+        every committed entry), so a transfer to it would finish at once
+        (`raftlog.raft.election.in_sync`)."""
+        if self.current_role is not Role.LEADER:
+            raise NotLeaderError(leader_hint=self.current_leader)
+        return election.in_sync(self, peer)
+
     def read_index(self, request_id: int) -> None:
         """Ask for a linearizable read point; the answer comes in Ready.read_states."""
         if self.current_role is not Role.LEADER:

@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
+import grpc
 import pytest
 
 from raftlog.client import Admin, Producer
 from raftlog.client.admin import TopicDescription
 from raftlog.local_cluster import LocalCluster
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+from raftlog.storage.records import RecordInput, encode_batch
 from tests.integration._wait import ask_every_node, wait_every_node_shows, wait_listed
 from tests.integration.conftest import start_cluster, wait_until
 
@@ -127,6 +132,49 @@ def test_leadership_leaves_a_dead_node_and_returns_when_it_comes_back(tmp_path: 
             timeout_s=60,
             what="preferred leaders restored after node 1 returned",
         )
+    finally:
+        cluster.stop()
+
+
+def test_leadership_is_not_handed_to_a_dead_preferred_replica(tmp_path: Path) -> None:
+    """A SIGKILLed node stays alive in the metadata until its lease runs out
+    (`metadata.node_lease_ms`, 6 s), and the survivors' heartbeat passes (every 1.5 s) hand
+    leadership back to preferred replicas. Started toward the dead node, a transfer refused
+    every produce with NOT_ENOUGH_REPLICAS until it aborted an election timeout later, once
+    a pass: the leader must only hand leadership to a replica that is in sync."""
+    cluster = start_cluster(tmp_path, 3)
+    try:
+        admin = Admin(cluster.bootstrap)
+        admin.create_topic("steady", partitions=1, replication_factor=3)
+        wait_until(
+            lambda: all(
+                p.leader == p.replicas[0] for p in admin.describe_topic("steady").partitions
+            ),
+            timeout_s=30,
+            what="the partition led by its preferred replica",
+        )
+        preferred = admin.describe_topic("steady").partitions[0].replicas[0]
+        cluster.kill_node(preferred, sig=signal.SIGKILL)
+        others = [i for i in cluster.nodes if i != preferred]
+        survivors = Admin(",".join(cluster.nodes[i].client_address for i in others))
+        wait_until(
+            lambda: survivors.describe_topic("steady").partitions[0].leader in others,
+            timeout_s=30,
+            what="a survivor leading the partition",
+        )
+        leader = survivors.describe_topic("steady").partitions[0].leader
+        assert leader is not None
+        batch = encode_batch([RecordInput(key=None, value=b"steady", timestamp_ms=1)])
+        request = pb.ProduceRequest(topic="steady", partition=0, batches=[batch], acks=pb.ACKS_ALL)
+        answers: Counter[str] = Counter()
+        with grpc.insecure_channel(cluster.nodes[leader].client_address) as channel:
+            produce = pb_grpc.LogStub(channel).Produce
+            until = time.monotonic() + 3.5  # two heartbeat passes, inside the dead node's lease
+            while time.monotonic() < until:
+                answers[pb.ErrorCode.Name(produce(request, timeout=10).error.code)] += 1
+                time.sleep(0.01)
+        assert answers["NONE"] > 0, answers
+        assert "NOT_ENOUGH_REPLICAS" not in answers, answers
     finally:
         cluster.stop()
 

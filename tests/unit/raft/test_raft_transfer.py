@@ -66,3 +66,67 @@ def test_transfer_needs_a_leader_and_a_voter() -> None:
         cluster.nodes[N2].transfer_leadership(N3)
     with pytest.raises(RaftError, match="not a voter"):
         cluster.nodes[N1].transfer_leadership(NodeId(9))
+
+
+# --- in sync: whom a leader may hand leadership back to without refusing proposals ---------
+
+
+def _elected_and_reachable() -> Cluster:
+    cluster = Cluster([1, 2, 3])
+    for node in cluster.nodes.values():
+        for peer in (N1, N2, N3):
+            node.set_peer_reachable(peer, reachable=True)
+    cluster.run("campaign 1")
+    cluster.stabilize()
+    return cluster
+
+
+def test_a_caught_up_reachable_follower_is_in_sync() -> None:
+    cluster = _elected_and_reachable()
+    cluster.run("propose 1 x")
+    cluster.stabilize()
+    leader = cluster.nodes[N1]
+    assert leader.is_in_sync(N2) and leader.is_in_sync(N3)
+
+
+def test_a_follower_whose_node_is_unreachable_is_not_in_sync() -> None:
+    """A killed node: its log may be complete, but a transfer to it would never finish."""
+    cluster = _elected_and_reachable()
+    leader = cluster.nodes[N1]
+    leader.set_peer_reachable(N3, reachable=False)
+    assert not leader.is_in_sync(N3) and leader.is_in_sync(N2)
+    leader.set_peer_reachable(N3, reachable=True)
+    assert leader.is_in_sync(N3)
+
+
+def test_a_follower_missing_committed_entries_is_not_in_sync_until_it_catches_up() -> None:
+    cluster = _elected_and_reachable()
+    cluster.run("partition 1 2 | 3")
+    cluster.run("propose 1 x")
+    cluster.stabilize()
+    leader = cluster.nodes[N1]
+    assert leader.commit_offset > leader.progress[N3].match
+    assert not leader.is_in_sync(N3) and leader.is_in_sync(N2)
+    cluster.run("heal")
+    # The append it missed was lost: one heartbeat's answer shows the gap, the next round
+    # carries the entry.
+    for _ in range(2):
+        cluster.run("tick 1 x2")
+        cluster.stabilize()
+    assert leader.progress[N3].match == leader.commit_offset
+    assert leader.is_in_sync(N3)
+
+
+def test_a_probed_follower_is_not_in_sync() -> None:
+    """A follower the leader is still probing (here: one that came back from a restart, so
+    its log's end is unknown) has not shown it holds the log."""
+    cluster = _elected_and_reachable()
+    leader = cluster.nodes[N1]
+    leader.progress[N3].become_probe()
+    assert not leader.is_in_sync(N3)
+
+
+def test_only_a_leader_answers_who_is_in_sync() -> None:
+    cluster = _elected_and_reachable()
+    with pytest.raises(NotLeaderError):
+        cluster.nodes[N2].is_in_sync(N3)
