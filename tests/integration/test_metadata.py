@@ -101,18 +101,20 @@ def test_metadata_survives_a_restart_of_every_node(tmp_path: Path) -> None:
         cluster.stop()
 
 
+def _wait_preferred_leaders(admin: Admin, topic: str, *, timeout_s: float) -> None:
+    wait_until(
+        lambda: all(p.leader == p.replicas[0] for p in admin.describe_topic(topic).partitions),
+        timeout_s=timeout_s,
+        what=f"every partition of {topic!r} led by its preferred replica",
+    )
+
+
 def test_leadership_leaves_a_dead_node_and_returns_when_it_comes_back(tmp_path: Path) -> None:
     cluster = start_cluster(tmp_path, 3)
     try:
         admin = Admin(cluster.bootstrap)
         admin.create_topic("balanced", partitions=6, replication_factor=3)
-        wait_until(
-            lambda: all(
-                p.leader == p.replicas[0] for p in admin.describe_topic("balanced").partitions
-            ),
-            timeout_s=30,
-            what="every partition led by its preferred replica",
-        )
+        _wait_preferred_leaders(admin, "balanced", timeout_s=30)
         led = [p.id for p in admin.describe_topic("balanced").partitions if p.leader == 1]
         assert led, "node 1 leads some partitions"
         cluster.kill_node(1, sig=signal.SIGKILL)
@@ -125,13 +127,7 @@ def test_leadership_leaves_a_dead_node_and_returns_when_it_comes_back(tmp_path: 
             what="partitions of node 1 led elsewhere",
         )
         cluster.start_node(1)
-        wait_until(
-            lambda: all(
-                p.leader == p.replicas[0] for p in admin.describe_topic("balanced").partitions
-            ),
-            timeout_s=60,
-            what="preferred leaders restored after node 1 returned",
-        )
+        _wait_preferred_leaders(admin, "balanced", timeout_s=60)  # node 1 came back
     finally:
         cluster.stop()
 
@@ -146,13 +142,7 @@ def test_leadership_is_not_handed_to_a_dead_preferred_replica(tmp_path: Path) ->
     try:
         admin = Admin(cluster.bootstrap)
         admin.create_topic("steady", partitions=1, replication_factor=3)
-        wait_until(
-            lambda: all(
-                p.leader == p.replicas[0] for p in admin.describe_topic("steady").partitions
-            ),
-            timeout_s=30,
-            what="the partition led by its preferred replica",
-        )
+        _wait_preferred_leaders(admin, "steady", timeout_s=30)
         preferred = admin.describe_topic("steady").partitions[0].replicas[0]
         cluster.kill_node(preferred, sig=signal.SIGKILL)
         others = [i for i in cluster.nodes if i != preferred]
