@@ -855,7 +855,8 @@ class Broker:
 
     def _step_down_fenced(self) -> None:
         """Transfer each partition this fenced node leads to a voter the metadata shows
-        alive (Raft §3.10; the core aborts a transfer that does not finish in time)."""
+        alive, one in sync if there is one (Raft §3.10; the core aborts a transfer that does
+        not finish in time)."""
         state = self.metadata.state
         for replica in self.replicas.values():
             node = replica.group.node
@@ -868,7 +869,9 @@ class Broker:
             ]
             if not candidates:
                 continue
-            to = self._rng.choice(candidates)
+            # An in-sync voter takes over in a round trip; another only after catching up.
+            in_sync = [n for n in candidates if node.is_in_sync(n)]
+            to = self._rng.choice(in_sync or candidates)
             log.info(
                 "node %s: fenced; handing %s-%s to node %s",
                 self.node_id,
