@@ -54,7 +54,7 @@ of machine a megabyte of new pages costs more in page faults than the bytes cost
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -735,15 +735,66 @@ def validate_records(
         raise CorruptBatchError(reason, position=0) from None
 
 
-def _walk_records(data: bytes, begin: int, end: int, header: BatchHeader) -> None:
+_NOT_PLAIN = (0, -1)
+
+
+def _skip_plain_record(data: bytes, start: int, limit: int) -> tuple[int, int]:
+    """`(offset_delta, end)` of the record at `start` if it is *plain* (varints of one or two
+    bytes, key and value null or of a non-negative length, no headers: what producers send)
+    and well framed within `limit`; `_NOT_PLAIN` (end -1) otherwise, for `_skip_record` to
+    decide and explain. It runs on every produced record, so each field is read inline: a
+    call per field cost more than the fields. Any test that fails, or an IndexError (a field
+    past the end of `data`), means not plain; so this only decides quickly what
+    `_skip_record` would decide, and every refusal comes from `_skip_record`."""
+    try:
+        byte = data[start]
+        if byte < 0x80:
+            zigzag, at = byte, start + 1
+        elif data[start + 1] < 0x80:
+            zigzag, at = (byte & 0x7F) | (data[start + 1] << 7), start + 2
+        else:
+            return _NOT_PLAIN
+        end = at + (zigzag >> 1)
+        if zigzag & 1 or end > limit:
+            return _NOT_PLAIN  # a negative length, or one past the records
+        at += 1  # attributes
+        at += 1 if data[at] < 0x80 else 2 if data[at + 1] < 0x80 else limit  # timestampDelta
+        byte = data[at]
+        if byte < 0x80:
+            offset_delta, at = (byte >> 1) ^ -(byte & 1), at + 1
+        elif data[at + 1] < 0x80:
+            zigzag = (byte & 0x7F) | (data[at + 1] << 7)
+            offset_delta, at = (zigzag >> 1) ^ -(zigzag & 1), at + 2
+        else:
+            return _NOT_PLAIN
+        for _ in _KEY_VALUE:  # their lengths: -1 is null, any other negative a fault
+            byte = data[at]
+            if byte < 0x80:
+                at += 1 if byte == 1 else limit if byte & 1 else 1 + (byte >> 1)
+            elif data[at + 1] < 0x80 and not byte & 1:
+                at += 2 + (((byte & 0x7F) | (data[at + 1] << 7)) >> 1)
+            else:
+                return _NOT_PLAIN
+        if at + 1 != end or data[at] != 0:  # one byte of header count, saying none
+            return _NOT_PLAIN
+    except IndexError:
+        return _NOT_PLAIN
+    return offset_delta, end
+
+
+def _walk_records(
+    data: bytes,
+    begin: int,
+    end: int,
+    header: BatchHeader,
+    skip_plain: Callable[[bytes, int, int], tuple[int, int]] = _skip_plain_record,
+) -> None:
     """`_decode_records`' checks, building nothing; `_Malformed` names the record index.
 
-    A *plain* record (varints of one or two bytes, key and value null or of a non-negative
-    length, no headers: what producers send) is walked inline, in this loop: the walk runs
-    on every produced record, and a call per field cost more than the fields. Any other
-    record, and any record the inline walk would refuse, goes to `_skip_record`, which
-    accepts or refuses it, naming the fault, exactly as it did alone; so the inline walk
-    only decides quickly what `_skip_record` would decide, and every refusal comes from it.
+    Each record is first offered to `skip_plain` (`_skip_plain_record`, the fast path for
+    what producers send); a record it does not take goes to `_skip_record`, which accepts or
+    refuses it, naming the fault. A `skip_plain` that takes nothing gives the plain
+    per-record walk (the tests compare the two).
     """
     assert 0 <= begin <= end <= len(data), (begin, end, len(data))
     count = header.record_count
@@ -757,40 +808,7 @@ def _walk_records(data: bytes, begin: int, end: int, header: BatchHeader) -> Non
     for index in range(count):
         if pos == end:
             raise _Malformed(f"record_count is {count} but the records end after {index}", pos)
-        record_end = -1
-        # The inline walk: any test that fails leaves record_end at -1. An IndexError here
-        # (a field past the end of `data`) means the same.
-        try:
-            byte = data[pos]
-            if byte < 0x80:
-                zigzag, at = byte, pos + 1
-            elif data[pos + 1] < 0x80:
-                zigzag, at = (byte & 0x7F) | (data[pos + 1] << 7), pos + 2
-            else:
-                zigzag, at = 1, pos  # not plain
-            if not zigzag & 1 and (plain_end := at + (zigzag >> 1)) <= end:
-                at += 1  # attributes
-                at += 1 if data[at] < 0x80 else 2 if data[at + 1] < 0x80 else end  # timestamp
-                byte = data[at]
-                if byte < 0x80:
-                    offset_delta, at = (byte >> 1) ^ -(byte & 1), at + 1
-                elif data[at + 1] < 0x80:
-                    zigzag = (byte & 0x7F) | (data[at + 1] << 7)
-                    offset_delta, at = (zigzag >> 1) ^ -(zigzag & 1), at + 2
-                else:
-                    offset_delta, at = 0, end  # not plain
-                for _ in _KEY_VALUE:  # their lengths: -1 is null, any other negative a fault
-                    byte = data[at]
-                    if byte < 0x80:
-                        at += 1 if byte == 1 else end if byte & 1 else 1 + (byte >> 1)
-                    elif data[at + 1] < 0x80 and not byte & 1:
-                        at += 2 + (((byte & 0x7F) | (data[at + 1] << 7)) >> 1)
-                    else:
-                        at = end
-                if at + 1 == plain_end and data[at] == 0:  # no headers, and nothing after
-                    record_end = plain_end
-        except IndexError:
-            record_end = -1
+        offset_delta, record_end = skip_plain(data, pos, end)
         if record_end < 0:
             try:
                 offset_delta, record_end = _skip_record(data, pos, end)

@@ -7,6 +7,7 @@ record index and the byte of the fault.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 import warnings
 
@@ -185,43 +186,18 @@ def test_the_node_setting_takes_full_or_crc_and_nothing_else() -> None:
 
 
 # --- the inline walk against the plain one --------------------------------------------------
-# `_walk_records` walks plain records inline and hands every other record to `_skip_record`.
-# The reference below is the walk as it was before the inline path: `_skip_record` for every
-# record. Both must accept the same records and refuse the same ones with the same reason at
-# the same byte.
+# `_walk_records` takes plain records through `_skip_plain_record` and hands every other
+# record to `_skip_record`. The reference below is the walk as it was before that fast path:
+# `_skip_record` for every record. Both must accept the same records and refuse the same ones
+# with the same reason at the same byte.
 
 
-def reference_walk(data: bytes, begin: int, end: int, header: BatchHeader) -> None:
-    count = header.record_count
-    if count > (end - begin) // records_module._RECORD_BYTES_MIN:
-        raise records_module._Malformed(
-            f"record_count {count} cannot fit in {end - begin} bytes of records", begin
-        )
-    pos, previous_delta = begin, -1
-    for index in range(count):
-        if pos == end:
-            raise records_module._Malformed(
-                f"record_count is {count} but the records end after {index}", pos
-            )
-        try:
-            offset_delta, record_end = records_module._skip_record(data, pos, end)
-        except IndexError:
-            raise records_module._Malformed(
-                f"record {index} runs past the end of the records", pos
-            ) from None
-        except records_module._Malformed as error:
-            raise records_module._Malformed(f"record {index}: {error.reason}", error.at) from None
-        if not previous_delta < offset_delta <= header.last_offset_delta:
-            raise records_module._Malformed(
-                f"record {index} has offset delta {offset_delta}, outside "
-                f"({previous_delta}, {header.last_offset_delta}]",
-                pos,
-            )
-        previous_delta, pos = offset_delta, record_end
-    if pos != end:
-        raise records_module._Malformed(
-            f"{end - pos} trailing bytes after the {count} records of record_count", pos
-        )
+def _never_plain(data: bytes, start: int, limit: int) -> tuple[int, int]:
+    return records_module._NOT_PLAIN
+
+
+# Every record through `_skip_record`, as the walk was before its inline path.
+reference_walk = functools.partial(records_module._walk_records, skip_plain=_never_plain)
 
 
 def outcome(
