@@ -8,9 +8,9 @@ same code as its producer. The run starts a fresh 3-node cluster in WORK, create
 3 partitions (RF 3, leaders on their preferred replicas), times SEQUENTIAL single 1 KiB
 records one after another (`send().result()`: the idle round trip), then for each rate in
 RATES (records/s, comma separated) runs the cluster suite's open-loop acks=all latency
-measurement at linger 0 for DURATION_S, reading each node's CPU (the mean per node) and this
-process's CPU (the producer and its pacing loop) over it. It prints one line of
-JSON.
+measurement at linger 0 (`cluster.latency_point`) for DURATION_S, reading each node's CPU
+(the mean per node) and this process's CPU (the producer and its pacing loop) over it. It
+prints one line of JSON.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ def main(argv: list[str]) -> None:
         node_pids,
         payloads,
         percentile,
-        produce_latencies_ms,
         running_cluster,
+        warm_up,
     )
 
     import raftlog
@@ -49,8 +49,7 @@ def main(argv: list[str]) -> None:
         create_topic(admin, "latency", partitions=cluster.PARTITIONS)
         with cluster.producer(running.bootstrap, "all", linger_ms=0) as client:
             values = payloads(KIB)
-            for value in values[:50]:  # metadata, producer id, connections
-                client.send("latency", value=value).result(timeout=60)
+            warm_up(client, "latency", values)
             one_by_one = []
             for index in range(int(sequential)):
                 started = time.perf_counter()
@@ -65,21 +64,15 @@ def main(argv: list[str]) -> None:
             cpu_before = {n: cpu_seconds(pid) for n, pid in pids.items()}
             client_cpu_before_s = time.process_time()
             started = time.perf_counter()
-            with cluster.producer(running.bootstrap, "all", linger_ms=0) as client:
-                latencies = produce_latencies_ms(
-                    client,
-                    "latency",
-                    record_bytes=KIB,
-                    rate_records_s=rate,
-                    duration_s=float(duration_s),
-                )
+            point = cluster.latency_point(
+                running.bootstrap, "latency", rate_records_s=rate, duration_s=float(duration_s)
+            )
             elapsed_s = time.perf_counter() - started
             client_cpu_s = time.process_time() - client_cpu_before_s
             cpu = sum(cpu_seconds(pid) - cpu_before[n] for n, pid in pids.items())
             tag = f"{rate / 1000:.0f}k"
-            result[f"p50_ms_{tag}"] = percentile(latencies, 0.50)
-            result[f"p99_ms_{tag}"] = percentile(latencies, 0.99)
-            result[f"p999_ms_{tag}"] = percentile(latencies, 0.999)
+            for key in ("p50_ms", "p99_ms", "p999_ms"):
+                result[f"{key}_{tag}"] = point[key]
             result[f"node_cores_{tag}"] = cpu / elapsed_s / len(pids)
             result[f"client_cores_{tag}"] = client_cpu_s / elapsed_s
     print(json.dumps(result), flush=True)

@@ -163,32 +163,36 @@ def produce(
         return produce_throughput(client, topic, record_bytes=record_bytes, total_bytes=total_bytes)
 
 
+def latency_point(
+    bootstrap: str, topic: str, *, rate_records_s: float, duration_s: float
+) -> dict[str, float]:
+    """Open-loop acks=all 1 KiB records at `rate_records_s` (linger 0) for `duration_s`
+    from a fresh producer: offered and achieved MB/s and latency percentiles."""
+    with producer(bootstrap, "all", linger_ms=0) as client:
+        started = time.perf_counter()
+        latencies = produce_latencies_ms(
+            client, topic, record_bytes=KIB, rate_records_s=rate_records_s, duration_s=duration_s
+        )
+        elapsed_s = time.perf_counter() - started
+    return {
+        "offered_mb_s": rate_records_s * KIB / 1e6,
+        "achieved_mb_s": len(latencies) * KIB / elapsed_s / 1e6,
+        "p50_ms": percentile(latencies, 0.50),
+        "p99_ms": percentile(latencies, 0.99),
+        "p999_ms": percentile(latencies, 0.999),
+    }
+
+
 def offered_load(
     bootstrap: str, topic: str, max_mb_s: float, *, fractions: tuple[float, ...], duration_s: float
 ) -> list[dict[str, float]]:
     points = []
     for fraction in fractions:
         rate_records_s = fraction * max_mb_s * 1e6 / KIB
-        with producer(bootstrap, "all", linger_ms=0) as client:
-            started = time.perf_counter()
-            latencies = produce_latencies_ms(
-                client,
-                topic,
-                record_bytes=KIB,
-                rate_records_s=rate_records_s,
-                duration_s=duration_s,
-            )
-            elapsed_s = time.perf_counter() - started
-        points.append(
-            {
-                "fraction": fraction,
-                "offered_mb_s": rate_records_s * KIB / 1e6,
-                "achieved_mb_s": len(latencies) * KIB / elapsed_s / 1e6,
-                "p50_ms": percentile(latencies, 0.50),
-                "p99_ms": percentile(latencies, 0.99),
-                "p999_ms": percentile(latencies, 0.999),
-            }
+        point = latency_point(
+            bootstrap, topic, rate_records_s=rate_records_s, duration_s=duration_s
         )
+        points.append({"fraction": fraction, **point})
         print(f"   offered {points[-1]}", flush=True)
     return points
 

@@ -119,7 +119,6 @@ def wait_leaders_settled(cluster: LocalCluster, topic: str, *, quick: bool) -> d
 
 
 def idle_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
-    window_s = IDLE_WINDOW_S
     with running_cluster(out_dir / "idle-work") as cluster, Admin(cluster.bootstrap) as admin:
         started = time.monotonic()
         create_topic(admin, "idle", partitions=PARTITIONS, wait=False)
@@ -130,7 +129,7 @@ def idle_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
         pids = node_pids(cluster)
         cpu_before = {node: cpu_seconds(pid) for node, pid in pids.items()}
         window_started = time.monotonic()
-        time.sleep(window_s)
+        time.sleep(IDLE_WINDOW_S)
         elapsed_s = time.monotonic() - window_started
         cpu_after = {node: cpu_seconds(pid) for node, pid in pids.items()}
         after = leader_epochs(cluster, "idle", PARTITIONS)
@@ -182,8 +181,7 @@ def restart_to_serving_s(cluster: LocalCluster, topic: str) -> float:
     raise TimeoutError(f"node 1 did not serve {topic}-0 within {RESTART_WAIT_S_MAX} s")
 
 
-def restart_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
-    log_bytes = RESTART_LOG_BYTES
+def restart_metrics(out_dir: pathlib.Path) -> dict[str, float]:
     with running_cluster(out_dir / "restart-work", node_count=1) as cluster:
         with Admin(cluster.bootstrap) as admin:
             create_topic(admin, "restart", partitions=1, replication_factor=1)
@@ -191,7 +189,11 @@ def restart_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
         batch = raw_batch(KIB, 1000)  # just under the 1 MiB batch_bytes_max
         address = cluster.nodes[1].client_address
         fill = produce_raw_batches(
-            lambda: address, "restart", batch, count=log_bytes // len(batch), acks=pb.ACKS_LEADER
+            lambda: address,
+            "restart",
+            batch,
+            count=RESTART_LOG_BYTES // len(batch),
+            acks=pb.ACKS_LEADER,
         )
         print(f"   filled {fill.value_bytes / GIB:.2f} GiB at {fill.mb_s:.0f} MB/s", flush=True)
         full_s = restart_to_serving_s(cluster, "restart")
@@ -210,7 +212,7 @@ def restart_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
 
 def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    metrics = restart_metrics(out_dir, quick=quick)
+    metrics = restart_metrics(out_dir)
     metrics.update(idle_metrics(out_dir, quick=quick))
     (out_dir / "scale.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return metrics
