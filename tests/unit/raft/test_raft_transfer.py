@@ -72,12 +72,11 @@ def test_transfer_needs_a_leader_and_a_voter() -> None:
 
 
 def _elected_and_reachable() -> Cluster:
-    cluster = Cluster([1, 2, 3])
+    """`_elected`, with every node told its peers' nodes are reachable (the host's liveness)."""
+    cluster = _elected()
     for node in cluster.nodes.values():
         for peer in (N1, N2, N3):
             node.set_peer_reachable(peer, reachable=True)
-    cluster.run("campaign 1")
-    cluster.stabilize()
     return cluster
 
 
