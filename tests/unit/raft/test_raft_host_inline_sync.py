@@ -1,6 +1,6 @@
 """GroupHost syncs small writes on the event loop and falls back to the disk thread while the
 disk is slow (raftlog.runtime.host: `_may_sync_inline`). Three in-process hosts, one group,
-real segment logs on a file system whose fsyncs can be made slow."""
+real segment logs on a file system whose fsyncs take as long as the test says."""
 
 from __future__ import annotations
 
@@ -24,12 +24,18 @@ from raftlog.types import GroupId, NodeId
 NODES = (NodeId(1), NodeId(2), NodeId(3))
 GROUP = GroupId(1)
 CONFIG = RaftConfig(election_timeout_ticks=10, heartbeat_interval_ticks=2)
-SLOW_MS = 5
+# The host's slow-sync threshold here: far above a sync that only writes to the page cache,
+# while the stall injected below (twice this) stays under the election timeout (100 ms).
+SLOW_MS = 20
 HANG_GUARD_S = 60
 
 
 class _SlowSyncHandle:
-    """A real file whose fsync first sleeps `files.sync_delay_s` (a stalling disk)."""
+    """A real file whose fsync is `files.sync_delay_s` of sleep (a fast or a stalling disk).
+
+    The real fdatasync is left out: its time is the machine's, not the test's (one took
+    5.2 ms in a CI run, over the slow threshold, during the phase meant to be fast), and
+    what this file tests is the host's choice of where to sync, not durability."""
 
     def __init__(self, files: _SlowSyncFiles, inner: FileHandle) -> None:
         self._files = files
@@ -51,7 +57,6 @@ class _SlowSyncHandle:
     def sync(self) -> None:
         self._files.sync_threads.add(threading.current_thread().name)
         time.sleep(self._files.sync_delay_s)
-        self._inner.sync()
 
     def truncate(self, size_bytes: int) -> None:
         self._inner.truncate(size_bytes)
