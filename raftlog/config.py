@@ -40,6 +40,7 @@ PLANTED_BUGS: dict[str, str] = {
     "vote-not-persisted": "a vote is granted (message released) before the vote is durable",
     "ack-before-durable": "a follower acknowledges an append before it is durable",
     "truncate-matching": "a follower truncates entries that match the leader's",
+    "trust-damaged-log": "a node whose storage lost synced entries votes as if its log were whole",
 }
 
 

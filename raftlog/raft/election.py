@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raftlog.raft import quiesce, quorum, replication
+from raftlog.raft import quiesce, quorum, repair, replication
 from raftlog.raft.progress import ProgressState
 from raftlog.raft.quorum import VoteResult
 from raftlog.raft.types import (
@@ -60,7 +60,8 @@ def tick_election(node: RaftNode) -> None:
     # Bounded: a learner or removed node never campaigns, but its lease must still expire.
     elapsed_max = 2 * node.config.election_timeout_ticks
     node.election_elapsed_ticks = min(node.election_elapsed_ticks + 1, elapsed_max)
-    if node.is_voter() and node.election_elapsed_ticks >= node.randomized_election_timeout_ticks:
+    timed_out = node.election_elapsed_ticks >= node.randomized_election_timeout_ticks
+    if timed_out and node.is_voter() and repair.may_vote_or_campaign(node):
         start_election(node, transfer=False)
     assert node.randomized_election_timeout_ticks < elapsed_max
 
@@ -101,6 +102,7 @@ def _quorum_active(node: RaftNode) -> bool:
 def start_election(node: RaftNode, *, transfer: bool) -> None:
     """Campaign: pre-vote first unless disabled or transferring (§9.6, §3.10)."""
     assert node.is_voter(), "only voters campaign"
+    assert repair.may_vote_or_campaign(node), "a log under repair does not campaign"
     if node.config.pre_vote and not transfer:
         node.become_pre_candidate()
         _request_votes(node, Term(node.current_term + 1), pre_vote=True, transfer=False)
@@ -214,7 +216,7 @@ def on_vote_request(node: RaftNode, message: VoteRequest) -> None:
     # configuration that already promoted it, and only the candidate's configuration decides
     # whose votes count. Refusing would livelock a cluster whose promoted member has not yet
     # received its promotion (simulator seed 17623; etcd raft answers for the same reason).
-    grant = can_vote and _log_up_to_date(node, message)
+    grant = can_vote and _log_up_to_date(node, message) and repair.may_vote_or_campaign(node)
     if not grant:
         _reject_vote(node, message)
         return
@@ -249,6 +251,8 @@ def on_timeout_now(node: RaftNode, message: TimeoutNow) -> None:
     """§3.10: the leader asks us to campaign at once, overriding leases."""
     if not node.is_voter() or node.current_role is Role.LEADER:
         return
+    if not repair.may_vote_or_campaign(node):
+        return  # the leader will time the transfer out and pick another
     assert message.term == node.current_term
     start_election(node, transfer=True)
 

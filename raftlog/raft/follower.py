@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raftlog.raft import quiesce
+from raftlog.raft import quiesce, repair
 from raftlog.raft.types import (
     AppendRequest,
     AppendResponse,
@@ -65,6 +65,7 @@ def maybe_advance_commit(node: RaftNode) -> None:
     if target > node.commit:
         node.commit = target
         node.configs.on_commit(target)
+    repair.maybe_finish_repair(node)
     assert node.commit >= before, "the commit offset never goes back"
 
 

@@ -29,6 +29,9 @@ def check(node: RaftNode) -> None:
     assert node.applied <= node.commit <= node.log.last_offset(), (
         f"applied {node.applied} <= commit {node.commit} <= last {node.log.last_offset()}"
     )
+    if node.repairing:
+        # raftlog.raft.repair: a log under repair vouches for no one, itself included.
+        assert node.current_role not in (Role.LEADER, Role.CANDIDATE, Role.PRE_CANDIDATE)
     if node.current_role is Role.LEADER:
         assert node.current_leader == node.node_id and node.node_id in node.progress
     else:

@@ -75,6 +75,7 @@ class RaftNode:
         rng: random.Random,
         bootstrap_membership: Membership | None = None,
         applied_offset: Offset = NO_OFFSET,
+        repairing: bool = False,
     ) -> None:
         self._node_id = node_id
         self.config = config.validate()
@@ -110,6 +111,9 @@ class RaftNode:
         # the host's node-level liveness of peers stands in for them.
         self.quiesced = False
         self.reachable_peers: set[NodeId] = set()
+        # The storage lost synced data (raftlog.raft.repair): no votes, no campaigns, until
+        # a leader refilled the log. The planted bug trusts whatever the log kept instead.
+        self.repairing = repairing and "trust-damaged-log" not in self.config.planted_bugs
         self.become_follower(self.current_term, None)
 
     def _recover(
@@ -359,8 +363,9 @@ class RaftNode:
         assert progress.next > progress.match
 
     def campaign(self) -> None:
-        """Start an election now; a no-op for a leader or a node that is not a voter."""
-        if self.current_role is Role.LEADER or not self.is_voter():
+        """Start an election now; a no-op for a leader, a node that is not a voter, or one
+        whose log is being repaired (raftlog.raft.repair)."""
+        if self.current_role is Role.LEADER or not self.is_voter() or self.repairing:
             return
         self._wake_if_quiesced()
         election.start_election(self, transfer=False)

@@ -78,6 +78,7 @@ from raftlog.storage.batch import (
     patch_base_offset_and_epoch,
     verify_batch,
 )
+from raftlog.storage.durable_mark import DurableMark, MarkRecord
 from raftlog.storage.files import (
     Clock,
     FileSystem,
@@ -96,7 +97,14 @@ from raftlog.storage.segment import (
     parse_segment_name,
 )
 
-__all__ = ["CLEAN_SHUTDOWN_FILE_NAME", "AppendInfo", "FlushTicket", "ReadResult", "SegmentedLog"]
+__all__ = [
+    "CLEAN_SHUTDOWN_FILE_NAME",
+    "AppendInfo",
+    "FlushTicket",
+    "LogDamage",
+    "ReadResult",
+    "SegmentedLog",
+]
 
 CLEAN_SHUTDOWN_FILE_NAME = "clean-shutdown"
 # The bytes of a batch that append rewrites (base offset, length, leader epoch): all before the
@@ -118,6 +126,24 @@ _CLEAN_STATE_KEYS = frozenset(
 )
 
 
+@dataclass(frozen=True, slots=True)
+class LogDamage:
+    """Synced data the log no longer holds: offsets from `first_offset` up to `end_offset`
+    (None: unknown, the durable mark itself was lost) are gone, found in `path`."""
+
+    path: str
+    first_offset: int
+    end_offset: int | None
+    cause: str
+
+    def describe(self) -> str:
+        end = "an unknown end" if self.end_offset is None else str(self.end_offset)
+        return (
+            f"{self.path}: synced offsets from {self.first_offset} to {end} are lost or "
+            f"damaged ({self.cause})"
+        )
+
+
 @dataclass(slots=True)
 class FlushTicket:
     """The writes and fsyncs of one `prepare_flush`; `run` may be called from any thread."""
@@ -131,6 +157,9 @@ class FlushTicket:
     # Durable work of the log's owner that must precede these fsyncs (RaftLogStorage's
     # leader-epoch checkpoint), run on the same disk thread instead of on the event loop.
     prelude: Callable[[], None] | None = None
+    # Recorded after the fsyncs, so the mark never claims more than the log holds.
+    mark: DurableMark | None = None
+    mark_record: MarkRecord | None = None
 
     def run(self) -> None:
         if self.prelude is not None:
@@ -139,6 +168,8 @@ class FlushTicket:
             sync.run()
         if self.directory is not None:
             self.files.sync_directory(self.directory)
+        if self.mark is not None and self.mark_record is not None:
+            self.mark.write(self.mark_record)
         self.done = True
 
 
@@ -182,6 +213,11 @@ class SegmentedLog:
         self._durable_end_offset = 0
         self._directory_dirty = False
         self._closed = False
+        self.mark = DurableMark(files, directory)
+        # Set while the log lost synced data and has not been repaired: the end it had
+        # reached, kept in the mark (flagged) so a restart before the repair knows it too.
+        self._repair_end_offset: int | None = None
+        self.damage: LogDamage | None = None  # what open found, for the owner to report
 
     # --- opening ------------------------------------------------------------------------
 
@@ -199,15 +235,72 @@ class SegmentedLog:
         log = cls(os.fspath(directory), config, files or OsFileSystem(), clock or SystemClock())
         log.files.make_directory(log.directory)
         base_offsets = log._list_segments()
-        if not base_offsets:
+        if not base_offsets and not log.mark.exists():
+            # A fresh log: the mark first, so no crash leaves batches without one.
+            log.mark.write(MarkRecord(0))
+            log._segments = [Segment.create(log.files, log.directory, 0, config)]
+            log.files.sync_directory(log.directory)
+        elif not base_offsets:
             log._segments = [Segment.create(log.files, log.directory, 0, config)]
             log.files.sync_directory(log.directory)
         else:
             log._open_segments(base_offsets)
         log._base_offsets = [s.base_offset for s in log._segments]
         log._durable_end_offset = log.log_end_offset  # recovery synced what it kept
+        log._check_mark(cut=log._segments[-1].recovery_cut)
         log._check_invariants()
         return log
+
+    def _check_mark(self, *, cut: str | None) -> None:
+        """Compare the log with its durable mark; record damage and start the repair."""
+        found = self.mark.load()
+        end = self.log_end_offset
+        if isinstance(found, str):
+            damage = LogDamage(self.mark.path, end, None, f"durable mark unusable: {found}")
+        elif found.repairing:
+            cause = "a repair from the leader had not finished before this restart"
+            damage = LogDamage(self.directory, end, max(found.end_offset, end), cause)
+        elif found.end_offset > end:
+            where = self._active().path
+            cause = cut or f"{where} ends at byte {self._active().size_bytes}"
+            damage = LogDamage(where, end, found.end_offset, cause)
+        else:
+            return
+        self.damage = damage
+        self._repair_end_offset = end if damage.end_offset is None else damage.end_offset
+        self.mark.write(self._mark_record(end))
+
+    # --- repair -------------------------------------------------------------------------
+
+    @property
+    def is_repairing(self) -> bool:
+        """Whether the log lost synced data and was not yet refilled from a leader."""
+        return self._repair_end_offset is not None
+
+    def _mark_record(self, end_offset: int) -> MarkRecord:
+        if self._repair_end_offset is None:
+            return MarkRecord(end_offset)
+        return MarkRecord(max(end_offset, self._repair_end_offset), repairing=True)
+
+    def start_repair(self, offset: int, cause: str, *, path: str) -> LogDamage:
+        """Synced data at `offset` turned out damaged (a read or the scrubber found it):
+        record that durably, then drop the log from there; a leader refills it."""
+        self._check_open()
+        end = max(self._durable_end_offset, self.log_end_offset, self._repair_end_offset or 0)
+        self._repair_end_offset = end
+        self.mark.write(self._mark_record(end))
+        self.damage = LogDamage(path, offset, end, cause)
+        cut = max(offset, self.log_start_offset)
+        self.truncate_from(cut)
+        assert self.is_repairing and self.log_end_offset == cut, (self.log_end_offset, cut)
+        return self.damage
+
+    def finish_repair(self) -> None:
+        """A leader that the other replicas elected refilled the log: the mark is plain again."""
+        self._check_open()
+        self._repair_end_offset = None
+        self.damage = None
+        self.mark.write(self._mark_record(self._durable_end_offset))
 
     def _list_segments(self) -> list[int]:
         """Base offsets of the segments present; removes leftovers of interrupted writes
@@ -403,6 +496,7 @@ class SegmentedLog:
             self.files.sync_directory(self.directory)
             self._directory_dirty = False
         self._durable_end_offset = self.log_end_offset
+        self.mark.write(self._mark_record(self._durable_end_offset))
         self._check_invariants()
         assert not any(segment.is_dirty for segment in self._segments[-2:])
         return self._durable_end_offset
@@ -424,8 +518,15 @@ class SegmentedLog:
                 syncs.append(sync)
         directory = self.directory if self._directory_dirty else None
         self._directory_dirty = False
+        end_offset = self.log_end_offset
         return FlushTicket(
-            tuple(syncs), tuple(segments), directory, self.files, self.log_end_offset
+            tuple(syncs),
+            tuple(segments),
+            directory,
+            self.files,
+            end_offset,
+            mark=self.mark,
+            mark_record=self._mark_record(end_offset),
         )
 
     def complete_flush(self, ticket: FlushTicket) -> int:
@@ -494,6 +595,9 @@ class SegmentedLog:
         self._check_open()
         if offset == self.log_end_offset:
             return
+        if self._repair_end_offset is None and offset < self._durable_end_offset:
+            # Lowered first: a crash part-way then leaves a log at or above its mark.
+            self.mark.write(MarkRecord(offset))
         segment = self._segment_for(offset)
         index = self._segments.index(segment)
         doomed = self._segments[index + 1 :]
@@ -554,6 +658,7 @@ class SegmentedLog:
         self.files.sync_directory(self.directory)
         self._segments, self._base_offsets = [fresh], [offset]
         self._durable_end_offset = offset
+        self.mark.write(self._mark_record(offset))
         self._check_invariants()
         return count
 

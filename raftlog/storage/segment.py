@@ -157,6 +157,8 @@ class Segment:
         self._max_timestamp_ms: int | None = None
         self._max_timestamp_offset = base_offset
         self._bytes_since_index_entry = 0
+        # What recovery cut off the end of the file, in words (None: nothing).
+        self.recovery_cut: str | None = None
 
     # --- construction -------------------------------------------------------------------
 
@@ -193,6 +195,7 @@ class Segment:
         segment._handle = handle = files.open(segment.path)
         segment._index_from_scan(now_ms)
         if handle.size_bytes() != segment.size_bytes:
+            segment.recovery_cut = segment._describe_cut(handle.size_bytes())
             handle.truncate(segment.size_bytes)  # the torn or corrupt tail goes
         handle.sync()  # what recovery kept is now durable, whatever the OS had cached
         assert handle.size_bytes() == segment.size_bytes == segment._written_bytes
@@ -246,6 +249,27 @@ class Segment:
             "max_timestamp_offset": self._max_timestamp_offset,
             "bytes_since_index_entry": self._bytes_since_index_entry,
         }
+
+    def _describe_cut(self, file_bytes: int) -> str:
+        """Why the scan stopped at `size_bytes` in a file of `file_bytes` (before the cut)."""
+        position = self.size_bytes
+        handle = self._require_handle()
+        raw = handle.read_at(BATCH_HEADER_BYTES, position)
+        if len(raw) < BATCH_HEADER_BYTES:
+            return f"{self.path} ends at byte {file_bytes}, inside a batch header at {position}"
+        header = BatchHeader(*_HEADER.unpack_from(raw))
+        if header.size_bytes >= BATCH_HEADER_BYTES and header.base_offset != self.end_offset:
+            return (
+                f"{self.path}: batch at byte {position} has base offset "
+                f"{header.base_offset}, expected {self.end_offset}"
+            )
+        if position + header.size_bytes > file_bytes:
+            return f"{self.path}: batch at byte {position} runs past the file's end {file_bytes}"
+        try:
+            verify_batch(handle.read_at(header.size_bytes, position))
+        except CorruptBatchError as error:
+            return f"{self.path}: batch at byte {position}: {error.reason}"
+        return f"{self.path}: batch at byte {position} stopped the scan"
 
     def _index_from_scan(self, now_ms: int) -> None:
         """Rebuild the in-memory state (indexes, size, end offset) from the verified batches
