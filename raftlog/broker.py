@@ -362,6 +362,13 @@ class Broker:
             # Metadata followers learn each commit at once: every node acts on what it applies
             # (creates the groups it hosts, learns leaders), and metadata writes are few.
             config = dataclasses.replace(config, commit_notice="immediate")
+        if storage.damage is not None:
+            log.error(
+                "group %s: storage damage: %s; this replica neither votes nor campaigns until "
+                "a leader elected by the other replicas has refilled its log",
+                group_id,
+                storage.damage.describe(),
+            )
         node = RaftNode(
             node_id=self.node_id,
             config=config,
@@ -370,6 +377,7 @@ class Broker:
             rng=random.Random(self._rng.getrandbits(64)),
             bootstrap_membership=Membership(voters=voters),
             applied_offset=applied_offset,
+            repairing=storage.is_repairing,
         )
         if node.membership.voters == frozenset({self.node_id}):
             # A sole voter wins at once: a restarted single-replica group serves without

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import enum
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from raftlog.raft.node import RaftNode
 from raftlog.raft.ports import DurableLog, HardStateStore
 from raftlog.raft.types import Entry, Membership, ReadState, Role, Snapshot
 from raftlog.types import GroupId, Offset, Term
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Commitment", "RaftGroup", "StateMachine"]
 
@@ -94,6 +97,8 @@ class RaftGroup:
         # The last offset applied here. Ahead of `node.applied` while a pass applies entries
         # early (raftlog.runtime.ready.apply_durable) and has not advanced the core yet.
         self.applied_offset = node.applied
+        # The core's repair flag as the log last recorded it (raftlog.raft.repair).
+        self.repairing = node.repairing
         self.on_leadership_change: Callable[[RaftGroup], None] | None = None
         # Set by the GroupHost: asks for a processing pass after a proposal or read.
         self.wake: Callable[[], None] = _nothing
@@ -235,6 +240,21 @@ class RaftGroup:
                 break
             if waiter.commitment is Commitment.LEADER and not waiter.future.done():
                 waiter.future.set_result(waiter.base_offset)
+
+    def finish_repair(self) -> None:
+        """The core ended a repair (its log holds every committed entry again): record it
+        in the log's durable mark, so a restart does not abstain again."""
+        assert self.repairing and not self.node.repairing
+        finish: Callable[[], None] | None = getattr(self.log, "finish_repair", None)
+        if finish is not None:
+            finish()
+        self.repairing = False
+        log.warning(
+            "group %s: repair finished: the log holds every committed entry again, up to "
+            "offset %s; it votes again",
+            self.group_id,
+            self.node.commit_offset,
+        )
 
     def fail_waiters(self, error: Exception) -> None:
         """Answer every waiter with `error` (the group is closing or lost its state)."""

@@ -255,6 +255,8 @@ class GroupHost:
                 on_read=group.on_read,
                 applied_count=applied_counts[group.group_id],
             )
+            if group.repairing and not group.node.repairing:
+                group.finish_repair()
             if ready.soft_state is not None:
                 group.fail_reads_if_not_leader()
                 if group.on_leadership_change is not None:

@@ -68,7 +68,7 @@ from raftlog.storage.files import (
     read_whole_file,
     write_file_atomically,
 )
-from raftlog.storage.log import FlushTicket, SegmentedLog
+from raftlog.storage.log import FlushTicket, LogDamage, SegmentedLog
 from raftlog.storage.records import (
     CONTROL_LEADER_CHANGE,
     CONTROL_VOTERS,
@@ -251,6 +251,20 @@ class RaftLogStorage:
     def complete_sync(self, ticket: FlushTicket) -> None:
         assert ticket.done
         self.log.complete_flush(ticket)
+
+    # --- repair after storage damage (raftlog.raft.repair) --------------------------------
+
+    @property
+    def is_repairing(self) -> bool:
+        """Whether the log lost synced data that a leader has not yet refilled."""
+        return self.log.is_repairing
+
+    @property
+    def damage(self) -> LogDamage | None:
+        return self.log.damage
+
+    def finish_repair(self) -> None:
+        self.log.finish_repair()
 
     def close(self) -> None:
         self._write_pending_checkpoint()
