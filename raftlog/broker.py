@@ -102,6 +102,10 @@ from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
 from raftlog.runtime.host import GroupHost
 from raftlog.runtime.metadata_machine import MetadataMachine
 from raftlog.runtime.settings import BrokerSettings, parse_address
+from raftlog.storage.bootstrap_voters import (
+    BOOTSTRAP_VOTERS_FILE_NAME,
+    load_or_write_bootstrap_voters,
+)
 from raftlog.storage.files import (
     DATA_DIRECTORY_MODE,  # issue 10
     ChaosFileSystem,
@@ -442,7 +446,11 @@ class Broker:
         storage, hard_state_store = self._open_storage(directory, log_config)
         # The group's bootstrap voters are fixed when its directory is made: after a move the
         # metadata's replicas differ from the voters the group started with.
-        voters = _bootstrap_voters(directory, voters)
+        bootstrap = load_or_write_bootstrap_voters(self.files, os.fspath(directory), voters)
+        if bootstrap.damage is not None:
+            path = os.path.join(directory, BOOTSTRAP_VOTERS_FILE_NAME)
+            storage.log.start_repair(storage.log.log_end_offset, bootstrap.damage, path=path)
+        voters = bootstrap.voters
         checkpoint = CheckpointStore(
             storage.files, storage.directory, producers_max=PRODUCERS_MAX_DEFAULT
         )
@@ -1077,27 +1085,3 @@ class Broker:
         if replica is None or replica.group.node.role is not Role.LEADER:
             return -1
         return replica.high_watermark
-
-
-_BOOTSTRAP_FILE = "bootstrap-voters"
-
-
-def _bootstrap_voters(directory: Path, voters: frozenset[NodeId]) -> frozenset[NodeId]:
-    """The voters a partition group was created with: read back, or written (durably) now."""
-    path = directory / _BOOTSTRAP_FILE
-    if path.exists():
-        return Membership.decode(path.read_bytes()).voters
-    temporary = directory / (_BOOTSTRAP_FILE + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, Membership(voters=voters).encode())
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return voters

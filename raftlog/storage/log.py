@@ -295,6 +295,26 @@ class SegmentedLog:
         assert self.is_repairing and self.log_end_offset == cut, (self.log_end_offset, cut)
         return self.damage
 
+    def discard_for_repair(self, cause: str, *, path: str) -> LogDamage:
+        """What the log starts from is lost (its snapshot): drop every batch and start over,
+        empty at offset 0, repairing; a leader sends its snapshot and entries again. The
+        repairing mark goes first, so a crash part-way is found damaged again."""
+        self._check_open()
+        end = max(self._durable_end_offset, self.log_end_offset, self._repair_end_offset or 0)
+        self._repair_end_offset = end
+        self.mark.write(self._mark_record(end))
+        self.damage = LogDamage(path, self.log_start_offset, end, cause)
+        for segment in self._segments:  # oldest first: a crash leaves a suffix
+            segment.delete()
+        self.files.sync_directory(self.directory)
+        fresh = Segment.create(self.files, self.directory, 0, self.config)
+        fresh.sync()
+        self.files.sync_directory(self.directory)
+        self._segments, self._base_offsets = [fresh], [0]
+        self._durable_end_offset = 0
+        self._check_invariants()
+        return self.damage
+
     def finish_repair(self) -> None:
         """A leader that the other replicas elected refilled the log: the mark is plain again."""
         self._check_open()

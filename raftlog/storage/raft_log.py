@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 import os
 import struct
 import threading
@@ -78,6 +79,8 @@ from raftlog.storage.records import (
 from raftlog.types import Offset, Term
 
 __all__ = ["CONTROL_OPAQUE_DATA", "RaftLogStorage"]
+
+log = logging.getLogger(__name__)
 
 # A control type of raftlog's own (Kafka uses 0-6): a DATA entry whose bytes are not a batch.
 CONTROL_OPAQUE_DATA = 1000
@@ -128,7 +131,13 @@ class RaftLogStorage:
     ) -> RaftLogStorage:
         files, clock = files or OsFileSystem(), clock or SystemClock()
         storage = cls(SegmentedLog.open(directory, config=config, files=files, clock=clock), clock)
-        storage._snapshot = storage._load_snapshot()
+        try:
+            storage._snapshot = storage._load_snapshot()
+        except StorageError as error:
+            storage._discard_for_repair(str(error))
+        if storage._snapshot is None and storage.log.log_start_offset > 0:
+            # Only a snapshot lets a log start above 0: it was lost.
+            storage._discard_for_repair(f"{storage._snapshot_path()} is missing")
         storage._finish_snapshot()
         if not storage._load_checkpoint():
             storage._rebuild_checkpoint()
@@ -378,6 +387,7 @@ class RaftLogStorage:
             return self.log.log_end_offset == self.log.log_start_offset
         data = read_whole_file(self.files, path)
         if len(data) < _CRC.size or _CRC.unpack_from(data)[0] != crc32c(data[_CRC.size :]):
+            log.warning("%s fails its CRC32C: rebuilding it from the log", path)
             return False
         raw = json.loads(data[_CRC.size :])
         pairs = [(t, s) for t, s in raw["epochs"] if s < self.log.log_end_offset]
@@ -446,6 +456,14 @@ class RaftLogStorage:
         membership = Membership.decode(data[start : start + membership_bytes])
         meta = SnapshotMeta(Offset(offset), Term(term), membership)
         return Snapshot(meta, data[start + membership_bytes :])
+
+    def _discard_for_repair(self, cause: str) -> None:
+        path = self._snapshot_path()
+        self.log.discard_for_repair(cause, path=path)
+        if self.files.exists(path):
+            self.files.remove(path)
+            self.files.sync_directory(self.directory)
+        self._snapshot = None
 
     def _finish_snapshot(self) -> None:
         """Redo what a crash may have cut short after a snapshot was written: the log must

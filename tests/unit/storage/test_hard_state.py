@@ -28,23 +28,53 @@ def test_save_then_load_round_trips(files_and_dir: tuple[FileSystem, str]) -> No
         assert FileHardStateStore(directory, files=files).load() == state
 
 
-def test_every_flipped_byte_is_detected_and_names_the_file() -> None:
+def test_every_flipped_byte_is_detected_and_the_other_copy_answers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     good = encode_hard_state(HardState(Term(9), NodeId(1)))
     for position in range(len(good) - 4):  # the last 4 bytes are reserved
-        sim = SimFileSystem()
-        store = FileHardStateStore("/n", files=sim)
-        store.save(HardState(Term(9), NodeId(1)))
-        sim.corrupt(store.path, position, bytes([good[position] ^ 0x40]))
-        with pytest.raises(StorageError, match=r"corrupt hard state /n/hard-state"):
-            store.load()
+        for damaged in ("path", "copy_path"):
+            sim = SimFileSystem()
+            store = FileHardStateStore("/n", files=sim)
+            store.save(HardState(Term(9), NodeId(1)))
+            path = getattr(store, damaged)
+            sim.corrupt(path, position, bytes([good[position] ^ 0x40]))
+            caplog.clear()
+            assert store.load() == HardState(Term(9), NodeId(1))
+            assert f"corrupt hard state {path}" in caplog.text
+            # The next save rewrites the damaged copy: the other may now fail too.
+            store.begin_save(HardState(Term(10), None)).finish()
+            other = store.copy_path if damaged == "path" else store.path
+            sim.corrupt(other, 0, b"X")
+            assert FileHardStateStore("/n", files=sim).load() == HardState(Term(10), None)
+
+
+def test_both_copies_damaged_is_an_error_naming_both() -> None:
+    good = encode_hard_state(HardState(Term(9), NodeId(1)))
+    sim = SimFileSystem()
+    store = FileHardStateStore("/n", files=sim)
+    store.save(HardState(Term(9), NodeId(1)))
+    for path in (store.path, store.copy_path):
+        sim.corrupt(path, 9, bytes([good[9] ^ 0x01]))
+    with pytest.raises(StorageError, match=r"/n/hard-state: .*/n/hard-state.copy: "):
+        store.load()
+
+
+def test_one_deleted_copy_loses_nothing() -> None:
+    sim = SimFileSystem()
+    store = FileHardStateStore("/n", files=sim)
+    store.save(HardState(Term(4), NodeId(3)))
+    sim.remove(store.path)
+    assert FileHardStateStore("/n", files=sim).load() == HardState(Term(4), NodeId(3))
 
 
 def test_truncated_file_is_corrupt(tmp_path: Path) -> None:
     directory = os.fspath(tmp_path)
     store = FileHardStateStore(directory)
     store.save(HardState(Term(1), NodeId(1)))
-    with open(store.path, "r+b") as file:
-        file.truncate(10)
+    for path in (store.path, store.copy_path):
+        with open(path, "r+b") as file:
+            file.truncate(10)
     with pytest.raises(StorageError, match="10 bytes, expected 29"):
         store.load()
 

@@ -73,6 +73,7 @@ def test_a_corrupt_earlier_record_is_corruption() -> None:
     store.begin_save(HardState(Term(1), NodeId(1))).finish()
     store.begin_save(HardState(Term(2), NodeId(1))).finish()
     sim.corrupt(store.path, 6, b"\\xff")
+    sim.corrupt(store.copy_path, 6, b"\\xff")
     with pytest.raises(StorageError, match=r"corrupt hard state /n/hard-state"):
         FileHardStateStore("/n", files=sim).load()
 

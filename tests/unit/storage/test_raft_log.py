@@ -367,3 +367,29 @@ def test_a_pending_checkpoint_is_written_by_close() -> None:
     assert _checkpoint_bytes(sim) is not None
     sim.crash()  # close synced everything: nothing to rebuild, nothing lost
     assert [_open(sim).term_at(Offset(o)) for o in (0, 6, 12, 14)] == [1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("damage", ["flip", "delete"])
+def test_a_lost_snapshot_empties_the_log_for_a_repair(damage: str) -> None:
+    """A log that starts above 0 needs its snapshot: lost or damaged, the log starts over,
+    empty and repairing (docs/storage-faults.md), and a leader sends both again."""
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history())
+    membership = Membership(frozenset({NodeId(1), NodeId(2)}))
+    storage.compact(Snapshot(SnapshotMeta(Offset(13), Term(3), membership), b"state"))
+    storage.sync()
+    assert storage.log.log_start_offset == 12
+    path = "/g/log/snapshot"
+    if damage == "flip":
+        sim.corrupt(path, 10, b"\xee")
+    else:
+        sim.remove(path)
+        sim.sync_directory("/g/log")
+    sim.crash()
+    reopened = _open(sim)
+    assert reopened.snapshot() is None and reopened.is_repairing
+    assert (reopened.first_offset(), reopened.last_offset()) == (0, -1)
+    assert reopened.damage is not None and reopened.damage.path == path
+    sim.crash()
+    assert _open(sim).is_repairing
