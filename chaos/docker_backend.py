@@ -19,14 +19,18 @@ timeout and reports failure as False. `unavailable_reason()` says why the backen
 
 from __future__ import annotations
 
+import os
+import random
 import shutil
 import subprocess
+import tempfile
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from raftlog.chaos.clients import LogClients, RaftlogClients
+from raftlog.chaos.corrupt import damage_node_files
 from raftlog.chaos.local_backend import (
     lookup_controller,
     lookup_leader,
@@ -166,6 +170,23 @@ class DockerBackend:
         if node in self._disconnected:
             return True  # already cut off entirely: the hook cannot be reached and need not be
         return send_fault_rules(f"{self._ip(node)}:{CLIENT_PORT}", rules, self._timeout_s)
+
+    def corrupt(self, node: int, rng: random.Random) -> dict[str, Any] | None:
+        """Copy the stopped container's data out, damage one file, copy it back. A stopped
+        container's file cannot be removed from outside, so only flips and truncations."""
+        container = self._container(node)
+        with tempfile.TemporaryDirectory(prefix="raftlog-corrupt-") as scratch:
+            if _docker("cp", f"{container}:/data", scratch, timeout_s=120).returncode != 0:
+                return None
+            local = os.path.join(scratch, "data")
+            report = damage_node_files(local, rng, kinds=("flip", "truncate"))
+            if report is None:
+                return None
+            target = f"{container}:/data/{report['file']}"
+            source = os.path.join(local, report["file"])
+            if _docker("cp", source, target, timeout_s=120).returncode != 0:
+                return None
+            return report
 
     def lose_unsynced(self, node: int) -> dict[str, Any] | None:
         # The data lives in the stopped container's own file system: cutting it would need the

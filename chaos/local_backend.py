@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import time
 from collections.abc import Sequence
@@ -30,6 +31,7 @@ from typing import Any
 import grpc
 
 from raftlog.chaos.clients import LogClients, RaftlogClients
+from raftlog.chaos.corrupt import damage_node_files
 from raftlog.chaos.nemesis import OBSERVERS_MAX
 from raftlog.client import Admin
 from raftlog.client.errors import ClientError
@@ -136,6 +138,11 @@ class LocalBackend:
             return None  # only a dead node's files may be cut (the kill may have failed)
         report = cut_to_durable(OsFileSystem(), self._cluster.nodes[node].data_dir)
         return report.describe()
+
+    def corrupt(self, node: int, rng: random.Random) -> dict[str, Any] | None:
+        if self._cluster.is_running(node):
+            return None  # only a dead node's files may be damaged (the kill may have failed)
+        return damage_node_files(self._cluster.nodes[node].data_dir, rng)
 
     def _signal(self, node: int, sig: int) -> bool:
         pid = self._cluster.nodes[node].pid

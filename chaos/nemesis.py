@@ -30,6 +30,13 @@ would (`ClusterControl.lose_unsynced`; the node's --chaos file port keeps the ma
 `raftlog.storage.files.ChaosFileSystem`); healed by restarting. With every node's fsync
 honest, acks=all must lose nothing; a node started with --chaos-skip-fsync loses everything.
 
+Storage damage: `corrupt` SIGKILLs a node of a fixed minority (the highest node ids; its
+partition leader when it is one of them, half the time), then damages one of its data files
+on disk (`ClusterControl.corrupt`, `raftlog.chaos.corrupt`: bytes flipped, the file
+truncated or deleted) and restarts it at heal. The minority is fixed so that damage never
+reaches a majority of any group, raftlog's promise (docs/storage-faults.md): the damaged
+node must find the damage, stay out of elections and be refilled by the others.
+
 Clock faults move nodes' wall clocks through the SetFaults hook (`{"clock": {"offset_ms":
 N}}`; the Raft core runs on ticks, so only the node's wall-clock uses see it: leases and
 heartbeats in the metadata, record and segment timestamps, retention): `clock-jump` moves one
@@ -81,15 +88,17 @@ NEMESES = (
     "pause-leader",
     "isolate-leader",
     "lose-unsynced",
+    "corrupt",
     "clock-jump",
     "clock-skew",
     "move-replica",
     "add-node",
     "remove-node",
 )
-# Nemeses that need the node-side hooks of --chaos or the cluster's reassignment (a backend
-# without them refuses these).
+# Nemeses that need the node-side hooks of --chaos, the cluster's reassignment or the nodes'
+# files (a backend without them refuses these).
 NODE_HOOK_NEMESES = (
+    "corrupt",
     "partition",
     "flaky",
     "isolate-leader",
@@ -146,6 +155,11 @@ class ClusterControl(Protocol):
         or None when the backend cannot."""
         ...
 
+    def corrupt(self, node: int, rng: random.Random) -> dict[str, Any] | None:
+        """Damage one data file of `node`, already killed (`raftlog.chaos.corrupt`); what
+        was done, or None when the backend cannot or found no file."""
+        ...
+
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
         """Start moving `partition` to `replicas`: None once the controller took the move,
         else why not (refused, no controller in time)."""
@@ -180,6 +194,7 @@ class Fault:
     clock_offsets_ms: tuple[tuple[int, int], ...] = ()  # (node, offset) for clock faults
     partition: int | None = None  # move-replica: the partition and its new replicas
     replicas: tuple[int, ...] = ()
+    damage_seed: int = 0  # corrupt: what to damage is drawn from this when injected
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -266,6 +281,8 @@ def plan_fault(
         if kind == "all-nodes":
             return Fault(nemesis, kind, tuple(nodes))
         return Fault(nemesis, kind, (leader if kind == "leader" and leader else someone,))
+    if nemesis == "corrupt":
+        return _plan_corrupt(nodes, rng, leader)
     if nemesis == "pause":
         kind = rng.choice(("random-node", "leader"))
         return Fault(nemesis, kind, (leader if kind == "leader" and leader else someone,))
@@ -295,6 +312,21 @@ def plan_fault(
     kind = rng.choice(PARTITIONS)
     target = {"isolate-leader": leader, "isolate-controller": controller}.get(kind) or someone
     return Fault(nemesis, kind, (), partition_links(kind, nodes, rng, target))
+
+
+def corruptible_nodes(nodes: Sequence[int]) -> tuple[int, ...]:
+    """The fixed minority `corrupt` may damage: the highest node ids."""
+    count = (len(nodes) - 1) // 2
+    return tuple(sorted(nodes)[len(nodes) - count :]) if count else ()
+
+
+def _plan_corrupt(nodes: Sequence[int], rng: random.Random, leader: int | None) -> Fault:
+    minority = corruptible_nodes(nodes)
+    if not minority:
+        return Fault("corrupt", "no-minority")
+    kind = rng.choice(("leader", "random-node"))
+    target = leader if kind == "leader" and leader in minority else rng.choice(minority)
+    return Fault("corrupt", kind, (target,), damage_seed=rng.getrandbits(32))
 
 
 def _plan_move(
@@ -341,6 +373,11 @@ class Nemesis:
                 control.kill(node)
             cuts = {str(node): control.lose_unsynced(node) for node in fault.nodes}
             return {"cuts": cuts}
+        elif fault.nemesis == "corrupt":
+            rng = random.Random(fault.damage_seed)
+            for node in fault.nodes:
+                control.kill(node)
+            return {"damage": {str(node): control.corrupt(node, rng) for node in fault.nodes}}
         elif fault.nemesis == "move-replica":
             if fault.partition is None:
                 return {"reassign": "skipped: the partition's replicas were not known"}
@@ -380,7 +417,7 @@ class Nemesis:
 
     def stop(self, fault: Fault) -> None:
         control = self._control
-        if fault.nemesis in ("kill", "lose-unsynced"):
+        if fault.nemesis in ("kill", "lose-unsynced", "corrupt"):
             for node in fault.nodes:
                 control.restart(node)
         elif fault.nemesis in ("move-replica", "add-node", "remove-node"):

@@ -140,7 +140,25 @@ def _tables(results: dict[str, Any]) -> list[str]:
         detail = {k: w["detail"][k] for k in ("kind", "nodes", "links") if k in w["detail"]}
         start_s, stop_s = w["start_ns"] / NS_PER_S, w["stop_ns"] / NS_PER_S
         lines.append(f"| {start_s:.1f} | {stop_s:.1f} | {w['fault']} | {json.dumps(detail)} |")
+    lines += _storage_table(results.get("storage"))
     lines += ["", "Options: `" + json.dumps(results["options"]) + "`", ""]
+    return lines
+
+
+def _storage_table(storage: dict[str, Any] | None) -> list[str]:
+    """The `corrupt` nemesis's damage and the repairs the node logs report."""
+    if not storage or not storage["damage"]:
+        return []
+    lines = ["", "## Storage damage", ""]
+    lines += [
+        f"Damaged {len(storage['damage'])} times; the nodes found damage "
+        f"{storage['damage_found']} times and finished {storage['repairs_finished']} repairs.",
+        "",
+        "| node | file | damage |",
+        "|---|---|---|",
+    ]
+    for report in storage["damage"]:
+        lines.append(f"| {report['node']} | {report['file']} | {report['damage']} |")
     return lines
 
 

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from raftlog.chaos.checker import check
 from raftlog.chaos.clients import LogClients
+from raftlog.chaos.corrupt import repairs_in_logs
 from raftlog.chaos.generator import PlannedFault, fault_schedule
 from raftlog.chaos.history import NEMESIS, HistoryRecorder, pair_operations
 from raftlog.chaos.nemesis import NEMESES, ClusterControl, Nemesis, plan_fault
@@ -227,8 +228,21 @@ def _load_heal_read(
         "latency_ms": latency_percentiles(ops),
         "errors": error_summary(ops),
         "faults": [asdict(w) for w in windows],
+        "storage": _storage_damage(recorder, backend),
         "node_logs": backend.log_paths,
     }
+
+
+def _storage_damage(recorder: HistoryRecorder, backend: Backend) -> dict[str, Any]:
+    """What `corrupt` damaged, and what the node logs say was found and repaired."""
+    damage = [
+        {"node": node, **report}
+        for event in recorder.events
+        if event.process == NEMESIS and event.f == "effects" and isinstance(event.value, dict)
+        for node, report in event.value.get("damage", {}).items()
+        if report is not None
+    ]
+    return {"damage": damage, **repairs_in_logs(list(backend.log_paths))}
 
 
 def _options_json(options: RunOptions) -> dict[str, Any]:

@@ -234,6 +234,9 @@ class SyncObjBackend:
     def lose_unsynced(self, node: int) -> dict[str, Any] | None:
         return None  # no durability manifest (see the module docstring)
 
+    def corrupt(self, node: int, rng: random.Random) -> dict[str, Any] | None:
+        return None  # pysyncobj keeps its log in memory: there is no file to damage
+
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
         return "pysyncobj: one fixed group, no reassignment"
 

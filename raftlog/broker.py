@@ -381,7 +381,7 @@ class Broker:
             rng=random.Random(self._rng.getrandbits(64)),
             bootstrap_membership=Membership(voters=voters),
             applied_offset=applied_offset,
-            repairing=storage.is_repairing,
+            repair_offset=storage.repair_offset,
         )
         if node.membership.voters == frozenset({self.node_id}):
             # A sole voter wins at once: a restarted single-replica group serves without

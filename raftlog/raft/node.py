@@ -75,7 +75,7 @@ class RaftNode:
         rng: random.Random,
         bootstrap_membership: Membership | None = None,
         applied_offset: Offset = NO_OFFSET,
-        repairing: bool = False,
+        repair_offset: Offset | None = None,
     ) -> None:
         self._node_id = node_id
         self.config = config.validate()
@@ -111,9 +111,10 @@ class RaftNode:
         # the host's node-level liveness of peers stands in for them.
         self.quiesced = False
         self.reachable_peers: set[NodeId] = set()
-        # The storage lost synced data (raftlog.raft.repair): no votes, no campaigns, until
-        # a leader refilled the log. The planted bug trusts whatever the log kept instead.
-        self.repairing = repairing and "trust-damaged-log" not in self.config.planted_bugs
+        # The storage lost synced data up to this offset (raftlog.raft.repair): no votes, no
+        # campaigns, until a leader refilled the log. The planted bug trusts what it kept.
+        trusting = "trust-damaged-log" in self.config.planted_bugs
+        self.repair_offset: Offset | None = None if trusting else repair_offset
         self.become_follower(self.current_term, None)
 
     def _recover(
@@ -164,6 +165,11 @@ class RaftNode:
     @property
     def membership(self) -> Membership:
         return self.configs.current
+
+    @property
+    def repairing(self) -> bool:
+        """Whether the log lost synced entries and a leader has not yet refilled it."""
+        return self.repair_offset is not None
 
     def is_voter(self) -> bool:
         return self.node_id in self.configs.current.voters

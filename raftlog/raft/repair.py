@@ -20,11 +20,15 @@ n - |D| undamaged nodes and |V| + |M| - |D| > n - |D|, so they share an undamage
 intact log made it vote only for a candidate holding the entry (§5.4.1). This holds for any
 number of damaged replicas; liveness needs a majority of undamaged ones.
 
-When the repair ends. The node must hold every committed entry before it votes again. A
-follower commits only what the leader allowed and it holds durably; once its commit offset
-reaches an entry of the leader's own term, the leader has committed in its term, so every
-entry committed before (in any term) lies below it (§5.4.2, leader completeness). From then
-on the node's acknowledgements and votes are honest again.
+When the repair ends. The node must hold every committed entry before it votes again, and
+its old acknowledgements must no longer count: an answer it sent before the damage may still
+be on its way to a leader and commit an entry, up to `repair_offset`, the end its log had
+durably reached. A follower commits only what the leader allowed and it holds durably; once
+its commit offset reaches `repair_offset` *and* an entry of the leader's own term, every
+entry committed before (in any term, §5.4.2) and every entry its old answers could commit
+lies at or below its commit offset, so it holds them all. From then on its acknowledgements
+and votes are honest again. (A group whose lost entries were never committed and that takes
+no new writes stays repairing until its log grows past them: safe, one voter short.)
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ def maybe_finish_repair(node: RaftNode) -> bool:
         return False
     if node.current_role not in (Role.FOLLOWER, Role.LEARNER):
         return False
-    if node.log.term_at(node.commit) != node.current_term:
+    assert node.repair_offset is not None
+    if node.commit < node.repair_offset or node.log.term_at(node.commit) != node.current_term:
         return False
     assert node.commit <= node.log.durable_last_offset(), "a follower commits durable entries"
-    node.repairing = False
+    node.repair_offset = None
     return True

@@ -55,6 +55,9 @@ def _unbound(_: object) -> None:
     raise AssertionError("a node's ports are bound when it starts")
 
 
+_DAMAGE_SEED_SALT = 0x5D15C
+
+
 class SimNode:
     """One server: a disk that survives crashes and, while up, a RaftNode incarnation."""
 
@@ -77,6 +80,9 @@ class SimNode:
         # peer was last heard in this incarnation, and what the core was last told.
         self.heard_at: dict[NodeId, int] = {}
         self.reachable: dict[NodeId, bool] = {}
+        # Each peer's incarnation as this node last heard it: a new one is a restarted
+        # process, whose log its leaders re-probe (the transport's HELLO, forget_peer_log).
+        self.peer_incarnations: dict[NodeId, int] = {}
         self.was_quiesced = False
         # The callbacks process_ready gets (send, apply, restore, on_read), bound to this node.
         self.ports: tuple[
@@ -122,6 +128,10 @@ class Cluster:
         # Acknowledged count when healing began; -1 while chaos lasts (no ack is demanded).
         self._heal_acked_before = -1
         self._rng = rng
+        # Storage faults draw from their own generator: switching them on or off shifts no
+        # other draw of a seed.
+        self._damage_rng = random.Random(options.seed ^ _DAMAGE_SEED_SALT)
+        self.damages = 0
         self.workload = Workload(rng=rng, checker=self.checker, trace=trace)
         self.crash_switch = CrashSwitch(rng, options.io_crash_rate)
         self.save_crash_switch = CrashSwitch(rng, options.save_crash_rate)
@@ -150,7 +160,12 @@ class Cluster:
 
     def _start(self, node: SimNode) -> None:
         assert node.raft is None
+        repair_offset = node.log.recover()
         applied = node.applied_checkpoint if self.options.checkpoint_applied else NO_OFFSET
+        if applied > node.log.last_offset():
+            # The checkpoint describes entries the damaged disk lost: apply again from the
+            # snapshot, as a partition replica does with a checkpoint its log cannot match.
+            applied = node.applied_checkpoint = NO_OFFSET
         node.incarnation += 1
         node.restart_at = None
         node.tick_credit = 0.0
@@ -162,6 +177,7 @@ class Cluster:
             rng=random.Random(self._rng.getrandbits(64)),
             bootstrap_membership=self.bootstrap,
             applied_offset=applied,
+            repair_offset=repair_offset,
         )
         node.ports = (
             functools.partial(self._send, node),
@@ -174,7 +190,8 @@ class Cluster:
         node.log.truncated_from = None
         node.heard_at = {}
         node.reachable = {}
-        self.trace.add(f"start {node.node_id}#{node.incarnation}", node.describe())
+        note = f" (repairing to {repair_offset})" if repair_offset is not None else ""
+        self.trace.add(f"start {node.node_id}#{node.incarnation}{note}", node.describe())
         self._observe(node)
 
     def _crash(self, node: SimNode, point: str) -> None:
@@ -191,7 +208,25 @@ class Cluster:
     def _restart_due(self) -> None:
         for node in self.nodes.values():
             if node.raft is None and node.restart_at is not None and node.restart_at <= self.now:
+                self._maybe_damage(node)
                 self._start(node)
+
+    def _maybe_damage(self, node: SimNode) -> None:
+        """A fault on synced data of a stopped node, on a minority of the voters at most
+        (counting those still repairing): the fault model the repair tolerates."""
+        rate = self.options.storage_fault_rate
+        if not rate or self._damage_rng.random() >= rate:
+            return
+        # The workload's membership cycle takes one voter out at a time: count the fewest.
+        voters = len(self.bootstrap.voters) - (1 if self.options.membership_rate else 0)
+        faults_max = (voters - 1) // 2
+        repairing = sum(1 for other in self.nodes.values() if other.log.repairing)
+        if repairing + 1 > faults_max:
+            return
+        lost = node.log.damage(self._damage_rng)
+        if lost is not None:
+            self.damages += 1
+            self.trace.add(f"damage {node.node_id}", lost)
 
     # --- driving one node ---
 
@@ -219,6 +254,9 @@ class Cluster:
                 return
             if not node.log.has_pending():
                 node.applied_checkpoint = min(node.applied_offset, node.log.durable_last_offset)
+            if node.log.repairing and not raft.repairing:
+                node.log.finish_repair()  # what the host records in the durable mark
+                self.trace.add(f"repaired {node.node_id}", node.describe())
         self._observe(node)
 
     def _send(self, node: SimNode, message: Message) -> None:
@@ -309,10 +347,20 @@ class Cluster:
         reported unreachable to the core, and reachable again once heard."""
         timeout = self.options.liveness_timeout_ticks()
         up = self.up_nodes()
+        restarted: list[tuple[SimNode, NodeId]] = []
         for node in up:
             for peer in up:
                 if peer is not node and (peer.node_id, node.node_id) not in self.network.blocked:
                     node.heard_at[peer.node_id] = self.now
+                    known = node.peer_incarnations.get(peer.node_id)
+                    if known is not None and known != peer.incarnation:
+                        restarted.append((node, peer.node_id))
+                    node.peer_incarnations[peer.node_id] = peer.incarnation
+        for node, peer_id in restarted:
+            if node.raft is not None:
+                node.raft.forget_peer_log(peer_id)
+                self._process(node)
+        up = self.up_nodes()
         for node in up:
             raft = node.raft
             assert raft is not None

@@ -17,6 +17,13 @@ A `CrashSwitch` decides, per disk call, whether the node dies right *there*: `Si
 propagates out of the ready processor after `messages` were sent but before the entries or
 the vote were durable, which is exactly the window a planted "reply before durable" bug needs.
 
+Faults on synced data (`damage`, applied while the node is down): the disk loses durable
+entries from some offset on, the entry-level outcome of a flipped bit, a truncated file, a
+lost or a misdirected write (the segmented log's scan keeps what verifies and cuts the rest),
+or loses the durable mark. `mark` is that mark (`raftlog.storage.durable_mark`): the last
+offset a sync made durable, kept apart from the log. `recover()` compares them as the real
+log's open does and says whether the node must start repairing (`raftlog.raft.repair`).
+
 The log also records, for the checker, every entry appended with the term of the entry before
 it (log matching is checked per append) and the lowest offset truncated since last drained.
 """
@@ -116,6 +123,9 @@ class SimLog:
         # For the checker: (entry, term of the offset before it) per append, and truncations.
         self.appended: list[tuple[Entry, Term | None]] = []
         self.truncated_from: Offset | None = None
+        # The durable mark (None: lost), and whether a repair is under way.
+        self.mark: Offset | None = NO_OFFSET
+        self.repairing = False
 
     # --- LogStorage (read side) ---
 
@@ -206,6 +216,44 @@ class SimLog:
         self._durable = self._visible.copy()
         self._pending.clear()
         self._pending_from = None
+        durable_last = self._durable.last_offset()
+        if self.repairing and self.mark is not None:
+            self.mark = max(self.mark, durable_last)  # a repair keeps the end it lost
+        elif not self.repairing:
+            self.mark = durable_last
+
+    # --- storage faults on synced data ---
+
+    def damage(self, rng: random.Random) -> str | None:
+        """Lose durable entries from a random one on, or the mark; the node is down. Returns
+        what was lost, or None when there was nothing synced to lose."""
+        assert not self._pending, "damage hits a stopped node's disk"
+        entries = self._durable.entries
+        if rng.random() < 0.1:
+            self.mark = None
+            return "lost the durable mark"
+        if not entries:
+            return None
+        cut = entries[rng.randrange(len(entries))].offset
+        last = entries[-1].last_offset
+        self._note_truncation(cut)
+        for state in (self._durable, self._visible):
+            state.truncate_from(cut)
+        return f"lost synced offsets {cut}..{last}"
+
+    def recover(self) -> Offset | None:
+        """At start: if the log lost synced data (below its mark, or the mark itself), the
+        repair starts, durably, and this is the last offset the log had reached."""
+        last = self._durable.last_offset()
+        if self.mark is None or last < self.mark:
+            self.repairing = True
+            self.mark = max(last, self.mark if self.mark is not None else NO_OFFSET)
+        return self.mark if self.repairing else None
+
+    def finish_repair(self) -> None:
+        assert self.repairing
+        self.repairing = False
+        self.mark = self._durable.last_offset()
 
     # --- faults ---
 

@@ -34,6 +34,8 @@ MESSAGES_IN_FLIGHT_MAX = 4096
 TRACE_EVENTS_MAX = 30
 READY_ROUNDS_MAX = 16
 PROPOSAL_OFFSETS_MAX = 3
+# Every seed's restarts may find synced data lost (raftlog.raft.repair is always exercised).
+STORAGE_FAULT_RATE = 0.25
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -60,6 +62,8 @@ class SimOptions:
     io_crash_rate: float  # chance per log write or sync that the node dies right there
     save_crash_rate: float  # chance per hard state save (a vote, a term) that it dies there
     torn_writes: bool  # a crash may keep part of the last unsynced append
+    # Chance per restart that the stopped node's disk lost synced data (a minority at most).
+    storage_fault_rate: float
     restart_delay_ticks_max: int
     propose_rate: float
     append_bytes_max: int
@@ -199,6 +203,7 @@ def derive_options(
         protocol_checks=protocol_checks,
         # From the seed's bits, not the generator, so adding it shifted no other draw.
         commit_notice=COMMIT_NOTICES[(seed // 2) % len(COMMIT_NOTICES)],
+        storage_fault_rate=STORAGE_FAULT_RATE,
         **_fault_rates(rng, profile),  # type: ignore[arg-type]
     )
     return options, rng
@@ -230,6 +235,7 @@ def scripted_options(
         "io_crash_rate": 0.0,
         "save_crash_rate": 0.0,
         "torn_writes": False,
+        "storage_fault_rate": 0.0,
         "restart_delay_ticks_max": 1,
         "propose_rate": 0.0,
         "append_bytes_max": 256,

@@ -137,6 +137,8 @@ class LogDamage:
     cause: str
 
     def describe(self) -> str:
+        if self.end_offset is not None and self.end_offset <= self.first_offset:
+            return f"{self.path}: {self.cause}"
         end = "an unknown end" if self.end_offset is None else str(self.end_offset)
         return (
             f"{self.path}: synced offsets from {self.first_offset} to {end} are lost or "
@@ -258,7 +260,10 @@ class SegmentedLog:
         if isinstance(found, str):
             damage = LogDamage(self.mark.path, end, None, f"durable mark unusable: {found}")
         elif found.repairing:
-            cause = "a repair from the leader had not finished before this restart"
+            cause = (
+                f"the log ends at {end}; a repair from the leader toward offset "
+                f"{found.end_offset} had not finished before this restart"
+            )
             damage = LogDamage(self.directory, end, max(found.end_offset, end), cause)
         elif found.end_offset > end:
             where = self._active().path
@@ -271,6 +276,11 @@ class SegmentedLog:
         self.mark.write(self._mark_record(end))
 
     # --- repair -------------------------------------------------------------------------
+
+    @property
+    def repair_end_offset(self) -> int | None:
+        """While repairing: the end the log had durably reached before it lost data."""
+        return self._repair_end_offset
 
     @property
     def is_repairing(self) -> bool:

@@ -269,6 +269,13 @@ class RaftLogStorage:
         return self.log.is_repairing
 
     @property
+    def repair_offset(self) -> Offset | None:
+        """While repairing: the last offset the log had durably reached before the damage
+        (what the Raft core must commit again before it votes, raftlog.raft.repair)."""
+        end = self.log.repair_end_offset
+        return None if end is None else Offset(end - 1)
+
+    @property
     def damage(self) -> LogDamage | None:
         return self.log.damage
 

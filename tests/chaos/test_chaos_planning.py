@@ -120,6 +120,10 @@ class RecordingControl:
         self.calls.append(("cut", node))
         return {"bytes_cut": node}
 
+    def corrupt(self, node: int, rng: random.Random) -> dict[str, Any] | None:
+        self.calls.append(("corrupt", node))
+        return {"file": "x", "damage": rng.choice(("flip", "truncate", "delete"))}
+
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
         self.calls.append(("reassign", partition, tuple(replicas)))
         return None

@@ -97,6 +97,23 @@ def test_acks_all_keeps_every_acknowledged_write_when_unsynced_writes_are_lost(
     assert cuts and all(cut is not None for cut in cuts), "every killed node was cut"
 
 
+def test_acks_all_keeps_every_acknowledged_write_when_a_minority_disk_is_damaged(
+    tmp_path: Path,
+) -> None:
+    """The `corrupt` nemesis with leader kills and partitions: damaged files on a minority
+    of nodes, found and repaired, and nothing acknowledged is lost (docs/storage-faults.md)."""
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--nemesis", "corrupt,kill-leader,partition"]
+    argv += ["--acks", "all", "--duration", "30", "--seed", "1", "--out", str(out)]
+    code = main(argv)
+    results = _results(out)
+    assert code == 0, (results["anomaly_counts"], results["unchecked"])
+    storage = results["storage"]
+    assert storage["damage"] and all(d["node"] == "3" for d in storage["damage"]), storage
+    assert storage["damage_found"] > 0 and storage["repairs_finished"] > 0, storage
+    assert "## Storage damage" in (out / "report.md").read_text()
+
+
 @pytest.mark.slow
 def test_a_node_that_skips_fsync_loses_acknowledged_writes_and_the_checker_says_so(
     tmp_path: Path,

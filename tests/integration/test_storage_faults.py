@@ -163,3 +163,29 @@ def test_one_damaged_replica_of_three_loses_no_acknowledged_record(
 
 def test_two_damaged_replicas_of_five_lose_no_acknowledged_record(tmp_path: Path) -> None:
     _run_scenario(tmp_path, 5, flip_byte, damaged_count=2)
+
+
+def test_a_damaged_follower_is_refilled_while_the_others_serve(tmp_path: Path) -> None:
+    """The common case: one follower's segment damaged while it was down; the leader keeps
+    accepting writes, and the follower, back, is refilled and votes again."""
+    cluster = start_cluster(tmp_path, 3)
+    try:
+        with Admin(cluster.bootstrap) as admin:
+            admin.create_topic(TOPIC, partitions=1, replication_factor=3)
+            wait_until(lambda: leader_of(admin, TOPIC, 0) > 0, timeout_s=30, what="a leader")
+            follower = next(n for n in cluster.nodes if n != leader_of(admin, TOPIC, 0))
+            acked = _produce_acked(admin, cluster)
+        cluster.kill_node(follower)
+        truncate_segment(_log_dir(cluster, follower))
+        cluster.start_node(follower)
+        with Admin(cluster.bootstrap) as admin:
+            acked.update(_produce_acked(admin, cluster))
+        wait_until(
+            lambda: "repair finished" in _node_log(cluster, follower),
+            timeout_s=30,
+            what=f"node {follower} repaired",
+        )
+        seen = _read_all(cluster, max(acked))
+        assert all(seen.get(o) == v for o, v in acked.items())
+    finally:
+        cluster.stop()

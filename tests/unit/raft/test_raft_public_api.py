@@ -25,7 +25,7 @@ def test_raft_node_signatures() -> None:
         "(self, *, node_id: 'NodeId', config: 'RaftConfig', storage: 'LogStorage', "
         "hard_state: 'HardState', rng: 'random.Random', "
         "bootstrap_membership: 'Membership | None' = None, "
-        "applied_offset: 'Offset' = -1, repairing: 'bool' = False) -> 'None'"
+        "applied_offset: 'Offset' = -1, repair_offset: 'Offset | None' = None) -> 'None'"
     )
     methods = {
         "tick": "(self) -> 'None'",

@@ -44,7 +44,8 @@ def _committed_without_node_3(cluster: Cluster) -> Offset:
 
 def _restart_damaged(cluster: Cluster, node_id: NodeId, keep: int, config: RaftConfig) -> None:
     """Restart `node_id` with only its first `keep` entries, as recovery leaves a log whose
-    synced tail a disk lost; `repairing` as the storage layer reports it."""
+    synced tail a disk lost; `repair_offset` (the end it had reached) as the storage layer
+    reports it."""
     old = cluster.storages[node_id]
     damaged = MemoryStorage()
     damaged.append(list(old.entries(Offset(0), bytes_max=10**9))[:keep])
@@ -59,7 +60,7 @@ def _restart_damaged(cluster: Cluster, node_id: NodeId, keep: int, config: RaftC
         hard_state=cluster.hard_state_stores[node_id].load(),
         rng=random.Random(node_id),
         bootstrap_membership=cluster.bootstraps[node_id],
-        repairing=True,
+        repair_offset=old.last_offset(),
     )
 
 
