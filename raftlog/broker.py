@@ -58,9 +58,11 @@ import grpc
 
 from raftlog.config import LogConfig
 from raftlog.errors import (
+    CorruptBatchError,
     NotControllerError,
     NotLeaderError,
     RaftlogError,
+    StorageError,
     UnknownTopicOrPartitionError,
 )
 from raftlog.metadata import (
@@ -101,6 +103,7 @@ from raftlog.rpc.security import security_peer_ssl, security_server_setup  # iss
 from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
 from raftlog.runtime.host import GroupHost
 from raftlog.runtime.metadata_machine import MetadataMachine
+from raftlog.runtime.scrubber import Scrubber, ScrubTarget
 from raftlog.runtime.settings import BrokerSettings, parse_address
 from raftlog.storage.bootstrap_voters import (
     BOOTSTRAP_VOTERS_FILE_NAME,
@@ -116,6 +119,8 @@ from raftlog.storage.files import (
 )
 from raftlog.storage.hard_state import FileHardStateStore
 from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.scrub import SegmentProblem
+from raftlog.storage.segment import LOG_SUFFIX, parse_segment_name
 from raftlog.types import GroupId, NodeId, Offset, PartitionId
 
 __all__ = ["Broker"]
@@ -185,6 +190,14 @@ class Broker:
             sync_on_loop_bytes_max=self.config.sync_on_loop_bytes_max,
             sync_on_loop_slow_ms=self.config.sync_on_loop_slow_ms,
         )
+        self.host.on_storage_damage = self._on_read_damage
+        self.scrubber = Scrubber(
+            bytes_per_s=self.config.scrub_bytes_per_s,
+            chunk_bytes=self.config.scrub_chunk_bytes,
+            targets=self._scrub_targets,
+            on_damage=self._on_scrub_damage,
+            round_pause_s=self.config.scrub_round_pause_ms / 1000,
+        )
         self.metadata_group: RaftGroup | None = None
         # Consumer groups, coordinated by the controller (raftlog.rpc.group_servicer).
         self.groups = GroupService.create(
@@ -240,6 +253,7 @@ class Broker:
         self._spawn(self._liveness_loop(), "liveness")
         self._spawn(self._leadership_loop(), "leadership")
         self._spawn(self._retention_loop(), "retention")
+        self._spawn(self.scrubber.run(), "scrubber")
 
     async def _start_grpc(self) -> None:
         from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -298,6 +312,7 @@ class Broker:
     async def stop(self) -> None:
         if self._grpc is not None:
             await self._grpc.stop(grace=0.5)
+        self.scrubber.stop()
         self.host.close()
         tasks = list(self._tasks)
         for task in tasks:
@@ -402,6 +417,48 @@ class Broker:
             config=config,
             bootstrap_membership=bootstrap,
         )
+
+    # -- storage damage found while running (docs/storage-faults.md) ------------------------
+
+    def _scrub_targets(self) -> list[ScrubTarget]:
+        return [
+            ScrubTarget(group_id, self.files, self._storages[group_id].log.closed_segments)
+            for group_id in sorted(self._replicas_by_group)
+            if group_id in self._storages
+        ]
+
+    def _on_read_damage(self, group: RaftGroup, error: CorruptBatchError) -> None:
+        self._reopen_for_repair(group.group_id, error.path, str(error), offset=None)
+
+    def _on_scrub_damage(self, group_id: GroupId, problem: SegmentProblem) -> None:
+        self._reopen_for_repair(group_id, problem.path, problem.cause, offset=problem.offset)
+
+    def _reopen_for_repair(
+        self, group_id: GroupId, path: str | None, cause: str, *, offset: int | None
+    ) -> None:
+        """Synced data of a hosted partition turned out damaged: drop the log from the
+        damage on (durably marked as a repair), and reopen the group, which then abstains
+        until a leader the other replicas elected has refilled it."""
+        replica = self._replicas_by_group.get(group_id)
+        if replica is None:
+            raise StorageError(f"metadata log damaged on read ({cause}); restart the node")
+        group = self.host.remove(group_id)
+        if group is not None:
+            group.fail_waiters(NotLeaderError(leader_hint=None))
+        storage = self._storages.pop(group_id)
+        segment_base = parse_segment_name(os.path.basename(path or ""), LOG_SUFFIX)
+        cut = offset if offset is not None else segment_base
+        log_ = storage.log
+        cut = min(max(cut if cut is not None else log_.log_start_offset, log_.log_start_offset),
+                  log_.log_end_offset)  # fmt: skip
+        damage = log_.start_repair(cut, cause, path=path or log_.directory)
+        log.error("group %s: storage damage found while running: %s", group_id, damage.describe())
+        storage.close()
+        del self._replicas_by_group[group_id]
+        self.replicas.pop((replica.topic, replica.partition), None)
+        info = self.metadata.state.partition_by_group(group_id)
+        voters = frozenset(info.replicas) if info is not None else frozenset({self.node_id})
+        self._create_replica(replica.topic, replica.partition, group_id, voters)
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self.settings.data_dir / "partitions" / f"{topic}-{partition}"
@@ -984,13 +1041,21 @@ class Broker:
         bytes_min: int,
         allow_follower: bool = False,
     ) -> FetchResult:
-        return await self.replica(topic, partition).fetch(
-            offset,
-            bytes_max=bytes_max,
-            wait_ms_max=wait_ms_max,
-            bytes_min=bytes_min,
-            allow_follower=allow_follower,
-        )
+        replica = self.replica(topic, partition)
+        try:
+            return await replica.fetch(
+                offset,
+                bytes_max=bytes_max,
+                wait_ms_max=wait_ms_max,
+                bytes_min=bytes_min,
+                allow_follower=allow_follower,
+            )
+        except CorruptBatchError as error:
+            # No damaged byte is served: the replica is reopened for a repair and the client
+            # retries (retriable), against the leader the other replicas elect meanwhile.
+            if self._replicas_by_group.get(replica.group.group_id) is replica:
+                self._reopen_for_repair(replica.group.group_id, error.path, str(error), offset=None)
+            raise NotLeaderError(leader_hint=None) from error
 
     def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
         return self.replica(topic, partition).list_offset(OffsetSpec(spec), timestamp_ms)

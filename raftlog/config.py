@@ -326,6 +326,13 @@ class NodeConfig:
     sync_on_loop_slow_ms: int = 5
     # How often each partition checks retention (whole segments, by bytes and age).
     retention_check_interval_ms: int = 5000
+    # The scrubber (raftlog.runtime.scrubber) re-reads every closed segment in the background
+    # and checks every batch, at most this many bytes a second per node (0: off), in reads of
+    # scrub_chunk_bytes, pausing scrub_round_pause_ms between rounds; damage it finds starts
+    # the same repair as damage found at open (docs/storage-faults.md).
+    scrub_bytes_per_s: int = 4 * MIB
+    scrub_chunk_bytes: int = 1 * MIB
+    scrub_round_pause_ms: int = 60_000
     # The metadata quorum snapshots its state after this many offsets (keeps its log short).
     metadata_snapshot_offsets: int = 2000
     # --- security limits (issue 10; raftlog.rpc.security): a client over one is refused
@@ -374,6 +381,9 @@ class NodeConfig:
             "retention_check_interval_ms",
             "must be positive",
         )
+        _require(self.scrub_bytes_per_s >= 0, "scrub_bytes_per_s", "must be >= 0 (0: off)")
+        _require(self.scrub_chunk_bytes > 0, "scrub_chunk_bytes", "must be positive")
+        _require(self.scrub_round_pause_ms > 0, "scrub_round_pause_ms", "must be positive")
         _require(
             self.raft.append_bytes_max >= self.log.batch_bytes_max,
             "raft.append_bytes_max",

@@ -61,8 +61,11 @@ def tick_election(node: RaftNode) -> None:
     elapsed_max = 2 * node.config.election_timeout_ticks
     node.election_elapsed_ticks = min(node.election_elapsed_ticks + 1, elapsed_max)
     timed_out = node.election_elapsed_ticks >= node.randomized_election_timeout_ticks
-    if timed_out and node.is_voter() and repair.may_vote_or_campaign(node):
-        start_election(node, transfer=False)
+    if timed_out and node.is_voter():
+        if repair.may_vote_or_campaign(node):
+            start_election(node, transfer=False)
+        else:
+            repair.ask_around(node)
     assert node.randomized_election_timeout_ticks < elapsed_max
 
 

@@ -35,17 +35,32 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from raftlog.raft.types import Role
+from raftlog.raft.types import Role, VoteRequest
+from raftlog.types import Term
 
 if TYPE_CHECKING:
     from raftlog.raft.node import RaftNode
 
-__all__ = ["may_vote_or_campaign", "maybe_finish_repair"]
+__all__ = ["ask_around", "may_vote_or_campaign", "maybe_finish_repair"]
 
 
 def may_vote_or_campaign(node: RaftNode) -> bool:
     """Whether the node's log may vouch for it: not while it is being repaired."""
     return not node.repairing
+
+
+def ask_around(node: RaftNode) -> None:
+    """Election timeout while repairing: no campaign, but pre-vote requests whose answers
+    it ignores (it stays a follower). A pre-vote changes no one's term or vote (§9.6); it
+    wakes quiesced peers, whose own timers then run: a group whose leader was this node,
+    reopened for a repair while its node stays up, elects a new one instead of waiting for
+    a node failure that never comes."""
+    assert node.repairing and node.current_role in (Role.FOLLOWER, Role.LEARNER)
+    node.election_elapsed_ticks = 0
+    last_offset, last_term = node.log.last_offset(), node.log.last_term()
+    term = Term(node.current_term + 1)
+    for voter in sorted(node.membership.voters - {node.node_id}):
+        node.send(VoteRequest(term, node.node_id, voter, last_offset, last_term, pre_vote=True))
 
 
 def maybe_finish_repair(node: RaftNode) -> bool:

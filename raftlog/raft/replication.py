@@ -197,7 +197,13 @@ def on_append_response(node: RaftNode, message: AppendResponse) -> None:
 
 
 def _on_reject(node: RaftNode, message: AppendResponse, progress: Progress) -> None:
-    if message.reject_offset <= progress.match or message.last_offset < progress.match:
+    if message.last_offset < progress.match:
+        # The follower's log ends below what it acknowledged: a reordered old answer, or a
+        # log that lost entries to its disk and is being repaired (raftlog.raft.repair).
+        # Probing it again is safe either way (forget_peer_log) and refills the second.
+        node.forget_peer_log(message.sender)
+        return
+    if message.reject_offset <= progress.match:
         return  # stale: sent before the follower acknowledged `match` (reordered)
     if progress.state is ProgressState.SNAPSHOT:
         return  # an answer to an append sent before the snapshot; wait for the snapshot's

@@ -41,6 +41,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
+from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import HardStateStore
 from raftlog.raft.types import HardState, Message
 from raftlog.runtime.group import RaftGroup
@@ -92,6 +93,9 @@ class GroupHost:
         self.ticks = 0  # group ticks, summed over groups: what quiescence saves
         self.tick_rounds = 0
         self.dropped_for_unknown_group = 0
+        # A group whose log turned out damaged on a read (a CRC, an epoch) is taken off the
+        # host and handed here to be reopened for a repair; None: the error propagates.
+        self.on_storage_damage: Callable[[RaftGroup, CorruptBatchError], None] | None = None
 
     # -- membership of groups on this node -------------------------------------------------
 
@@ -125,7 +129,11 @@ class GroupHost:
                 self.dropped_for_unknown_group += 1
                 continue
             assert message.sender == sender, (message, sender)
-            group.node.step(message)
+            try:
+                group.node.step(message)
+            except CorruptBatchError as error:
+                self._storage_damaged(group, error)
+                continue
             self._dirty[group_id] = group
         self._wake.set()
 
@@ -144,6 +152,14 @@ class GroupHost:
         for group in self._groups.values():
             group.node.set_peer_reachable(peer, reachable=reachable)
         self.notify()
+
+    def _storage_damaged(self, group: RaftGroup, error: CorruptBatchError) -> None:
+        """A read of `group`'s log met damage mid-step: the core's state is unusable, the
+        group leaves the host at once and its owner reopens it for a repair."""
+        if self.on_storage_damage is None:
+            raise error
+        self.remove(group.group_id)
+        self.on_storage_damage(group, error)
 
     def _mark_dirty(self, group: RaftGroup) -> None:
         if self._groups.get(group.group_id) is group:
@@ -174,14 +190,17 @@ class GroupHost:
         while not self._closed:
             await asyncio.sleep(self._tick_interval_s)
             awake = self._awake
-            for group in awake.values():
+            for group in list(awake.values()):
                 # A group whose Ready is still on its way to disk does not tick: a vote or
                 # acknowledgement that takes longer to save than an election timeout would
                 # otherwise always arrive too late, and a mass election (1,000 groups) on a
                 # slow disk would churn for ever. Only its own timers wait (the other groups
                 # keep heartbeating); the ticks it misses are dropped, not replayed.
                 if not group.node.ready_pending:
-                    group.node.tick()
+                    try:
+                        group.node.tick()
+                    except CorruptBatchError as error:
+                        self._storage_damaged(group, error)
             self.ticks += len(awake)
             self.tick_rounds += 1
             self._dirty.update(awake)
@@ -198,7 +217,10 @@ class GroupHost:
             else:
                 self._awake[group.group_id] = group
             if not node.ready_pending and node.has_ready():
-                batch.append((group, node.ready()))
+                try:
+                    batch.append((group, node.ready()))
+                except CorruptBatchError as error:
+                    self._storage_damaged(group, error)
             elif node.ready_pending:
                 self._dirty[group.group_id] = group  # stepped mid-pass: look again next pass
         if not batch:

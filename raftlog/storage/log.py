@@ -424,6 +424,10 @@ class SegmentedLog:
     def segment_base_offsets(self) -> tuple[int, ...]:
         return tuple(self._base_offsets)
 
+    def closed_segments(self) -> list[tuple[str, int, int]]:
+        """`(path, base_offset, end_offset)` of every closed segment (the scrubber's work)."""
+        return [(s.path, s.base_offset, s.end_offset) for s in self._segments[:-1]]
+
     @property
     def size_bytes(self) -> int:
         return sum(segment.size_bytes for segment in self._segments)

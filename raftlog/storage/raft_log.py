@@ -52,7 +52,7 @@ import threading
 from collections.abc import Sequence
 
 from raftlog.config import LogConfig
-from raftlog.errors import StorageError
+from raftlog.errors import CorruptBatchError, StorageError
 from raftlog.raft.types import NO_OFFSET, Entry, EntryKind, Membership, Snapshot, SnapshotMeta
 from raftlog.storage.batch import (
     CRC_FIELD,
@@ -176,6 +176,7 @@ class RaftLogStorage:
                 if not result and header.base_offset != start:
                     raise LookupError(f"offset {start} is inside the entry at {header.base_offset}")
                 entry = self._entry_from(header, view)
+                self._check_term(entry)
                 if result and size_bytes + entry.size_bytes > bytes_max:
                     return result
                 result.append(entry)
@@ -321,6 +322,20 @@ class RaftLogStorage:
         control = _CONTROL_BY_KIND[entry.kind]
         batch = encode_control_batch(control, entry.data, timestamp_ms=self.clock.now_ms())
         return _with_offset_count(batch, entry.offset_count)
+
+    def _check_term(self, entry: Entry) -> None:
+        """A batch's leader epoch (its Raft term) lies outside its CRC: a flipped bit there
+        would change an entry's term unseen, so each read is checked against the epoch
+        checkpoint, which knows every term's first offset."""
+        expected = self.term_at(entry.offset)
+        if entry.term != expected:
+            segment = self.log.read(entry.offset, bytes_max=1)
+            raise CorruptBatchError(
+                f"the batch at offset {entry.offset} carries leader epoch {entry.term}, the "
+                f"epoch checkpoint says {expected}",
+                path=segment.segment_path,
+                position=segment.position,
+            )
 
     def _entry_from(self, header: BatchHeader, view: memoryview) -> Entry:
         term, offset = Term(header.partition_leader_epoch), Offset(header.base_offset)

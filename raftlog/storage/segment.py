@@ -53,8 +53,10 @@ __all__ = [
     "TIME_INDEX_SUFFIX",
     "Segment",
     "SegmentSync",
+    "announced_bytes",
     "parse_segment_name",
     "segment_name",
+    "verified_batches",
 ]
 
 LOG_SUFFIX = ".log"
@@ -306,10 +308,10 @@ class Segment:
         while True:
             # Read at least the batch the next header announces: a batch written under a
             # larger batch_bytes_max must not be cut as if torn.
-            chunk_bytes = max(_SCAN_CHUNK_BYTES, _announced_bytes(handle, position))
+            chunk_bytes = max(_SCAN_CHUNK_BYTES, announced_bytes(handle, position))
             chunk = handle.read_at(chunk_bytes, position)
             used = 0
-            for batch_position, base_offset, last_offset, size, max_ms in _verified(chunk):
+            for batch_position, base_offset, last_offset, size, max_ms in verified_batches(chunk):
                 if base_offset != expected_offset:
                     return  # offsets must be contiguous from the segment's base
                 expected_offset = last_offset + 1
@@ -673,7 +675,7 @@ def _whole_batches(data: bytes) -> Iterator[tuple[int, BatchHeader]]:
         position += header.size_bytes
 
 
-def _announced_bytes(handle: FileHandle, position: int) -> int:
+def announced_bytes(handle: FileHandle, position: int) -> int:
     """The size the header at `position` claims (0 when there is none), capped at 2 GiB."""
     raw = handle.read_at(BATCH_HEADER_BYTES, position)
     if len(raw) < BATCH_HEADER_BYTES:
@@ -681,7 +683,7 @@ def _announced_bytes(handle: FileHandle, position: int) -> int:
     return min(BatchHeader(*_HEADER.unpack_from(raw)).size_bytes, 2**31)
 
 
-def _verified(chunk: bytes) -> Iterator[tuple[int, int, int, int, int]]:
+def verified_batches(chunk: bytes) -> Iterator[tuple[int, int, int, int, int]]:
     """`(position, base_offset, last_offset, size_bytes, max_timestamp_ms)` of each batch
     from the start of `chunk` that checks out (magic, length, offset delta, CRC32C); stops
     before a partial or bad one. The checks of verify_batch, minus building a BatchHeader:

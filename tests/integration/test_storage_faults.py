@@ -109,6 +109,21 @@ def _node_log(cluster: LocalCluster, node_id: int) -> str:
     return Path(cluster.nodes[node_id].log_file).read_text(errors="replace")
 
 
+def _write_more_then_check_repaired(
+    cluster: LocalCluster, damaged: int, acked: dict[int, bytes]
+) -> None:
+    """Writes go on; the damaged replica is refilled; every acknowledged record reads back."""
+    with Admin(cluster.bootstrap) as admin:
+        acked.update(_produce_acked(admin, cluster))
+    wait_until(
+        lambda: "repair finished" in _node_log(cluster, damaged),
+        timeout_s=30,
+        what=f"node {damaged} repaired",
+    )
+    seen = _read_all(cluster, max(acked))
+    assert all(seen.get(o) == v for o, v in acked.items())
+
+
 def _run_scenario(tmp_path: Path, nodes: int, damage: Damage, damaged_count: int) -> None:
     cluster = start_cluster(tmp_path, nodes)
     try:
@@ -132,10 +147,14 @@ def _run_scenario(tmp_path: Path, nodes: int, damage: Damage, damaged_count: int
         for node in damaged:
             damage(_log_dir(cluster, node))
             cluster.start_node(node)
+        for node in damaged:
+            wait_until(
+                lambda node=node: "storage damage" in _node_log(cluster, node),  # type: ignore[misc]
+                timeout_s=60,
+                what=f"node {node} to report its damage",
+            )
         # The damaged replicas and the lagging ones are a majority, yet none may lead.
         time.sleep(3)
-        for node in damaged:
-            assert "storage damage" in _node_log(cluster, node), node
         for node in intact:
             if node not in damaged:
                 cluster.start_node(node)
@@ -178,14 +197,69 @@ def test_a_damaged_follower_is_refilled_while_the_others_serve(tmp_path: Path) -
         cluster.kill_node(follower)
         truncate_segment(_log_dir(cluster, follower))
         cluster.start_node(follower)
-        with Admin(cluster.bootstrap) as admin:
-            acked.update(_produce_acked(admin, cluster))
-        wait_until(
-            lambda: "repair finished" in _node_log(cluster, follower),
-            timeout_s=30,
-            what=f"node {follower} repaired",
+        _write_more_then_check_repaired(cluster, follower, acked)
+    finally:
+        cluster.stop()
+
+
+def _closed_segment(log_dir: Path) -> Path:
+    return sorted(log_dir.glob("*.log"))[0]
+
+
+def _flip_in_place(segment: Path) -> None:
+    """Bit rot under a running node: the file changes, the page cache with it."""
+    with segment.open("r+b") as file:
+        file.seek(segment.stat().st_size // 2)
+        byte = file.read(1)
+        file.seek(-1, os.SEEK_CUR)
+        file.write(bytes([byte[0] ^ 0x01]))
+
+
+def _small_segments_topic(cluster: LocalCluster) -> tuple[int, dict[int, bytes]]:
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(
+            TOPIC, partitions=1, replication_factor=3, config={"segment.bytes": "65536"}
         )
-        seen = _read_all(cluster, max(acked))
+        wait_until(lambda: leader_of(admin, TOPIC, 0) > 0, timeout_s=30, what="a leader")
+        acked: dict[int, bytes] = {}
+        for _ in range(4):  # several 64 KiB segments
+            acked.update(_produce_acked(admin, cluster))
+        return leader_of(admin, TOPIC, 0), acked
+
+
+def test_the_scrubber_finds_a_damaged_closed_segment_and_the_replica_is_refilled(
+    tmp_path: Path,
+) -> None:
+    fast_scrub = ("--set", "scrub_bytes_per_s=67108864", "--set", "scrub_round_pause_ms=200")
+    cluster = start_cluster(tmp_path, 3, *fast_scrub)
+    try:
+        leader, acked = _small_segments_topic(cluster)
+        follower = next(n for n in cluster.nodes if n != leader)
+        segment = _closed_segment(_log_dir(cluster, follower))
+        assert len(list(_log_dir(cluster, follower).glob("*.log"))) > 1
+        _flip_in_place(segment)
+        wait_until(
+            lambda: "storage damage found while running" in _node_log(cluster, follower),
+            timeout_s=30,
+            what="the scrubber to find the damage",
+        )
+        assert "scrubber:" in _node_log(cluster, follower)
+        _write_more_then_check_repaired(cluster, follower, acked)
+    finally:
+        cluster.stop()
+
+
+def test_a_read_that_meets_damage_serves_none_of_it_and_starts_a_repair(tmp_path: Path) -> None:
+    cluster = start_cluster(tmp_path, 3, "--set", "scrub_bytes_per_s=0")
+    try:
+        leader, acked = _small_segments_topic(cluster)
+        _flip_in_place(_closed_segment(_log_dir(cluster, leader)))
+        seen = _read_all(cluster, max(acked))  # from offset 0: through the damaged segment
         assert all(seen.get(o) == v for o, v in acked.items())
+        assert "storage damage found while running" in _node_log(cluster, leader)
+        with Admin(cluster.bootstrap) as admin:
+            wait_until(
+                lambda: leader_of(admin, TOPIC, 0) != leader, timeout_s=30, what="a new leader"
+            )
     finally:
         cluster.stop()

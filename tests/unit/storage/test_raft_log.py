@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from raftlog.config import LogConfig
+from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import DurableLog
 from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
 from raftlog.storage.batch import iter_batches, parse_header
@@ -393,3 +394,16 @@ def test_a_lost_snapshot_empties_the_log_for_a_repair(damage: str) -> None:
     assert reopened.damage is not None and reopened.damage.path == path
     sim.crash()
     assert _open(sim).is_repairing
+
+
+def test_a_flipped_leader_epoch_is_caught_on_read() -> None:
+    """The epoch lies outside the batch CRC; reads check it against the epoch checkpoint."""
+    sim = SimFileSystem()
+    storage = _open(sim)
+    storage.append(_history())
+    storage.close()
+    path = "/g/log/00000000000000000000.log"
+    sim.corrupt(path, 15, bytes([sim.file_bytes(path)[15] ^ 0x04]))  # the first batch's epoch
+    reopened = _open(sim)
+    with pytest.raises(CorruptBatchError, match="carries leader epoch 5, the epoch checkpoint"):
+        reopened.entries(Offset(0), bytes_max=10**6)
