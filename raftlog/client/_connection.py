@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from raftlog.client._auth import bearer_metadata
 from raftlog.client.config import ConnectionConfig
 from raftlog.client.errors import (
     ClientClosedError,
@@ -39,7 +40,6 @@ from raftlog.client.errors import (
     UnknownTopicOrPartitionError,
     server_error,
 )
-from raftlog.rpc.security import bearer_metadata  # issue 10
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.tls import diagnose_tls_refusal, grpc_channel_credentials  # issue 10
