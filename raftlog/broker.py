@@ -67,8 +67,8 @@ from raftlog.metadata import (
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
 from raftlog.raft.membership import membership_at
 from raftlog.raft.types import Message, Role, Snapshot, SnapshotMeta
+from raftlog.rpc.consumer_group_servicer import GroupService
 from raftlog.rpc.faults import FaultInjector
-from raftlog.rpc.group_servicer import GroupService
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl
 from raftlog.rpc.server import ApiServer, Forward, forward_in_clear, start_api_server
@@ -205,7 +205,7 @@ class Broker:
             metadata=self._metadata_state,
             submit=self.submit,
         )
-        # Consumer groups, coordinated by the controller (raftlog.rpc.group_servicer).
+        # Consumer groups, coordinated by the controller (raftlog.rpc.consumer_group_servicer).
         self.groups = GroupService.create(
             self.config.metadata,
             controller_term=lambda: controller_term_of(self.metadata_group),

@@ -267,7 +267,7 @@ class MetadataConfig:
     # back, or flaps, is left alone until it has stayed up that long.
     auto_rebalance: bool = True
     rebalance_grace_ms: int = 30_000
-    # Consumer groups (raftlog.metadata.groups): a member silent for the session timeout is
+    # Consumer groups (raftlog.metadata.consumer_groups): a member silent for the session timeout is
     # removed and its partitions move; members heartbeat every interval; a member asked to
     # revoke partitions is removed if it has not confirmed within its rebalance timeout
     # (capped here). Groups and members are soft state in the controller's memory: bounded.

@@ -15,7 +15,7 @@ from grpc_reflection.v1alpha import reflection
 from raftlog.errors import NotControllerError
 from raftlog.metadata import ApplyResult, Command, encode_command
 from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer, forward_to_controller
-from raftlog.rpc.group_servicer import GroupService, GroupServicer
+from raftlog.rpc.consumer_group_servicer import GroupService, GroupServicer
 from raftlog.rpc.port import BrokerPort
 from raftlog.rpc.security import security_server_setup
 from raftlog.rpc.servicers import LogServicer

@@ -31,7 +31,7 @@ one is raised. OFFSET_OUT_OF_RANGE resets the position per `auto_offset_reset`.
 Consumer groups. `subscribe(topics, group_id=...)` (or `group_id=` in the constructor) joins
 a group instead of `assign`: the cluster's controller shares the topics' partitions among the
 group's members and moves them incrementally as members come and go (raftlog.client._group
-has the member's side, raftlog.metadata.groups the coordinator's). `poll` drives the
+has the member's side, raftlog.metadata.consumer_groups the coordinator's). `poll` drives the
 membership: it heartbeats when due, and applies each new assignment between fetch rounds. A
 revoked partition's position is committed first (with `enable_auto_commit`), then dropped,
 and the revocation confirmed at once; partitions kept are never paused. A new partition

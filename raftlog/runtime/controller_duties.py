@@ -99,7 +99,7 @@ class ControllerDuties:
         group = self._metadata_group()
         node = group.node
         membership = node.membership
-        if node.configs.last_offset > node.commit_offset:
+        if node.membership_history.last_offset > node.commit_offset:
             return
         for info in self._metadata().nodes():
             # A node being decommissioned is never (re)added: it is on its way out.
@@ -133,7 +133,7 @@ class ControllerDuties:
             if step.node_id in membership.members:
                 if step.node_id in membership.voters:
                     return  # never: voters are refused at the request (plan_decommission)
-                if node.configs.last_offset > node.commit_offset:
+                if node.membership_history.last_offset > node.commit_offset:
                     return  # the previous membership change is not committed yet
                 with contextlib.suppress(RaftlogError):
                     node.propose_membership(
@@ -143,7 +143,7 @@ class ControllerDuties:
                              self._node_id, step.node_id)  # fmt: skip
                     group.wake()
                 return
-            if node.configs.last_offset > node.commit_offset:
+            if node.membership_history.last_offset > node.commit_offset:
                 return
             log.info("node %s: node %s is decommissioned", self._node_id, step.node_id)
         else:

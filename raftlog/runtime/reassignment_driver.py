@@ -55,7 +55,7 @@ class ReassignmentDriver:
             step = next_step(
                 leader=self._node_id,
                 membership=node.membership,
-                membership_committed=node.configs.last_offset <= commit,
+                membership_committed=node.membership_history.last_offset <= commit,
                 target=info.target,
                 caught_up=frozenset(n for n, p in node.progress.items() if p.match >= commit),
             )

@@ -1,7 +1,7 @@
 """The Groups service: consumer group heartbeats, offset commits and fetches (raftlog.v1).
 
 Theory of operation. The controller (the metadata quorum's leader) coordinates every consumer
-group. `GroupService` wraps the pure `raftlog.metadata.groups.GroupCoordinator` with the
+group. `GroupService` wraps the pure `raftlog.metadata.consumer_groups.GroupCoordinator` with the
 node's ports: whether this node is the controller (and in which term), the metadata state
 (partition counts, committed offsets), `submit` (commit a metadata command) and a monotonic
 clock. `GroupServicer` maps protobuf to it and back.
@@ -43,7 +43,7 @@ from raftlog.metadata.commands import (
     DeleteGroup,
     ErrorCode,
 )
-from raftlog.metadata.groups import (
+from raftlog.metadata.consumer_groups import (
     GroupCoordinator,
     GroupErrorCode,
     GroupLimits,
