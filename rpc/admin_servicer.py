@@ -352,7 +352,7 @@ def apply_fault_rules(injector: FaultInjector, rules: dict[str, object]) -> None
         fields = dict(link)
         peer = fields.pop("peer", None)
         injector.set_link(None if peer is None else NodeId(int(peer)), LinkFaults(**fields))
-    clock = rules.get("clock")  # {"clock": {"offset_ms": N, "rate": R}} (issue 8, chaos)
+    clock = rules.get("clock")  # {"clock": {"offset_ms": N, "rate": R}} (the chaos suite)
     if clock is not None:
         if not isinstance(clock, dict) or not set(clock) <= {"offset_ms", "rate"}:
             raise ValueError(f"clock: expected an object with offset_ms and/or rate, got {clock!r}")

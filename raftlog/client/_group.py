@@ -84,7 +84,7 @@ class GroupMember:
         self._next_heartbeat_at = float("-inf")
         self._last_answered_send_at: float | None = None
         self._coordinator: str | None = None
-        # The token metadata the cluster sends on every call (issue 10), if any.
+        # The token metadata the cluster sends on every call, if any.
         self._call_metadata = getattr(cluster, "_call_metadata", None)
 
     # -- heartbeats --------------------------------------------------------------------------

@@ -109,10 +109,10 @@ class Consumer:
         rebalance_timeout_ms: int = 60_000,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        tls_ca: str | os.PathLike[str] | None = None,  # issue 10: TLS, trusting this CA
-        token: str | None = None,  # issue 10: bearer token (docs/security.md)
-        tls_cert: str | os.PathLike[str] | None = None,  # issue 10: client certificate (mTLS)
-        tls_key: str | os.PathLike[str] | None = None,  # issue 10: its private key
+        tls_ca: str | os.PathLike[str] | None = None,  # TLS, trusting this CA
+        token: str | None = None,  # bearer token (docs/security.md)
+        tls_cert: str | os.PathLike[str] | None = None,  # client certificate (mTLS)
+        tls_key: str | os.PathLike[str] | None = None,  # its private key
     ) -> None:
         if auto_commit_interval_ms <= 0 or rebalance_timeout_ms <= 0:
             raise ConfigError(
