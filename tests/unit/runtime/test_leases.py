@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+from pathlib import Path
 
+from raftlog.broker import Broker
 from raftlog.config import MetadataConfig, NodeConfig, RaftConfig
 from raftlog.metadata import ApplyResult, Command, FenceNode, MetadataState, RegisterNode
 from raftlog.metadata.commands import encode_command
@@ -17,6 +19,7 @@ from raftlog.runtime.clock import FakeMonotonicClock
 from raftlog.runtime.controller_duties import ControllerDuties
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.leases import ControllerWatch, NodeLease
+from raftlog.runtime.settings import BrokerSettings
 from raftlog.types import GroupId, NodeId
 
 LEASE_MS = 1000
@@ -173,3 +176,24 @@ def test_the_controller_fences_a_node_silent_for_a_lease_and_no_sooner() -> None
     assert controller.run() == []  # fenced once
     controller.clock.advance(0.6)
     assert controller.run() == [N1, N3]
+
+
+def test_a_broker_reads_its_lease_on_the_clock_it_was_given(tmp_path: Path) -> None:
+    address = ("127.0.0.1", 1)
+    metadata = MetadataConfig(node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100)
+    clock = FakeMonotonicClock()
+    broker = Broker(
+        BrokerSettings(
+            node_id=N1,
+            data_dir=tmp_path,
+            listen=address,
+            raft_listen=address,
+            peers={N1: address},
+            config=dataclasses.replace(NodeConfig(), metadata=metadata),
+        ),
+        clock=clock,
+    )
+    clock.advance(0.999)
+    assert not broker.is_fenced()
+    clock.advance(0.001)
+    assert broker.is_fenced()
