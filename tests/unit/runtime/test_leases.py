@@ -10,7 +10,17 @@ from pathlib import Path
 
 from raftlog.broker import Broker
 from raftlog.config import MetadataConfig, NodeConfig, RaftConfig
-from raftlog.metadata import ApplyResult, Command, FenceNode, MetadataState, RegisterNode
+from raftlog.metadata import (
+    ApplyResult,
+    Command,
+    CreateTopic,
+    CreateTopicRequest,
+    FenceNode,
+    MetadataState,
+    ReassignPartition,
+    RegisterNode,
+    plan_create_topic,
+)
 from raftlog.metadata.commands import encode_command
 from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
@@ -134,13 +144,15 @@ class _Controller:
     """ControllerDuties over a real metadata state; `submit` applies what it is given, as a
     commit through the quorum would."""
 
-    def __init__(self, *nodes: NodeId) -> None:
+    def __init__(self, *nodes: NodeId, metadata: MetadataConfig | None = None) -> None:
         self.clock = FakeMonotonicClock()
         self.state = _registered(*nodes)
         self.submitted: list[Command] = []
         self.watch = ControllerWatch(self.clock)
         group = _leader_group()
-        metadata = MetadataConfig(node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100)
+        metadata = metadata or MetadataConfig(
+            node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100, auto_rebalance=False
+        )
         self.duties = ControllerDuties(
             node_id=N1,
             config=dataclasses.replace(NodeConfig(), metadata=metadata),
@@ -197,3 +209,26 @@ def test_a_broker_reads_its_lease_on_the_clock_it_was_given(tmp_path: Path) -> N
     assert not broker.is_fenced()
     clock.advance(0.001)
     assert broker.is_fenced()
+
+
+def test_the_controller_rebalances_onto_a_new_node_once_it_outlived_the_grace() -> None:
+    grace_ms = 2000
+    metadata = MetadataConfig(
+        node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100, rebalance_grace_ms=grace_ms
+    )
+    controller = _Controller(N1, N2, N3, metadata=metadata)
+    plan = plan_create_topic(controller.state, CreateTopicRequest("orders", 6, 2), 1_000)
+    assert isinstance(plan, CreateTopic) and _apply(controller.state, plan).ok
+    n4 = NodeId(4)
+    assert _apply(controller.state, RegisterNode(n4, "n4:1", "n4:2", 1, 1_000)).ok
+    moves_at_ms: list[int] = []
+    for step in range(30):  # every node heartbeats every 100 ms
+        for node in (N1, N2, N3, n4):
+            controller.watch.heard(node)
+        controller.run()
+        if any(isinstance(c, ReassignPartition) for c in controller.submitted):
+            moves_at_ms.append(step * 100)
+        controller.clock.advance(0.1)
+    # The controller saw node 4 alive from its first pass: the first move onto it comes when
+    # that reaches the grace period, and no second one starts while the first is under way.
+    assert moves_at_ms == [grace_ms]
