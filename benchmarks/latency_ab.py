@@ -1,4 +1,4 @@
-"""A/B of acks=all latency on fresh clusters: this tree against another commit (issue 9).
+"""A/B of acks=all latency on fresh clusters: this tree against another commit.
 
     .venv/bin/python benchmarks/latency_ab.py --baseline HEAD~1 --rounds 4 --out /tmp/lat
 

@@ -1,4 +1,4 @@
-"""PNG plots of the cluster benchmarks (issue 9), drawn with matplotlib's Agg backend.
+"""PNG plots of the cluster benchmarks, drawn with matplotlib's Agg backend.
 
 Theory of operation. Suites pass plain numbers (no raftlog types) and a path; each function
 draws one figure, writes it and returns the path. Nothing here measures: a plot can be

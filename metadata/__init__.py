@@ -1,11 +1,13 @@
 """The metadata quorum: a Raft-replicated controller (raftlog.metadata).
 
-The metadata quorum is Raft group 0. Its state machine (`MetadataState`) applies commands
-(`commands.py`: nodes, topics, partitions, leaders, producer ids) deterministically and
-snapshots to canonical bytes; the controller's decisions (`controller.py`, `assignment.py`)
-are pure functions from that state and the time to commands, and `reassignment.py` is the
-partition leader's next step of a replica move. Nothing here does I/O: the node
-runtime proposes, commits and applies, and calls these functions.
+The metadata quorum is Raft group 0. Its state machine (`MetadataState`, `state.py`)
+applies commands (`commands.py`: nodes, topics, partitions, leaders, producer ids)
+deterministically: each is first checked (`checks.py`, read only) then carried out, over the
+records of `model.py`; it snapshots to canonical bytes (`snapshot_codec.py`). The
+controller's decisions (`controller.py`, `assignment.py`) are pure functions from that state
+and the time to commands, and `reassignment.py` is the partition leader's next step of a
+replica move. Nothing here does I/O: the node runtime proposes, commits and applies, and
+calls these functions.
 """
 
 from raftlog.metadata.assignment import NodeLoad, assign_replicas

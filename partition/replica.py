@@ -148,7 +148,8 @@ class PartitionReplica:
         Commit alone is not enough: a Ready applies at most `apply_bytes_max`, so applying
         can trail the commit offset by several passes after an election, and until the
         entries of earlier terms are applied the producer table misses their sequences: a
-        retried batch would look new and be written twice (found by the chaos suite, seed 77).
+        retried batch would look new and be written twice (docs/chaos.md tells how the chaos
+        suite caught it).
         """
         node = self.group.node
         if node.role is not Role.LEADER or not node.committed_in_term():
@@ -361,7 +362,7 @@ class PartitionReplica:
             )
         if header.is_control:
             raise CorruptBatchError("clients may not write control batches")
-        # Issue 10: a CRC-valid batch of malformed records must not be stored and served. The
+        # A CRC-valid batch of malformed records must not be stored and served. The
         # one walk of the records happens here, on a client's produce; replication and fetch
         # never decode (benchmarks/suites/record_validation.py measures its cost).
         if self._config.produce_record_validation == "full":

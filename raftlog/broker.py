@@ -1,44 +1,33 @@
-"""A raftlog node ("broker"): every Raft group it hosts, its transports and its gRPC API.
+"""A raftlog node ("broker"): wires every Raft group it hosts, its transports and its API
+servers, and exposes the data and admin facade (`raftlog.rpc.port.BrokerPort`) the API front
+ends call.
 
 Theory of operation. One asyncio loop runs everything:
 
 - the `GroupHost` drives group 0 (the metadata quorum) and one group per partition replica
   assigned to this node, with group commit across groups;
 - the `PeerTransport` carries the Raft traffic of all groups, one connection per peer node;
-- a gRPC server answers clients (`Log`, `Admin`) and other nodes (`Internal`).
+- a gRPC server (`raftlog.rpc.server`) answers clients (`Log`, `Admin`, `Groups`) and other
+  nodes (`Internal`).
 
-The metadata state drives the rest (`_reconcile`, run after every metadata apply): it creates
-the partition groups assigned to this node (their initial voters are the assigned replicas,
-written once next to the group's log; a node joining through a move starts with none and
-learns the membership from the leader), removes and deletes those of deleted topics and the
-copies a completed move took away, and tells the transport where peers live. A partition
-leader drives a move of its partition one membership change at a time
-(`raftlog.metadata.reassignment`) and reports its completion to the controller.
+Each concern has its own module; this one only wires them and runs their loops:
 
-Leases (issue 5): the controller stamps heartbeats with its own clock and measures each
-node's silence on its monotonic clock from the later of its last committed heartbeat and
-its own taking office, so no two nodes' clocks are compared. A node whose heartbeat was not
-renewed for `node_lease_ms` by its own monotonic clock, or that the metadata shows fenced,
-hands its partition leaderships away and refuses produce with a retriable NotLeader.
-Partition leaders report themselves to the controller, which records leader and epoch so any
-node can route clients. The metadata leader is the controller: it registers nodes, fences
-those whose lease expired and plans topic creation (`raftlog.metadata.controller`).
+- `raftlog.runtime.reconcile`: after every metadata apply, the hosted partition groups and
+  known peers follow the metadata state (groups built by `raftlog.runtime.group_factory`).
+- `raftlog.runtime.leases`: this node's lease and, while controller, each node's silence, on
+  an injected monotonic clock (`raftlog.runtime.clock`). A node whose heartbeat was not
+  renewed for `node_lease_ms`, or that the metadata shows fenced, hands its partition
+  leaderships away and refuses produce with a retriable NotLeader.
+- `raftlog.runtime.controller_duties`: the metadata leader fences expired nodes, makes
+  observers learners of the metadata group, decommissions nodes and rebalances replicas.
+- `raftlog.runtime.leadership`: leader reports, stepping down when fenced, handing
+  leadership back to the preferred replica.
+- `raftlog.runtime.reassignment_driver`: a partition leader steps its partition's move along.
 
-Observers (issue 5): a node whose id is not in `--peers` starts its metadata group with no
-voters (it can never elect itself), registers through `--bootstrap` (the voters' client
-addresses) while it knows no controller, and the controller adds every registered node that
-is not a member to the metadata group as a learner, one membership change at a time. The
-observer then replicates the metadata log (or snapshot), answers metadata requests from its
-copy and hosts partition replicas; it never votes in the metadata quorum. The controller
-also evens out replicas by itself (`metadata.auto_rebalance`): one move at a time, between
-nodes it has heard from without interruption for `metadata.rebalance_grace_ms`.
-
-Decommissioning (issue 8, `Admin.DecommissionNode`): only an observer can leave (metadata
-voters are fixed at bootstrap). The controller marks it decommissioning, moves its replicas
-off one move at a time (`controller.decommission_step`, through the ordinary reassignment),
-removes it from the metadata group's learners and marks it decommissioned. Its registration
-and heartbeats are refused from then on: a decommissioned node logs why, and one that is
-restarted stops with that error instead of rejoining.
+An observer (a node not in `--peers`) starts its metadata group with no voters and registers
+through `--bootstrap` (the voters' client addresses) while it knows no controller; a
+decommissioned node's registration and heartbeats are refused, and one that is restarted
+stops with that error instead of rejoining.
 """
 
 from __future__ import annotations
@@ -47,22 +36,15 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import os
 import random
-import shutil
 import time
-from collections.abc import Awaitable, Callable
-from pathlib import Path
+from collections.abc import Awaitable
 
-import grpc
-
-from raftlog.config import LogConfig
 from raftlog.errors import (
     CorruptBatchError,
     NotControllerError,
     NotLeaderError,
     RaftlogError,
-    StorageError,
     UnknownTopicOrPartitionError,
 )
 from raftlog.metadata import (
@@ -70,58 +52,48 @@ from raftlog.metadata import (
     AllocateProducerIds,
     ApplyResult,
     Command,
-    CompleteDecommission,
-    CompleteReassignment,
     CreateTopicRequest,
     DecommissionNode,
     DeleteTopic,
     ErrorCode,
+    MetadataState,
     NodeHeartbeat,
     RegisterNode,
-    ReportLeader,
-    auto_rebalance_step,
     caught_up_since_start,
-    decommission_step,
     encode_command,
-    fences_by_silence,
     plan_create_partitions,
     plan_create_topic,
     plan_decommission,
 )
-from raftlog.metadata.reassignment import Complete, ProposeMembership, TransferLeadership, next_step
-from raftlog.partition.checkpoint import CheckpointStore
-from raftlog.partition.policy import apply_retention, topic_log_config
-from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
 from raftlog.raft.membership import membership_at
-from raftlog.raft.node import RaftNode
-from raftlog.raft.types import Membership, Message, Role, Snapshot, SnapshotMeta
+from raftlog.raft.types import Message, Role, Snapshot, SnapshotMeta
+from raftlog.rpc.consumer_group_servicer import GroupService
 from raftlog.rpc.faults import FaultInjector
-from raftlog.rpc.group_servicer import GroupService, controller_term_of
 from raftlog.rpc.peer_transport import PeerTransport
-from raftlog.rpc.security import security_peer_ssl, security_server_setup  # issue 10
-from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
+from raftlog.rpc.security import security_peer_ssl
+from raftlog.rpc.server import ApiServer, Forward, forward_in_clear, start_api_server
+from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
+from raftlog.runtime.controller_duties import ControllerDuties, controller_term_of
+from raftlog.runtime.group import Commitment, RaftGroup
+from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
+from raftlog.runtime.leadership import LeadershipMoves
+from raftlog.runtime.leases import ControllerWatch, NodeLease
 from raftlog.runtime.metadata_machine import MetadataMachine
-from raftlog.runtime.scrubber import Scrubber, ScrubTarget
-from raftlog.runtime.settings import BrokerSettings, parse_address
-from raftlog.storage.bootstrap_voters import (
-    BOOTSTRAP_VOTERS_FILE_NAME,
-    load_or_write_bootstrap_voters,
-)
+from raftlog.runtime.reassignment_driver import ReassignmentDriver
+from raftlog.runtime.reconcile import Reconciler
+from raftlog.runtime.scrubber import Scrubber
+from raftlog.runtime.settings import BrokerSettings
 from raftlog.storage.files import (
-    DATA_DIRECTORY_MODE,  # issue 10
+    DATA_DIRECTORY_MODE,
     ChaosFileSystem,
     Clock,
     FileSystem,
     OsFileSystem,
     SystemClock,
 )
-from raftlog.storage.hard_state import FileHardStateStore
-from raftlog.storage.raft_log import RaftLogStorage
-from raftlog.storage.scrub import SegmentProblem
-from raftlog.storage.segment import LOG_SUFFIX, parse_segment_name
-from raftlog.types import GroupId, NodeId, Offset, PartitionId
+from raftlog.types import GroupId, NodeId, Offset
 
 __all__ = ["Broker"]
 
@@ -129,7 +101,7 @@ log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, settings: BrokerSettings) -> None:
+    def __init__(self, settings: BrokerSettings, *, clock: MonotonicClock | None = None) -> None:
         self.settings = settings.validate()
         self.node_id = settings.node_id
         self.config = settings.config
@@ -139,11 +111,8 @@ class Broker:
         # reads wait for it (raftlog.metadata.catch_up).
         self._metadata_caught_up = asyncio.Event()
         self.metadata.listeners.append(self._observe_metadata_catch_up)
-        self.replicas: dict[tuple[str, int], PartitionReplica] = {}
-        self._replicas_by_group: dict[GroupId, PartitionReplica] = {}
         # Running tasks only: short ones (leader reports) remove themselves when done.
         self._tasks: set[asyncio.Task[None]] = set()
-        self._storages: dict[GroupId, RaftLogStorage] = {}
         self._producer_ids_next = 0
         self._producer_ids_end = 0
         self._rng = random.Random()
@@ -151,8 +120,10 @@ class Broker:
         self.faults = (
             FaultInjector(rng=random.Random(self._rng.getrandbits(64))) if settings.chaos else None
         )
-        # Wall-clock time (leases, heartbeats, timestamps, retention): movable under --chaos.
+        # Wall-clock time (heartbeat stamps, timestamps, retention): movable under --chaos.
         self.wall_clock: Clock = self.faults.clock if self.faults is not None else SystemClock()
+        # Durations (leases, silence, grace periods): never compared with another node's.
+        self.clock: MonotonicClock = clock if clock is not None else SystemMonotonicClock()
         # Under --chaos the file port records what was fsynced, so the chaos suite can cut the
         # files back to it after a kill (raftlog.storage.files.ChaosFileSystem).
         self.files: FileSystem = (
@@ -162,23 +133,22 @@ class Broker:
             if settings.chaos
             else OsFileSystem()
         )
-        # --- security (issue 10): an owner-only data directory (files inside are 0600)
+        # An owner-only data directory (files inside are 0600): the logs hold client data.
         settings.data_dir.mkdir(mode=DATA_DIRECTORY_MODE, parents=True, exist_ok=True)
         settings.data_dir.chmod(DATA_DIRECTORY_MODE)
-        # mutual TLS between nodes with --peer-tls (raftlog.tls)
-        peer_ssl = security_peer_ssl(settings)
-        # --- end security
+        # Mutual TLS between nodes with --peer-tls (raftlog.tls).
+        peer_ssl_server, peer_ssl_client = security_peer_ssl(settings)
         self.transport = PeerTransport(
             node_id=self.node_id,
             cluster_id=settings.cluster_id,
             config=self.config.transport,
             on_messages=self._on_messages,
             faults=self.faults,
-            ssl_server=peer_ssl[0],  # issue 10
-            ssl_client=peer_ssl[1],  # issue 10
+            ssl_server=peer_ssl_server,
+            ssl_client=peer_ssl_client,
             incarnation=self.incarnation,
             on_peer_restart=self._on_peer_restart,
-            # Node liveness stands in for the heartbeats of quiesced groups (issue 4).
+            # Node liveness stands in for the heartbeats of quiesced groups.
             on_peer_liveness=lambda peer, alive: self.host.set_peer_reachable(
                 peer, reachable=alive
             ),
@@ -190,48 +160,91 @@ class Broker:
             sync_on_loop_bytes_max=self.config.sync_on_loop_bytes_max,
             sync_on_loop_slow_ms=self.config.sync_on_loop_slow_ms,
         )
-        self.host.on_storage_damage = self._on_read_damage
+        self.metadata_group: RaftGroup | None = None
+        self._groups = GroupFactory(
+            node_id=self.node_id,
+            config=self.config,
+            files=self.files,
+            wall_clock=self.wall_clock,
+            rng=self._rng,
+        )
+        self._reconciler = Reconciler(
+            node_id=self.node_id,
+            data_dir=settings.data_dir,
+            log_config=self.config.log,
+            bootstrap_peers=settings.peers,
+            metadata=self._metadata_state,
+            factory=self._groups,
+            host=self.host,
+            update_peers=self.transport.update_peers,
+            on_leadership_change=lambda group: self._leadership.on_leadership_change(group),
+        )
+        self.replicas = self._reconciler.replicas
+        self.host.on_storage_damage = self._reconciler.on_read_damage
         self.scrubber = Scrubber(
             bytes_per_s=self.config.scrub_bytes_per_s,
             chunk_bytes=self.config.scrub_chunk_bytes,
-            targets=self._scrub_targets,
-            on_damage=self._on_scrub_damage,
+            targets=self._reconciler.scrub_targets,
+            on_damage=self._reconciler.on_scrub_damage,
             round_pause_s=self.config.scrub_round_pause_ms / 1000,
         )
-        self.metadata_group: RaftGroup | None = None
-        # Consumer groups, coordinated by the controller (raftlog.rpc.group_servicer).
+        self._leadership = LeadershipMoves(
+            node_id=self.node_id,
+            metadata=self._metadata_state,
+            replicas=self._reconciler.replicas,
+            replicas_by_group=self._reconciler.replicas_by_group,
+            rng=self._rng,
+            submit=self.submit,
+            spawn=self._spawn,
+        )
+        self._reassignments = ReassignmentDriver(
+            node_id=self.node_id,
+            metadata=self._metadata_state,
+            replicas_by_group=self._reconciler.replicas_by_group,
+            submit=self.submit,
+            spawn=self._spawn,
+        )
+        self._lease = NodeLease(self.clock, lease_ms=self.config.metadata.node_lease_ms)
+        self._watch = ControllerWatch(self.clock)
+        self._controller = ControllerDuties(
+            node_id=self.node_id,
+            config=self.config,
+            clock=self.clock,
+            watch=self._watch,
+            metadata_group=self._metadata_group,
+            metadata=self._metadata_state,
+            submit=self.submit,
+        )
+        # Consumer groups, coordinated by the controller (raftlog.rpc.consumer_group_servicer).
         self.groups = GroupService.create(
             self.config.metadata,
             controller_term=lambda: controller_term_of(self.metadata_group),
             controller_id=lambda: None if self.metadata_group is None else self.controller_id,
-            metadata=lambda: self.metadata.state,
+            metadata=self._metadata_state,
             submit=self.submit,
         )
-        self.forward: Callable[[str, Command, float], Awaitable[ApplyResult]] | None = None
-        # Leases, on this node's monotonic clock (never compared with another node's):
-        # when the last heartbeat that renewed our lease was sent (start: one full lease),
-        self._lease_renewed_at = time.monotonic()
-        # and, while controller, since when (and in which term) and each node's last
-        # heartbeat it committed.
-        self._controller_since: tuple[int, float] | None = None
-        self._heard_at: dict[NodeId, float] = {}
-        # While controller: since when each node has been alive without interruption, and in
-        # which incarnation (a restart starts its grace period again).
-        self._alive_since: dict[NodeId, tuple[int, float]] = {}
-        self._completing: set[GroupId] = set()  # CompleteReassignment reports in flight
+        self.forward: Forward | None = None
         self._decommissioned_logged = False
-        self._grpc: grpc.aio.Server | None = None
+        self._server: ApiServer | None = None
         # Set when a task of the node fails: `raftlog serve` then exits non-zero.
         self.failed: asyncio.Future[None] | None = None
         self.bound_port = 0
+
+    def _metadata_state(self) -> MetadataState:
+        return self.metadata.state
+
+    def _metadata_group(self) -> RaftGroup:
+        assert self.metadata_group is not None, "the metadata group starts with the node"
+        return self.metadata_group
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
         self.failed = asyncio.get_running_loop().create_future()
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
-        storage, hard_state_store = self._open_storage(self.settings.data_dir / "metadata")
-        self.metadata_group = self._make_group(
+        directory = self.settings.data_dir / "metadata"
+        storage, hard_state_store = self._groups.open_storage(directory)
+        self.metadata_group = self._groups.make_group(
             METADATA_GROUP_ID,
             storage,
             hard_state_store,
@@ -240,78 +253,27 @@ class Broker:
             frozenset(self.settings.peers) if self.node_id in self.settings.peers else frozenset(),
             self.metadata,
         )
-        self.metadata.listeners.append(self._reconcile)
+        self.metadata.listeners.append(self._reconciler.reconcile)
         await self.transport.start(*self.settings.raft_listen)
         self.transport.update_peers(
             {node: addr for node, addr in self.settings.peers.items() if node != self.node_id}
         )
         self.host.add(self.metadata_group)
-        self._reconcile()  # partitions this node hosted before a restart (from a snapshot)
+        # Partitions this node hosted before a restart (from a snapshot).
+        self._reconciler.reconcile()
         self._spawn(self.host.run(), "group-host")
-        self.forward = self._forward
-        await self._start_grpc()
+        self.forward = forward_in_clear(lambda: self.controller_id)
+        self._server = await start_api_server(self, self.groups, self.settings)
+        self.forward = self._server.forward
+        self.bound_port = self._server.bound_port
         self._spawn(self._liveness_loop(), "liveness")
         self._spawn(self._leadership_loop(), "leadership")
         self._spawn(self._retention_loop(), "retention")
         self._spawn(self.scrubber.run(), "scrubber")
 
-    async def _start_grpc(self) -> None:
-        from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-        from grpc_reflection.v1alpha import reflection
-
-        from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer
-        from raftlog.rpc.group_servicer import GroupServicer
-        from raftlog.rpc.servicers import LogServicer
-        from raftlog.rpc.v1 import raftlog_pb2, raftlog_pb2_grpc
-
-        message_bytes_max = 2 * self.config.log.read_bytes_max
-        # --- security (issue 10): auth, permissions and limits (raftlog.rpc.security)
-        security = security_server_setup(self.settings)
-        self.forward = security.forward
-        # --- end security
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", message_bytes_max),
-                ("grpc.max_send_message_length", message_bytes_max),
-                *security.options,  # issue 10
-            ],
-            interceptors=[security.interceptor],  # issue 10
-        )
-        raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(self), server)  # type: ignore[no-untyped-call]
-        raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self), server)  # type: ignore[no-untyped-call]
-        raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(self), server)  # type: ignore[no-untyped-call]
-        groups = GroupServicer(self.groups, self.leader_address)
-        raftlog_pb2_grpc.add_GroupsServicer_to_server(groups, server)  # type: ignore[no-untyped-call]
-        self._health = health.aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
-        services = [
-            raftlog_pb2.DESCRIPTOR.services_by_name[name].full_name
-            for name in ("Log", "Admin", "Internal", "Groups")
-        ]
-        reflection.enable_server_reflection(
-            [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server
-        )
-        host, port = self.settings.listen
-        # --- security (issue 10): TLS on the client API with --tls-cert/--tls-key
-        if security.credentials is not None:
-            self.bound_port = server.add_secure_port(f"{host}:{port}", security.credentials)
-        else:
-            self.bound_port = server.add_insecure_port(f"{host}:{port}")
-        # --- end security
-        await server.start()
-        await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
-        self._grpc = server
-
-    async def _forward(self, address: str, command: Command, timeout_s: float) -> ApplyResult:
-        from raftlog.rpc.admin_servicer import forward_to_controller
-
-        if not address:
-            raise NotControllerError(leader_hint=self.controller_id)
-        return await forward_to_controller(address, encode_command(command), timeout_s)
-
     async def stop(self) -> None:
-        if self._grpc is not None:
-            await self._grpc.stop(grace=0.5)
+        if self._server is not None:
+            await self._server.stop()
         self.scrubber.stop()
         self.host.close()
         tasks = list(self._tasks)
@@ -325,9 +287,7 @@ class Broker:
             group.fail_waiters(NotLeaderError(leader_hint=None))
         for replica in self.replicas.values():
             replica.checkpoint_on_close()  # a clean stop: the next start re-applies nothing
-        for storage in self._storages.values():
-            storage.close()
-        self._storages.clear()
+        self._groups.close_all()
 
     def _spawn(self, coroutine: Awaitable[None], name: str) -> None:
         async def guarded() -> None:
@@ -350,142 +310,6 @@ class Broker:
     def _on_messages(self, sender: NodeId, items: list[tuple[GroupId, Message]]) -> None:
         self.host.deliver(sender, items)
 
-    # -- groups ------------------------------------------------------------------------------
-
-    def _open_storage(
-        self, directory: Path, log_config: LogConfig | None = None
-    ) -> tuple[RaftLogStorage, FileHardStateStore]:
-        directory.mkdir(parents=True, exist_ok=True)
-        storage = RaftLogStorage.open(
-            directory / "log",
-            config=log_config or self.config.log,
-            files=self.files,
-            clock=self.wall_clock,
-        )
-        return storage, FileHardStateStore(directory, files=self.files)
-
-    def _make_group(
-        self,
-        group_id: GroupId,
-        storage: RaftLogStorage,
-        hard_state_store: FileHardStateStore,
-        voters: frozenset[NodeId],
-        machine: StateMachine,
-    ) -> RaftGroup:
-        # A partition restart resumes applying after the replica's checkpoint, not offset 0.
-        applied_offset = (
-            machine.recover(storage) if isinstance(machine, PartitionReplica) else Offset(-1)
-        )
-        config = self.config.raft
-        if not isinstance(machine, PartitionReplica):
-            # Metadata followers learn each commit at once: every node acts on what it applies
-            # (creates the groups it hosts, learns leaders), and metadata writes are few.
-            config = dataclasses.replace(config, commit_notice="immediate")
-        if storage.damage is not None:
-            log.error(
-                "group %s: storage damage: %s; this replica neither votes nor campaigns until "
-                "a leader elected by the other replicas has refilled its log",
-                group_id,
-                storage.damage.describe(),
-            )
-        node = RaftNode(
-            node_id=self.node_id,
-            config=config,
-            storage=storage,
-            hard_state=hard_state_store.load(),
-            rng=random.Random(self._rng.getrandbits(64)),
-            bootstrap_membership=Membership(voters=voters),
-            applied_offset=applied_offset,
-            repair_offset=storage.repair_offset,
-        )
-        if node.membership.voters == frozenset({self.node_id}):
-            # A sole voter wins at once: a restarted single-replica group serves without
-            # waiting out an election timeout first (etcd campaigns the same way).
-            node.campaign()
-        bootstrap = Membership(voters=voters)
-        self._storages[group_id] = storage
-        snapshot = storage.snapshot()
-        if snapshot is not None and snapshot.meta.offset > applied_offset:
-            # The core resumes applying after the snapshot; the machine starts from it.
-            machine.restore(snapshot)
-        return RaftGroup(
-            group_id=group_id,
-            node=node,
-            log=storage,
-            hard_state_store=hard_state_store,
-            state_machine=machine,
-            config=config,
-            bootstrap_membership=bootstrap,
-        )
-
-    # -- storage damage found while running (docs/storage-faults.md) ------------------------
-
-    def _scrub_targets(self) -> list[ScrubTarget]:
-        return [
-            ScrubTarget(group_id, self.files, self._storages[group_id].log.closed_segments)
-            for group_id in sorted(self._replicas_by_group)
-            if group_id in self._storages
-        ]
-
-    def _on_read_damage(self, group: RaftGroup, error: CorruptBatchError) -> None:
-        self._reopen_for_repair(group.group_id, error.path, str(error), offset=None)
-
-    def _on_scrub_damage(self, group_id: GroupId, problem: SegmentProblem) -> None:
-        self._reopen_for_repair(group_id, problem.path, problem.cause, offset=problem.offset)
-
-    def _reopen_for_repair(
-        self, group_id: GroupId, path: str | None, cause: str, *, offset: int | None
-    ) -> None:
-        """Synced data of a hosted partition turned out damaged: drop the log from the
-        damage on (durably marked as a repair), and reopen the group, which then abstains
-        until a leader the other replicas elected has refilled it."""
-        replica = self._replicas_by_group.get(group_id)
-        if replica is None:
-            raise StorageError(f"metadata log damaged on read ({cause}); restart the node")
-        group = self.host.remove(group_id)
-        if group is not None:
-            group.fail_waiters(NotLeaderError(leader_hint=None))
-        storage = self._storages.pop(group_id)
-        segment_base = parse_segment_name(os.path.basename(path or ""), LOG_SUFFIX)
-        cut = offset if offset is not None else segment_base
-        log_ = storage.log
-        cut = min(max(cut if cut is not None else log_.log_start_offset, log_.log_start_offset),
-                  log_.log_end_offset)  # fmt: skip
-        damage = log_.start_repair(cut, cause, path=path or log_.directory)
-        log.error("group %s: storage damage found while running: %s", group_id, damage.describe())
-        storage.close()
-        del self._replicas_by_group[group_id]
-        self.replicas.pop((replica.topic, replica.partition), None)
-        info = self.metadata.state.partition_by_group(group_id)
-        voters = frozenset(info.replicas) if info is not None else frozenset({self.node_id})
-        self._create_replica(replica.topic, replica.partition, group_id, voters)
-
-    def _partition_dir(self, topic: str, partition: int) -> Path:
-        return self.settings.data_dir / "partitions" / f"{topic}-{partition}"
-
-    def _reconcile(self) -> None:
-        """Make the hosted partition groups and known peers match the metadata state."""
-        state = self.metadata.state
-        wanted = state.group_ids_for_node(self.node_id)
-        for group_id in sorted(wanted - self._replicas_by_group.keys()):
-            info = state.partition_by_group(group_id)
-            assert info is not None
-            # A node joining through a move starts with no voters at all: it must not vote
-            # or campaign before the leader's log (or snapshot) tells it the membership.
-            joining = self.node_id in info.adding
-            voters: frozenset[NodeId] = frozenset() if joining else frozenset(info.replicas)
-            self._create_replica(info.topic, int(info.partition), group_id, voters)
-        for group_id in sorted(self._replicas_by_group.keys() - wanted):
-            self._remove_replica(group_id)
-        peers = {}
-        for node in state.nodes():
-            if node.node_id != self.node_id:
-                peers[node.node_id] = parse_address(node.raft_address, setting="raft_address")
-        for node_id, address in self.settings.peers.items():
-            if node_id != self.node_id:
-                peers.setdefault(node_id, address)
-        self.transport.update_peers(peers)
-
     def _on_peer_restart(self, peer: NodeId) -> None:
         """A peer's HELLO shows a new process: it may have come back with an empty disk.
         Leaders here re-probe its log instead of trusting what it acknowledged before."""
@@ -493,75 +317,6 @@ class Broker:
         for group in self.host.groups():
             group.node.forget_peer_log(peer)
         self.host.notify()
-
-    def _create_replica(
-        self, topic: str, partition: int, group_id: GroupId, voters: frozenset[NodeId]
-    ) -> None:
-        topic_info = self.metadata.state.topic(topic)
-        log_config = topic_log_config(self.config.log, topic_info.config if topic_info else {})
-        directory = self._partition_dir(topic, partition)
-        storage, hard_state_store = self._open_storage(directory, log_config)
-        # The group's bootstrap voters are fixed when its directory is made: after a move the
-        # metadata's replicas differ from the voters the group started with.
-        bootstrap = load_or_write_bootstrap_voters(self.files, os.fspath(directory), voters)
-        if bootstrap.damage is not None:
-            path = os.path.join(directory, BOOTSTRAP_VOTERS_FILE_NAME)
-            storage.log.start_repair(storage.log.log_end_offset, bootstrap.damage, path=path)
-        voters = bootstrap.voters
-        checkpoint = CheckpointStore(
-            storage.files, storage.directory, producers_max=PRODUCERS_MAX_DEFAULT
-        )
-        replica = PartitionReplica(
-            topic=topic, partition=partition, log=storage, config=log_config, checkpoint=checkpoint
-        )
-        group = self._make_group(group_id, storage, hard_state_store, voters, replica)
-        replica.attach(group)
-        group.on_leadership_change = self._on_partition_leadership
-        self.replicas[(topic, partition)] = replica
-        self._replicas_by_group[group_id] = replica
-        self.host.add(group)
-        log.info("node %s: hosting %s-%s (group %s)", self.node_id, topic, partition, group_id)
-
-    def _remove_replica(self, group_id: GroupId) -> None:
-        replica = self._replicas_by_group.pop(group_id)
-        self.replicas.pop((replica.topic, replica.partition), None)
-        group = self.host.remove(group_id)
-        if group is not None:
-            group.fail_waiters(UnknownTopicOrPartitionError(replica.topic, replica.partition))
-        storage = self._storages.pop(group_id, None)
-        if storage is not None:
-            storage.close()
-        shutil.rmtree(self._partition_dir(replica.topic, replica.partition), ignore_errors=True)
-
-    def _on_partition_leadership(self, group: RaftGroup, *, quiet: bool = False) -> None:
-        replica = self._replicas_by_group.get(group.group_id)
-        if replica is None:
-            return
-        node = group.node
-        log.log(
-            logging.DEBUG if quiet else logging.INFO,
-            "node %s: %s-%s is now %s in term %s (leader %s)",
-            self.node_id,
-            replica.topic,
-            replica.partition,
-            node.role.value,
-            node.term,
-            node.leader_id,
-        )
-        if node.role is not Role.LEADER:
-            return
-        command = ReportLeader(
-            topic=replica.topic,
-            partition=PartitionId(replica.partition),
-            group_id=group.group_id,
-            leader_id=self.node_id,
-            epoch=int(group.node.term),
-        )
-        self._spawn(self._submit_quietly(command), f"report-leader-{group.group_id}")
-
-    async def _submit_quietly(self, command: Command) -> None:
-        with contextlib.suppress(RaftlogError, TimeoutError, OSError):
-            await self.submit(command, timeout_s=5.0)
 
     # -- metadata reads ------------------------------------------------------------------------
 
@@ -624,7 +379,7 @@ class Broker:
         result = self.metadata.take_result(offset)
         assert result is not None, f"no apply result at offset {offset}"
         if result.ok and isinstance(command, NodeHeartbeat | RegisterNode):
-            self._heard_at[command.node_id] = time.monotonic()
+            self._watch.heard(command.node_id)
         return result
 
     def client_address_of(self, node_id: NodeId) -> str:
@@ -635,8 +390,10 @@ class Broker:
             return self.settings.client_address
         return ""
 
+    # -- liveness ------------------------------------------------------------------------------
+
     async def _liveness_loop(self) -> None:
-        """Register this node, then heartbeat; the controller also fences expired nodes."""
+        """Register this node, then heartbeat; the controller also runs its duties."""
         interval_s = self.config.metadata.node_heartbeat_interval_ms / 1000
         registered = False
         while True:
@@ -654,20 +411,20 @@ class Broker:
                 command = NodeHeartbeat(
                     node_id=self.node_id, incarnation=self.incarnation, now_ms=now_ms
                 )
-            sent_at = time.monotonic()
+            sent_at = self.clock.monotonic()
             try:
                 result = await self._submit_liveness(command, timeout_s=interval_s * 2)
                 if result.code is ErrorCode.NODE_DECOMMISSIONED:
                     self._on_decommissioned(result.message, restarted=not registered)
                 registered = registered or result.ok
                 if result.ok:
-                    self._lease_renewed_at = sent_at
+                    self._lease.renew(sent_at)
             except (RaftlogError, TimeoutError, OSError) as error:
                 log.debug("node %s: liveness submit failed: %s", self.node_id, error)
             if self.is_controller():
-                await self._controller_duties()
-            self._move_leaders_to_preferred()
-            self._report_stale_leaders()
+                await self._controller.run()
+            self._leadership.move_leaders_to_preferred()
+            self._leadership.report_stale_leaders()
             self._maybe_snapshot_metadata()
             # Starts the group coordinator's hold-off at the election, not at the first
             # group request (consumers resume sooner after a controller change).
@@ -709,54 +466,26 @@ class Broker:
                 error = refused
         raise error
 
-    def _report_stale_leaders(self) -> None:
-        """Re-report leadership the metadata does not show yet.
+    def is_fenced(self) -> bool:
+        """The metadata shows this node fenced, or its own clock says its lease lapsed."""
+        info = self.metadata.state.node(self.node_id)
+        if info is not None and info.fenced:
+            return True
+        return self._lease.lapsed()
 
-        A report made right after an election can be lost (the controller it was forwarded
-        to had just died); clients route by the metadata, so a lost report would send them
-        to a former leader until the next election. Each pass repairs that.
-        """
-        state = self.metadata.state
-        for replica in self.replicas.values():
-            node = replica.group.node
-            info = state.partition(replica.topic, replica.partition)
-            if info is None or node.role is not Role.LEADER:
-                continue
-            if info.leader_id == self.node_id and info.leader_epoch >= node.term:
-                continue
-            self._on_partition_leadership(replica.group, quiet=True)
+    async def _leadership_loop(self) -> None:
+        """Partition-leader duties that cannot wait for the next heartbeat: a fenced node
+        hands leadership away; a leader steps its partition's move along."""
+        # A few ticks: a move's steps each wait for a commit, which takes about that long.
+        interval_s = 4 * self.config.tick_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            if self.is_fenced():
+                self._leadership.step_down_fenced()
+            else:
+                self._reassignments.drive()
 
-    def _move_leaders_to_preferred(self) -> None:
-        """Hand partition leadership back to the preferred replica when it is in sync.
-
-        After a failure, leadership piles up on the survivors; each leader gives it back on
-        its own (no controller round trip), as Kafka moves it back to a preferred replica
-        that is in the ISR: only to a follower the leader reaches, replicates to and that
-        holds every committed entry (`RaftNode.is_in_sync`). The core's transfer (Raft
-        §3.10) refuses proposals until the target has caught up, or aborts after an election
-        timeout; started toward a killed node that the metadata still showed alive (until
-        its lease ran out), it refused every produce for ~0.5 s of each heartbeat pass
-        (the failover suite's timelines, 2026-11-25). A lagging target is tried again at a
-        later pass, once it has caught up.
-        """
-        state = self.metadata.state
-        for replica in self.replicas.values():
-            node = replica.group.node
-            info = state.partition(replica.topic, replica.partition)
-            if info is None or node.role is not Role.LEADER:
-                continue
-            # During a move the target's first replica is the one leadership goes back to.
-            preferred = info.preferred_leader if info.target is None else info.target[0]
-            target = state.node(preferred)
-            if preferred == self.node_id or target is None or not target.alive:
-                continue
-            if preferred not in node.membership.voters or not replica.is_leader_ready():
-                continue
-            if not node.is_in_sync(preferred):
-                continue
-            with contextlib.suppress(RaftlogError):
-                node.transfer_leadership(preferred)
-                replica.group.wake()
+    # -- housekeeping --------------------------------------------------------------------------
 
     def _maybe_snapshot_metadata(self) -> None:
         """Keep the metadata log short: snapshot the state every `metadata_snapshot_offsets`.
@@ -766,7 +495,7 @@ class Broker:
         """
         group = self.metadata_group
         assert group is not None
-        storage = self._storages[METADATA_GROUP_ID]
+        storage = self._groups.storages[METADATA_GROUP_ID]
         applied = Offset(self.metadata.state.applied_offset)
         snapshot = storage.snapshot()
         last_snapshot = -1 if snapshot is None else snapshot.meta.offset
@@ -788,226 +517,9 @@ class Broker:
         interval_s = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            now_ms = self.wall_clock.now_ms()
-            for group_id, replica in list(self._replicas_by_group.items()):
-                storage = self._storages.get(group_id)
-                if storage is not None:
-                    bootstrap = replica.group.bootstrap_membership
-                    apply_retention(replica, storage, bootstrap, now_ms)
+            self._reconciler.apply_retention(self.wall_clock.now_ms())
 
-    async def _controller_duties(self) -> None:
-        group = self.metadata_group
-        assert group is not None
-        now = time.monotonic()
-        term = int(group.node.term)
-        if self._controller_since is None or self._controller_since[0] != term:
-            # A new controller grants every node a full lease before fencing anyone (KRaft).
-            self._controller_since = (term, now)
-            self._heard_at.clear()
-            self._alive_since.clear()
-        since = self._controller_since[1]
-        silent_ms = {
-            n.node_id: int((now - max(self._heard_at.get(n.node_id, since), since)) * 1000)
-            for n in self.metadata.state.nodes()
-        }
-        lease_ms = self.config.metadata.node_lease_ms
-        for command in fences_by_silence(self.metadata.state, silent_ms, lease_ms):
-            log.warning("node %s: fencing node %s (lease expired)", self.node_id, command.node_id)
-            with contextlib.suppress(RaftlogError, TimeoutError):
-                await self.submit(command, timeout_s=2.0)
-        self._add_metadata_learners()
-        await self._decommission_step(silent_ms)
-        if self.config.metadata.auto_rebalance:
-            await self._auto_rebalance(now, silent_ms)
-
-    def _add_metadata_learners(self) -> None:
-        """Make every registered, alive node that is not a member of the metadata group a
-        learner of it (observers): one membership change at a time, once the previous one
-        committed, as the core requires."""
-        group = self.metadata_group
-        assert group is not None
-        node = group.node
-        membership = node.membership
-        if node.configs.last_offset > node.commit_offset:
-            return
-        for info in self.metadata.state.nodes():
-            # A node being decommissioned is never (re)added: it is on its way out.
-            if info.placeable and info.node_id not in membership.members:
-                learners = membership.learners | {info.node_id}
-                with contextlib.suppress(RaftlogError):
-                    node.propose_membership(Membership(membership.voters, learners))
-                    log.info("node %s: node %s joins the metadata quorum as a learner",
-                             self.node_id, info.node_id)  # fmt: skip
-                    group.wake()
-                return
-
-    async def _decommission_step(self, silent_ms: dict[NodeId, int]) -> None:
-        """The next step of decommissioning nodes (controller.decommission_step): one replica
-        move at a time to a node heard from recently; once a node hosts nothing, remove it
-        from the metadata group's learners (one membership change, once the previous one
-        committed), then mark it decommissioned."""
-        recent_ms = 2 * self.config.metadata.node_heartbeat_interval_ms
-        live = {n for n, silence in silent_ms.items() if silence < recent_ms}
-        step = decommission_step(self.metadata.state, live)
-        if step is None:
-            return
-        if isinstance(step, CompleteDecommission):
-            group = self.metadata_group
-            assert group is not None
-            node = group.node
-            membership = node.membership
-            if step.node_id in membership.members:
-                if step.node_id in membership.voters:
-                    return  # never: voters are refused at the request (plan_decommission)
-                if node.configs.last_offset > node.commit_offset:
-                    return  # the previous membership change is not committed yet
-                with contextlib.suppress(RaftlogError):
-                    node.propose_membership(
-                        Membership(membership.voters, membership.learners - {step.node_id})
-                    )
-                    log.info("node %s: node %s leaves the metadata quorum (decommissioned)",
-                             self.node_id, step.node_id)  # fmt: skip
-                    group.wake()
-                return
-            if node.configs.last_offset > node.commit_offset:
-                return
-            log.info("node %s: node %s is decommissioned", self.node_id, step.node_id)
-        else:
-            log.info("node %s: decommissioning: %s-%s -> %s", self.node_id, step.topic,
-                     step.partition, list(step.replicas))  # fmt: skip
-        with contextlib.suppress(RaftlogError, TimeoutError):
-            await self.submit(step, timeout_s=2.0)
-
-    async def _auto_rebalance(self, now: float, silent_ms: dict[NodeId, int]) -> None:
-        """Start the next automatic replica move, if one is due (controller.auto_rebalance_step).
-
-        A node counts as alive since the controller first saw it unfenced in its current
-        incarnation: being fenced or restarting starts its grace period again. A node not
-        heard from within two heartbeat intervals (it may have just died) takes part in no
-        move until it is heard again; that alone does not restart its grace period, so a
-        heartbeat delayed on a loaded machine costs nothing but a later move."""
-        recent_ms = 2 * self.config.metadata.node_heartbeat_interval_ms
-        alive_for_ms: dict[NodeId, int] = {}
-        for info in self.metadata.state.nodes():
-            if not info.alive:
-                self._alive_since.pop(info.node_id, None)
-                continue
-            seen = self._alive_since.get(info.node_id)
-            if seen is None or seen[0] != info.incarnation:
-                seen = self._alive_since[info.node_id] = (info.incarnation, now)
-            if silent_ms.get(info.node_id, recent_ms) < recent_ms:
-                alive_for_ms[info.node_id] = int((now - seen[1]) * 1000)
-        grace_ms = self.config.metadata.rebalance_grace_ms
-        command = auto_rebalance_step(self.metadata.state, alive_for_ms, grace_ms)
-        if command is None:
-            return
-        log.info("node %s: rebalancing: %s-%s -> %s", self.node_id, command.topic,
-                 command.partition, list(command.replicas))  # fmt: skip
-        with contextlib.suppress(RaftlogError, TimeoutError):
-            await self.submit(command, timeout_s=2.0)
-
-    def is_fenced(self) -> bool:
-        """The metadata shows this node fenced, or its own clock says its lease lapsed."""
-        info = self.metadata.state.node(self.node_id)
-        if info is not None and info.fenced:
-            return True
-        lease_s = self.config.metadata.node_lease_ms / 1000
-        return time.monotonic() - self._lease_renewed_at >= lease_s
-
-    async def _leadership_loop(self) -> None:
-        """Partition-leader duties that cannot wait for the next heartbeat: a fenced node
-        hands leadership away; a leader steps its partition's move along."""
-        # A few ticks: a move's steps each wait for a commit, which takes about that long.
-        interval_s = 4 * self.config.tick_interval_ms / 1000
-        while True:
-            await asyncio.sleep(interval_s)
-            if self.is_fenced():
-                self._step_down_fenced()
-            else:
-                self._drive_reassignments()
-
-    def _step_down_fenced(self) -> None:
-        """Transfer each partition this fenced node leads to a voter the metadata shows
-        alive, one in sync if there is one (Raft §3.10; the core aborts a transfer that does
-        not finish in time)."""
-        state = self.metadata.state
-        for replica in self.replicas.values():
-            node = replica.group.node
-            if node.role is not Role.LEADER or node.lead_transferee is not None:
-                continue
-            candidates = [
-                n
-                for n in sorted(node.membership.voters - {self.node_id})
-                if (info := state.node(n)) is not None and info.alive
-            ]
-            if not candidates:
-                continue
-            # An in-sync voter takes over in a round trip; another only after catching up.
-            in_sync = [n for n in candidates if node.is_in_sync(n)]
-            to = self._rng.choice(in_sync or candidates)
-            log.info(
-                "node %s: fenced; handing %s-%s to node %s",
-                self.node_id,
-                replica.topic,
-                replica.partition,
-                to,
-            )
-            with contextlib.suppress(RaftlogError):
-                node.transfer_leadership(to)
-                replica.group.wake()
-
-    def _drive_reassignments(self) -> None:
-        """One membership step of each move whose partition this node leads."""
-        for info in self.metadata.state.moving_partitions():
-            replica = self._replicas_by_group.get(info.group_id)
-            if replica is None or not replica.is_leader_ready():
-                continue
-            node = replica.group.node
-            assert info.target is not None
-            commit = node.commit_offset
-            step = next_step(
-                leader=self.node_id,
-                membership=node.membership,
-                membership_committed=node.configs.last_offset <= commit,
-                target=info.target,
-                caught_up=frozenset(n for n, p in node.progress.items() if p.match >= commit),
-            )
-            where = f"{info.topic}-{info.partition}"
-            try:
-                if isinstance(step, ProposeMembership):
-                    node.propose_membership(step.membership)
-                    log.info("node %s: %s membership -> %s", self.node_id, where, step.membership)
-                elif isinstance(step, TransferLeadership):
-                    if node.lead_transferee is None:
-                        node.transfer_leadership(step.to)
-                        log.info("node %s: %s leaves: leader -> %s", self.node_id, where, step.to)
-                elif isinstance(step, Complete) and info.group_id not in self._completing:
-                    self._completing.add(info.group_id)
-                    complete = CompleteReassignment(
-                        info.topic, info.partition, info.group_id, info.target
-                    )
-                    self._spawn(self._report_completion(complete), f"complete-{info.group_id}")
-            except RaftlogError as error:  # retriable: not committed yet, lost leadership
-                log.debug("node %s: %s move step %s: %s", self.node_id, where, step, error)
-            replica.group.wake()
-
-    async def _report_completion(self, command: CompleteReassignment) -> None:
-        try:
-            result = await self.submit(command, timeout_s=5.0)
-            log.info(
-                "node %s: move of group %s reported: %s", self.node_id, command.group_id, result
-            )
-        except (RaftlogError, TimeoutError, OSError) as error:
-            log.info(
-                "node %s: move of group %s not reported yet: %s",
-                self.node_id,
-                command.group_id,
-                error,
-            )
-        finally:
-            self._completing.discard(command.group_id)
-
-    # -- the client API (rpc.servicers.BrokerApi) -------------------------------------------------
+    # -- the client API (raftlog.rpc.port.BrokerPort) ------------------------------------------
 
     def replica(self, topic: str, partition: int) -> PartitionReplica:
         replica = self.replicas.get((topic, partition))
@@ -1026,7 +538,7 @@ class Broker:
     ) -> ProduceResult:
         replica = self.replica(topic, partition)
         if self.is_fenced():
-            # Issue 5: a fenced node leads nothing; the client retries at the new leader.
+            # A fenced node leads nothing; the client retries at the new leader.
             raise NotLeaderError(leader_hint=None)
         return await replica.produce(batches, commitment=commitment, timeout_s=timeout_s)
 
@@ -1053,8 +565,9 @@ class Broker:
         except CorruptBatchError as error:
             # No damaged byte is served: the replica is reopened for a repair and the client
             # retries (retriable), against the leader the other replicas elect meanwhile.
-            if self._replicas_by_group.get(replica.group.group_id) is replica:
-                self._reopen_for_repair(replica.group.group_id, error.path, str(error), offset=None)
+            group_id = replica.group.group_id
+            if self._reconciler.replicas_by_group.get(group_id) is replica:
+                self._reconciler.reopen_for_repair(group_id, error.path, str(error), offset=None)
             raise NotLeaderError(leader_hint=None) from error
 
     def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:

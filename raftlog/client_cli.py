@@ -43,19 +43,18 @@ def resolve_bootstrap(flag: str | None, directory: Path | None = None) -> str:
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="HOST:PORT[,HOST:PORT...] of any nodes")
     parser.add_argument("--dir", type=Path, help="a local cluster's directory (cluster.json)")
-    # --- security (issue 10; docs/security.md)
+    # Security settings (docs/security.md).
     parser.add_argument("--tls-ca", type=Path, help="connect over TLS, trusting this PEM CA")
     parser.add_argument("--token", help="bearer token (default: $RAFTLOG_TOKEN)")
     parser.add_argument("--tls-cert", type=Path, help="PEM client certificate (mutual TLS)")
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
-    # --- end security
 
 
 def _security(args: argparse.Namespace) -> dict[str, object]:
     """Keyword options for Admin/Producer/Consumer: TLS CA, client certificate and token
     (flag, then env)."""
     token = args.token or os.environ.get("RAFTLOG_TOKEN") or None
-    return {  # issue 10
+    return {
         "tls_ca": args.tls_ca,
         "token": token,
         "tls_cert": args.tls_cert,
@@ -168,7 +167,7 @@ def _produce(args: argparse.Namespace) -> int:
     futures = []
     bootstrap = resolve_bootstrap(args.bootstrap, args.dir)
     # Idempotence needs acks=all (as in Kafka); the weaker acks send without it.
-    security = _security(args)  # issue 10
+    security = _security(args)
     with Producer(bootstrap, acks=acks, enable_idempotence=acks == "all", **security) as producer:  # type: ignore[arg-type]
         for line in sys.stdin.buffer:
             value = line.rstrip(b"\n")

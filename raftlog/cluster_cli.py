@@ -1,8 +1,8 @@
 """`raftlog cluster up|down|status|reassign|decommission`: a local cluster of node processes
-(no Docker needed). `cluster reassign` starts moving a partition's replicas (issue 5): the
+(no Docker needed). `cluster reassign` starts moving a partition's replicas: the
 move is recorded by the controller and carried out by the partition leader, one Raft
 membership change at a time; `--wait` blocks until DescribeTopic shows the new replicas.
-`cluster decommission NODE` takes an observer out (issue 8): its replicas move to other
+`cluster decommission NODE` takes an observer out: its replicas move to other
 nodes one at a time, then it leaves the metadata quorum; `--wait` blocks until
 DescribeCluster shows it decommissioned (then stop its process).
 

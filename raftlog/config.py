@@ -139,10 +139,10 @@ class LogConfig:
     checkpoint_interval_bytes: int = 32 * MIB
     retention_bytes: int | None = None
     retention_ms: int | None = None
-    # How a leader checks a client's batch (issue 10): "full" also walks the records' framing
-    # once (raftlog.storage.records.validate_records), so nothing a consumer cannot decode is
-    # stored; "crc" checks the header and CRC only, trusting clients (about 0.8 us less per
-    # 100-byte record; benchmarks/suites/record_validation.py).
+    # How a leader checks a client's batch: "full" also walks the records' framing once
+    # (raftlog.storage.records.validate_records), so nothing a consumer cannot decode is
+    # stored; "crc" checks the header and CRC only, trusting clients, and saves the walk's
+    # cost per record (benchmarks/suites/record_validation.py measures it).
     produce_record_validation: Literal["full", "crc"] = "full"
 
     def validate(self) -> LogConfig:
@@ -268,7 +268,7 @@ class MetadataConfig:
     # back, or flaps, is left alone until it has stayed up that long.
     auto_rebalance: bool = True
     rebalance_grace_ms: int = 30_000
-    # Consumer groups (raftlog.metadata.groups): a member silent for the session timeout is
+    # Consumer groups (raftlog.metadata.consumer_groups): a member silent for the session timeout is
     # removed and its partitions move; members heartbeat every interval; a member asked to
     # revoke partitions is removed if it has not confirmed within its rebalance timeout
     # (capped here). Groups and members are soft state in the controller's memory: bounded.
@@ -335,8 +335,8 @@ class NodeConfig:
     scrub_round_pause_ms: int = 60_000
     # The metadata quorum snapshots its state after this many offsets (keeps its log short).
     metadata_snapshot_offsets: int = 2000
-    # --- security limits (issue 10; raftlog.rpc.security): a client over one is refused
-    # with RESOURCE_EXHAUSTED at once; the node and other clients are unaffected.
+    # Per-client limits (raftlog.rpc.security): a client over one is refused with
+    # RESOURCE_EXHAUSTED at once; the node and other clients are unaffected.
     client_requests_in_flight_max: int = 256
     produce_buffer_bytes_max: int = 256 * MIB
     client_streams_per_connection_max: int = 256
@@ -345,7 +345,6 @@ class NodeConfig:
     # Client connections a node admits from one IP address and in all (rpc/security.py).
     client_connections_per_address_max: int = 256
     client_connections_max: int = 4096
-    # --- end security limits
     # glibc malloc (raftlog.runtime.memory): freed heap kept for reuse up to this many bytes,
     # and blocks below this size served from the heap instead of a fresh mmap, so buffers of
     # a batch are reused instead of page-faulted in anew for every request.
@@ -389,7 +388,7 @@ class NodeConfig:
             "raft.append_bytes_max",
             "must hold at least one batch of log.batch_bytes_max",
         )
-        # --- security limits (issue 10)
+        # Per-client limits.
         for name in (
             "client_requests_in_flight_max",
             "client_streams_per_connection_max",
@@ -408,7 +407,6 @@ class NodeConfig:
             "produce_buffer_bytes_max",
             "must hold at least one batch of log.batch_bytes_max",
         )
-        # --- end security limits
         _require(
             self.malloc_trim_threshold_bytes > 0,
             "malloc_trim_threshold_bytes",

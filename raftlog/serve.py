@@ -68,7 +68,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="override a config bound, e.g. raft.election_timeout_ticks=20 (repeatable)",
     )
     parser.add_argument("--log-level", default="INFO")
-    # --- security (issue 10; docs/security.md)
+    # Security settings (docs/security.md).
     parser.add_argument("--tls-cert", type=Path, help="PEM certificate chain of this node")
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
     parser.add_argument("--tls-ca", type=Path, help="PEM CA bundle that signs node certificates")
@@ -82,13 +82,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="PEM CA of client certificates: clients must present one (mutual TLS); its CN "
         "is the principal (needs --tls-cert, --tls-key and --auth-tokens for permissions)",
     )
-    # --- end security
     parser.set_defaults(func=run_serve)
 
 
 def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     settings = _base_settings(args)
-    # --- security (issue 10): flags win over the TOML file
+    # Flags win over the TOML file.
     flags: dict[str, Any] = {
         name: getattr(args, name, None)
         for name in ("tls_cert", "tls_key", "tls_ca", "auth_tokens", "tls_client_ca")
@@ -98,7 +97,6 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
         flags["peer_tls"] = True
     if flags:
         settings = dataclasses.replace(settings, **flags).validate()
-    # --- end security
     if getattr(args, "chaos_skip_fsync", False):
         settings = dataclasses.replace(settings, chaos_skip_fsync=True).validate()
     if not args.overrides:

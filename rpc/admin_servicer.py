@@ -37,7 +37,7 @@ from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.types import NodeId
 
 if TYPE_CHECKING:
-    from raftlog.broker import Broker
+    from raftlog.rpc.port import BrokerPort, MetadataReadPort
 
 __all__ = [
     "AdminServicer",
@@ -71,7 +71,7 @@ def result_error(result: ApplyResult) -> pb.Error | None:
     )
 
 
-def _raftlog_error(error: errors.RaftlogError, broker: Broker) -> pb.Error:
+def _raftlog_error(error: errors.RaftlogError, broker: MetadataReadPort) -> pb.Error:
     leader = getattr(error, "leader_hint", None)
     if isinstance(error, NotControllerError):
         code = pb.NOT_CONTROLLER
@@ -94,7 +94,7 @@ def _timeout_s(timeout_ms: int) -> float:
     return (timeout_ms if 0 < timeout_ms <= TIMEOUT_MS_MAX else TIMEOUT_MS_DEFAULT) / 1000
 
 
-def topic_proto(broker: Broker, state: MetadataState, name: str) -> pb.TopicInfo | None:
+def topic_proto(broker: MetadataReadPort, state: MetadataState, name: str) -> pb.TopicInfo | None:
     topic = state.topic(name)
     if topic is None:
         return None
@@ -119,7 +119,7 @@ def topic_proto(broker: Broker, state: MetadataState, name: str) -> pb.TopicInfo
     )
 
 
-def _nodes(broker: Broker, state: MetadataState) -> list[pb.Node]:
+def _nodes(broker: MetadataReadPort, state: MetadataState) -> list[pb.Node]:
     return [
         pb.Node(
             node_id=int(n.node_id),
@@ -132,12 +132,12 @@ def _nodes(broker: Broker, state: MetadataState) -> list[pb.Node]:
     ]
 
 
-def _controller(broker: Broker) -> int:
+def _controller(broker: MetadataReadPort) -> int:
     controller = broker.controller_id
     return -1 if controller is None else int(controller)
 
 
-async def metadata_read_refusal(broker: Broker) -> pb.Error | None:
+async def metadata_read_refusal(broker: MetadataReadPort) -> pb.Error | None:
     """None once this node's copy of the metadata has caught up since it started (waiting
     for that up to `metadata.catch_up_wait_ms`); else a retriable NOT_CONTROLLER naming the
     controller, which Admin clients follow and Metadata clients answer by asking another node.
@@ -157,7 +157,7 @@ async def metadata_read_refusal(broker: Broker) -> pb.Error | None:
     )
 
 
-def metadata_response(broker: Broker, request: pb.MetadataRequest) -> pb.MetadataResponse:
+def metadata_response(broker: MetadataReadPort, request: pb.MetadataRequest) -> pb.MetadataResponse:
     state = broker.metadata.state
     names = list(request.topics) or [t.name for t in state.topics()]
     topics = [t for t in (topic_proto(broker, state, n) for n in names) if t is not None]
@@ -170,7 +170,7 @@ def metadata_response(broker: Broker, request: pb.MetadataRequest) -> pb.Metadat
 
 
 class AdminServicer(pb_grpc.AdminServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerPort) -> None:
         self._broker = broker
 
     async def CreateTopic(
@@ -279,7 +279,7 @@ class AdminServicer(pb_grpc.AdminServicer):
 
 
 class InternalServicer(pb_grpc.InternalServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerPort) -> None:
         self._broker = broker
 
     async def SubmitMetadata(
@@ -352,7 +352,7 @@ def apply_fault_rules(injector: FaultInjector, rules: dict[str, object]) -> None
         fields = dict(link)
         peer = fields.pop("peer", None)
         injector.set_link(None if peer is None else NodeId(int(peer)), LinkFaults(**fields))
-    clock = rules.get("clock")  # {"clock": {"offset_ms": N, "rate": R}} (issue 8, chaos)
+    clock = rules.get("clock")  # {"clock": {"offset_ms": N, "rate": R}} (the chaos suite)
     if clock is not None:
         if not isinstance(clock, dict) or not set(clock) <= {"offset_ms", "rate"}:
             raise ValueError(f"clock: expected an object with offset_ms and/or rate, got {clock!r}")

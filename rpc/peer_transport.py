@@ -50,7 +50,7 @@ import logging
 import random
 import ssl
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 
 from raftlog.config import TransportConfig
@@ -67,10 +67,15 @@ from raftlog.rpc.codec import (
     decode_messages,
     encode_hello,
     encode_message_parts,
-    encode_messages,
     item_size_bytes,
 )
 from raftlog.rpc.faults import FaultInjector, FrameFate
+from raftlog.rpc.out_frame import (
+    FRAME_OVERHEAD_BYTES,
+    HEARTBEAT_FRAME,
+    WRITE_SLICE_BYTES,
+    OutFrame,
+)
 from raftlog.types import GroupId, NodeId
 
 __all__ = ["OnMessages", "PeerTransport", "TransportCounters"]
@@ -79,38 +84,7 @@ log = logging.getLogger(__name__)
 
 OnMessages = Callable[[NodeId, list[Item]], None]
 OnPeerLiveness = Callable[[NodeId, bool], None]
-# A MESSAGES frame with no items: the node-pair heartbeat.
-HEARTBEAT_FRAME = bytes(encode_messages([]))
 Address = tuple[str, int]
-# Bytes of a MESSAGES frame around its items: the frame header and the item count.
-FRAME_OVERHEAD_BYTES = FRAME_HEADER.size + 4
-# Frames are handed to the socket at most this much at a time (see _pump).
-WRITE_SLICE_BYTES = 256 * 1024
-
-
-class _OutFrame:
-    """A frame to send, as consecutive buffers (`codec.encode_message_parts`: large entry
-    data is the entries' own bytes, never copied into a frame)."""
-
-    __slots__ = ("parts", "size_bytes")
-
-    def __init__(self, parts: Sequence[Buffer]) -> None:
-        self.parts = tuple(parts)
-        self.size_bytes = sum(len(part) for part in self.parts)
-
-    def __len__(self) -> int:
-        return self.size_bytes
-
-    def chunk(self, start: int, bytes_max: int) -> Buffer:
-        """Up to `bytes_max` bytes from `start`, from one part (without copying)."""
-        assert 0 <= start < self.size_bytes and bytes_max > 0, (start, self.size_bytes)
-        for part in self.parts:
-            if start < len(part):
-                if start == 0 and len(part) <= bytes_max:
-                    return part
-                return memoryview(part)[start : start + bytes_max]
-            start -= len(part)
-        raise AssertionError("start lies inside the frame")
 
 
 @dataclass(slots=True)
@@ -172,11 +146,11 @@ class _Peer:
         self.connection: _Connection | None = None
         self.pending: list[Item] = []
         self.pending_bytes = 0
-        self.frames: deque[_OutFrame] = deque()
+        self.frames: deque[OutFrame] = deque()
         self.frame_sent_bytes = 0  # how much of frames[0] the socket already has
         self.queued_bytes = 0  # pending + frames + frames delayed or held by faults
         self.flush_scheduled = False
-        self.held: _OutFrame | None = None  # a frame held back to be reordered
+        self.held: OutFrame | None = None  # a frame held back to be reordered
         self.connected = asyncio.Event()
         self.space = asyncio.Event()  # set whenever queued_bytes goes down
         # Set when the peer's own HELLO arrives while we back off: it is up, dial it now.
@@ -346,7 +320,7 @@ class PeerTransport:
     def _seal(self, peer: _Peer) -> None:
         """Encode everything pending for `peer` into one frame and route it."""
         assert peer.pending, "sealing an empty frame"
-        frame = _OutFrame(encode_message_parts(peer.pending, size_bytes=peer.pending_bytes))
+        frame = OutFrame(encode_message_parts(peer.pending, size_bytes=peer.pending_bytes))
         peer.queued_bytes += FRAME_OVERHEAD_BYTES
         self._counters.messages_sent += len(peer.pending)
         peer.pending = []
@@ -356,7 +330,7 @@ class PeerTransport:
         else:
             self._route_with_faults(peer, frame, self._faults.outgoing(peer.node_id))
 
-    def _enqueue(self, peer: _Peer, frame: _OutFrame) -> None:
+    def _enqueue(self, peer: _Peer, frame: OutFrame) -> None:
         if peer.removed or peer.phase is _Phase.DOWN:
             self._release(peer, len(frame))
             self._counters.frames_dropped_disconnected += 1
@@ -404,7 +378,7 @@ class PeerTransport:
 
     # --- faults (only with a FaultInjector) ---
 
-    def _route_with_faults(self, peer: _Peer, frame: _OutFrame, fate: FrameFate) -> None:
+    def _route_with_faults(self, peer: _Peer, frame: OutFrame, fate: FrameFate) -> None:
         if fate.copies == 0:
             self._release(peer, len(frame))
             self._counters.frames_dropped_fault += 1
@@ -421,7 +395,7 @@ class PeerTransport:
             else:
                 self._enqueue(peer, frame)
 
-    def _release_held(self, peer: _Peer, frame: _OutFrame) -> None:
+    def _release_held(self, peer: _Peer, frame: OutFrame) -> None:
         # No later frame came within the reorder window: send the held one anyway.
         if peer.held is frame:
             peer.held = None
@@ -582,7 +556,7 @@ class PeerTransport:
                 continue
             peer.queued_bytes += len(HEARTBEAT_FRAME)
             self._counters.heartbeats_sent += 1
-            frame = _OutFrame((HEARTBEAT_FRAME,))
+            frame = OutFrame((HEARTBEAT_FRAME,))
             if self._faults is None or not self._faults.active:
                 self._enqueue(peer, frame)
             else:  # a partition must cut liveness too

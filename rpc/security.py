@@ -265,7 +265,7 @@ METHOD_RULES: dict[str, Rule] = {
     "/raftlog.v1.Admin/DescribeTopic": Rule(Permission.READ, _name, _DESCRIBE),
     "/raftlog.v1.Admin/ListTopics": _AUTHENTICATED,
     "/raftlog.v1.Admin/DescribeCluster": _AUTHENTICATED,
-    "/raftlog.v1.Admin/DecommissionNode": _CLUSTER,  # changes the cluster itself (issue 8)
+    "/raftlog.v1.Admin/DecommissionNode": _CLUSTER,  # changes the cluster itself
     "/raftlog.v1.Internal/SubmitMetadata": _CLUSTER,
     "/raftlog.v1.Internal/SetFaults": _CLUSTER,
     "/raftlog.v1.Groups/ConsumerGroupHeartbeat": Rule(Permission.READ, _topics),

@@ -21,7 +21,7 @@ from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.runtime.group import Commitment
 
 if TYPE_CHECKING:
-    from raftlog.broker import Broker
+    from raftlog.rpc.port import BrokerPort, MetadataReadPort
 
 __all__ = ["LogServicer", "error_proto"]
 
@@ -51,7 +51,7 @@ _CODES: list[tuple[type[errors.RaftlogError], int]] = [
 ]
 
 
-def error_proto(error: errors.RaftlogError, broker: Broker) -> pb.Error:
+def error_proto(error: errors.RaftlogError, broker: MetadataReadPort) -> pb.Error:
     code = next((c for kind, c in _CODES if isinstance(error, kind)), pb.INVALID_REQUEST)
     leader = getattr(error, "leader_hint", None)
     return pb.Error(
@@ -77,7 +77,7 @@ async def _check_partition(
 
 
 class LogServicer(pb_grpc.LogServicer):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerPort) -> None:
         self._broker = broker
 
     async def Produce(

@@ -1,4 +1,4 @@
-"""One pysyncobj node of the outside baseline (issue 9); run as a separate process.
+"""One pysyncobj node of the outside baseline; run as a separate process.
 
 Theory of operation. Three of these processes form a pysyncobj cluster on loopback. Each
 replicates one `SyncObj` whose only command, `append(data)`, adds the command's bytes to a

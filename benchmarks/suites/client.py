@@ -1,4 +1,4 @@
-"""Benchmark: the producer's CPU per record against a real 3-node cluster (issue 9).
+"""Benchmark: the producer's CPU per record against a real 3-node cluster.
 
 Theory of operation. One Python producer process cannot reach the produce goals when its own
 work per record eats the CPU the nodes need (2 cores, the nodes beside it), so this suite

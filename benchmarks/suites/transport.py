@@ -1,4 +1,4 @@
-"""Benchmark: which byte path carries node-to-node Raft traffic (issue 4).
+"""Benchmark: which byte path carries node-to-node Raft traffic.
 
 Theory of operation. A receiver process (this file run with `--serve LOOP DIR`) listens with
 every candidate at once; this process is the sender. Both sides run one event loop each in

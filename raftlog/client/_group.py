@@ -1,6 +1,6 @@
 """A consumer's side of a consumer group: heartbeats, reconciliation and offset commits.
 
-Theory of operation (the server side is raftlog.metadata.groups). The member picks its id
+Theory of operation (the server side is raftlog.metadata.consumer_groups). The member picks its id
 once (a UUID) and heartbeats the coordinator, which is the cluster's controller, every
 `heartbeat_interval_ms` it is told, listing the partitions it holds. Each answer is the
 member's whole assignment: partitions missing from it are revoked, and the consumer commits
@@ -84,7 +84,7 @@ class GroupMember:
         self._next_heartbeat_at = float("-inf")
         self._last_answered_send_at: float | None = None
         self._coordinator: str | None = None
-        # The token metadata the cluster sends on every call (issue 10), if any.
+        # The token metadata the cluster sends on every call, if any.
         self._call_metadata = getattr(cluster, "_call_metadata", None)
 
     # -- heartbeats --------------------------------------------------------------------------

@@ -114,10 +114,10 @@ class Admin:
         metadata_max_age_ms: int = 300_000,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        tls_ca: str | os.PathLike[str] | None = None,  # issue 10: TLS, trusting this CA
-        token: str | None = None,  # issue 10: bearer token (docs/security.md)
-        tls_cert: str | os.PathLike[str] | None = None,  # issue 10: client certificate (mTLS)
-        tls_key: str | os.PathLike[str] | None = None,  # issue 10: its private key
+        tls_ca: str | os.PathLike[str] | None = None,  # TLS, trusting this CA
+        token: str | None = None,  # bearer token (docs/security.md)
+        tls_cert: str | os.PathLike[str] | None = None,  # client certificate (mTLS)
+        tls_key: str | os.PathLike[str] | None = None,  # its private key
     ) -> None:
         self._cluster = ConnectionOptions.from_arguments(locals()).connect(bootstrap)
         self._clock = clock

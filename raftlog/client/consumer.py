@@ -31,7 +31,7 @@ one is raised. OFFSET_OUT_OF_RANGE resets the position per `auto_offset_reset`.
 Consumer groups. `subscribe(topics, group_id=...)` (or `group_id=` in the constructor) joins
 a group instead of `assign`: the cluster's controller shares the topics' partitions among the
 group's members and moves them incrementally as members come and go (raftlog.client._group
-has the member's side, raftlog.metadata.groups the coordinator's). `poll` drives the
+has the member's side, raftlog.metadata.consumer_groups the coordinator's). `poll` drives the
 membership: it heartbeats when due, and applies each new assignment between fetch rounds. A
 revoked partition's position is committed first (with `enable_auto_commit`), then dropped,
 and the revocation confirmed at once; partitions kept are never paused. A new partition
@@ -109,10 +109,10 @@ class Consumer:
         rebalance_timeout_ms: int = 60_000,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        tls_ca: str | os.PathLike[str] | None = None,  # issue 10: TLS, trusting this CA
-        token: str | None = None,  # issue 10: bearer token (docs/security.md)
-        tls_cert: str | os.PathLike[str] | None = None,  # issue 10: client certificate (mTLS)
-        tls_key: str | os.PathLike[str] | None = None,  # issue 10: its private key
+        tls_ca: str | os.PathLike[str] | None = None,  # TLS, trusting this CA
+        token: str | None = None,  # bearer token (docs/security.md)
+        tls_cert: str | os.PathLike[str] | None = None,  # client certificate (mTLS)
+        tls_key: str | os.PathLike[str] | None = None,  # its private key
     ) -> None:
         if auto_commit_interval_ms <= 0 or rebalance_timeout_ms <= 0:
             raise ConfigError(

@@ -99,7 +99,7 @@ def _quorum_active(node: RaftNode) -> bool:
             active.add(member)
         progress.recent_active = False
     assert not any(progress.recent_active for progress in node.progress.values())
-    return quorum.has_quorum(node.configs.current.voters, active)
+    return quorum.has_quorum(node.membership_history.current.voters, active)
 
 
 def start_election(node: RaftNode, *, transfer: bool) -> None:
@@ -126,7 +126,7 @@ def _request_votes(node: RaftNode, term: Term, *, pre_vote: bool, transfer: bool
     if _tally(node, pre_vote=pre_vote):
         return  # a single voter wins at once
     last_offset, last_term = node.log.last_offset(), node.log.last_term()
-    for voter in sorted(node.configs.current.voters - {node.node_id}):
+    for voter in sorted(node.membership_history.current.voters - {node.node_id}):
         request = VoteRequest(
             term, node.node_id, voter, last_offset, last_term, pre_vote=pre_vote, transfer=transfer
         )
@@ -136,7 +136,7 @@ def _request_votes(node: RaftNode, term: Term, *, pre_vote: bool, transfer: bool
 
 def _tally(node: RaftNode, *, pre_vote: bool) -> bool:
     """Act on the votes so far; True once the election ended."""
-    result = quorum.vote_result(node.configs.current.voters, node.votes)
+    result = quorum.vote_result(node.membership_history.current.voters, node.votes)
     if result is VoteResult.WON:
         if pre_vote:
             _campaign_for_real(node, transfer=False)
@@ -285,7 +285,7 @@ def start_transfer(node: RaftNode, to: NodeId) -> None:
     assert node.current_role is Role.LEADER
     if to == node.node_id or node.lead_transferee == to:
         return
-    assert to in node.configs.current.voters, to
+    assert to in node.membership_history.current.voters, to
     node.lead_transferee = to
     node.election_elapsed_ticks = 0  # the transfer aborts after one election timeout
     maybe_send_timeout_now(node, to)

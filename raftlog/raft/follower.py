@@ -64,7 +64,7 @@ def maybe_advance_commit(node: RaftNode) -> None:
     target = min(node.commit_target, node.log.durable_last_offset())
     if target > node.commit:
         node.commit = target
-        node.configs.on_commit(target)
+        node.membership_history.on_commit(target)
     repair.maybe_finish_repair(node)
     assert node.commit >= before, "the commit offset never goes back"
 
@@ -95,7 +95,7 @@ def on_append_request(node: RaftNode, request: AppendRequest) -> None:
             f"leader {request.sender} would overwrite committed offset {suffix[0].offset}"
         )
         node.log.append(suffix)
-        if node.configs.on_append(suffix):
+        if node.membership_history.on_append(suffix):
             node.on_membership_changed()
     node.commit_target = max(node.commit_target, min(request.commit_offset, last_new))
     maybe_advance_commit(node)
@@ -144,7 +144,7 @@ def on_snapshot_request(node: RaftNode, request: SnapshotRequest) -> None:
         maybe_advance_commit(node)
     else:
         node.log.restore(request.snapshot)
-        node.configs.on_restore(meta.membership, meta.offset)
+        node.membership_history.on_restore(meta.membership, meta.offset)
         node.commit = node.applied = node.commit_target = meta.offset
         node.on_membership_changed()
     reply = AppendResponse(node.current_term, node.node_id, request.sender, True, reply_offset)

@@ -52,5 +52,5 @@ def check(node: RaftNode) -> None:
         f"unstable entries start at {unstable[0].offset}, not {node.log.unstable_offset}"
     )
     assert (node.current_role is Role.LEARNER) == (
-        node.node_id in node.configs.current.learners
-    ) or node.current_role is Role.LEADER, (node.current_role, node.configs.current)
+        node.node_id in node.membership_history.current.learners
+    ) or node.current_role is Role.LEADER, (node.current_role, node.membership_history.current)

@@ -89,7 +89,7 @@ class RaftNode:
         self.applied: Offset = NO_OFFSET
         self.commit_target: Offset = NO_OFFSET  # follower: what the leader let it commit
         self.commit_as_leader: Offset = NO_OFFSET  # commit offset when last stepping down
-        self.configs = self._recover(storage, bootstrap_membership, applied_offset)
+        self.membership_history = self._recover(storage, bootstrap_membership, applied_offset)
         self.election_elapsed_ticks = 0
         self.heartbeat_elapsed_ticks = 0
         self.randomized_election_timeout_ticks = 0
@@ -164,7 +164,7 @@ class RaftNode:
 
     @property
     def membership(self) -> Membership:
-        return self.configs.current
+        return self.membership_history.current
 
     @property
     def repairing(self) -> bool:
@@ -172,7 +172,7 @@ class RaftNode:
         return self.repair_offset is not None
 
     def is_voter(self) -> bool:
-        return self.node_id in self.configs.current.voters
+        return self.node_id in self.membership_history.current.voters
 
     def soft_state(self) -> SoftState:
         return SoftState(leader_id=self.current_leader, role=self.current_role, term=self.term)
@@ -225,7 +225,11 @@ class RaftNode:
 
     def _follower_role(self) -> Role:
         """Learners say so; a voter, or a node removed from the group, is a follower."""
-        return Role.LEARNER if self.node_id in self.configs.current.learners else Role.FOLLOWER
+        return (
+            Role.LEARNER
+            if self.node_id in self.membership_history.current.learners
+            else Role.FOLLOWER
+        )
 
     def become_pre_candidate(self) -> None:
         assert self.current_role is not Role.LEADER and self.is_voter()
@@ -251,7 +255,7 @@ class RaftNode:
         self.reset(term)
         self.current_role = Role.LEADER
         self.current_leader = self.node_id
-        for member in self.configs.current.members:
+        for member in self.membership_history.current.members:
             self.add_progress(member)
             self.progress[member].recent_active = member in granted
         # Raft §8: a NOOP of the new term lets the leader learn what is committed.
@@ -269,13 +273,13 @@ class RaftNode:
 
     def on_membership_changed(self) -> None:
         """A CONFIG entry was appended or truncated: it takes effect now (§4.1)."""
-        members = self.configs.current.members
+        members = self.membership_history.current.members
         if self.current_role is Role.LEADER:
             for member in members - self.progress.keys():
                 self.add_progress(member)
             for gone in self.progress.keys() - members - {self.node_id}:
                 del self.progress[gone]
-            if self.lead_transferee not in self.configs.current.voters:
+            if self.lead_transferee not in self.membership_history.current.voters:
                 self.lead_transferee = None
         elif self.current_role in (Role.FOLLOWER, Role.LEARNER):
             self.current_role = self._follower_role()
@@ -286,7 +290,7 @@ class RaftNode:
         assert self.current_role is Role.LEADER and entry.term == self.current_term
         assert entry.offset == self.last_offset + 1, (entry.offset, self.last_offset)
         self.log.append([entry])
-        if entry.kind is EntryKind.CONFIG and self.configs.on_append([entry]):
+        if entry.kind is EntryKind.CONFIG and self.membership_history.on_append([entry]):
             self.on_membership_changed()
         replication.bcast_append(self)
 
@@ -379,7 +383,7 @@ class RaftNode:
     def transfer_leadership(self, to: NodeId) -> None:
         if self.current_role is not Role.LEADER:
             raise NotLeaderError(leader_hint=self.current_leader)
-        if to not in self.configs.current.voters:
+        if to not in self.membership_history.current.voters:
             raise RaftError(f"cannot transfer leadership to node {to}: not a voter")
         self._wake_if_quiesced()
         election.start_transfer(self, to)

@@ -62,19 +62,19 @@ def check_membership_change(node: RaftNode, membership: Membership) -> None:
     """Raise unless `membership` may be proposed now (dissertation §4.1, the 2015 fix)."""
     if node.current_role is not Role.LEADER:
         raise NotLeaderError(leader_hint=node.current_leader)
-    validate_change(node.configs.current, membership)
+    validate_change(node.membership_history.current, membership)
     if not node.committed_in_term():
         raise MembershipChangeError(
             f"leader of term {node.current_term} has not committed an entry of its term",
             retriable=True,
         )
-    if node.configs.last_offset > node.commit:
+    if node.membership_history.last_offset > node.commit:
         raise MembershipChangeError(
-            f"the change at offset {node.configs.last_offset} is not committed yet "
+            f"the change at offset {node.membership_history.last_offset} is not committed yet "
             f"(commit {node.commit})",
             retriable=True,
         )
-    for joining in sorted(membership.voters - node.configs.current.voters):
+    for joining in sorted(membership.voters - node.membership_history.current.voters):
         # Issue 3 and §4.2.1: a new voter must have caught up first (as a learner), or the
         # group could stall waiting for it to count towards commitment.
         progress = node.progress.get(joining)

@@ -56,9 +56,9 @@ def can_quiesce(node: RaftNode) -> bool:
         and node.lead_transferee is None
         and len(node.reads) == 0
         and not node.uncommitted
-        and node.configs.last_offset <= node.commit
+        and node.membership_history.last_offset <= node.commit
     )
-    if not idle or node.progress.keys() != node.configs.current.members | {node.node_id}:
+    if not idle or node.progress.keys() != node.membership_history.current.members | {node.node_id}:
         return False
     for member, progress in node.progress.items():
         if progress.match != last:

@@ -53,7 +53,7 @@ class ReadIndexQueue:
 
     def start(self, node: RaftNode, request_id: int) -> None:
         assert node.current_role is Role.LEADER and node.committed_in_term()
-        voters = node.configs.current.voters
+        voters = node.membership_history.current.voters
         if voters == {node.node_id}:
             node.read_states.append(ReadState(request_id, node.commit))  # a quorum of one
             return
@@ -77,7 +77,7 @@ class ReadIndexQueue:
             if read.read_context > read_context:
                 break
             read.acks.add(sender)
-        voters = node.configs.current.voters
+        voters = node.membership_history.current.voters
         while self.pending and quorum.has_quorum(voters, self.pending[0].acks):
             read = self.pending.popleft()
             node.read_states.append(ReadState(read.request_id, read.commit_offset))

@@ -258,7 +258,7 @@ def maybe_commit(node: RaftNode) -> bool:
     """Raft §5.4.2: advance the commit offset by counting replicas of current-term entries."""
     assert node.current_role is Role.LEADER
     match = {member: progress.match for member, progress in node.progress.items()}
-    candidate = quorum.committed_offset(node.configs.current.voters, match)
+    candidate = quorum.committed_offset(node.membership_history.current.voters, match)
     if candidate <= node.commit:
         return False
     old_term_allowed = "commit-old-term" in node.config.planted_bugs
@@ -272,7 +272,7 @@ def maybe_commit(node: RaftNode) -> bool:
 def _commit_to(node: RaftNode, offset: Offset) -> None:
     assert offset > node.commit and offset <= node.log.last_offset(), (offset, node.commit)
     node.commit = offset
-    node.configs.on_commit(offset)
+    node.membership_history.on_commit(offset)
     while node.uncommitted and node.uncommitted[0][0] <= offset:
         node.uncommitted_bytes -= node.uncommitted.popleft()[1]
     node.reads.on_commit(node)

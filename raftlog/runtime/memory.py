@@ -5,9 +5,9 @@ frames up to `transport.frame_bytes_max`) for every produce request, append fram
 glibc serves blocks above its mmap threshold (128 KiB at start, adjusted as it goes) with a
 fresh `mmap` and returns them with `munmap`, and it gives the top of its heap back to the
 kernel above a trim threshold; each fresh 1 MiB then costs 256 page faults, zero-filled
-pages, on the loop. Raising both thresholds once at start lets freed batches be reused: a
-3-node cluster took ready-made 1 MiB batches 10-20% faster (h3's runs, 2026-11-22). The cost
-is bounded: at most `malloc_trim_threshold_bytes` of freed heap stays with the process.
+pages, on the loop. Raising both thresholds once at start lets freed batches be reused
+(benchmarks/README.md has the cluster runs that measured the gain). The cost is bounded: at
+most `malloc_trim_threshold_bytes` of freed heap stays with the process.
 
 Only glibc has `mallopt`; elsewhere nothing changes and `tune_malloc` says so.
 """

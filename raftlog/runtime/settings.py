@@ -77,14 +77,14 @@ class BrokerSettings:
     raft_advertise: Address | None = None
     cluster_id: str = "raftlog"
     chaos: bool = False
-    # Chaos suite only (issue 8): a deliberately unsafe node that never fsyncs, so a run can
+    # Chaos suite only: a deliberately unsafe node that never fsyncs, so a run can
     # show the checker catches the writes such a node loses.
     chaos_skip_fsync: bool = False
     config: NodeConfig = field(default_factory=NodeConfig)
     # Client addresses (HOST:PORT) through which an observer (a node outside `peers`)
     # reaches the controller to register before it follows the metadata quorum.
     bootstrap: tuple[str, ...] = ()
-    # --- security (issue 10; raftlog.tls, raftlog.rpc.security)
+    # Security settings (raftlog.tls, raftlog.rpc.security).
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_ca: Path | None = None
@@ -92,7 +92,6 @@ class BrokerSettings:
     auth_tokens: Path | None = None
     # Mutual TLS for clients: certificates signed by this CA authenticate their CN or SAN.
     tls_client_ca: Path | None = None
-    # --- end security
 
     def validate(self) -> BrokerSettings:
         if self.node_id < 0:
@@ -112,7 +111,7 @@ class BrokerSettings:
             )
         if self.chaos_skip_fsync and not self.chaos:
             raise ConfigError("chaos_skip_fsync (--chaos-skip-fsync) needs chaos (--chaos)")
-        # --- security (issue 10)
+        # TLS and token settings that need one another.
         if (self.tls_cert is None) != (self.tls_key is None):
             raise ConfigError("tls_cert and tls_key (--tls-cert, --tls-key) go together")
         if self.peer_tls and (self.tls_cert is None or self.tls_ca is None):
@@ -122,7 +121,6 @@ class BrokerSettings:
                 "tls_client_ca (--tls-client-ca) needs tls_cert, tls_key (the node's own TLS) "
                 "and auth_tokens (--auth-tokens: its [permissions] grant certificate principals)"
             )
-        # --- end security
         return self
 
     @property
@@ -192,7 +190,7 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         "cluster_id",
         "chaos",
         "bootstrap",
-        *_SECURITY_KEYS,  # issue 10
+        *_SECURITY_KEYS,
     }
     unknown = sorted(set(node) - known)
     if unknown:
@@ -220,11 +218,11 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         bootstrap=parse_bootstrap(str(node["bootstrap"]), setting="bootstrap")
         if node.get("bootstrap")
         else (),
-        **_security_settings(node),  # issue 10
+        **_security_settings(node),
     ).validate()
 
 
-# --- security (issue 10): TOML keys tls_cert, tls_key, tls_ca, peer_tls, auth_tokens,
+# TOML keys tls_cert, tls_key, tls_ca, peer_tls, auth_tokens,
 # tls_client_ca
 _SECURITY_KEYS = ("tls_cert", "tls_key", "tls_ca", "peer_tls", "auth_tokens", "tls_client_ca")
 
@@ -232,6 +230,3 @@ _SECURITY_KEYS = ("tls_cert", "tls_key", "tls_ca", "peer_tls", "auth_tokens", "t
 def _security_settings(node: dict[str, Any]) -> dict[str, Any]:
     paths = {k: Path(str(node[k])) for k in _SECURITY_KEYS if k != "peer_tls" and node.get(k)}
     return {**paths, "peer_tls": bool(node.get("peer_tls", False))}
-
-
-# --- end security

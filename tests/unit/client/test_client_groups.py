@@ -18,7 +18,7 @@ from raftlog.client import Consumer, TopicPartition
 from raftlog.metadata.commands import CommitGroupOffsets
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-from tests.unit.rpc.test_group_servicer import Ports
+from tests.unit.rpc.test_consumer_group_servicer import Ports
 
 TOPIC = "orders"  # three partitions in Ports' metadata
 

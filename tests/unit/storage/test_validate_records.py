@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftlog.errors import CorruptBatchError
-from raftlog.storage import records as records_module
+from raftlog.storage import record_validation as records_module
 from raftlog.storage.batch import BatchHeader, Compression, parse_header, verify_batch
 from raftlog.storage.records import (
     RecordInput,
@@ -207,7 +207,7 @@ def outcome(
     the walk must not take as part of a record)."""
     try:
         walk(data + beyond, 0, len(data), header)  # type: ignore[operator]
-    except records_module._Malformed as error:
+    except records_module.Malformed as error:
         return error.reason, error.at
     return None
 

@@ -17,7 +17,7 @@ from raftlog.metadata.commands import (
     encode_command,
 )
 from raftlog.metadata.state import MetadataState
-from raftlog.rpc.group_servicer import GroupService, GroupServicer
+from raftlog.rpc.consumer_group_servicer import GroupService, GroupServicer
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.types import NodeId
 from tests.unit.metadata.test_metadata_state import Log, create, register

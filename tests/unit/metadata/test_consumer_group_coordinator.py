@@ -1,4 +1,4 @@
-"""Consumer group coordination (raftlog.metadata.groups): the two-step partition move,
+"""Consumer group coordination (raftlog.metadata.consumer_groups): the two-step partition move,
 expiry, fencing, rebuilding after a controller change, and the sticky assignor.
 
 The property tests drive the coordinator with simulated clients that obey the client's
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from raftlog.metadata.groups import (
+from raftlog.metadata.consumer_groups import (
     GroupCoordinator,
     GroupErrorCode,
     GroupLimits,

@@ -1,7 +1,7 @@
 """The Groups service: consumer group heartbeats, offset commits and fetches (raftlog.v1).
 
 Theory of operation. The controller (the metadata quorum's leader) coordinates every consumer
-group. `GroupService` wraps the pure `raftlog.metadata.groups.GroupCoordinator` with the
+group. `GroupService` wraps the pure `raftlog.metadata.consumer_groups.GroupCoordinator` with the
 node's ports: whether this node is the controller (and in which term), the metadata state
 (partition counts, committed offsets), `submit` (commit a metadata command) and a monotonic
 clock. `GroupServicer` maps protobuf to it and back.
@@ -12,7 +12,8 @@ clock. `GroupServicer` maps protobuf to it and back.
   new term, the coordinator is reset before it answers, so it never acts on membership it
   may have missed while another node coordinated. Members rebuild it with their next
   heartbeats (they list what they hold). A new controller coordinates only once it has
-  applied an entry of its own term (`controller_term_of`): before that its state may lack
+  applied an entry of its own term (`controller_term`, computed below rpc by
+  `raftlog.runtime.controller_duties.controller_term_of`): before that its state may lack
   offsets the previous controller committed, and a fetch would send members back to
   `auto_offset_reset`.
 - Expiry is lazy: every heartbeat first removes the members whose session (or revocation)
@@ -42,7 +43,7 @@ from raftlog.metadata.commands import (
     DeleteGroup,
     ErrorCode,
 )
-from raftlog.metadata.groups import (
+from raftlog.metadata.consumer_groups import (
     GroupCoordinator,
     GroupErrorCode,
     GroupLimits,
@@ -50,13 +51,11 @@ from raftlog.metadata.groups import (
     TopicPartition,
 )
 from raftlog.metadata.state import MetadataState
-from raftlog.raft.types import Role
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-from raftlog.runtime.group import RaftGroup
 from raftlog.types import NodeId, PartitionId
 
-__all__ = ["GroupService", "GroupServicer", "controller_term_of", "monotonic_ms"]
+__all__ = ["GroupService", "GroupServicer", "monotonic_ms"]
 
 TIMEOUT_MS_DEFAULT = 10_000
 TIMEOUT_MS_MAX = 300_000
@@ -78,19 +77,6 @@ _RESULT_CODES = {
 
 def monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
-
-
-def controller_term_of(metadata_group: RaftGroup | None) -> int | None:
-    """The metadata term while this node leads the metadata quorum and has applied its
-    term's first entry (Raft §5.4.2: only then is everything committed before applied)."""
-    if metadata_group is None:
-        return None
-    node = metadata_group.node
-    if node.role is not Role.LEADER or node.term_start_offset < 0:
-        return None
-    if node.applied < node.term_start_offset:
-        return None
-    return int(node.term)
 
 
 def group_limits(config: MetadataConfig) -> GroupLimits:

@@ -1,0 +1,472 @@
+"""The checks of metadata commands: what `MetadataState.apply` would reject, and why.
+
+Each `check_<command>(state, command)` reads the state through its queries only and returns
+the rejection (`ApplyResult` naming what was wrong) or None when the command may be carried
+out. They never change anything: the controller runs them before proposing, so a user's
+error comes back at once, and apply runs them again on every node before the effect.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from raftlog.metadata.commands import (
+    CONSUMER_GROUP_ID_CHARS_MAX,
+    CONSUMER_GROUPS_MAX,
+    GROUP_ID_LIMIT,
+    OFFSETS_PER_COMMIT_MAX,
+    PARTITIONS_PER_TOPIC_MAX,
+    PRODUCER_ID_BLOCK_MAX,
+    REPLICATION_FACTOR_MAX,
+    AllocateProducerIds,
+    ApplyResult,
+    CommitGroupOffsets,
+    CompleteDecommission,
+    CompleteReassignment,
+    CreatePartitions,
+    CreateTopic,
+    DecommissionNode,
+    DeleteGroup,
+    DeleteTopic,
+    ErrorCode,
+    FenceNode,
+    NodeHeartbeat,
+    ReassignPartition,
+    RegisterNode,
+    ReportLeader,
+    check_address,
+    check_topic_config,
+    check_topic_id,
+    check_topic_name,
+    reject,
+    topic_name_collision_key,
+)
+from raftlog.metadata.model import (
+    ALLOCATED_PRODUCER_ID_LIMIT,
+    NODE_ACTIVE,
+    NODE_DECOMMISSIONED,
+    NODE_DECOMMISSIONING,
+    NodeInfo,
+    PartitionInfo,
+    TopicInfo,
+)
+from raftlog.types import GroupId, NodeId
+
+if TYPE_CHECKING:
+    from raftlog.metadata.state import MetadataState
+
+__all__ = [
+    "check_allocate_producer_ids",
+    "check_commit_group_offsets",
+    "check_complete_decommission",
+    "check_complete_reassignment",
+    "check_create_partitions",
+    "check_create_topic",
+    "check_decommission",
+    "check_delete_group",
+    "check_delete_topic",
+    "check_fence",
+    "check_heartbeat",
+    "check_reassign",
+    "check_register_node",
+    "check_report_leader",
+]
+
+
+def _node(state: MetadataState, node_id: NodeId) -> NodeInfo:
+    """A node the caller's check already found registered."""
+    info = state.node(node_id)
+    assert info is not None, node_id
+    return info
+
+
+def _topic(state: MetadataState, name: str) -> TopicInfo:
+    """A topic the caller's check already found."""
+    info = state.topic(name)
+    assert info is not None, name
+    return info
+
+
+def _partition(state: MetadataState, topic: str, partition: int) -> PartitionInfo:
+    """A partition the caller's check already found."""
+    info = state.partition(topic, partition)
+    assert info is not None, (topic, partition)
+    return info
+
+
+def check_register_node(state: MetadataState, command: RegisterNode) -> ApplyResult | None:
+    problem = check_address("client_address", command.client_address) or check_address(
+        "raft_address", command.raft_address
+    )
+    if problem is not None:
+        return problem
+    known = state.node(command.node_id)
+    if known is not None and known.status == NODE_DECOMMISSIONED:
+        return _decommissioned(command.node_id)
+    if known is not None and command.incarnation < known.incarnation:
+        return reject(
+            ErrorCode.STALE_INCARNATION,
+            f"node {command.node_id} registers incarnation {command.incarnation} but "
+            f"incarnation {known.incarnation} already registered",
+        )
+    return None
+
+
+def check_heartbeat(state: MetadataState, command: NodeHeartbeat) -> ApplyResult | None:
+    known = state.node(command.node_id)
+    if known is None:
+        return reject(ErrorCode.UNKNOWN_NODE, f"node {command.node_id} is not registered")
+    if known.status == NODE_DECOMMISSIONED:
+        return _decommissioned(command.node_id)
+    if command.incarnation != known.incarnation:
+        return reject(
+            ErrorCode.STALE_INCARNATION,
+            f"heartbeat from node {command.node_id} incarnation {command.incarnation}, "
+            f"registered incarnation is {known.incarnation} (register first)",
+        )
+    return None
+
+
+def check_fence(state: MetadataState, command: FenceNode) -> ApplyResult | None:
+    known = state.node(command.node_id)
+    if known is None:
+        return reject(ErrorCode.UNKNOWN_NODE, f"node {command.node_id} is not registered")
+    if command.lease_ms < 1:
+        return reject(ErrorCode.INVALID_REQUEST, "lease_ms must be positive, got 0")
+    silent_ms = command.now_ms - known.last_heartbeat_ms
+    if not known.fenced and silent_ms < command.lease_ms:
+        return reject(
+            ErrorCode.LEASE_NOT_EXPIRED,
+            f"node {command.node_id} heartbeat {silent_ms} ms before now_ms="
+            f"{command.now_ms}, within lease_ms={command.lease_ms}",
+        )
+    return None
+
+
+def check_create_topic(state: MetadataState, command: CreateTopic) -> ApplyResult | None:
+    problem = check_topic_name(command.name) or _name_free(state, command.name)
+    problem = problem or check_topic_id(command.topic_id)
+    if problem is None and any(t.topic_id == command.topic_id for t in state.topics()):
+        problem = reject(
+            ErrorCode.INVALID_REQUEST, f"topic id {command.topic_id!r} is already in use"
+        )
+    if problem is not None:
+        return problem
+    if not 1 <= command.partition_count <= PARTITIONS_PER_TOPIC_MAX:
+        return reject(
+            ErrorCode.INVALID_PARTITIONS,
+            f"partition count {command.partition_count} must be in [1, {PARTITIONS_PER_TOPIC_MAX}]",
+        )
+    if not 1 <= command.replication_factor <= REPLICATION_FACTOR_MAX:
+        return reject(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"replication factor {command.replication_factor} must be in "
+            f"[1, {REPLICATION_FACTOR_MAX}]",
+        )
+    if len(command.assignments) != command.partition_count:
+        return reject(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"{len(command.assignments)} replica lists for {command.partition_count} partitions",
+        )
+    return check_topic_config(command.config) or _new_partitions(
+        state, command.name, command.replication_factor, command.assignments, command.group_ids
+    )
+
+
+def _name_free(state: MetadataState, name: str) -> ApplyResult | None:
+    if state.topic(name) is not None:
+        return reject(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+    key = topic_name_collision_key(name)
+    other = next((t.name for t in state.topics() if topic_name_collision_key(t.name) == key), None)
+    if other is not None:
+        return reject(
+            ErrorCode.INVALID_TOPIC_NAME,
+            f"topic {name!r} collides with existing topic {other!r} ('.' and '_' collide)",
+        )
+    return None
+
+
+def _new_partitions(
+    state: MetadataState,
+    topic: str,
+    replication_factor: int,
+    assignments: tuple[tuple[NodeId, ...], ...],
+    group_ids: tuple[GroupId, ...],
+) -> ApplyResult | None:
+    if len(group_ids) != len(assignments):
+        return reject(
+            ErrorCode.INVALID_REQUEST,
+            f"{len(group_ids)} group ids for {len(assignments)} new partitions of {topic!r}",
+        )
+    for index, replicas in enumerate(assignments):
+        problem = _replicas(state, f"{topic!r} new partition {index}", replication_factor, replicas)
+        if problem is not None:
+            return problem
+    fresh = all(a < b for a, b in itertools.pairwise(group_ids))
+    assert group_ids, "callers reject an empty list of new partitions first"
+    in_range = group_ids[0] >= state.next_group_id and group_ids[-1] < GROUP_ID_LIMIT
+    if not fresh or not in_range:
+        return reject(
+            ErrorCode.INVALID_GROUP_ID,
+            f"group ids {list(group_ids)} must increase from next_group_id="
+            f"{state.next_group_id} and stay below {GROUP_ID_LIMIT} (a stale plan: plan again)",
+        )
+    return None
+
+
+def _replicas(
+    state: MetadataState,
+    what: str,
+    replication_factor: int,
+    replicas: tuple[NodeId, ...],
+    existing: tuple[NodeId, ...] = (),
+) -> ApplyResult | None:
+    """`existing` are the partition's current replicas: they may stay where they are
+    even on a node being decommissioned; no replica is added to such a node."""
+    if len(replicas) != replication_factor:
+        return reject(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"{what}: {len(replicas)} replicas {list(replicas)}, replication factor is "
+            f"{replication_factor}",
+        )
+    if len(set(replicas)) != len(replicas):
+        return reject(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"{what}: replicas {list(replicas)} name a node twice",
+        )
+    unknown = [n for n in replicas if state.node(n) is None]
+    if unknown:
+        return reject(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"{what}: replicas {list(replicas)} name unregistered nodes {unknown}",
+        )
+    leaving = [n for n in replicas if n not in existing and _node(state, n).status != NODE_ACTIVE]
+    if leaving:
+        return reject(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"{what}: replicas {list(replicas)} name nodes {leaving} that are "
+            "decommissioning or decommissioned (no replica is placed on them)",
+        )
+    return None
+
+
+def check_delete_topic(state: MetadataState, command: DeleteTopic) -> ApplyResult | None:
+    return _topic_known(state, command.name)
+
+
+def _topic_known(state: MetadataState, name: str) -> ApplyResult | None:
+    if state.topic(name) is None:
+        return reject(ErrorCode.UNKNOWN_TOPIC, f"topic {name!r} does not exist")
+    return None
+
+
+def check_create_partitions(state: MetadataState, command: CreatePartitions) -> ApplyResult | None:
+    problem = _topic_known(state, command.name)
+    if problem is not None:
+        return problem
+    topic = _topic(state, command.name)
+    total = topic.partition_count + len(command.assignments)
+    if not command.assignments or total > PARTITIONS_PER_TOPIC_MAX:
+        return reject(
+            ErrorCode.INVALID_PARTITIONS,
+            f"topic {command.name!r} has {topic.partition_count} partitions; adding "
+            f"{len(command.assignments)} must give at most {PARTITIONS_PER_TOPIC_MAX} "
+            "and add at least one",
+        )
+    return _new_partitions(
+        state, command.name, topic.replication_factor, command.assignments, command.group_ids
+    )
+
+
+def _partition_known(state: MetadataState, topic: str, partition: int) -> ApplyResult | None:
+    problem = _topic_known(state, topic)
+    if problem is None and state.partition(topic, partition) is None:
+        count = _topic(state, topic).partition_count
+        problem = reject(
+            ErrorCode.UNKNOWN_PARTITION,
+            f"topic {topic!r} has no partition {partition} (it has {count})",
+        )
+    return problem
+
+
+def check_reassign(state: MetadataState, command: ReassignPartition) -> ApplyResult | None:
+    problem = _partition_known(state, command.topic, command.partition)
+    if problem is not None:
+        return problem
+    where = f"{command.topic!r} partition {command.partition}"
+    target = _partition(state, command.topic, command.partition).target
+    if target is not None:
+        return reject(
+            ErrorCode.REASSIGNMENT_IN_PROGRESS,
+            f"{where} is already moving to {list(target)}; wait until it completes",
+        )
+    current = _partition(state, command.topic, command.partition)
+    return _replicas(
+        state,
+        where,
+        _topic(state, command.topic).replication_factor,
+        command.replicas,
+        existing=current.replicas,
+    )
+
+
+def _group_of(
+    state: MetadataState, topic: str, partition: int, group_id: int, what: str
+) -> ApplyResult | None:
+    """A partition group's own report (`what`: "report", "completion") about a partition
+    that exists and is still that group (not a deleted and re-created namesake)."""
+    problem = _partition_known(state, topic, partition)
+    if problem is not None:
+        return problem
+    current = _partition(state, topic, partition)
+    if current.group_id != group_id:
+        return reject(
+            ErrorCode.UNKNOWN_PARTITION,
+            f"{what} from group {group_id} but {topic!r} partition {partition} is group "
+            f"{current.group_id}",
+        )
+    return None
+
+
+def check_complete_reassignment(
+    state: MetadataState, command: CompleteReassignment
+) -> ApplyResult | None:
+    problem = _group_of(state, command.topic, command.partition, command.group_id, "completion")
+    if problem is not None:
+        return problem
+    current = _partition(state, command.topic, command.partition)
+    where = f"{command.topic!r} partition {command.partition}"
+    if current.target is None or current.target != command.replicas:
+        return reject(
+            ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
+            f"{where} completes a move to {list(command.replicas)}, but its target is "
+            f"{None if current.target is None else list(current.target)}",
+        )
+    return None
+
+
+def check_report_leader(state: MetadataState, command: ReportLeader) -> ApplyResult | None:
+    problem = _group_of(state, command.topic, command.partition, command.group_id, "report")
+    if problem is not None:
+        return problem
+    current = _partition(state, command.topic, command.partition)
+    where = f"{command.topic!r} partition {command.partition}"
+    if state.node(command.leader_id) is None:
+        return reject(ErrorCode.UNKNOWN_NODE, f"leader {command.leader_id} is not registered")
+    if command.epoch < current.leader_epoch or (
+        command.epoch == current.leader_epoch and command.leader_id != current.leader_id
+    ):
+        return reject(
+            ErrorCode.STALE_LEADER_EPOCH,
+            f"{where}: node {command.leader_id} reports epoch {command.epoch}, node "
+            f"{current.leader_id} reported epoch {current.leader_epoch}",
+        )
+    return None
+
+
+def check_allocate_producer_ids(
+    state: MetadataState, command: AllocateProducerIds
+) -> ApplyResult | None:
+    if not 1 <= command.count <= PRODUCER_ID_BLOCK_MAX:
+        return reject(
+            ErrorCode.INVALID_REQUEST,
+            f"producer id block of {command.count} must be in [1, {PRODUCER_ID_BLOCK_MAX}]",
+        )
+    if state.next_producer_id + command.count > ALLOCATED_PRODUCER_ID_LIMIT:
+        return reject(ErrorCode.INVALID_REQUEST, "producer ids are exhausted")
+    return None
+
+
+def check_commit_group_offsets(
+    state: MetadataState, command: CommitGroupOffsets
+) -> ApplyResult | None:
+    problem = _consumer_group_id(command.group_id)
+    if problem is None and not 1 <= len(command.offsets) <= OFFSETS_PER_COMMIT_MAX:
+        problem = reject(
+            ErrorCode.INVALID_REQUEST,
+            f"a commit holds 1-{OFFSETS_PER_COMMIT_MAX} offsets, got {len(command.offsets)}",
+        )
+    if problem is None and len({(t, p) for t, p, _ in command.offsets}) != len(command.offsets):
+        problem = reject(ErrorCode.INVALID_REQUEST, "a commit names a partition twice")
+    for topic, partition, _ in command.offsets:
+        problem = problem or _partition_known(state, topic, partition)
+    new_group = not state.has_consumer_group(command.group_id)
+    if problem is None and new_group and state.consumer_group_count() >= CONSUMER_GROUPS_MAX:
+        problem = reject(
+            ErrorCode.INVALID_REQUEST,
+            f"{CONSUMER_GROUPS_MAX} consumer groups already hold offsets",
+        )
+    return problem
+
+
+def check_decommission(state: MetadataState, command: DecommissionNode) -> ApplyResult | None:
+    known = state.node(command.node_id)
+    if known is None:
+        return reject(ErrorCode.UNKNOWN_NODE, f"node {command.node_id} is not registered")
+    if known.status == NODE_DECOMMISSIONED:
+        return reject(
+            ErrorCode.NODE_DECOMMISSIONED, f"node {command.node_id} is already decommissioned"
+        )
+    # Every topic must still find replication_factor nodes to live on without this one
+    # (fenced nodes count: they are expected back; nodes already leaving do not).
+    remaining = [
+        n for n in state.nodes() if n.status == NODE_ACTIVE and n.node_id != command.node_id
+    ]
+    for topic in state.topics():
+        if topic.replication_factor > len(remaining):
+            return reject(
+                ErrorCode.DECOMMISSION_REFUSED,
+                f"decommissioning node {command.node_id} would leave {len(remaining)} "
+                f"nodes {[int(n.node_id) for n in remaining]} for topic {topic.name!r} "
+                f"of replication factor {topic.replication_factor}",
+            )
+    return None
+
+
+def check_complete_decommission(
+    state: MetadataState, command: CompleteDecommission
+) -> ApplyResult | None:
+    known = state.node(command.node_id)
+    if known is None:
+        return reject(ErrorCode.UNKNOWN_NODE, f"node {command.node_id} is not registered")
+    if known.status != NODE_DECOMMISSIONING:
+        return reject(
+            ErrorCode.INVALID_REQUEST,
+            f"node {command.node_id} is {known.status}, not decommissioning",
+        )
+    hosted = state.partitions_hosted_by(command.node_id)
+    if hosted:
+        names = [f"{p.topic}-{p.partition}" for p in hosted[:10]]
+        return reject(
+            ErrorCode.DECOMMISSION_INCOMPLETE,
+            f"node {command.node_id} still hosts {len(hosted)} partitions {names}",
+        )
+    return None
+
+
+def check_delete_group(state: MetadataState, command: DeleteGroup) -> ApplyResult | None:
+    problem = _consumer_group_id(command.group_id)
+    if problem is None and not state.has_consumer_group(command.group_id):
+        problem = reject(
+            ErrorCode.UNKNOWN_GROUP, f"consumer group {command.group_id!r} has no offsets"
+        )
+    return problem
+
+
+def _decommissioned(node_id: NodeId) -> ApplyResult:
+    return reject(
+        ErrorCode.NODE_DECOMMISSIONED,
+        f"node {node_id} was decommissioned and may not rejoin the cluster (a new node needs "
+        "a new node id and an empty data directory)",
+    )
+
+
+def _consumer_group_id(group_id: str) -> ApplyResult | None:
+    if not 1 <= len(group_id) <= CONSUMER_GROUP_ID_CHARS_MAX:
+        return reject(
+            ErrorCode.INVALID_REQUEST,
+            f"consumer group id must be 1-{CONSUMER_GROUP_ID_CHARS_MAX} characters, "
+            f"got {len(group_id)}",
+        )
+    return None

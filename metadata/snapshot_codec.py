@@ -1,0 +1,257 @@
+"""The metadata snapshot codec: a `MetadataState` as canonical bytes and back.
+
+ Format version 1: one version byte, then canonical JSON (sorted keys, no whitespace) of
+  {"applied_offset", "cluster_id", "next_group_id", "next_producer_id",
+   "nodes": [{node fields}] by id,
+   "topics": [{"name", "topic_id", "replication_factor", "config",
+               "partitions": [{"group_id", "replicas", "leader_id", "leader_epoch"}]}] by name}
+where leader_id and leader_epoch are -1 while no leader has reported, and applied_offset is
+-1 before the first command. Decoding is as strict as for commands. When consumer groups
+have committed offsets the root also holds
+  "group_offsets": [{"group_id", "offsets": [[topic, partition, offset], ...]}] by group,
+and only then, so snapshots taken before consumer groups existed still decode. Likewise a
+partition with a move under way also holds "target": [node ids], and only then, and a node
+that is not active holds "status" ("decommissioning" or "decommissioned"), and only then.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from raftlog.metadata.commands import (
+    MetadataDecodeError,
+    canonical_json,
+    check_topic_config,
+    check_topic_id,
+    check_topic_name,
+    decode_int,
+    decode_list,
+    decode_offsets,
+    decode_str,
+    parse_json_object,
+)
+from raftlog.metadata.model import (
+    NO_EPOCH,
+    NODE_ACTIVE,
+    NODE_STATUSES,
+    NodeInfo,
+    PartitionInfo,
+    TopicInfo,
+)
+from raftlog.types import GroupId, NodeId, PartitionId
+
+if TYPE_CHECKING:
+    from raftlog.metadata.state import MetadataState
+
+__all__ = ["SNAPSHOT_FORMAT_VERSION", "SnapshotContents", "decode_snapshot", "encode_snapshot"]
+
+
+@dataclass(slots=True)
+class SnapshotContents:
+    """A decoded snapshot, before `MetadataState.restore` checks its invariants."""
+
+    cluster_id: str
+    applied_offset: int
+    next_group_id: int
+    next_producer_id: int
+    nodes: dict[NodeId, NodeInfo] = field(default_factory=dict)
+    topics: dict[str, TopicInfo] = field(default_factory=dict)
+    partitions: dict[str, tuple[PartitionInfo, ...]] = field(default_factory=dict)
+    group_offsets: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+
+
+SNAPSHOT_FORMAT_VERSION = 1
+
+
+def encode_snapshot(state: MetadataState) -> bytes:
+    """The whole state as canonical bytes (equal states give equal bytes)."""
+    body = {
+        "applied_offset": state.applied_offset,
+        "cluster_id": state.cluster_id,
+        "next_group_id": int(state.next_group_id),
+        "next_producer_id": state.next_producer_id,
+        "nodes": [
+            {
+                "node_id": n.node_id,
+                "client_address": n.client_address,
+                "raft_address": n.raft_address,
+                "incarnation": n.incarnation,
+                "fenced": n.fenced,
+                "last_heartbeat_ms": n.last_heartbeat_ms,
+            }
+            | ({} if n.status == NODE_ACTIVE else {"status": n.status})
+            for n in state.nodes()
+        ],
+        "topics": [_encode_topic(t, state.partitions(t.name)) for t in state.topics()],
+    }
+    if state.consumer_group_ids():
+        body["group_offsets"] = [
+            {
+                "group_id": group_id,
+                "offsets": [[t, p, o] for (t, p), o in state.committed_offsets(group_id).items()],
+            }
+            for group_id in state.consumer_group_ids()
+        ]
+    return bytes([SNAPSHOT_FORMAT_VERSION]) + canonical_json(body)
+
+
+def _encode_topic(topic: TopicInfo, partitions: tuple[PartitionInfo, ...]) -> dict[str, Any]:
+    return {
+        "name": topic.name,
+        "topic_id": topic.topic_id,
+        "replication_factor": topic.replication_factor,
+        "config": dict(topic.config),
+        "partitions": [_encode_partition(p) for p in partitions],
+    }
+
+
+def _encode_partition(p: PartitionInfo) -> dict[str, Any]:
+    encoded: dict[str, Any] = {
+        "group_id": p.group_id,
+        "replicas": list(p.replicas),
+        "leader_id": NO_EPOCH if p.leader_id is None else p.leader_id,
+        "leader_epoch": p.leader_epoch,
+    }
+    if p.target is not None:
+        encoded["target"] = list(p.target)
+    return encoded
+
+
+def _object(where: str, value: object, keys: tuple[str, ...]) -> dict[str, Any]:
+    if not isinstance(value, dict) or set(value) != set(keys):
+        found = sorted(value) if isinstance(value, dict) else type(value).__name__
+        raise MetadataDecodeError(f"snapshot {where}: expected fields {sorted(keys)}, got {found}")
+    return value
+
+
+def _int_or_none(where: str, value: object) -> int:
+    """An int field that may also hold -1 (none yet)."""
+    if type(value) is int and value == NO_EPOCH:
+        return NO_EPOCH
+    return decode_int(where, value)
+
+
+def decode_snapshot(data: bytes) -> SnapshotContents:
+    """What `encode_snapshot` wrote; raises MetadataDecodeError on malformed bytes."""
+    if not data or data[0] != SNAPSHOT_FORMAT_VERSION:
+        version = data[0] if data else None
+        raise MetadataDecodeError(f"unknown metadata snapshot format version {version}")
+    keys = ("applied_offset", "cluster_id", "next_group_id", "next_producer_id", "nodes", "topics")
+    body = parse_json_object(data[1:], what="snapshot")
+    group_offsets = body.pop("group_offsets", None)  # present only when there are some
+    body = _object("root", body, keys)
+    cluster_id = decode_str("cluster_id", body["cluster_id"])
+    if not cluster_id:
+        raise MetadataDecodeError("snapshot cluster_id is empty")
+    contents = SnapshotContents(
+        cluster_id=cluster_id,
+        applied_offset=_int_or_none("applied_offset", body["applied_offset"]),
+        next_group_id=decode_int("next_group_id", body["next_group_id"]),
+        next_producer_id=decode_int("next_producer_id", body["next_producer_id"]),
+    )
+    for i, raw in enumerate(decode_list("nodes", body["nodes"])):
+        node = _decode_node(f"nodes[{i}]", raw)
+        if node.node_id in contents.nodes:
+            raise MetadataDecodeError(f"snapshot nodes[{i}]: node {node.node_id} twice")
+        contents.nodes[node.node_id] = node
+    for i, raw in enumerate(decode_list("topics", body["topics"])):
+        topic, partitions = _decode_topic(f"topics[{i}]", raw)
+        if topic.name in contents.topics:
+            raise MetadataDecodeError(f"snapshot topics[{i}]: topic {topic.name!r} twice")
+        contents.topics[topic.name] = topic
+        contents.partitions[topic.name] = partitions
+    if group_offsets is not None:
+        contents.group_offsets = _decode_group_offsets(group_offsets)
+    return contents
+
+
+def _decode_group_offsets(raw: object) -> dict[str, dict[tuple[str, int], int]]:
+    groups: dict[str, dict[tuple[str, int], int]] = {}
+    for i, item in enumerate(decode_list("group_offsets", raw)):
+        fields_ = _object(f"group_offsets[{i}]", item, ("group_id", "offsets"))
+        group_id = decode_str(f"group_offsets[{i}].group_id", fields_["group_id"])
+        triples = decode_offsets(f"group_offsets[{i}].offsets", fields_["offsets"])
+        offsets = {(t, int(p)): o for t, p, o in triples}
+        if group_id in groups or not offsets or len(offsets) != len(triples):
+            raise MetadataDecodeError(f"snapshot group_offsets[{i}]: {group_id!r} twice or empty")
+        groups[group_id] = offsets
+    return groups
+
+
+def _decode_node(where: str, raw: object) -> NodeInfo:
+    keys: tuple[str, ...] = (
+        "node_id",
+        "client_address",
+        "raft_address",
+        "incarnation",
+        "fenced",
+        "last_heartbeat_ms",
+    )
+    if isinstance(raw, dict) and "status" in raw:
+        keys += ("status",)
+    fields_ = _object(where, raw, keys)
+    status = decode_str(f"{where}.status", fields_.get("status", NODE_ACTIVE))
+    if status not in NODE_STATUSES or ("status" in fields_ and status == NODE_ACTIVE):
+        raise MetadataDecodeError(f"snapshot {where}.status: unknown status {status!r}")
+    fenced = fields_["fenced"]
+    if not isinstance(fenced, bool):
+        raise MetadataDecodeError(f"snapshot {where}.fenced: expected a boolean, got {fenced!r}")
+    return NodeInfo(
+        node_id=NodeId(decode_int(f"{where}.node_id", fields_["node_id"])),
+        client_address=decode_str(f"{where}.client_address", fields_["client_address"]),
+        raft_address=decode_str(f"{where}.raft_address", fields_["raft_address"]),
+        incarnation=decode_int(f"{where}.incarnation", fields_["incarnation"]),
+        fenced=fenced,
+        last_heartbeat_ms=decode_int(f"{where}.last_heartbeat_ms", fields_["last_heartbeat_ms"]),
+        status=status,
+    )
+
+
+def _decode_topic(where: str, raw: object) -> tuple[TopicInfo, tuple[PartitionInfo, ...]]:
+    keys = ("name", "topic_id", "replication_factor", "config", "partitions")
+    fields_ = _object(where, raw, keys)
+    name = decode_str(f"{where}.name", fields_["name"])
+    config_raw = fields_["config"]
+    if not isinstance(config_raw, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in config_raw.items()
+    ):
+        raise MetadataDecodeError(f"snapshot {where}.config: expected an object of strings")
+    partitions = tuple(
+        _decode_partition(f"{where}.partitions[{i}]", name, i, p)
+        for i, p in enumerate(decode_list(f"{where}.partitions", fields_["partitions"]))
+    )
+    topic = TopicInfo(
+        name=name,
+        topic_id=decode_str(f"{where}.topic_id", fields_["topic_id"]),
+        partition_count=len(partitions),
+        replication_factor=decode_int(f"{where}.replication_factor", fields_["replication_factor"]),
+        config=dict(sorted(config_raw.items())),
+    )
+    problem = check_topic_name(name) or check_topic_id(topic.topic_id)
+    problem = problem or check_topic_config(topic.config)
+    if problem is not None:
+        raise MetadataDecodeError(f"snapshot {where}: {problem.message}")
+    return topic, partitions
+
+
+def _decode_partition(where: str, topic: str, index: int, raw: object) -> PartitionInfo:
+    keys: tuple[str, ...] = ("group_id", "replicas", "leader_id", "leader_epoch")
+    if isinstance(raw, dict) and "target" in raw:
+        keys += ("target",)
+    fields_ = _object(where, raw, keys)
+    leader_id = _int_or_none(f"{where}.leader_id", fields_["leader_id"])
+    replicas = decode_list(f"{where}.replicas", fields_["replicas"])
+    target = None
+    if "target" in fields_:
+        raw_target = decode_list(f"{where}.target", fields_["target"])
+        target = tuple(NodeId(decode_int(f"{where}.target", n)) for n in raw_target)
+    return PartitionInfo(
+        topic=topic,
+        partition=PartitionId(index),
+        group_id=GroupId(decode_int(f"{where}.group_id", fields_["group_id"])),
+        replicas=tuple(NodeId(decode_int(f"{where}.replicas", n)) for n in replicas),
+        leader_id=None if leader_id == NO_EPOCH else NodeId(leader_id),
+        leader_epoch=_int_or_none(f"{where}.leader_epoch", fields_["leader_epoch"]),
+        target=target,
+    )

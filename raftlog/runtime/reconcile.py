@@ -1,0 +1,188 @@
+"""Reconciliation: the partition groups this node hosts follow the metadata state.
+
+`Reconciler.reconcile` runs after every metadata apply (and once at start, for what a
+snapshot restored). It creates the partition groups assigned to this node (their initial
+voters are the assigned replicas, written once next to the group's log; a node joining
+through a move starts with none and learns the membership from the leader), removes and
+deletes those of deleted topics and the copies a completed move took away, and tells the
+transport where peers live.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from raftlog.config import LogConfig
+from raftlog.errors import (
+    CorruptBatchError,
+    NotLeaderError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
+from raftlog.metadata import MetadataState
+from raftlog.partition.checkpoint import CheckpointStore
+from raftlog.partition.policy import apply_retention, topic_log_config
+from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
+from raftlog.partition.replica import PartitionReplica
+from raftlog.runtime.group import RaftGroup
+from raftlog.runtime.group_factory import GroupFactory
+from raftlog.runtime.host import GroupHost
+from raftlog.runtime.scrubber import ScrubTarget
+from raftlog.runtime.settings import parse_address
+from raftlog.storage.bootstrap_voters import (
+    BOOTSTRAP_VOTERS_FILE_NAME,
+    load_or_write_bootstrap_voters,
+)
+from raftlog.storage.scrub import SegmentProblem
+from raftlog.storage.segment import LOG_SUFFIX, parse_segment_name
+from raftlog.types import GroupId, NodeId
+
+__all__ = ["Reconciler"]
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        node_id: NodeId,
+        data_dir: Path,
+        log_config: LogConfig,
+        bootstrap_peers: Mapping[NodeId, tuple[str, int]],
+        metadata: Callable[[], MetadataState],
+        factory: GroupFactory,
+        host: GroupHost,
+        update_peers: Callable[[dict[NodeId, tuple[str, int]]], None],
+        on_leadership_change: Callable[[RaftGroup], None],
+    ) -> None:
+        self._node_id = node_id
+        self._data_dir = data_dir
+        self._log_config = log_config
+        self._bootstrap_peers = bootstrap_peers
+        self._metadata = metadata
+        self._factory = factory
+        self._host = host
+        self._update_peers = update_peers
+        self._on_leadership_change = on_leadership_change
+        self.replicas: dict[tuple[str, int], PartitionReplica] = {}
+        self.replicas_by_group: dict[GroupId, PartitionReplica] = {}
+
+    def reconcile(self) -> None:
+        """Make the hosted partition groups and known peers match the metadata state."""
+        state = self._metadata()
+        wanted = state.group_ids_for_node(self._node_id)
+        for group_id in sorted(wanted - self.replicas_by_group.keys()):
+            info = state.partition_by_group(group_id)
+            assert info is not None
+            # A node joining through a move starts with no voters at all: it must not vote
+            # or campaign before the leader's log (or snapshot) tells it the membership.
+            joining = self._node_id in info.adding
+            voters: frozenset[NodeId] = frozenset() if joining else frozenset(info.replicas)
+            self._create_replica(info.topic, int(info.partition), group_id, voters)
+        for group_id in sorted(self.replicas_by_group.keys() - wanted):
+            self._remove_replica(group_id)
+        peers = {}
+        for node in state.nodes():
+            if node.node_id != self._node_id:
+                peers[node.node_id] = parse_address(node.raft_address, setting="raft_address")
+        for node_id, address in self._bootstrap_peers.items():
+            if node_id != self._node_id:
+                peers.setdefault(node_id, address)
+        self._update_peers(peers)
+
+    def apply_retention(self, now_ms: int) -> None:
+        """Drop what each hosted partition's retention settings let go (`policy.py`)."""
+        for group_id, replica in list(self.replicas_by_group.items()):
+            storage = self._factory.storages.get(group_id)
+            if storage is not None:
+                bootstrap = replica.group.bootstrap_membership
+                apply_retention(replica, storage, bootstrap, now_ms)
+
+    # -- storage damage found while running (docs/storage-faults.md) ------------------------
+
+    def scrub_targets(self) -> list[ScrubTarget]:
+        """The hosted partition logs, for the scrubber."""
+        storages = self._factory.storages
+        return [
+            ScrubTarget(group_id, storages[group_id].files, storages[group_id].log.closed_segments)
+            for group_id in sorted(self.replicas_by_group)
+            if group_id in storages
+        ]
+
+    def on_read_damage(self, group: RaftGroup, error: CorruptBatchError) -> None:
+        """The host met damage while stepping `group` (it already took the group off)."""
+        self.reopen_for_repair(group.group_id, error.path, str(error), offset=None)
+
+    def on_scrub_damage(self, group_id: GroupId, problem: SegmentProblem) -> None:
+        self.reopen_for_repair(group_id, problem.path, problem.cause, offset=problem.offset)
+
+    def reopen_for_repair(
+        self, group_id: GroupId, path: str | None, cause: str, *, offset: int | None
+    ) -> None:
+        """Synced data of a hosted partition turned out damaged: drop the log from the
+        damage on (durably marked as a repair) and reopen the group, which then abstains
+        until a leader the other replicas elected has refilled it."""
+        replica = self.replicas_by_group.get(group_id)
+        if replica is None:
+            raise StorageError(f"metadata log damaged on read ({cause}); restart the node")
+        group = self._host.remove(group_id)
+        if group is not None:
+            group.fail_waiters(NotLeaderError(leader_hint=None))
+        storage = self._factory.storages.pop(group_id)
+        segment_base = parse_segment_name(os.path.basename(path or ""), LOG_SUFFIX)
+        cut = offset if offset is not None else segment_base
+        start, end = storage.log.log_start_offset, storage.log.log_end_offset
+        cut = min(max(start if cut is None else cut, start), end)
+        damage = storage.log.start_repair(cut, cause, path=path or storage.log.directory)
+        log.error("group %s: storage damage found while running: %s", group_id, damage.describe())
+        storage.close()
+        del self.replicas_by_group[group_id]
+        self.replicas.pop((replica.topic, replica.partition), None)
+        info = self._metadata().partition_by_group(group_id)
+        voters = frozenset(info.replicas) if info is not None else frozenset({self._node_id})
+        self._create_replica(replica.topic, replica.partition, group_id, voters)
+
+    def _partition_dir(self, topic: str, partition: int) -> Path:
+        return self._data_dir / "partitions" / f"{topic}-{partition}"
+
+    def _create_replica(
+        self, topic: str, partition: int, group_id: GroupId, voters: frozenset[NodeId]
+    ) -> None:
+        topic_info = self._metadata().topic(topic)
+        log_config = topic_log_config(self._log_config, topic_info.config if topic_info else {})
+        directory = self._partition_dir(topic, partition)
+        storage, hard_state_store = self._factory.open_storage(directory, log_config)
+        # The group's bootstrap voters are fixed when its directory is made: after a move the
+        # metadata's replicas differ from the voters the group started with.
+        bootstrap = load_or_write_bootstrap_voters(storage.files, os.fspath(directory), voters)
+        if bootstrap.damage is not None:
+            path = os.path.join(directory, BOOTSTRAP_VOTERS_FILE_NAME)
+            storage.log.start_repair(storage.log.log_end_offset, bootstrap.damage, path=path)
+        voters = bootstrap.voters
+        checkpoint = CheckpointStore(
+            storage.files, storage.directory, producers_max=PRODUCERS_MAX_DEFAULT
+        )
+        replica = PartitionReplica(
+            topic=topic, partition=partition, log=storage, config=log_config, checkpoint=checkpoint
+        )
+        group = self._factory.make_group(group_id, storage, hard_state_store, voters, replica)
+        replica.attach(group)
+        group.on_leadership_change = self._on_leadership_change
+        self.replicas[(topic, partition)] = replica
+        self.replicas_by_group[group_id] = replica
+        self._host.add(group)
+        log.info("node %s: hosting %s-%s (group %s)", self._node_id, topic, partition, group_id)
+
+    def _remove_replica(self, group_id: GroupId) -> None:
+        replica = self.replicas_by_group.pop(group_id)
+        self.replicas.pop((replica.topic, replica.partition), None)
+        group = self._host.remove(group_id)
+        if group is not None:
+            group.fail_waiters(UnknownTopicOrPartitionError(replica.topic, replica.partition))
+        self._factory.close(group_id)
+        shutil.rmtree(self._partition_dir(replica.topic, replica.partition), ignore_errors=True)

@@ -1,0 +1,141 @@
+"""The broker as the API front ends see it: the port the servicers (and any other protocol
+front end) depend on, implemented by `raftlog.broker.Broker`.
+
+The servicers translate a wire protocol to these calls and back; they never reach into the
+node's groups, transport or storage. Errors are the `raftlog.errors` tree: each front end
+maps them to its own codes (a `leader_hint` on NotLeader/NotController names where to go).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from raftlog.metadata import ApplyResult, Command, CreateTopicRequest, MetadataState
+from raftlog.partition.replica import FetchResult, PartitionReplica, ProduceResult
+from raftlog.rpc.faults import FaultInjector
+from raftlog.runtime.group import Commitment
+from raftlog.types import NodeId
+
+__all__ = ["BrokerPort", "MetadataCopy", "MetadataReadPort"]
+
+
+class MetadataCopy(Protocol):
+    @property
+    def state(self) -> MetadataState:
+        """This node's applied copy of the metadata state (replaced on a snapshot restore:
+        read it anew for each request)."""
+        ...
+
+
+class MetadataReadPort(Protocol):
+    """What answering a metadata read needs: this node's copy and where nodes live."""
+
+    @property
+    def node_id(self) -> NodeId:
+        """This node's id."""
+        ...
+
+    @property
+    def metadata(self) -> MetadataCopy:
+        """This node's copy of the metadata quorum's state."""
+        ...
+
+    @property
+    def controller_id(self) -> NodeId | None:
+        """The metadata quorum's leader as this node knows it (None during an election)."""
+        ...
+
+    def leader_address(self, leader_id: int | None) -> str:
+        """The client address of node `leader_id` ("" when unknown or None)."""
+        ...
+
+    async def wait_metadata_caught_up(self) -> bool:
+        """Wait up to `metadata.catch_up_wait_ms` until this node's copy of the metadata has
+        caught up once since it started; False if not (refuse the read, retriably)."""
+        ...
+
+    def partition_high_watermark(self, topic: str, partition: int) -> int:
+        """The partition's high watermark if this node leads it, else -1."""
+        ...
+
+    def metadata_role(self, node_id: NodeId) -> str:
+        """`node_id`'s role in the metadata quorum: "voter", "learner" or "none"."""
+        ...
+
+
+class BrokerPort(MetadataReadPort, Protocol):
+    """The data, admin and node-internal calls of a broker (module docstring)."""
+
+    @property
+    def faults(self) -> FaultInjector | None:
+        """The transport's fault hook; None unless the node was started with --chaos."""
+        ...
+
+    def replica(self, topic: str, partition: int) -> PartitionReplica:
+        """The replica hosted here; UnknownTopicOrPartitionError if none."""
+        ...
+
+    async def produce(
+        self,
+        topic: str,
+        partition: int,
+        batches: list[bytes],
+        *,
+        commitment: Commitment,
+        timeout_s: float,
+    ) -> ProduceResult:
+        """Append RecordBatch v2 `batches` at the partition leader and wait for
+        `commitment`; NotLeaderError (retriable) on a follower or a fenced node."""
+        ...
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        bytes_max: int,
+        wait_ms_max: int,
+        bytes_min: int,
+        allow_follower: bool = False,
+    ) -> FetchResult:
+        """Committed batches from `offset` (raw bytes, never decoded), waiting up to
+        `wait_ms_max` for `bytes_min`."""
+        ...
+
+    def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
+        """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`."""
+        ...
+
+    async def allocate_producer_id(self, *, timeout_s: float) -> int:
+        """A producer id unique in the cluster (from a block committed by the quorum)."""
+        ...
+
+    def is_controller(self) -> bool:
+        """True while this node leads the metadata quorum."""
+        ...
+
+    def client_address_of(self, node_id: NodeId) -> str:
+        """The client address node `node_id` registered ("" if unknown)."""
+        ...
+
+    async def submit(self, command: Command, *, timeout_s: float) -> ApplyResult:
+        """Commit a metadata command, forwarding it to the controller if needed."""
+        ...
+
+    async def create_topic(self, request: CreateTopicRequest, *, timeout_s: float) -> ApplyResult:
+        """Plan on the controller, commit, then wait (within the timeout) for leaders;
+        NotControllerError elsewhere."""
+        ...
+
+    async def create_partitions(self, name: str, total: int, *, timeout_s: float) -> ApplyResult:
+        """Grow topic `name` to `total` partitions (controller only)."""
+        ...
+
+    async def delete_topic(self, name: str, *, timeout_s: float) -> ApplyResult:
+        """Delete topic `name` (controller only)."""
+        ...
+
+    async def decommission_node(self, node_id: NodeId, *, timeout_s: float) -> ApplyResult:
+        """Start decommissioning `node_id` (controller only; refused for a metadata voter)."""
+        ...

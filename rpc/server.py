@@ -1,0 +1,88 @@
+"""A node's grpc.aio server: the `Log`, `Admin`, `Internal` and `Groups` services over the
+broker port, plus health and reflection, behind the security interceptor (auth,
+permissions, per-client limits) and, with --tls-cert/--tls-key, TLS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from raftlog.errors import NotControllerError
+from raftlog.metadata import ApplyResult, Command, encode_command
+from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer, forward_to_controller
+from raftlog.rpc.consumer_group_servicer import GroupService, GroupServicer
+from raftlog.rpc.port import BrokerPort
+from raftlog.rpc.security import security_server_setup
+from raftlog.rpc.servicers import LogServicer
+from raftlog.rpc.v1 import raftlog_pb2, raftlog_pb2_grpc
+from raftlog.runtime.settings import BrokerSettings
+from raftlog.types import NodeId
+
+__all__ = ["ApiServer", "Forward", "forward_in_clear", "start_api_server"]
+
+# Sends a metadata command to the node at a client address (Internal.SubmitMetadata).
+Forward = Callable[[str, Command, float], Awaitable[ApplyResult]]
+
+
+@dataclass(slots=True)
+class ApiServer:
+    server: grpc.aio.Server
+    bound_port: int
+    # Forwards to the controller with the node's TLS settings and token.
+    forward: Forward
+
+    async def stop(self) -> None:
+        await self.server.stop(grace=0.5)
+
+
+def forward_in_clear(controller_id: Callable[[], NodeId | None]) -> Forward:
+    """Forwarding before the server (and its security settings) is up: in clear."""
+
+    async def forward(address: str, command: Command, timeout_s: float) -> ApplyResult:
+        if not address:
+            raise NotControllerError(leader_hint=controller_id())
+        return await forward_to_controller(address, encode_command(command), timeout_s)
+
+    return forward
+
+
+async def start_api_server(
+    broker: BrokerPort, groups: GroupService, settings: BrokerSettings
+) -> ApiServer:
+    message_bytes_max = 2 * settings.config.log.read_bytes_max
+    security = security_server_setup(settings)
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", message_bytes_max),
+            ("grpc.max_send_message_length", message_bytes_max),
+            *security.options,
+        ],
+        interceptors=[security.interceptor],
+    )
+    raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(broker), server)  # type: ignore[no-untyped-call]
+    raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(broker), server)  # type: ignore[no-untyped-call]
+    raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(broker), server)  # type: ignore[no-untyped-call]
+    consumer_groups = GroupServicer(groups, broker.leader_address)
+    raftlog_pb2_grpc.add_GroupsServicer_to_server(consumer_groups, server)  # type: ignore[no-untyped-call]
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    services = [
+        raftlog_pb2.DESCRIPTOR.services_by_name[name].full_name
+        for name in ("Log", "Admin", "Internal", "Groups")
+    ]
+    reflection.enable_server_reflection(
+        [*services, health.SERVICE_NAME, reflection.SERVICE_NAME], server
+    )
+    host, port = settings.listen
+    if security.credentials is not None:
+        bound_port = server.add_secure_port(f"{host}:{port}", security.credentials)
+    else:
+        bound_port = server.add_insecure_port(f"{host}:{port}")
+    await server.start()
+    await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
+    return ApiServer(server, bound_port, security.forward)

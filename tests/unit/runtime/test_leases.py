@@ -1,0 +1,234 @@
+"""Leases and the controller's liveness duties on a fake monotonic clock: no sleeps, every
+duration exact (raftlog.runtime.leases, raftlog.runtime.controller_duties)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from pathlib import Path
+
+from raftlog.broker import Broker
+from raftlog.config import MetadataConfig, NodeConfig, RaftConfig
+from raftlog.metadata import (
+    ApplyResult,
+    Command,
+    CreateTopic,
+    CreateTopicRequest,
+    FenceNode,
+    MetadataState,
+    ReassignPartition,
+    RegisterNode,
+    plan_create_topic,
+)
+from raftlog.metadata.commands import encode_command
+from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
+from raftlog.raft.node import RaftNode
+from raftlog.raft.types import Entry, Membership, Role, Snapshot
+from raftlog.runtime.clock import FakeMonotonicClock
+from raftlog.runtime.controller_duties import ControllerDuties
+from raftlog.runtime.group import RaftGroup
+from raftlog.runtime.leases import ControllerWatch, NodeLease
+from raftlog.runtime.settings import BrokerSettings
+from raftlog.types import GroupId, NodeId
+
+LEASE_MS = 1000
+N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
+
+
+def test_a_node_starts_with_one_full_lease_and_loses_it_exactly_at_its_end() -> None:
+    clock = FakeMonotonicClock()
+    lease = NodeLease(clock, lease_ms=LEASE_MS)
+    clock.advance(0.999)
+    assert not lease.lapsed()
+    clock.advance(0.001)
+    assert lease.lapsed()
+
+
+def test_a_renewal_counts_from_when_the_heartbeat_was_sent_not_committed() -> None:
+    clock = FakeMonotonicClock()
+    lease = NodeLease(clock, lease_ms=LEASE_MS)
+    clock.advance(0.5)
+    sent_at = clock.monotonic()
+    clock.advance(0.4)  # the heartbeat took this long to commit
+    lease.renew(sent_at)
+    clock.advance(0.599)
+    assert not lease.lapsed()
+    clock.advance(0.001)
+    assert lease.lapsed()
+
+
+def test_a_new_controller_measures_silence_from_its_taking_office() -> None:
+    clock = FakeMonotonicClock()
+    watch = ControllerWatch(clock)
+    watch.heard(N2)  # heard before this term: forgotten when the term starts
+    clock.advance(5.0)
+    assert watch.silence_ms(7, [N1, N2], clock.monotonic()) == {N1: 0, N2: 0}
+    clock.advance(0.25)
+    watch.heard(N2)
+    clock.advance(0.5)
+    assert watch.silence_ms(7, [N1, N2], clock.monotonic()) == {N1: 750, N2: 500}
+    # A later term is a new taking office: every node has a full lease again.
+    assert watch.silence_ms(8, [N1, N2], clock.monotonic()) == {N1: 0, N2: 0}
+
+
+def test_alive_for_restarts_with_a_new_incarnation_but_not_with_a_late_heartbeat() -> None:
+    clock = FakeMonotonicClock()
+    watch = ControllerWatch(clock)
+    state = _registered(N1, N2)
+    recent_ms = 200
+    first = watch.alive_for_ms(state.nodes(), {N1: 0, N2: 0}, recent_ms, clock.monotonic())
+    assert first == {N1: 0, N2: 0}
+    clock.advance(3.0)
+    # Node 2 was not heard recently: left out, its grace period kept.
+    late = watch.alive_for_ms(state.nodes(), {N1: 0, N2: recent_ms}, recent_ms, clock.monotonic())
+    assert late == {N1: 3000}
+    clock.advance(1.0)
+    heard = watch.alive_for_ms(state.nodes(), {N1: 0, N2: 0}, recent_ms, clock.monotonic())
+    assert heard == {N1: 4000, N2: 4000}
+    # Node 2 restarts (a new incarnation): its grace period starts again.
+    _apply(state, RegisterNode(N2, "n2:1", "n2:2", 2, 0))
+    clock.advance(1.0)
+    restarted = watch.alive_for_ms(state.nodes(), {N1: 0, N2: 0}, recent_ms, clock.monotonic())
+    assert restarted == {N1: 5000, N2: 0}
+
+
+# -- the controller's fencing pass, with a real single-voter metadata group ---------------------
+
+
+class _Applied:
+    def apply(self, entry: Entry) -> None:
+        pass
+
+    def restore(self, snapshot: Snapshot) -> None:
+        raise AssertionError("no snapshots here")
+
+
+def _apply(state: MetadataState, command: Command) -> ApplyResult:
+    return state.apply(state.applied_offset + 1, encode_command(command))
+
+
+def _registered(*nodes: NodeId) -> MetadataState:
+    state = MetadataState("cluster-a")
+    for n in nodes:
+        assert _apply(state, RegisterNode(n, f"n{n}:1", f"n{n}:2", 1, 1_000)).ok
+    return state
+
+
+def _leader_group() -> RaftGroup:
+    config = RaftConfig()
+    storage = MemoryStorage()
+    membership = Membership(voters=frozenset({N1}))
+    node = RaftNode(
+        node_id=N1,
+        config=config,
+        storage=storage,
+        hard_state=MemoryHardStateStore().load(),
+        rng=random.Random(1),
+        bootstrap_membership=membership,
+    )
+    node.campaign()
+    assert node.role is Role.LEADER
+    return RaftGroup(
+        group_id=GroupId(0),
+        node=node,
+        log=storage,
+        hard_state_store=MemoryHardStateStore(),
+        state_machine=_Applied(),
+        config=config,
+        bootstrap_membership=membership,
+    )
+
+
+class _Controller:
+    """ControllerDuties over a real metadata state; `submit` applies what it is given, as a
+    commit through the quorum would."""
+
+    def __init__(self, *nodes: NodeId, metadata: MetadataConfig | None = None) -> None:
+        self.clock = FakeMonotonicClock()
+        self.state = _registered(*nodes)
+        self.submitted: list[Command] = []
+        self.watch = ControllerWatch(self.clock)
+        group = _leader_group()
+        metadata = metadata or MetadataConfig(
+            node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100, auto_rebalance=False
+        )
+        self.duties = ControllerDuties(
+            node_id=N1,
+            config=dataclasses.replace(NodeConfig(), metadata=metadata),
+            clock=self.clock,
+            watch=self.watch,
+            metadata_group=lambda: group,
+            metadata=lambda: self.state,
+            submit=self._submit,
+        )
+
+    async def _submit(self, command: Command, *, timeout_s: float) -> ApplyResult:
+        self.submitted.append(command)
+        return _apply(self.state, command)
+
+    def run(self) -> list[NodeId]:
+        """One pass; the nodes it fenced."""
+        self.submitted.clear()
+        asyncio.run(self.duties.run())
+        return [c.node_id for c in self.submitted if isinstance(c, FenceNode)]
+
+
+def test_the_controller_fences_a_node_silent_for_a_lease_and_no_sooner() -> None:
+    controller = _Controller(N1, N2, N3)
+    assert controller.run() == []  # takes office: every node has a full lease
+    controller.clock.advance(0.6)
+    controller.watch.heard(N1)
+    controller.watch.heard(N3)
+    controller.clock.advance(0.399)
+    assert controller.run() == []
+    controller.clock.advance(0.001)
+    assert controller.run() == [N2]
+    assert controller.state.alive_node_ids() == (N1, N3)
+    assert controller.run() == []  # fenced once
+    controller.clock.advance(0.6)
+    assert controller.run() == [N1, N3]
+
+
+def test_a_broker_reads_its_lease_on_the_clock_it_was_given(tmp_path: Path) -> None:
+    address = ("127.0.0.1", 1)
+    metadata = MetadataConfig(node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100)
+    clock = FakeMonotonicClock()
+    broker = Broker(
+        BrokerSettings(
+            node_id=N1,
+            data_dir=tmp_path,
+            listen=address,
+            raft_listen=address,
+            peers={N1: address},
+            config=dataclasses.replace(NodeConfig(), metadata=metadata),
+        ),
+        clock=clock,
+    )
+    clock.advance(0.999)
+    assert not broker.is_fenced()
+    clock.advance(0.001)
+    assert broker.is_fenced()
+
+
+def test_the_controller_rebalances_onto_a_new_node_once_it_outlived_the_grace() -> None:
+    grace_ms = 2000
+    metadata = MetadataConfig(
+        node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100, rebalance_grace_ms=grace_ms
+    )
+    controller = _Controller(N1, N2, N3, metadata=metadata)
+    plan = plan_create_topic(controller.state, CreateTopicRequest("orders", 6, 2), 1_000)
+    assert isinstance(plan, CreateTopic) and _apply(controller.state, plan).ok
+    n4 = NodeId(4)
+    assert _apply(controller.state, RegisterNode(n4, "n4:1", "n4:2", 1, 1_000)).ok
+    moves_at_ms: list[int] = []
+    for step in range(30):  # every node heartbeats every 100 ms
+        for node in (N1, N2, N3, n4):
+            controller.watch.heard(node)
+        controller.run()
+        if any(isinstance(c, ReassignPartition) for c in controller.submitted):
+            moves_at_ms.append(step * 100)
+        controller.clock.advance(0.1)
+    # The controller saw node 4 alive from its first pass: the first move onto it comes when
+    # that reaches the grace period, and no second one starts while the first is under way.
+    assert moves_at_ms == [grace_ms]
