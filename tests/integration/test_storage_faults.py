@@ -23,7 +23,7 @@ import pytest
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.client.errors import ClientError
 from raftlog.local_cluster import LocalCluster
-from raftlog.storage.durable_mark import DURABLE_MARK_FILE_NAME
+from raftlog.storage.durable_mark import DURABLE_MARK_FILE_NAME, SLOT_BYTES
 from tests.integration.conftest import leader_of, start_cluster, wait_until
 
 TOPIC = "damaged"
@@ -64,9 +64,10 @@ def delete_segment(log_dir: Path) -> str:
 def damage_mark(log_dir: Path) -> str:
     mark = log_dir / DURABLE_MARK_FILE_NAME
     data = bytearray(mark.read_bytes())
-    data[-20] ^= 0xFF  # inside the last record's end offset
+    for slot in (0, SLOT_BYTES):  # one damaged slot is answered by the other
+        data[slot + 20] ^= 0xFF  # inside the slot's end offset
     mark.write_bytes(bytes(data))
-    return f"damaged {mark.name}"
+    return f"damaged both slots of {mark.name}"
 
 
 def _produce_acked(admin: Admin, cluster: LocalCluster) -> dict[int, bytes]:
