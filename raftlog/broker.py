@@ -87,6 +87,7 @@ from raftlog.metadata import (
     plan_decommission,
 )
 from raftlog.metadata.reassignment import Complete, ProposeMembership, TransferLeadership, next_step
+from raftlog.metrics.grpc_requests import request_interceptors
 from raftlog.partition.checkpoint import CheckpointStore
 from raftlog.partition.policy import apply_retention, topic_log_config
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
@@ -98,6 +99,7 @@ from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.group_servicer import GroupService, controller_term_of
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl, security_server_setup  # issue 10
+from raftlog.runtime import metrics
 from raftlog.runtime.group import Commitment, RaftGroup, StateMachine
 from raftlog.runtime.host import GroupHost
 from raftlog.runtime.metadata_machine import MetadataMachine
@@ -257,7 +259,7 @@ class Broker:
                 ("grpc.max_send_message_length", message_bytes_max),
                 *security.options,  # issue 10
             ],
-            interceptors=[security.interceptor],  # issue 10
+            interceptors=[*request_interceptors(self.settings), security.interceptor],
         )
         raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(self), server)  # type: ignore[no-untyped-call]
         raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(self), server)  # type: ignore[no-untyped-call]
@@ -955,7 +957,9 @@ class Broker:
         if self.is_fenced():
             # Issue 5: a fenced node leads nothing; the client retries at the new leader.
             raise NotLeaderError(leader_hint=None)
-        return await replica.produce(batches, commitment=commitment, timeout_s=timeout_s)
+        result = await replica.produce(batches, commitment=commitment, timeout_s=timeout_s)
+        metrics.recorder().on_produce(sum(map(len, batches)))
+        return result
 
     async def fetch(
         self,
@@ -968,13 +972,15 @@ class Broker:
         bytes_min: int,
         allow_follower: bool = False,
     ) -> FetchResult:
-        return await self.replica(topic, partition).fetch(
+        result = await self.replica(topic, partition).fetch(
             offset,
             bytes_max=bytes_max,
             wait_ms_max=wait_ms_max,
             bytes_min=bytes_min,
             allow_follower=allow_follower,
         )
+        metrics.recorder().on_fetch(len(result.batches))
+        return result
 
     def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
         return self.replica(topic, partition).list_offset(OffsetSpec(spec), timestamp_ms)

@@ -68,6 +68,11 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     up.add_argument("--dir", type=Path, required=True, help="data and state directory")
     up.add_argument("--base-port", type=int, help="client ports base+1..N, raft ports +100")
     up.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a controller")
+    up.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="no Prometheus endpoints (default: node N serves http://127.0.0.1:base+50+N/metrics)",
+    )
     security = up.add_argument_group("security, passed to every node (docs/security.md)")
     _add_files(security, _NODE_SECURITY_FILES)
     security.add_argument("--peer-tls", action="store_true", help="mutual TLS between nodes")
@@ -211,7 +216,11 @@ def _up(args: argparse.Namespace) -> int:
         print(f"raftlog cluster up: {error}", file=sys.stderr)
         return 2
     cluster = LocalCluster.create(
-        args.dir, node_count=args.nodes, base_port=args.base_port, node_flags=node_flags
+        args.dir,
+        node_count=args.nodes,
+        base_port=args.base_port,
+        node_flags=node_flags,
+        metrics=not args.no_metrics,
     )
     print(f"starting {args.nodes} nodes in {args.dir} ...", file=sys.stderr)
     cluster.start()
@@ -222,6 +231,12 @@ def _up(args: argparse.Namespace) -> int:
         print(f"raftlog cluster up: {error}; logs in {args.dir}/node-*.log", file=sys.stderr)
         return 1
     print(f"controller: node {controller}", file=sys.stderr)
+    for node in cluster.nodes.values():
+        if node.metrics_port:
+            print(
+                f"node {node.node_id} metrics: http://{node.metrics_address}/metrics",
+                file=sys.stderr,
+            )
     print(cluster.bootstrap)
     return 0
 

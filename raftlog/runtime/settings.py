@@ -93,6 +93,8 @@ class BrokerSettings:
     # Mutual TLS for clients: certificates signed by this CA authenticate their CN or SAN.
     tls_client_ca: Path | None = None
     # --- end security
+    # Prometheus metrics over HTTP (raftlog.metrics, docs/metrics.md); None: not served.
+    metrics_listen: Address | None = None
 
     def validate(self) -> BrokerSettings:
         if self.node_id < 0:
@@ -193,6 +195,7 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         "chaos",
         "bootstrap",
         *_SECURITY_KEYS,  # issue 10
+        "metrics_listen",
     }
     unknown = sorted(set(node) - known)
     if unknown:
@@ -221,6 +224,9 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         if node.get("bootstrap")
         else (),
         **_security_settings(node),  # issue 10
+        metrics_listen=parse_address(str(node["metrics_listen"]), setting="metrics_listen")
+        if node.get("metrics_listen")
+        else None,
     ).validate()
 
 
