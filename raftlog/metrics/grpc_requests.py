@@ -3,8 +3,11 @@
 It is the outermost interceptor, so a call refused by authentication or a limit counts
 with the status it got. The API label is the full method name, one of the server's
 registered methods: a method the server does not know never reaches a handler, so the
-label set is fixed by the service definitions. Streaming methods (health watch,
-reflection) are not timed: their duration is the client's choice.
+label set is fixed by the service definitions. The outcome code is the gRPC status name
+when the call failed at the gRPC level (INVALID_ARGUMENT, UNAUTHENTICATED, ...), else the
+name of the raftlog `ErrorCode` the response carries in its `error` field (NOT_LEADER,
+UNKNOWN_TOPIC_OR_PARTITION, ...), else OK: both are fixed enumerations. Streaming methods
+(health watch, reflection) are not timed: their duration is the client's choice.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 import grpc
 
+from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.runtime.metrics import recorder
 from raftlog.runtime.settings import BrokerSettings
 
@@ -51,6 +55,7 @@ def _timed(method: str, behavior: Callable[..., Any]) -> Callable[[Any, Context]
 
     async def timed(request: Any, context: Context) -> Any:
         started = time.perf_counter()
+        response = None
         failed = True
         try:
             result = behavior(request, context)
@@ -61,17 +66,27 @@ def _timed(method: str, behavior: Callable[..., Any]) -> Callable[[Any, Context]
             recorder().record_request(
                 protocol="grpc",
                 api=api,
-                error_code=_status_name(context, failed=failed),
+                error_code=_status_name(context, failed=failed) or _error_name(response),
                 seconds=time.perf_counter() - started,
             )
 
     return timed
 
 
-def _status_name(context: Context, *, failed: bool) -> str:
-    """The status the call ends with: the one the handler set or aborted with; a handler
-    that raised without one ends UNKNOWN (gRPC's rule)."""
+def _status_name(context: Context, *, failed: bool) -> str | None:
+    """The status the call ends with if not OK: the one the handler set or aborted with; a
+    handler that raised without one ends UNKNOWN (gRPC's rule)."""
     code = context.code()
-    if isinstance(code, grpc.StatusCode):
+    if isinstance(code, grpc.StatusCode) and code is not grpc.StatusCode.OK:
         return str(code.name)
-    return "UNKNOWN" if failed else "OK"
+    return "UNKNOWN" if failed else None
+
+
+def _error_name(response: Any) -> str:
+    """The raftlog error a response carries in its `error` field, else OK."""
+    try:
+        if not response.HasField("error"):
+            return "OK"
+    except (AttributeError, ValueError):  # not a message, or one without an error field
+        return "OK"
+    return str(pb.ErrorCode.Name(response.error.code))
