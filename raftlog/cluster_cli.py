@@ -284,7 +284,27 @@ def _status(args: argparse.Namespace) -> int:
                 )
     finally:
         admin.close()
+    _print_metrics_status(args.dir)
     return 0
+
+
+def _print_metrics_status(directory: Path | None) -> None:
+    """Replication and consumer lag, from the metrics endpoints of a local cluster's nodes."""
+    from raftlog.metrics.status import read_node, status_lines
+
+    try:
+        cluster = LocalCluster.load(directory) if directory is not None else None
+    except FileNotFoundError:
+        cluster = None
+    nodes = [] if cluster is None else [n for n in cluster.nodes.values() if n.metrics_port]
+    if not nodes:
+        print(
+            "replication and consumer lag: no metrics endpoints known (--dir of a cluster "
+            "started by `cluster up` with metrics)"
+        )
+        return
+    for line in status_lines(read_node(n.node_id, n.metrics_address) for n in nodes):
+        print(line)
 
 
 def reassign_partition(

@@ -9,6 +9,7 @@ without them those tests skip, naming the package.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from raftlog.cli import main
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.local_cluster import LocalCluster, NodeProcess, _port_free
 from tests.integration.conftest import start_cluster, wait_until
@@ -160,6 +162,20 @@ def test_the_endpoint_refuses_what_it_does_not_serve(cluster: LocalCluster) -> N
         urllib.request.urlopen(request, timeout=10)
     refused.value.close()
     assert refused.value.code == 405
+
+
+def test_cluster_status_shows_replication_and_group_lag(
+    cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cluster", "status", "--dir", str(cluster.directory)]) == 0
+    out = capsys.readouterr().out
+    assert "replication: 0 under-replicated partitions" in out, out
+    for node_id in cluster.nodes:
+        assert f"  node {node_id}: 0 under-replicated, 0 without a leader" in out, out
+    # 10 records in partition 0 after its leaders' no-ops (high watermark 11 or more),
+    # committed at 4.
+    lag = re.search(rf"^  {GROUP} {TOPIC}-0: committed 4 lag (\d+)$", out, re.MULTILINE)
+    assert lag is not None and int(lag.group(1)) >= 7, out
 
 
 # -- a real Prometheus server ------------------------------------------------------------------

@@ -18,6 +18,7 @@ from raftlog.metrics.snapshot import (
     NodeSnapshot,
     PartitionSample,
 )
+from raftlog.metrics.status import NodeFigures, status_lines
 from raftlog.raft.types import Ready, Role, SoftState, VoteRequest
 from raftlog.runtime import metrics
 from raftlog.types import NodeId, Offset, Term
@@ -178,3 +179,28 @@ def test_requests_are_counted_by_protocol_api_and_code() -> None:
     assert get("raftlog_requests_total", {**labels, "code": "0"}) == 1
     assert get("raftlog_request_duration_seconds_count", labels) == 2
     assert get("raftlog_request_duration_seconds_bucket", {**labels, "le": "0.0025"}) == 1
+
+
+def test_cluster_status_lines_sum_leaders_and_subtract_the_highest_high_watermark() -> None:
+    nodes = [
+        NodeFigures(1, under_replicated=2, offline=0, high_watermarks={("orders", 0): 50}),
+        NodeFigures(
+            2,
+            under_replicated=1,
+            offline=1,
+            is_controller=True,
+            consumer_groups={("billing", "orders", 0): 30, ("billing", "orders", 9): 1},
+            high_watermarks={("orders", 0): 48},
+        ),
+        NodeFigures(3, error="metrics at 127.0.0.1:1 unreachable: refused"),
+    ]
+    assert status_lines(nodes) == [
+        "replication: 3 under-replicated partitions (counted by their leaders), 1 offline "
+        "(most replicas without a leader on one node)",
+        "  node 1: 2 under-replicated, 0 without a leader",
+        "  node 2: 1 under-replicated, 1 without a leader",
+        "  node 3: metrics at 127.0.0.1:1 unreachable: refused",
+        "consumer groups (from controller node 2):",
+        "  billing orders-0: committed 30 lag 20",
+        "  billing orders-9: committed 1 lag ?",
+    ]
