@@ -200,7 +200,14 @@ async def _serve(settings: BrokerSettings) -> int:
     metrics = None if metrics_listen is None else _metrics_of(broker)
     await broker.start()
     if metrics is not None and metrics_listen is not None:
-        await metrics.start(*metrics_listen)
+        try:
+            await metrics.start(*metrics_listen)
+        except OSError as error:
+            host, port = metrics_listen
+            print(f"raftlog serve: --metrics-listen {host}:{port}: {error}", file=sys.stderr)
+            await metrics.stop()
+            await broker.stop()
+            return 2
     # Everything built so far (modules, gRPC and protobuf tables, the recovered state) lives
     # as long as the process: move it out of the collector's generations, so a full
     # collection, triggered by per-request garbage, no longer walks it all and stalls the

@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
+    Gauge,
     disable_created_metrics,
     generate_latest,
 )
@@ -57,6 +59,11 @@ class NodeMetrics:
         self.collector = SnapshotCollector()
         self.registry.register(self.collector)
         ProcessCollector(namespace="", registry=self.registry)
+        self.capture_seconds = Gauge(
+            "raftlog_metrics_capture_seconds",
+            "Time this scrape held the event loop to copy the node's state",
+            registry=self.registry,
+        )
         self._render_lock = asyncio.Lock()
         self._server: asyncio.Server | None = None
         self._probe: asyncio.Task[None] | None = None
@@ -84,7 +91,9 @@ class NodeMetrics:
     async def render(self) -> bytes:
         """The exposition of this node's metrics now."""
         async with self._render_lock:
+            started = time.perf_counter()
             self.collector.set_snapshot(capture(self.view))
+            self.capture_seconds.set(time.perf_counter() - started)
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(None, generate_latest, self.registry)
 

@@ -12,7 +12,9 @@ import json
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -25,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from raftlog.cli import main
 from raftlog.client import Admin, Consumer, Producer
-from raftlog.local_cluster import LocalCluster, NodeProcess, _port_free
+from raftlog.local_cluster import LocalCluster, NodeProcess, _port_free, free_port_base
 from tests.integration.conftest import start_cluster, wait_until
 
 TOPIC = "watched"
@@ -176,6 +178,23 @@ def test_cluster_status_shows_replication_and_group_lag(
     # committed at 4.
     lag = re.search(rf"^  {GROUP} {TOPIC}-0: committed 4 lag (\d+)$", out, re.MULTILINE)
     assert lag is not None and int(lag.group(1)) >= 7, out
+
+
+def test_a_taken_metrics_port_stops_the_node_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        base = free_port_base(1)
+        node = subprocess.run(
+            [sys.executable, "-m", "raftlog", "serve", "--node-id", "1",
+             "--data-dir", str(tmp_path / "d"), "--listen", f"127.0.0.1:{base + 1}",
+             "--peers", f"1=127.0.0.1:{base + 101}", "--metrics-listen", f"127.0.0.1:{port}"],
+            capture_output=True,
+            timeout=60,
+        )  # fmt: skip
+    assert node.returncode == 2, node.stderr.decode()
+    assert f"--metrics-listen 127.0.0.1:{port}:" in node.stderr.decode()
 
 
 # -- a real Prometheus server ------------------------------------------------------------------
