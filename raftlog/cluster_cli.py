@@ -66,7 +66,9 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     up = commands.add_parser("up", help="start N node processes on loopback")
     up.add_argument("--nodes", type=int, choices=(1, 3, 5), default=3)
     up.add_argument("--dir", type=Path, required=True, help="data and state directory")
-    up.add_argument("--base-port", type=int, help="client ports base+1..N, raft ports +100")
+    up.add_argument(
+        "--base-port", type=int, help="client ports base+1..N, raft ports +100, metrics +50"
+    )
     up.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a controller")
     up.add_argument(
         "--no-metrics",
