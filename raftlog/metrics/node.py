@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -61,7 +60,7 @@ class NodeMetrics:
         ProcessCollector(namespace="", registry=self.registry)
         self.capture_seconds = Gauge(
             "raftlog_metrics_capture_seconds",
-            "Time this scrape held the event loop to copy the node's state",
+            "Longest time this scrape held the event loop in one step of copying the node's state",
             registry=self.registry,
         )
         self._render_lock = asyncio.Lock()
@@ -91,9 +90,9 @@ class NodeMetrics:
     async def render(self) -> bytes:
         """The exposition of this node's metrics now."""
         async with self._render_lock:
-            started = time.perf_counter()
-            self.collector.set_snapshot(capture(self.view))
-            self.capture_seconds.set(time.perf_counter() - started)
+            snapshot, step_s_max = await capture(self.view)
+            self.collector.set_snapshot(snapshot)
+            self.capture_seconds.set(step_s_max)
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(None, generate_latest, self.registry)
 
