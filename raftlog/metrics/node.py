@@ -9,7 +9,8 @@ then renders the registry on a worker thread (`prometheus_client.generate_latest
 large exposition does not hold the loop; scrapes are rendered one at a time.
 
 Bounds: a request head is at most `REQUEST_HEAD_BYTES_MAX`, read within
-`REQUEST_TIMEOUT_S`; a connection carries one request (Prometheus opens one a scrape).
+`REQUEST_TIMEOUT_S`; a connection carries one request (Prometheus opens one a scrape); at
+most `CONNECTIONS_MAX` are served at once.
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ log = logging.getLogger(__name__)
 
 REQUEST_HEAD_BYTES_MAX = 8 * 1024
 REQUEST_TIMEOUT_S = 5.0
+# Connections served at once; more are closed unanswered (a scraper retries next interval).
+CONNECTIONS_MAX = 16
 # The lag probe wakes this often; each wake costs a few microseconds of loop time.
 LOOP_LAG_INTERVAL_S = 0.5
 METRICS_PATHS = ("/metrics", "/")
@@ -67,6 +70,7 @@ class NodeMetrics:
         self._server: asyncio.Server | None = None
         self._probe: asyncio.Task[None] | None = None
         self.bound_port = 0
+        self._connections = 0
 
     async def start(self, host: str, port: int) -> None:
         assert self._server is None, "started twice"
@@ -97,6 +101,11 @@ class NodeMetrics:
             return await loop.run_in_executor(None, generate_latest, self.registry)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._connections >= CONNECTIONS_MAX:
+            log.debug("metrics connection closed: %d already open", self._connections)
+            writer.close()
+            return
+        self._connections += 1
         try:
             head = await asyncio.wait_for(_read_head(reader), REQUEST_TIMEOUT_S)
             status, body, content_type = await self._answer(head)
@@ -109,6 +118,7 @@ class NodeMetrics:
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, ValueError) as error:
             log.debug("metrics request dropped: %r", error)
         finally:
+            self._connections -= 1
             writer.close()
 
     async def _answer(self, head: bytes) -> tuple[str, bytes, str]:

@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftlog.cli import main
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.local_cluster import LocalCluster, NodeProcess, _port_free, free_port_base
+from raftlog.metrics.node import CONNECTIONS_MAX
 from tests.integration.conftest import start_cluster, wait_until
 
 TOPIC = "watched"
@@ -178,6 +179,26 @@ def test_cluster_status_shows_replication_and_group_lag(
     # committed at 4.
     lag = re.search(rf"^  {GROUP} {TOPIC}-0: committed 4 lag (\d+)$", out, re.MULTILINE)
     assert lag is not None and int(lag.group(1)) >= 7, out
+
+
+def test_connections_at_once_are_bounded(cluster: LocalCluster) -> None:
+    node = cluster.nodes[2]
+    address = ("127.0.0.1", node.metrics_port)
+    idle = [socket.create_connection(address, timeout=10) for _ in range(CONNECTIONS_MAX)]
+
+    def refused() -> bool:
+        try:
+            scrape(node)
+        except OSError:
+            return True
+        return False
+
+    try:
+        wait_until(refused, timeout_s=4, what=f"a scrape refused beside {CONNECTIONS_MAX} idle")
+    finally:
+        for connection in idle:
+            connection.close()
+    wait_until(lambda: not refused(), timeout_s=10, what="scrapes served again")
 
 
 def test_a_taken_metrics_port_stops_the_node_naming_it(tmp_path: Path) -> None:
