@@ -3,7 +3,8 @@
 Used by `raftlog cluster up|down|status`, `make demo`, the integration tests and the chaos
 suite's local backend. Each node is a `python -m raftlog serve` process with its own data
 directory under `DIR/node-N`, its client port `base_port + N` and its node-to-node port
-`base_port + 100 + N`. `DIR/cluster.json` records what a later command needs: the nodes,
+`base_port + 100 + N`, and its Prometheus metrics port `base_port + 50 + N` (`metrics_port`;
+0 when started without metrics). `DIR/cluster.json` records what a later command needs: the nodes,
 their pids and ports, a `bootstrap` string of client addresses, and `node_flags`, the flags
 every node starts with (TLS and auth options: file paths only, never a secret), so a node
 restarted by a later command or the chaos suite comes back with the same security.
@@ -27,6 +28,7 @@ __all__ = ["LocalCluster", "NodeProcess", "free_port_base"]
 
 CLUSTER_FILE = "cluster.json"
 RAFT_PORT_OFFSET = 100
+METRICS_PORT_OFFSET = 50
 
 
 @dataclass
@@ -39,10 +41,16 @@ class NodeProcess:
     pid: int = 0
     # Not a voter of the metadata quorum: left out of --peers, registers via --bootstrap.
     observer: bool = False
+    # Prometheus metrics on http://127.0.0.1:PORT/metrics; 0: none (--metrics-listen unset).
+    metrics_port: int = 0
 
     @property
     def client_address(self) -> str:
         return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def metrics_address(self) -> str:
+        return f"127.0.0.1:{self.metrics_port}"
 
 
 def _port_free(port: int) -> bool:
@@ -65,7 +73,7 @@ def _ephemeral_port_low(default: int = 32768) -> int:
 
 
 def free_port_base(count: int, *, start: int = 10000, stop: int | None = None) -> int:
-    """A base port such that base+1..base+count and their +100 twins are all free.
+    """A base port such that base+1..base+count and their +100 and +50 twins are all free.
 
     Blocks stay below the ephemeral range: a port free now but inside it may be taken by any
     outgoing connection (ours included) before the node binds it. The search starts at a
@@ -78,7 +86,12 @@ def free_port_base(count: int, *, start: int = 10000, stop: int | None = None) -
     first = os.getpid() % len(bases)
     for base in bases[first:] + bases[:first]:
         ports = [base + i for i in range(1, count + 1)]
-        if all(_port_free(p) and _port_free(p + RAFT_PORT_OFFSET) for p in ports):
+        if all(
+            _port_free(p)
+            and _port_free(p + RAFT_PORT_OFFSET)
+            and _port_free(p + METRICS_PORT_OFFSET)
+            for p in ports
+        ):
             return base
     raise RuntimeError(f"no free block of {count} port pairs in [{start}, {stop})")
 
@@ -109,6 +122,7 @@ class LocalCluster:
         base_port: int | None = None,
         cluster_id: str = "raftlog-local",
         node_flags: tuple[str, ...] = (),
+        metrics: bool = True,
     ) -> LocalCluster:
         if node_count not in (1, 3, 5):
             raise ValueError(f"--nodes: 1, 3 or 5, got {node_count}")
@@ -121,6 +135,7 @@ class LocalCluster:
                 raft_port=base + RAFT_PORT_OFFSET + i,
                 data_dir=str(directory / f"node-{i}"),
                 log_file=str(directory / f"node-{i}.log"),
+                metrics_port=base + METRICS_PORT_OFFSET + i if metrics else 0,
             )
             for i in range(1, node_count + 1)
         ]
@@ -153,7 +168,8 @@ class LocalCluster:
         node_id = max(self.nodes) + 1
         first = min(self.nodes.values(), key=lambda n: n.node_id)
         client_port = first.client_port - first.node_id + node_id
-        for port in (client_port, client_port + RAFT_PORT_OFFSET):
+        metrics_port = client_port + METRICS_PORT_OFFSET if first.metrics_port else 0
+        for port in (client_port, client_port + RAFT_PORT_OFFSET, metrics_port or client_port):
             if not _port_free(port):
                 raise RuntimeError(f"port {port} for observer node {node_id} is taken")
         node = NodeProcess(
@@ -163,6 +179,7 @@ class LocalCluster:
             data_dir=str(self.directory / f"node-{node_id}"),
             log_file=str(self.directory / f"node-{node_id}.log"),
             observer=True,
+            metrics_port=metrics_port,
         )
         self.nodes[node_id] = node
         self.save()
@@ -199,6 +216,7 @@ class LocalCluster:
             self.cluster_id,
             *self.node_flags,
             *(("--bootstrap", self._voter_addresses()) if node.observer else ()),
+            *(("--metrics-listen", node.metrics_address) if node.metrics_port else ()),
             *extra,
         ]
 
