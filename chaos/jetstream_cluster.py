@@ -43,7 +43,13 @@ from nats.js.client import JetStreamContext
 
 from raftlog.local_cluster import free_port_base
 
-__all__ = ["JetStreamCluster", "JetStreamNode", "create_stream", "nats_server_binary"]
+__all__ = [
+    "JetStreamCluster",
+    "JetStreamNode",
+    "create_stream",
+    "nats_server_binary",
+    "quiet_client_error",
+]
 
 # One block of ports (see free_port_base): client base+1.., cluster base+11.., monitoring
 # base+21.., route proxies base+101.., the dead advertised address base+130.
@@ -284,3 +290,9 @@ async def create_stream(
         if time.monotonic() > deadline:
             raise TimeoutError(f"stream {name!r}: no leader {timeout_s:.0f}s after creation")
         await asyncio.sleep(0.1)
+
+
+async def quiet_client_error(error: Exception) -> None:
+    """nats-py's error callback: a server killed or cut off is the point of these runs, and
+    the outcomes are recorded where they matter (history, benchmark figures)."""
+    del error
