@@ -22,7 +22,7 @@ from raftlog.chaos.workload import WorkloadOptions
 
 __all__ = ["add_chaos_parser", "main"]
 
-BACKENDS = ("local", "docker", "pysyncobj")
+BACKENDS = ("local", "docker", "pysyncobj", "jetstream")
 
 
 def _nemeses(text: str) -> tuple[str, ...]:
@@ -67,6 +67,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--observers", type=int, choices=range(OBSERVERS_MAX + 1), default=0,
                    help="local backend: nodes outside the metadata voters (remove-node's "
                    "candidates)")  # fmt: skip
+    p.add_argument("--jetstream-sync", choices=("default", "always"), default="default",
+                   help="jetstream backend: sync_interval (default: fsync each 2 min)")  # fmt: skip
     p.add_argument("--unsafe-skip-fsync", action="store_true",
                    help="local backend: nodes never fsync (the checker must catch it)")  # fmt: skip
 
@@ -83,6 +85,16 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
             unsafe_skip_fsync=args.unsafe_skip_fsync,
             observers=args.observers,
             rebalance_grace_ms=2000 if "add-node" in args.nemesis else None,
+        )
+    if args.backend == "jetstream":
+        from raftlog.chaos.jetstream_backend import JetStreamBackend
+
+        return JetStreamBackend(
+            args.out,
+            node_count=args.nodes,
+            topic=topic,
+            sync_interval="always" if args.jetstream_sync == "always" else None,
+            trace_io="lose-unsynced" in args.nemesis,
         )
     if args.backend == "docker":
         from raftlog.chaos.docker_backend import DockerBackend
@@ -103,6 +115,16 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
             f"--backend docker cannot cut a container's files or add and remove containers: "
             f"drop {local_only}"
         )
+    if args.backend == "jetstream":
+        from raftlog.chaos.jetstream_backend import UNSUPPORTED_NEMESES
+
+        refused = sorted(set(UNSUPPORTED_NEMESES) & set(args.nemesis))
+        if refused:
+            raise ValueError(
+                f"--backend jetstream needs raftlog's own hooks for {refused}: drop them"
+            )
+        if args.acks != "all":
+            raise ValueError("--backend jetstream acknowledges every publish: use --acks all")
     if args.observers and args.backend != "local":
         raise ValueError("--observers needs --backend local")
     if args.unsafe_skip_fsync and args.backend != "local":

@@ -280,8 +280,17 @@ async def create_stream(
     config = StreamConfig(
         name=name, subjects=[subject], storage=StorageType.FILE, num_replicas=replicas
     )
-    await js.add_stream(config)
     deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await js.add_stream(config)
+            break
+        except (TimeoutError, NatsError) as error:
+            # A fresh meta leader answers "no suitable peers for placement" (10005) until
+            # it has heard from enough servers; a restarted cluster may not answer at all.
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"stream {name!r} not created in {timeout_s:.0f}s") from error
+            await asyncio.sleep(0.2)
     while True:
         with contextlib.suppress(NatsError, asyncio.TimeoutError):
             info = await js.stream_info(name)
