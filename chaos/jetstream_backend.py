@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 
 import nats
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 from nats.errors import NoRespondersError
 from nats.js.api import RawStreamMsg
 from nats.js.client import JetStreamContext
@@ -141,15 +142,41 @@ async def _next_message(js: JetStreamContext, topic: str, partition: int, sequen
         return None
 
 
+class _Connection:
+    """A client's connection, made on first use: a worker may be created while every server
+    is down, and its first operation then fails (recorded) instead of the worker."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self._urls = urls
+        self._connected: tuple[Client, JetStreamContext] | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def js(self) -> JetStreamContext:
+        if self._lock is None:
+            self._lock = asyncio.Lock()  # here: on the loop's thread
+        async with self._lock:
+            if self._connected is None:
+                self._connected = await _connect(self._urls)
+        return self._connected[1]
+
+    async def close(self) -> None:
+        if self._connected is not None:
+            await self._connected[0].close()
+
+
 class _Producer:
     def __init__(self, loop: _Loop, urls: list[str]) -> None:
         self._loop = loop
-        self._client, self._js = loop.call(_connect(urls))
+        self._connection = _Connection(urls)
         self._pending: set[Future[int]] = set()
 
     async def _publish(self, topic: str, partition: int, value: str) -> int:
         try:
-            ack = await self._js.publish(_subject(topic, partition), value.encode())
+            js = await self._connection.js()
+        except (OSError, NatsError, TimeoutError) as error:
+            raise DefiniteSendFailure(f"no server to publish to: {error!r}") from error
+        try:
+            ack = await js.publish(_subject(topic, partition), value.encode())
         except (NoRespondersError, NoStreamResponseError) as error:
             raise DefiniteSendFailure(f"no stream leader took it: {error!r}") from error
         return ack.seq - 1
@@ -165,20 +192,21 @@ class _Producer:
         while self._pending and time.monotonic() < deadline:
             time.sleep(0.05)
         with contextlib.suppress(Exception):
-            self._loop.call(self._client.close())
+            self._loop.call(self._connection.close())
 
 
 class _Consumer:
     def __init__(self, loop: _Loop, urls: list[str], topic: str, partitions: Sequence[int]):
         self._loop, self._topic = loop, topic
-        self._client, self._js = loop.call(_connect(urls))
+        self._connection = _Connection(urls)
         self._next = dict.fromkeys(partitions, 1)  # the next sequence to read
 
     async def _poll(self) -> list[ReadRecord]:
+        js = await self._connection.js()
         records: list[ReadRecord] = []
         for partition, sequence in self._next.items():
             for _ in range(POLL_RECORDS_MAX):
-                message = await _next_message(self._js, self._topic, partition, sequence)
+                message = await _next_message(js, self._topic, partition, sequence)
                 if message is None:
                     break
                 assert message.seq is not None and message.seq >= sequence, (message.seq, sequence)
@@ -196,7 +224,7 @@ class _Consumer:
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self._loop.call(self._client.close())
+            self._loop.call(self._connection.close())
 
 
 class JetStreamBackend:
