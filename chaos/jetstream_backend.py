@@ -53,7 +53,13 @@ from raftlog.chaos.clients import (
     FinalRead,
     ReadRecord,
 )
-from raftlog.chaos.jetstream_cluster import JetStreamCluster, create_stream, quiet_client_error
+from raftlog.chaos.jetstream_cluster import (
+    JetStreamCluster,
+    create_stream,
+    quiet_client_error,
+    stream_name,
+    subject_name,
+)
 from raftlog.chaos.jetstream_durability import (
     DurabilityTracker,
     corrupt_one,
@@ -123,20 +129,15 @@ async def _connect(urls: list[str]) -> tuple[Client, JetStreamContext]:
     return client, client.jetstream(timeout=SEND_TIMEOUT_S)
 
 
-def _stream(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
-
-
-def _subject(topic: str, partition: int) -> str:
-    return f"{topic}.{partition}"
-
-
 async def _next_message(js: JetStreamContext, topic: str, partition: int, sequence: int
                         ) -> RawStreamMsg | None:  # fmt: skip
     """The first message at or after `sequence`, from the stream leader; None past the end."""
     try:
         return await js.get_msg(
-            _stream(topic, partition), seq=sequence, subject=_subject(topic, partition), next=True
+            stream_name(topic, partition),
+            seq=sequence,
+            subject=subject_name(topic, partition),
+            next=True,
         )
     except NotFoundError:
         return None
@@ -176,7 +177,7 @@ class _Producer:
         except (OSError, NatsError, TimeoutError) as error:
             raise DefiniteSendFailure(f"no server to publish to: {error!r}") from error
         try:
-            ack = await js.publish(_subject(topic, partition), value.encode())
+            ack = await js.publish(subject_name(topic, partition), value.encode())
         except (NoRespondersError, NoStreamResponseError) as error:
             raise DefiniteSendFailure(f"no stream leader took it: {error!r}") from error
         return ack.seq - 1
@@ -345,7 +346,7 @@ class JetStreamBackend:
         assert self._loop is not None and self._admin is not None
         js = self._admin[1]
         with contextlib.suppress(Exception):
-            info = self._loop.call(js.stream_info(_stream(self._topic, partition)), 2.0)
+            info = self._loop.call(js.stream_info(stream_name(self._topic, partition)), 2.0)
             return self._cluster.node_by_name(info.cluster.leader if info.cluster else None)
         return None
 
@@ -358,7 +359,10 @@ class JetStreamBackend:
         assert self._loop is not None and self._admin is not None
         for p in range(partitions):
             coroutine = create_stream(
-                self._admin[1], _stream(topic, p), _subject(topic, p), replicas=replication_factor
+                self._admin[1],
+                stream_name(topic, p),
+                subject_name(topic, p),
+                replicas=replication_factor,
             )
             self._loop.call(coroutine, timeout_s=60.0)
 
@@ -376,7 +380,8 @@ class JetStreamBackend:
         assert self._loop is not None and self._admin is not None
         js = self._admin[1]
         return {
-            p: self._loop.call(js.stream_info(_stream(topic, p))).state.last_seq for p in partitions
+            p: self._loop.call(js.stream_info(stream_name(topic, p))).state.last_seq
+            for p in partitions
         }
 
     def final_read(self, topic: str, partition: int, *, timeout_s: float) -> FinalRead:
@@ -386,7 +391,7 @@ class JetStreamBackend:
     async def _read_all(self, topic: str, partition: int) -> FinalRead:
         assert self._admin is not None
         js = self._admin[1]
-        end = await self._last_sequence(js, _stream(topic, partition))
+        end = await self._last_sequence(js, stream_name(topic, partition))
         records: list[ReadRecord] = []
         sequence = 1
         while sequence <= end:

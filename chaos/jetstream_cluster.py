@@ -272,6 +272,15 @@ cluster {{
 """
 
 
+def stream_name(topic: str, partition: int) -> str:
+    """A topic partition is one stream (one Raft group; its sequence - 1 is the offset)."""
+    return f"{topic}-{partition}"
+
+
+def subject_name(topic: str, partition: int) -> str:
+    return f"{topic}.{partition}"
+
+
 async def create_stream(
     js: JetStreamContext, name: str, subject: str, *, replicas: int, timeout_s: float = 30.0
 ) -> str:

@@ -23,7 +23,13 @@ from nats.aio.client import Client
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
-from raftlog.chaos.jetstream_cluster import JetStreamCluster, create_stream, quiet_client_error
+from raftlog.chaos.jetstream_cluster import (
+    JetStreamCluster,
+    create_stream,
+    quiet_client_error,
+    stream_name,
+    subject_name,
+)
 
 WINDOW_MAX = 4000  # nats-py's publish_async_max_pending default
 PUBLISH_TIMEOUT_S = 5.0
@@ -32,14 +38,6 @@ FETCH_BATCH = 1000
 FAILOVER_RECORDS_S = 2000  # the failover suite's open-loop rate
 FAILOVER_WAIT_S_MAX = 30.0
 CATCH_UP_S = 5.0
-
-
-def subject(topic: str, partition: int) -> str:
-    return f"{topic}.{partition}"
-
-
-def stream(topic: str, partition: int) -> str:
-    return f"{topic}-{partition}"
 
 
 async def connect(cluster: JetStreamCluster) -> tuple[Client, JetStreamContext]:
@@ -54,7 +52,7 @@ async def connect(cluster: JetStreamCluster) -> tuple[Client, JetStreamContext]:
 
 async def create_topic(js: JetStreamContext, topic: str, partitions: int) -> None:
     for p in range(partitions):
-        await create_stream(js, stream(topic, p), subject(topic, p), replicas=3)
+        await create_stream(js, stream_name(topic, p), subject_name(topic, p), replicas=3)
 
 
 def server_cpu_s(cluster: JetStreamCluster) -> float:
@@ -87,7 +85,7 @@ async def publish_throughput(
     ends first; (throughput, CPU seconds per MB of the servers, and of this client)."""
     client, js = await connect(cluster)
     try:
-        subjects = [subject(topic, p) for p in range(partitions)]
+        subjects = [subject_name(topic, p) for p in range(partitions)]
         values = payloads(record_bytes)
         await _publish_all(js, subjects, values, count=WARM_UP_RECORDS)
         cpu_before_s, client_before_s = server_cpu_s(cluster), time.process_time()
@@ -112,7 +110,7 @@ async def latency_point(
     """Open loop at `rate_records_s`: each record's ack time minus the time it was due (as
     `_harness.produce_latencies_ms` charges raftlog's)."""
     client, js = await connect(cluster)
-    subjects = [subject(topic, p) for p in range(partitions)]
+    subjects = [subject_name(topic, p) for p in range(partitions)]
     values = payloads(record_bytes)
     latencies_ms: list[float] = []
     try:
@@ -156,9 +154,11 @@ async def consume_mb_s(cluster: JetStreamCluster, topic: str, partitions: int) -
     try:
         started = time.perf_counter()
         for p in range(partitions):
-            info = await js.stream_info(stream(topic, p))
+            info = await js.stream_info(stream_name(topic, p))
             config = ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL)
-            sub = await js.pull_subscribe(subject(topic, p), stream=stream(topic, p), config=config)
+            sub = await js.pull_subscribe(
+                subject_name(topic, p), stream=stream_name(topic, p), config=config
+            )
             seen = 0
             while seen < info.state.last_seq:
                 for msg in await sub.fetch(FETCH_BATCH, timeout=5.0):
