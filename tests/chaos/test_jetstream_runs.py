@@ -117,10 +117,10 @@ def test_the_nemeses_that_need_raftlog_hooks_are_refused_up_front(tmp_path: Path
 
 
 class CorruptOnKill:
-    """A JetStream backend whose kills damage files, until the `corrupt` nemesis exists: a
-    kill that leaves every other server running (so at most one server, a minority, is
-    down and damaged at a time) corrupts the killed server's files before its restart, as
-    the corrupt nemesis's contract says (`corrupt(node, rng)` between kill and restart)."""
+    """A JetStream backend whose kills damage files, until the `corrupt` nemesis exists, on
+    a fixed minority: the first server killed while the others run becomes the damaged one,
+    and each later kill of it alone corrupts one of its files before the restart, as the
+    corrupt nemesis's contract says (`corrupt(node, rng)` between kill and restart)."""
 
     def __init__(self, directory: Path, *, seed: int, sync_interval: str | None) -> None:
         from raftlog.chaos.jetstream_backend import JetStreamBackend
@@ -131,6 +131,7 @@ class CorruptOnKill:
         self.rng = random.Random(seed)
         self.damage: list[dict[str, Any] | None] = []
         self.down: set[int] = set()
+        self.damaged_node: int | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.backend, name)
@@ -139,7 +140,8 @@ class CorruptOnKill:
         alone = not self.down
         self.down.add(node)
         killed: bool = self.backend.kill(node)
-        if alone:
+        if alone and self.damaged_node in (None, node):
+            self.damaged_node = node
             self.damage.append(self.backend.corrupt(node, self.rng))
         return killed
 
@@ -149,12 +151,13 @@ class CorruptOnKill:
         return restarted
 
 
-def run_with_minority_damage(out: Path, *, seed: int, duration_s: float, sync: str | None
+def run_with_minority_damage(out: Path, *, seed: int, duration_s: float, sync: str | None,
+                             nemeses: tuple[str, ...] = ("kill",),
                              ) -> tuple[dict[str, Any], list[dict[str, Any] | None]]:  # fmt: skip
     from raftlog.chaos.runner import RunOptions, run
 
     backend = CorruptOnKill(out, seed=seed, sync_interval=sync)
-    options = RunOptions(out_dir=out, seed=seed, duration_s=duration_s, nemeses=("kill",))
+    options = RunOptions(out_dir=out, seed=seed, duration_s=duration_s, nemeses=nemeses)
     results = run(options, backend, say=lambda line: None)  # type: ignore[arg-type]
     return results, backend.damage
 
