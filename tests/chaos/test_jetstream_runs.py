@@ -118,20 +118,25 @@ def test_the_nemeses_that_need_raftlog_hooks_are_refused_up_front(tmp_path: Path
 
 class CorruptOnKill:
     """A JetStream backend whose kills damage files, until the `corrupt` nemesis exists, on
-    a fixed minority: the first server killed while the others run becomes the damaged one,
-    and each later kill of it alone corrupts one of its files before the restart, as the
-    corrupt nemesis's contract says (`corrupt(node, rng)` between kill and restart)."""
+    a fixed minority: the first servers killed while the others run (one of 3, two of 5)
+    become the damaged ones, and each kill of one of them alone corrupts one of its files
+    before the restart, as the corrupt nemesis's contract says (`corrupt(node, rng)` between
+    kill and restart)."""
 
-    def __init__(self, directory: Path, *, seed: int, sync_interval: str | None) -> None:
+    def __init__(
+        self, directory: Path, *, seed: int, sync_interval: str | None, node_count: int = 3
+    ) -> None:
         from raftlog.chaos.jetstream_backend import JetStreamBackend
 
         self.backend = JetStreamBackend(
-            directory, node_count=3, topic="chaos", sync_interval=sync_interval, trace_io=False
-        )
+            directory, node_count=node_count, topic="chaos", sync_interval=sync_interval,
+            trace_io=False,
+        )  # fmt: skip
         self.rng = random.Random(seed)
         self.damage: list[dict[str, Any] | None] = []
         self.down: set[int] = set()
-        self.damaged_node: int | None = None
+        self.damaged: set[int] = set()
+        self.minority = (node_count - 1) // 2
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.backend, name)
@@ -140,8 +145,8 @@ class CorruptOnKill:
         alone = not self.down
         self.down.add(node)
         killed: bool = self.backend.kill(node)
-        if alone and self.damaged_node in (None, node):
-            self.damaged_node = node
+        if alone and (node in self.damaged or len(self.damaged) < self.minority):
+            self.damaged.add(node)
             self.damage.append(self.backend.corrupt(node, self.rng))
         return killed
 
@@ -152,12 +157,17 @@ class CorruptOnKill:
 
 
 def run_with_minority_damage(out: Path, *, seed: int, duration_s: float, sync: str | None,
-                             nemeses: tuple[str, ...] = ("kill",),
+                             nemeses: tuple[str, ...] = ("kill",), node_count: int = 3,
                              ) -> tuple[dict[str, Any], list[dict[str, Any] | None]]:  # fmt: skip
     from raftlog.chaos.runner import RunOptions, run
 
-    backend = CorruptOnKill(out, seed=seed, sync_interval=sync)
-    options = RunOptions(out_dir=out, seed=seed, duration_s=duration_s, nemeses=nemeses)
+    backend = CorruptOnKill(out, seed=seed, sync_interval=sync, node_count=node_count)
+    from raftlog.chaos.workload import WorkloadOptions
+
+    options = RunOptions(
+        out_dir=out, seed=seed, duration_s=duration_s, nemeses=nemeses,
+        workload=WorkloadOptions(replication_factor=node_count),
+    )  # fmt: skip
     results = run(options, backend, say=lambda line: None)  # type: ignore[arg-type]
     return results, backend.damage
 
