@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from raftlog.chaos.jetstream_cluster import nats_server_binary
 from raftlog.chaos.jetstream_proxy import RouteProxies
 from raftlog.local_cluster import free_port_base
 
@@ -70,3 +72,25 @@ def test_a_one_way_cut_from_the_dialed_side_holds_only_the_replies(
     assert _nothing_arrives(node1)
     proxies.heal(1)
     assert node1.recv(16) == b"pong"
+
+
+@pytest.mark.skipif(nats_server_binary() is None, reason="no nats-server binary")
+def test_the_backend_turns_the_nemesis_block_rules_into_directed_cuts(tmp_path: Path) -> None:
+    from raftlog.chaos.jetstream_backend import JetStreamBackend
+
+    backend = JetStreamBackend(
+        tmp_path, node_count=3, topic="chaos", sync_interval=None, trace_io=False
+    )  # configs only: no server runs in this test
+    proxies = backend._proxies
+    assert backend.set_faults(1, {"block": [2, 3], "direction": "outgoing"})
+    assert backend.set_faults(3, {"block": [2], "direction": "incoming"})
+    assert proxies.cut_links == {(1, 2), (1, 3), (2, 3)}
+    assert backend.set_faults(1, {"heal": True})
+    assert proxies.cut_links == {(2, 3)}
+    assert not backend.set_faults(2, {"link": {"peer": None, "drop_probability": 0.1}})
+    assert not backend.set_faults(2, {"clock": {"offset_ms": 60_000}})
+    configs = [(tmp_path / "jetstream" / f"node{n}" / "nats.conf").read_text() for n in (1, 2, 3)]
+    proxy_ports = {str(port) for port in backend._cluster.proxy_ports.values()}
+    for config in configs:  # every route goes through a proxy, none straight to a server
+        routes = config.split("routes: [")[1].split("]")[0]
+        assert {r.rsplit(":", 1)[1].rstrip('"') for r in routes.split(", ")} <= proxy_ports
