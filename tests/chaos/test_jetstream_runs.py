@@ -114,6 +114,11 @@ def test_corrupt_damages_a_message_block_of_a_killed_server(tmp_path: Path) -> N
 def test_the_nemeses_that_need_raftlog_hooks_are_refused_up_front(tmp_path: Path) -> None:
     argv = ["run", "--backend", "jetstream", "--nemesis", "kill,clock-skew"]
     assert main([*argv, "--duration", "5", "--out", str(tmp_path / "run")]) == 2
+    argv = ["run", "--backend", "jetstream", "--acks", "1", "--nemesis", "kill"]
+    assert main([*argv, "--duration", "5", "--out", str(tmp_path / "run")]) == 2
+    argv = ["run", "--backend", "local", "--jetstream-sync", "always", "--nemesis", "kill"]
+    assert main([*argv, "--duration", "5", "--out", str(tmp_path / "run")]) == 2
+    assert not (tmp_path / "run").exists(), "refused before anything started"
 
 
 class CorruptOnKill:
