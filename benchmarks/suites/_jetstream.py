@@ -13,6 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -41,8 +44,12 @@ CATCH_UP_S = 5.0
 
 
 async def connect(cluster: JetStreamCluster) -> tuple[Client, JetStreamContext]:
+    return await connect_urls(cluster.urls)
+
+
+async def connect_urls(urls: list[str]) -> tuple[Client, JetStreamContext]:
     client = await nats.connect(
-        servers=cluster.urls,
+        servers=urls,
         max_reconnect_attempts=-1,
         reconnect_time_wait=0.1,
         error_cb=quiet_client_error,
@@ -61,7 +68,7 @@ def server_cpu_s(cluster: JetStreamCluster) -> float:
     return sum(cpu_seconds(pid) for pid in pids if pid is not None)
 
 
-async def _publish_all(js: JetStreamContext, subjects: Sequence[str], values: list[bytes],
+async def publish_all(js: JetStreamContext, subjects: Sequence[str], values: list[bytes],
                        *, count: int, duration_s: float = float("inf")) -> int:  # fmt: skip
     """Publish `count` records, or fewer if `duration_s` runs out first, through the window;
     waits for every acknowledgement and returns how many records were published."""
@@ -77,6 +84,34 @@ async def _publish_all(js: JetStreamContext, subjects: Sequence[str], values: li
     return len(futures)
 
 
+def publish_processes(
+    cluster: JetStreamCluster, topic: str, partitions: int, *, processes: int,
+    record_bytes: int, total_bytes: int, duration_s_max: float,
+) -> tuple[float, float]:  # fmt: skip
+    """`processes` publishers at once (`_jetstream_worker.py`), `total_bytes` each; (MB/s of
+    all of them together, server CPU seconds per MB)."""
+    argv = [sys.executable, str(Path(__file__).resolve().parent / "_jetstream_worker.py"),
+            ",".join(cluster.urls), topic, str(partitions), str(record_bytes), str(total_bytes),
+            str(duration_s_max)]  # fmt: skip
+    cpu_before_s = server_cpu_s(cluster)
+    results = run_workers(argv, processes, timeout_s=duration_s_max + 180)
+    cpu_s = server_cpu_s(cluster) - cpu_before_s
+    value_bytes = sum(r["value_bytes"] for r in results)
+    return value_bytes / max(r["elapsed_s"] for r in results) / 1e6, cpu_s / (value_bytes / 1e6)
+
+
+def run_workers(argv: list[str], processes: int, *, timeout_s: float) -> list[dict[str, float]]:
+    """`processes` copies of a worker started at once; the JSON line each prints last."""
+    workers = [subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    results = []
+    for worker in workers:
+        out, _ = worker.communicate(timeout=timeout_s)
+        if worker.returncode != 0:
+            raise RuntimeError(f"{argv[1]} exited {worker.returncode}")
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    return results
+
+
 async def publish_throughput(
     cluster: JetStreamCluster, topic: str, partitions: int, *, record_bytes: int,
     total_bytes: int, duration_s_max: float,
@@ -87,10 +122,10 @@ async def publish_throughput(
     try:
         subjects = [subject_name(topic, p) for p in range(partitions)]
         values = payloads(record_bytes)
-        await _publish_all(js, subjects, values, count=WARM_UP_RECORDS)
+        await publish_all(js, subjects, values, count=WARM_UP_RECORDS)
         cpu_before_s, client_before_s = server_cpu_s(cluster), time.process_time()
         started = time.perf_counter()
-        count = await _publish_all(
+        count = await publish_all(
             js, subjects, values, count=total_bytes // record_bytes, duration_s=duration_s_max
         )
         elapsed_s = time.perf_counter() - started
@@ -114,7 +149,7 @@ async def latency_point(
     values = payloads(record_bytes)
     latencies_ms: list[float] = []
     try:
-        await _publish_all(js, subjects, values, count=WARM_UP_RECORDS)
+        await publish_all(js, subjects, values, count=WARM_UP_RECORDS)
         count = int(rate_records_s * duration_s)
         assert count > 0, (rate_records_s, duration_s)
         turn = itertools.cycle(subjects)

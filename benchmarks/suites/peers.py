@@ -50,6 +50,7 @@ from raftlog.client import Admin  # noqa: E402
 
 PARTITIONS = 3
 LATENCY_FRACTIONS = (0.1, cluster_suite.LATENCY_FRACTION, 0.6)
+CLIENTS = 2  # publisher processes at once for the `_2_clients` figures
 JETSTREAM_SETTINGS = {"jetstream_default": None, "jetstream_sync_always": "always"}
 
 
@@ -80,6 +81,18 @@ def measure_raftlog(work: pathlib.Path, sizes: _Sizes) -> dict[str, float]:
         metrics["1kib_mb_s"] = big.mb_s
         metrics["cpu_s_per_mb"] = (_cpu_s(pids) - cpu_before_s) / mb
         metrics["client_cpu_s_per_mb"] = (time.process_time() - client_before_s) / mb
+        create_topic(admin, "t1k2", partitions=PARTITIONS)
+        argv = [sys.executable, str(SUITES_DIR / "_client_worker.py"), "-", bootstrap, "t1k2",
+                str(KIB), str(sizes.total_1kib_bytes // CLIENTS)]  # fmt: skip
+        cpu_before_s = _cpu_s(pids)
+        runs = js_bench.run_workers(argv, CLIENTS, timeout_s=600)
+        value_bytes = sum(r["value_bytes"] for r in runs)
+        metrics[f"1kib_mb_s_{CLIENTS}_clients"] = (
+            value_bytes / max(r["elapsed_s"] for r in runs) / 1e6
+        )
+        metrics[f"cpu_s_per_mb_{CLIENTS}_clients"] = (_cpu_s(pids) - cpu_before_s) / (
+            value_bytes / 1e6
+        )
         create_topic(admin, "t100", partitions=PARTITIONS)
         small = cluster_suite.produce(
             bootstrap, "t100", "all", record_bytes=100, total_bytes=sizes.total_100b_bytes
@@ -137,7 +150,7 @@ async def _jetstream_figures(
     cluster: js_bench.JetStreamCluster, sizes: _Sizes, raftlog_1kib_mb_s: float
 ) -> dict[str, float]:
     client, js = await js_bench.connect(cluster)
-    for topic in ("t1k", "t100", "latency"):
+    for topic in ("t1k", "t1k2", "t100", "latency"):
         await js_bench.create_topic(js, topic, PARTITIONS)
     await client.close()
     metrics: dict[str, float] = {}
@@ -147,6 +160,12 @@ async def _jetstream_figures(
     )  # fmt: skip
     metrics["1kib_mb_s"], metrics["cpu_s_per_mb"] = big.mb_s, cpu_s_per_mb
     metrics["client_cpu_s_per_mb"] = client_cpu_s_per_mb
+    metrics[f"1kib_mb_s_{CLIENTS}_clients"], metrics[f"cpu_s_per_mb_{CLIENTS}_clients"] = (
+        js_bench.publish_processes(
+            cluster, "t1k2", PARTITIONS, processes=CLIENTS, record_bytes=KIB,
+            total_bytes=sizes.total_1kib_bytes // CLIENTS, duration_s_max=sizes.duration_s_max,
+        )
+    )  # fmt: skip
     small, _, _ = await js_bench.publish_throughput(
         cluster, "t100", PARTITIONS, record_bytes=100, total_bytes=sizes.total_100b_bytes,
         duration_s_max=sizes.duration_s_max,
@@ -181,6 +200,8 @@ def ratios(systems: dict[str, dict[str, float]]) -> dict[str, float]:
         "raftlog_vs_jetstream_p99_ms_at_10pct": ours["latency_p99_ms_at_10pct"]
         / peer["latency_p99_ms_at_10pct"],
         "raftlog_vs_jetstream_1kib_mb_s": ours["1kib_mb_s"] / peer["1kib_mb_s"],
+        f"raftlog_vs_jetstream_1kib_mb_s_{CLIENTS}_clients": ours[f"1kib_mb_s_{CLIENTS}_clients"]
+        / peer[f"1kib_mb_s_{CLIENTS}_clients"],
         "raftlog_vs_jetstream_100b_records_s": ours["100b_records_s"] / peer["100b_records_s"],
         "raftlog_vs_jetstream_p99_ms": ours[f"latency_p99_ms_{at_30}"]
         / peer[f"latency_p99_ms_{at_30}"],
