@@ -59,16 +59,14 @@ def decode_bootstrap_voters(data: bytes, *, path: str) -> frozenset[NodeId] | st
         voters = Membership.decode(body).voters
     except (ValueError, KeyError, TypeError) as error:
         return f"{path}: not a voters file ({error})"
-    if not voters:
-        return f"{path}: names no voter"
-    return voters
+    return voters  # empty for a replica that joined through a move
 
 
 def load_or_write_bootstrap_voters(
     files: FileSystem, directory: str, voters: frozenset[NodeId]
 ) -> BootstrapVoters:
-    """The group's starting voters: read back, or `voters` written (durably) now."""
-    assert voters, "a group starts with at least one voter"
+    """The group's starting voters: read back, or `voters` written (durably) now (none for a
+    replica joining through a move: it learns the membership from the leader)."""
     path = os.path.join(directory, BOOTSTRAP_VOTERS_FILE_NAME)
     if files.exists(path):
         found = decode_bootstrap_voters(read_whole_file(files, path), path=path)

@@ -51,3 +51,10 @@ def test_the_plain_json_of_older_directories_is_still_read() -> None:
     write_file_atomically(sim, PATH, Membership(voters=VOTERS).encode())
     found = load_or_write_bootstrap_voters(sim, "/g", OTHERS)
     assert found.voters == VOTERS and found.damage is None
+
+
+def test_a_replica_joining_through_a_move_starts_with_no_voters() -> None:
+    sim = _sim()
+    assert load_or_write_bootstrap_voters(sim, "/g", frozenset()).voters == frozenset()
+    found = load_or_write_bootstrap_voters(sim, "/g", VOTERS)
+    assert found.voters == frozenset() and found.damage is None
