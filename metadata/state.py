@@ -121,6 +121,7 @@ class NodeInfo:
     fenced: bool
     last_heartbeat_ms: int  # now_ms of the last RegisterNode or NodeHeartbeat applied
     status: str = NODE_ACTIVE  # one of NODE_STATUSES
+    kafka_address: str = ""  # host:port of its Kafka listener; "" when it has none
 
     @property
     def alive(self) -> bool:
@@ -307,6 +308,8 @@ class MetadataState:
         problem = check_address("client_address", command.client_address) or check_address(
             "raft_address", command.raft_address
         )
+        if problem is None and command.kafka_address:
+            problem = check_address("kafka_address", command.kafka_address)
         if problem is not None:
             return problem
         known = self._nodes.get(command.node_id)
@@ -656,6 +659,7 @@ class MetadataState:
             last_heartbeat_ms=command.now_ms,
             # A decommissioning node that restarts is still leaving.
             status=NODE_ACTIVE if known is None else known.status,
+            kafka_address=command.kafka_address,
         )
         return OK
 
@@ -950,6 +954,7 @@ def _encode_snapshot(state: MetadataState) -> bytes:
                 "last_heartbeat_ms": n.last_heartbeat_ms,
             }
             | ({} if n.status == NODE_ACTIVE else {"status": n.status})
+            | ({"kafka_address": n.kafka_address} if n.kafka_address else {})
             for n in state.nodes()
         ],
         "topics": [_encode_topic(t, state.partitions(t.name)) for t in state.topics()],
@@ -1056,6 +1061,8 @@ def _decode_node(where: str, raw: object) -> NodeInfo:
     )
     if isinstance(raw, dict) and "status" in raw:
         keys += ("status",)
+    if isinstance(raw, dict) and "kafka_address" in raw:
+        keys += ("kafka_address",)
     fields_ = _object(where, raw, keys)
     status = decode_str(f"{where}.status", fields_.get("status", NODE_ACTIVE))
     if status not in NODE_STATUSES or ("status" in fields_ and status == NODE_ACTIVE):
@@ -1071,6 +1078,7 @@ def _decode_node(where: str, raw: object) -> NodeInfo:
         fenced=fenced,
         last_heartbeat_ms=decode_int(f"{where}.last_heartbeat_ms", fields_["last_heartbeat_ms"]),
         status=status,
+        kafka_address=decode_str(f"{where}.kafka_address", fields_.get("kafka_address", "")),
     )
 
 

@@ -222,6 +222,8 @@ def _up(args: argparse.Namespace) -> int:
         print(f"raftlog cluster up: {error}; logs in {args.dir}/node-*.log", file=sys.stderr)
         return 1
     print(f"controller: node {controller}", file=sys.stderr)
+    # The Kafka listeners' bootstrap on its own line; the last line stays the gRPC one.
+    print(f"kafka: {cluster.kafka_bootstrap}")
     print(cluster.bootstrap)
     return 0
 

@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftlog.errors import ConfigError
 from raftlog.runtime.memory import tune_malloc
@@ -28,6 +28,10 @@ from raftlog.runtime.settings import (
 )
 from raftlog.types import NodeId
 
+if TYPE_CHECKING:
+    from raftlog.broker import Broker
+    from raftlog.rpc.kafka import KafkaListener
+
 __all__ = ["add_serve_parser", "run_serve"]
 
 
@@ -40,6 +44,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--advertise", help="client API address others should use")
     parser.add_argument("--raft-listen", help="node-to-node HOST:PORT (default: listen port+100)")
     parser.add_argument("--raft-advertise", help="node-to-node address others should use")
+    parser.add_argument("--kafka-listen", help="Kafka wire-protocol HOST:PORT (default: none)")
+    parser.add_argument(
+        "--kafka-advertise", help="Kafka address clients are told (advertised.listeners)"
+    )
     parser.add_argument(
         "--peers", help="metadata quorum voters as ID=HOST:PORT,... (their node-to-node addresses)"
     )
@@ -99,6 +107,13 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     if flags:
         settings = dataclasses.replace(settings, **flags).validate()
     # --- end security
+    kafka: dict[str, Any] = {
+        name: parse_address(getattr(args, name), setting="--" + name.replace("_", "-"))
+        for name in ("kafka_listen", "kafka_advertise")
+        if getattr(args, name, None)
+    }
+    if kafka:
+        settings = dataclasses.replace(settings, **kafka).validate()
     if getattr(args, "chaos_skip_fsync", False):
         settings = dataclasses.replace(settings, chaos_skip_fsync=True).validate()
     if not args.overrides:
@@ -185,6 +200,7 @@ async def _serve(settings: BrokerSettings) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     await broker.start()
+    kafka = await _start_kafka(broker, settings)
     # Everything built so far (modules, gRPC and protobuf tables, the recovered state) lives
     # as long as the process: move it out of the collector's generations, so a full
     # collection, triggered by per-request garbage, no longer walks it all and stalls the
@@ -206,5 +222,26 @@ async def _serve(settings: BrokerSettings) -> int:
     if failed:
         # Already logged where it happened; retrieving it keeps asyncio from logging it again.
         broker.failed.exception()
+    if kafka is not None:
+        await kafka.close()
     await broker.stop()
     return 1 if failed else 0
+
+
+async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListener | None:
+    """The Kafka wire-protocol listener beside the gRPC API, when --kafka-listen is set."""
+    if settings.kafka_listen is None:
+        return None
+    from raftlog.rpc.kafka import KafkaListener
+
+    listener = KafkaListener(
+        broker,
+        config=settings.config.kafka,
+        node_id=settings.node_id,
+        kafka_address=settings.kafka_address,
+    )
+    await listener.start(*settings.kafka_listen)
+    logging.getLogger("raftlog").info(
+        "node %s serving Kafka clients on %s", settings.node_id, settings.kafka_address
+    )
+    return listener

@@ -93,6 +93,10 @@ class BrokerSettings:
     # Mutual TLS for clients: certificates signed by this CA authenticate their CN or SAN.
     tls_client_ca: Path | None = None
     # --- end security
+    # The Kafka wire-protocol listener (raftlog.rpc.kafka): off unless kafka_listen is set;
+    # clients are told kafka_advertise (Kafka's advertised.listeners), else kafka_listen.
+    kafka_listen: Address | None = None
+    kafka_advertise: Address | None = None
 
     def validate(self) -> BrokerSettings:
         if self.node_id < 0:
@@ -123,12 +127,20 @@ class BrokerSettings:
                 "and auth_tokens (--auth-tokens: its [permissions] grant certificate principals)"
             )
         # --- end security
+        if self.kafka_advertise is not None and self.kafka_listen is None:
+            raise ConfigError("kafka_advertise (--kafka-advertise) needs kafka_listen")
         return self
 
     @property
     def client_address(self) -> str:
         host, port = self.advertise or self.listen
         return f"{host}:{port}"
+
+    @property
+    def kafka_address(self) -> str:
+        """Where Kafka clients reach this node; "" when it runs no Kafka listener."""
+        address = self.kafka_advertise or self.kafka_listen
+        return "" if address is None else f"{address[0]}:{address[1]}"
 
     @property
     def raft_address(self) -> str:
@@ -192,6 +204,8 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         "cluster_id",
         "chaos",
         "bootstrap",
+        "kafka_listen",
+        "kafka_advertise",
         *_SECURITY_KEYS,  # issue 10
     }
     unknown = sorted(set(node) - known)
@@ -221,7 +235,16 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         if node.get("bootstrap")
         else (),
         **_security_settings(node),  # issue 10
+        **_kafka_settings(node),
     ).validate()
+
+
+def _kafka_settings(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: parse_address(str(node[key]), setting=key)
+        for key in ("kafka_listen", "kafka_advertise")
+        if node.get(key)
+    }
 
 
 # --- security (issue 10): TOML keys tls_cert, tls_key, tls_ca, peer_tls, auth_tokens,

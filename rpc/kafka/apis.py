@@ -1,0 +1,75 @@
+"""The Kafka APIs this listener implements, at which versions, and ApiVersions.
+
+ApiVersions advertises exactly this table; a request for any other API or version closes
+its connection (Kafka's behaviour for requests it cannot parse), except an ApiVersions of a
+version newer than ours, which gets Kafka's UNSUPPORTED_VERSION answer in the v0 layout with
+the table, so the client can retry at a version both know (KIP-511).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from raftlog.rpc.kafka import cluster_handlers, log_handlers
+from raftlog.rpc.kafka.context import KafkaContext
+from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
+
+__all__ = ["APIS", "API_VERSIONS", "Api", "api_versions"]
+
+API_VERSIONS = 18
+
+Handler = Callable[[KafkaContext, Any, int], Coroutine[Any, Any, Any | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    name: str
+    version_min: int
+    version_max: int
+    handler: Handler
+
+    def supports(self, version: int) -> bool:
+        return self.version_min <= version <= self.version_max
+
+
+async def api_versions(ctx: KafkaContext, request: Any, version: int) -> Any:
+    return api_versions_response(version, ErrorCode.none)
+
+
+def api_versions_response(version: int, code: ErrorCode) -> Any:
+    module = response_module(API_VERSIONS, version)
+    return build(
+        module.ApiVersionsResponse,
+        error_code=code,
+        api_keys=tuple(
+            build(
+                module.ApiVersion,
+                api_key=api.key,
+                min_version=api.version_min,
+                max_version=api.version_max,
+            )
+            for api in APIS.values()
+        ),
+        throttle_time=NO_THROTTLE,
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
+
+
+APIS: dict[int, Api] = {
+    api.key: api
+    for api in (
+        Api(log_handlers.PRODUCE, "Produce", 3, 9, log_handlers.produce),
+        Api(log_handlers.FETCH, "Fetch", 4, 12, log_handlers.fetch),
+        Api(log_handlers.LIST_OFFSETS, "ListOffsets", 1, 6, log_handlers.list_offsets),
+        Api(cluster_handlers.METADATA, "Metadata", 1, 12, cluster_handlers.metadata),
+        Api(API_VERSIONS, "ApiVersions", 0, 3, api_versions),
+    )
+}

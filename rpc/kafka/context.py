@@ -1,0 +1,44 @@
+"""What every Kafka handler gets: the broker port, the listener's bounds, this node's id and
+Kafka address, and where other nodes' Kafka listeners are (from the metadata quorum, where
+each node registers its advertised Kafka address)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raftlog.config import KafkaConfig
+from raftlog.rpc.kafka.port import KafkaBroker
+from raftlog.types import NodeId
+
+__all__ = ["KafkaContext", "split_address"]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    assert host and port.isdigit(), address
+    return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaContext:
+    broker: KafkaBroker
+    config: KafkaConfig
+    node_id: NodeId
+    kafka_address: str
+
+    def kafka_address_of(self, node_id: NodeId) -> str:
+        """The Kafka address `node_id` registered; "" if it has none (or is unknown)."""
+        info = self.broker.metadata.state.node(node_id)
+        if info is not None and info.kafka_address:
+            return info.kafka_address
+        return self.kafka_address if node_id == self.node_id else ""
+
+    def brokers(self) -> list[tuple[NodeId, str, int]]:
+        """(node id, host, port) of every live node with a Kafka listener, this one too."""
+        found: dict[NodeId, str] = {
+            info.node_id: info.kafka_address
+            for info in self.broker.metadata.state.nodes()
+            if info.kafka_address and info.alive
+        }
+        found.setdefault(self.node_id, self.kafka_address)
+        return [(node, *split_address(found[node])) for node in sorted(found)]

@@ -1,0 +1,58 @@
+"""The broker as the Kafka listener sees it: exactly the calls its handlers make.
+
+A `typing.Protocol`, so `raftlog.broker.Broker` satisfies it structurally without importing
+this package, and the handlers never reach past it into Raft or the log: a Kafka Produce is
+the same `produce` call the gRPC `Log.Produce` makes, a Fetch the same `fetch`, and so on.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from raftlog.metadata import MetadataState
+from raftlog.partition.replica import FetchResult, ProduceResult
+from raftlog.runtime.group import Commitment
+from raftlog.types import NodeId
+
+__all__ = ["KafkaBroker", "MetadataView"]
+
+
+class MetadataView(Protocol):
+    """This node's copy of the metadata quorum's state."""
+
+    @property
+    def state(self) -> MetadataState: ...
+
+
+class KafkaBroker(Protocol):
+    @property
+    def metadata(self) -> MetadataView: ...
+
+    @property
+    def controller_id(self) -> NodeId | None: ...
+
+    async def wait_metadata_caught_up(self) -> bool: ...
+
+    async def produce(
+        self,
+        topic: str,
+        partition: int,
+        batches: list[bytes],
+        *,
+        commitment: Commitment,
+        timeout_s: float,
+    ) -> ProduceResult: ...
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        bytes_max: int,
+        wait_ms_max: int,
+        bytes_min: int,
+        allow_follower: bool = False,
+    ) -> FetchResult: ...
+
+    def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int: ...
