@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from raftlog.rpc.kafka import cluster_handlers, log_handlers
+from raftlog.rpc.kafka import cluster_handlers, log_handlers, producer_handlers
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 
@@ -71,5 +71,26 @@ APIS: dict[int, Api] = {
         Api(log_handlers.LIST_OFFSETS, "ListOffsets", 1, 6, log_handlers.list_offsets),
         Api(cluster_handlers.METADATA, "Metadata", 1, 12, cluster_handlers.metadata),
         Api(API_VERSIONS, "ApiVersions", 0, 3, api_versions),
+        Api(
+            producer_handlers.INIT_PRODUCER_ID,
+            "InitProducerId",
+            0,
+            4,
+            producer_handlers.init_producer_id,
+        ),
+        Api(
+            producer_handlers.OFFSET_FOR_LEADER_EPOCH,
+            "OffsetForLeaderEpoch",
+            2,
+            4,
+            producer_handlers.offset_for_leader_epoch,
+        ),
+        Api(
+            cluster_handlers.DESCRIBE_CLUSTER,
+            "DescribeCluster",
+            0,
+            1,
+            cluster_handlers.describe_cluster,
+        ),
     )
 }

@@ -20,7 +20,7 @@ from raftlog.metadata import MetadataState
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 
-__all__ = ["METADATA", "metadata", "topic_uuid"]
+__all__ = ["DESCRIBE_CLUSTER", "METADATA", "describe_cluster", "metadata", "topic_uuid"]
 
 METADATA = 3
 _NO_TOPIC_ID = uuid.UUID(int=0)
@@ -102,4 +102,28 @@ def _topic(module: Any, state: MetadataState, name: str, *, caught_up: bool) -> 
         topic_id=topic_uuid(topic.topic_id),
         is_internal=False,
         partitions=partitions,
+    )
+
+
+DESCRIBE_CLUSTER = 60
+
+
+async def describe_cluster(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """The nodes' Kafka listeners and the controller (the metadata quorum's leader)."""
+    module = response_module(DESCRIBE_CLUSTER, version)
+    caught_up = await ctx.broker.wait_metadata_caught_up()
+    controller = ctx.broker.controller_id
+    return build(
+        module.DescribeClusterResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none if caught_up else ErrorCode.not_controller,
+        error_message=None if caught_up else "this node's metadata has not caught up yet",
+        endpoint_type=1,  # brokers
+        cluster_id=ctx.broker.metadata.state.cluster_id,
+        controller_id=-1 if controller is None else int(controller),
+        brokers=tuple(
+            build(module.DescribeClusterBroker, broker_id=node, host=host, port=port, rack=None)
+            for node, host, port in ctx.brokers()
+        ),
+        cluster_authorized_operations=-(2**31),
     )

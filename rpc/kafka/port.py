@@ -14,7 +14,7 @@ from raftlog.partition.replica import FetchResult, ProduceResult
 from raftlog.runtime.group import Commitment
 from raftlog.types import NodeId
 
-__all__ = ["KafkaBroker", "MetadataView"]
+__all__ = ["KafkaBroker", "MetadataView", "ReplicaView"]
 
 
 class MetadataView(Protocol):
@@ -22,6 +22,12 @@ class MetadataView(Protocol):
 
     @property
     def state(self) -> MetadataState: ...
+
+
+class ReplicaView(Protocol):
+    """A partition replica hosted on this node."""
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
 
 
 class KafkaBroker(Protocol):
@@ -56,3 +62,7 @@ class KafkaBroker(Protocol):
     ) -> FetchResult: ...
 
     def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int: ...
+
+    def replica(self, topic: str, partition: int) -> ReplicaView: ...
+
+    async def allocate_producer_id(self, *, timeout_s: float) -> int: ...

@@ -37,7 +37,9 @@ def test_metadata_lists_topics_and_raft_leaders(kafka_cluster: LocalCluster) -> 
         assert f"partition {partition}, leader " in listing, listing
 
 
-def test_produce_acks_all_then_consume_byte_for_byte(kafka_cluster: LocalCluster) -> None:
+def test_idempotent_produce_acks_all_then_consume_byte_for_byte(
+    kafka_cluster: LocalCluster,
+) -> None:
     create_topic(kafka_cluster, "kcat-data", partitions=1)
     boot = kafka_cluster.kafka_bootstrap
     lines = b"".join(key + b"\t" + value + b"\n" for key, value in RECORDS)
@@ -55,6 +57,8 @@ def test_produce_acks_all_then_consume_byte_for_byte(kafka_cluster: LocalCluster
         "h2=",
         "-X",
         "acks=all",
+        "-X",
+        "enable.idempotence=true",
         stdin=lines,
     )
     # %k/%s/%h between unit separators: nothing in the records can be mistaken for them.
