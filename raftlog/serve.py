@@ -236,7 +236,7 @@ async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListene
 
     listener = KafkaListener(
         broker,
-        config=settings.config.kafka,
+        config=settings.config,
         node_id=settings.node_id,
         kafka_address=settings.kafka_address,
     )

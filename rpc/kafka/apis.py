@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from raftlog.rpc.kafka import cluster_handlers, log_handlers, producer_handlers
+from raftlog.rpc.kafka import admin_handlers, cluster_handlers, log_handlers, producer_handlers
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 
@@ -71,6 +71,22 @@ APIS: dict[int, Api] = {
         Api(log_handlers.LIST_OFFSETS, "ListOffsets", 1, 6, log_handlers.list_offsets),
         Api(cluster_handlers.METADATA, "Metadata", 1, 12, cluster_handlers.metadata),
         Api(API_VERSIONS, "ApiVersions", 0, 3, api_versions),
+        Api(admin_handlers.CREATE_TOPICS, "CreateTopics", 2, 7, admin_handlers.create_topics),
+        Api(admin_handlers.DELETE_TOPICS, "DeleteTopics", 1, 6, admin_handlers.delete_topics),
+        Api(
+            admin_handlers.CREATE_PARTITIONS,
+            "CreatePartitions",
+            0,
+            3,
+            admin_handlers.create_partitions,
+        ),
+        Api(
+            admin_handlers.DESCRIBE_CONFIGS,
+            "DescribeConfigs",
+            1,
+            4,
+            admin_handlers.describe_configs,
+        ),
         Api(
             producer_handlers.INIT_PRODUCER_ID,
             "InitProducerId",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from raftlog.config import KafkaConfig
+from raftlog.config import KafkaConfig, NodeConfig
 from raftlog.rpc.kafka.port import KafkaBroker
 from raftlog.types import NodeId
 
@@ -22,9 +22,13 @@ def split_address(address: str) -> tuple[str, int]:
 @dataclass(frozen=True, slots=True)
 class KafkaContext:
     broker: KafkaBroker
-    config: KafkaConfig
+    node_config: NodeConfig
     node_id: NodeId
     kafka_address: str
+
+    @property
+    def config(self) -> KafkaConfig:
+        return self.node_config.kafka
 
     def kafka_address_of(self, node_id: NodeId) -> str:
         """The Kafka address `node_id` registered; "" if it has none (or is unknown)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from raftlog.metadata import MetadataState
+from raftlog.metadata import ApplyResult, CreateTopicRequest, MetadataState
 from raftlog.partition.replica import FetchResult, ProduceResult
 from raftlog.runtime.group import Commitment
 from raftlog.types import NodeId
@@ -66,3 +66,13 @@ class KafkaBroker(Protocol):
     def replica(self, topic: str, partition: int) -> ReplicaView: ...
 
     async def allocate_producer_id(self, *, timeout_s: float) -> int: ...
+
+    async def create_topic(
+        self, request: CreateTopicRequest, *, timeout_s: float
+    ) -> ApplyResult: ...
+
+    async def delete_topic(self, name: str, *, timeout_s: float) -> ApplyResult: ...
+
+    async def create_partitions(
+        self, name: str, total: int, *, timeout_s: float
+    ) -> ApplyResult: ...

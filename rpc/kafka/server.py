@@ -21,7 +21,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from raftlog.config import KafkaConfig
+from raftlog.config import NodeConfig
 from raftlog.rpc.kafka.apis import API_VERSIONS, APIS, api_versions_response
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.frame import (
@@ -46,10 +46,10 @@ _Pending = tuple[RequestHeader, int, "asyncio.Future[Any | None]"]
 
 class KafkaListener:
     def __init__(
-        self, broker: KafkaBroker, *, config: KafkaConfig, node_id: NodeId, kafka_address: str
+        self, broker: KafkaBroker, *, config: NodeConfig, node_id: NodeId, kafka_address: str
     ) -> None:
         self._context = KafkaContext(
-            broker=broker, config=config, node_id=node_id, kafka_address=kafka_address
+            broker=broker, node_config=config, node_id=node_id, kafka_address=kafka_address
         )
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
@@ -118,7 +118,11 @@ class _Connection(asyncio.Protocol):
                 frame = self._decoder.next_frame()
                 if frame is None:
                     return
-                self._dispatch(frame)
+                try:
+                    self._dispatch(frame)
+                except FrameError:
+                    log.debug("kafka: undecodable frame %s", frame[:256].hex())
+                    raise
         except FrameError as error:
             self.abort(str(error))
 

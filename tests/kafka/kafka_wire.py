@@ -24,8 +24,8 @@ def kafka_call(address: str, request: Any, *, correlation_id: int = 1) -> Any:
     host, _, port = address.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=15) as sock:
         sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", _read(sock, 4))
-        data = _read(sock, size)
+        (size,) = struct.unpack(">i", read_exactly(sock, 4))
+        data = read_exactly(sock, size)
     assert struct.unpack_from(">i", data)[0] == correlation_id
     response_class = load_response_schema(api_key, version)
     offset = 5 if response_class.__flexible__ and api_key != 18 else 4
@@ -34,7 +34,7 @@ def kafka_call(address: str, request: Any, *, correlation_id: int = 1) -> Any:
     return response
 
 
-def _read(sock: socket.socket, count: int) -> bytes:
+def read_exactly(sock: socket.socket, count: int) -> bytes:
     data = b""
     while len(data) < count:
         chunk = sock.recv(count - len(data))

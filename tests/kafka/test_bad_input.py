@@ -13,6 +13,7 @@ from kio.serial import entity_reader
 
 from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.kafka import APIS
+from tests.kafka.kafka_wire import read_exactly
 
 
 def _connect(cluster: LocalCluster) -> socket.socket:
@@ -26,19 +27,9 @@ def _request(api_key: int, version: int, correlation_id: int, body: bytes = b"")
 
 
 def _read_response(sock: socket.socket) -> tuple[int, bytes]:
-    (size,) = struct.unpack(">i", _read_exactly(sock, 4))
-    data = _read_exactly(sock, size)
+    (size,) = struct.unpack(">i", read_exactly(sock, 4))
+    data = read_exactly(sock, size)
     return struct.unpack_from(">i", data)[0], data[4:]
-
-
-def _read_exactly(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(data)} of {count} bytes")
-        data += chunk
-    return data
 
 
 def _api_versions_v0(sock: socket.socket, correlation_id: int) -> ApiVersionsResponse:

@@ -74,12 +74,12 @@ def test_broken_headers_name_what_is_wrong(frame: bytes, message: str) -> None:
         decode_header(frame, flexible=True)
 
 
-def test_a_body_that_does_not_fill_its_frame_or_overruns_it_is_refused() -> None:
+def test_a_body_that_overruns_its_frame_is_refused_and_trailing_bytes_ignored() -> None:
     reader = request_reader(18, 0)  # ApiVersions v0: an empty body
     frame = _header(18, 0, 1, b"c")
     assert decode_body(frame, len(frame), reader, what="ApiVersions v0") is not None
-    with pytest.raises(FrameError, match="1 bytes left after the body"):
-        decode_body(frame + b"x", len(frame), reader, what="ApiVersions v0")
+    # As Kafka's brokers do: librdkafka's AdminClient sends Metadata v12 with 3 extra bytes.
+    assert decode_body(frame + b"xyz", len(frame), reader, what="ApiVersions v0") is not None
     metadata = request_reader(3, 1)  # Metadata v1: an array of topic names
     with pytest.raises(FrameError, match="does not decode"):
         decode_body(frame + b"\x00\x00\x00\x05", len(frame), metadata, what="Metadata v1")
