@@ -14,7 +14,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from raftlog.rpc.kafka import admin_handlers, cluster_handlers, log_handlers, producer_handlers
+from raftlog.rpc.kafka import (
+    admin_handlers,
+    cluster_handlers,
+    group_handlers,
+    log_handlers,
+    producer_handlers,
+)
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 
@@ -63,6 +69,21 @@ def api_versions_response(version: int, code: ErrorCode) -> Any:
     )
 
 
+def _group_apis() -> list[Api]:
+    g = group_handlers
+    return [
+        Api(g.OFFSET_COMMIT, "OffsetCommit", 2, 8, g.offset_commit),
+        Api(g.OFFSET_FETCH, "OffsetFetch", 1, 7, g.offset_fetch),
+        Api(g.FIND_COORDINATOR, "FindCoordinator", 0, 4, g.find_coordinator),
+        Api(g.JOIN_GROUP, "JoinGroup", 2, 9, g.join_group),
+        Api(g.HEARTBEAT, "Heartbeat", 0, 4, g.heartbeat),
+        Api(g.LEAVE_GROUP, "LeaveGroup", 0, 5, g.leave_group),
+        Api(g.SYNC_GROUP, "SyncGroup", 0, 5, g.sync_group),
+        Api(g.DESCRIBE_GROUPS, "DescribeGroups", 0, 5, g.describe_groups),
+        Api(g.LIST_GROUPS, "ListGroups", 0, 4, g.list_groups),
+    ]
+
+
 APIS: dict[int, Api] = {
     api.key: api
     for api in (
@@ -71,6 +92,7 @@ APIS: dict[int, Api] = {
         Api(log_handlers.LIST_OFFSETS, "ListOffsets", 1, 6, log_handlers.list_offsets),
         Api(cluster_handlers.METADATA, "Metadata", 1, 12, cluster_handlers.metadata),
         Api(API_VERSIONS, "ApiVersions", 0, 3, api_versions),
+        *_group_apis(),
         Api(admin_handlers.CREATE_TOPICS, "CreateTopics", 2, 7, admin_handlers.create_topics),
         Api(admin_handlers.DELETE_TOPICS, "DeleteTopics", 1, 6, admin_handlers.delete_topics),
         Api(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raftlog.config import KafkaConfig, NodeConfig
+from raftlog.rpc.kafka.classic_groups import ClassicGroups
 from raftlog.rpc.kafka.port import KafkaBroker
 from raftlog.types import NodeId
 
@@ -25,6 +26,8 @@ class KafkaContext:
     node_config: NodeConfig
     node_id: NodeId
     kafka_address: str
+    groups: ClassicGroups
+    client_id: str = ""  # of the request being handled (the connection's client)
 
     @property
     def config(self) -> KafkaConfig:

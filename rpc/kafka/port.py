@@ -7,14 +7,15 @@ the same `produce` call the gRPC `Log.Produce` makes, a Fetch the same `fetch`, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
-from raftlog.metadata import ApplyResult, CreateTopicRequest, MetadataState
+from raftlog.metadata import ApplyResult, Command, CreateTopicRequest, MetadataState
 from raftlog.partition.replica import FetchResult, ProduceResult
 from raftlog.runtime.group import Commitment
 from raftlog.types import NodeId
 
-__all__ = ["KafkaBroker", "MetadataView", "ReplicaView"]
+__all__ = ["GroupsView", "KafkaBroker", "MetadataView", "ReplicaView"]
 
 
 class MetadataView(Protocol):
@@ -30,9 +31,23 @@ class ReplicaView(Protocol):
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]: ...
 
 
+class GroupsView(Protocol):
+    """raftlog's consumer-group service: the controller term it coordinates in, if any (set
+    once the controller has applied its term's first entry, so committed offsets it reads
+    are complete)."""
+
+    @property
+    def controller_term(self) -> Callable[[], int | None]: ...
+
+
 class KafkaBroker(Protocol):
     @property
     def metadata(self) -> MetadataView: ...
+
+    @property
+    def groups(self) -> GroupsView: ...
+
+    async def submit(self, command: Command, *, timeout_s: float) -> ApplyResult: ...
 
     @property
     def controller_id(self) -> NodeId | None: ...

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import logging
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from raftlog.config import NodeConfig
+from raftlog.rpc.group_servicer import monotonic_ms
 from raftlog.rpc.kafka.apis import API_VERSIONS, APIS, api_versions_response
+from raftlog.rpc.kafka.classic_groups import ClassicGroups
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.frame import (
     FrameDecoder,
@@ -48,8 +51,17 @@ class KafkaListener:
     def __init__(
         self, broker: KafkaBroker, *, config: NodeConfig, node_id: NodeId, kafka_address: str
     ) -> None:
+        groups = ClassicGroups(
+            clock_ms=monotonic_ms,
+            groups_max=config.metadata.groups_max,
+            members_max=config.metadata.group_members_max,
+        )
         self._context = KafkaContext(
-            broker=broker, node_config=config, node_id=node_id, kafka_address=kafka_address
+            broker=broker,
+            node_config=config,
+            node_id=node_id,
+            kafka_address=kafka_address,
+            groups=groups,
         )
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
@@ -158,6 +170,8 @@ class _Connection(asyncio.Protocol):
         request = decode_body(
             frame, offset, request_reader(header.api_key, header.api_version), what=what
         )
+        if header.client_id != self._context.client_id:
+            self._context = dataclasses.replace(self._context, client_id=header.client_id or "")
         task = loop.create_task(api.handler(self._context, request, header.api_version))
         return header, header.api_version, task
 
@@ -175,7 +189,14 @@ class _Connection(asyncio.Protocol):
             self._pending.popleft()
             if response is not None and self._transport is not None:
                 await self._writable.wait()
-                self._send(header, version, response)
+                try:
+                    self._send(header, version, response)
+                except Exception:
+                    log.exception(
+                        "kafka: api %s v%s: response does not encode", header.api_key, version
+                    )
+                    self.abort("response does not encode")
+                    return
             if self._reading_paused and len(self._pending) < self._resume_at():
                 self._resume_reading()
 
