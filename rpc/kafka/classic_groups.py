@@ -27,11 +27,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ClassicGroups",
@@ -186,13 +189,35 @@ class ClassicGroups:
             member_id = f"{request.client_id or 'member'}-{uuid.uuid4()}"
             group.pending[member_id] = self._clock_ms()
             return JoinAnswer(ErrorCode.member_id_required, member_id)
+        rejoin = self._unchanged_rejoin(group, request)
+        if rejoin is not None:
+            return rejoin
         member = self._admit(group, request)
         if member.joined is not None and not member.joined.done():
             member.joined.set_result(JoinAnswer(ErrorCode.rebalance_in_progress, member.member_id))
         member.joined = asyncio.get_running_loop().create_future()
-        self._prepare_rebalance(group)
+        self._prepare_rebalance(group, f"member {member.member_id} joined")
         self._maybe_complete_join(group)
         return await member.joined
+
+    def _unchanged_rejoin(self, group: _Group, request: JoinRequest) -> JoinAnswer | None:
+        """A follower rejoining a settled generation with the same subscription gets that
+        generation back without a rebalance (as Kafka's coordinator answers it)."""
+        member = group.members.get(request.member_id)
+        settled = group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
+        if member is None or not settled or request.member_id == group.leader_id:
+            return None
+        if member.protocols != request.protocols:
+            return None
+        member.heard_ms = self._clock_ms()
+        return JoinAnswer(
+            ErrorCode.none,
+            member.member_id,
+            group.generation_id,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id,
+        )
 
     def _join_refusal(self, group: _Group, request: JoinRequest) -> ErrorCode | None:
         if not request.protocol_type or not request.protocols:
@@ -230,9 +255,10 @@ class ClassicGroups:
         member.heard_ms = now_ms
         return member
 
-    def _prepare_rebalance(self, group: _Group) -> None:
+    def _prepare_rebalance(self, group: _Group, reason: str) -> None:
         if group.state is GroupState.PREPARING_REBALANCE:
             return
+        log.info("consumer group %r: rebalancing (%s)", group.group_id, reason)
         # Members waiting for a sync of the generation being replaced learn it now.
         for member in group.members.values():
             _answer_sync(member, SyncAnswer(ErrorCode.rebalance_in_progress))
@@ -332,7 +358,7 @@ class ClassicGroups:
         group = self._groups.get(group_id)
         if group is None or member_id not in group.members:
             return ErrorCode.unknown_member_id
-        self._remove(group, member_id)
+        self._remove(group, member_id, "left")
         return ErrorCode.none
 
     def reset(self) -> None:
@@ -358,15 +384,15 @@ class ClassicGroups:
         for member in list(group.members.values()):
             waiting = member.joined is not None and not member.joined.done()
             if not waiting and now_ms - member.heard_ms > member.session_timeout_ms:
-                self._remove(group, member.member_id)
+                self._remove(group, member.member_id, "timed out")
 
-    def _remove(self, group: _Group, member_id: str) -> None:
+    def _remove(self, group: _Group, member_id: str, reason: str) -> None:
         member = group.members.pop(member_id)
         if member.joined is not None and not member.joined.done():
             member.joined.set_result(JoinAnswer(ErrorCode.unknown_member_id, member_id))
         _answer_sync(member, SyncAnswer(ErrorCode.unknown_member_id))
         if group.members:
-            self._prepare_rebalance(group)
+            self._prepare_rebalance(group, f"member {member_id} {reason}")
             self._maybe_complete_join(group)
         elif group.state is not GroupState.PREPARING_REBALANCE:
             group.state, group.leader_id = GroupState.EMPTY, ""

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from raftlog import errors
 from raftlog.metadata.commands import OFFSETS_PER_COMMIT_MAX, CommitGroupOffsets
-from raftlog.rpc.kafka.classic_groups import JoinRequest
+from raftlog.rpc.kafka.classic_groups import JoinAnswer, JoinRequest
 from raftlog.rpc.kafka.context import KafkaContext, split_address
 from raftlog.rpc.kafka.errors import metadata_result_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
@@ -98,36 +98,13 @@ def _coordinator(ctx: KafkaContext, key_type: int) -> dict[str, Any]:
 async def join_group(ctx: KafkaContext, request: Any, version: int) -> Any:
     module = response_module(JOIN_GROUP, version)
     if not _coordinating(ctx):
-        answer_error, member_id = ErrorCode.not_coordinator, request.member_id
-        return build(
-            module.JoinGroupResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=answer_error,
-            generation_id=-1,
-            protocol_type="",
-            protocol_name="",
-            leader="",
-            skip_assignment=False,
-            member_id=member_id,
-            members=(),
-        )
+        return _join_response(module, JoinAnswer(ErrorCode.not_coordinator, request.member_id))
     limits = ctx.node_config.metadata
     session_ms = timedelta_ms(request.session_timeout)
     rebalance_ms = timedelta_ms(getattr(request, "rebalance_timeout", request.session_timeout))
     if not 0 < session_ms <= limits.group_rebalance_timeout_ms_max:
-        code = ErrorCode.invalid_session_timeout
-        return build(
-            module.JoinGroupResponse,
-            throttle_time=NO_THROTTLE,
-            error_code=code,
-            generation_id=-1,
-            protocol_type="",
-            protocol_name="",
-            leader="",
-            skip_assignment=False,
-            member_id=request.member_id,
-            members=(),
-        )
+        refusal = JoinAnswer(ErrorCode.invalid_session_timeout, request.member_id)
+        return _join_response(module, refusal)
     answer = await ctx.groups.join(
         JoinRequest(
             group_id=request.group_id,
@@ -139,6 +116,10 @@ async def join_group(ctx: KafkaContext, request: Any, version: int) -> Any:
             protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
         )
     )
+    return _join_response(module, answer)
+
+
+def _join_response(module: Any, answer: JoinAnswer) -> Any:
     return build(
         module.JoinGroupResponse,
         throttle_time=NO_THROTTLE,
@@ -209,12 +190,15 @@ async def leave_group(ctx: KafkaContext, request: Any, version: int) -> Any:
     else:
         codes = [ctx.groups.leave(request.group_id, member) for member in members]
         top = codes[0] if not hasattr(request, "members") else ErrorCode.none
+    member_class = getattr(module, "MemberResponse", None)  # v3 and later
     return build(
         module.LeaveGroupResponse,
         throttle_time=NO_THROTTLE,
         error_code=top,
-        members=tuple(
-            build(module.MemberResponse, member_id=m, group_instance_id=None, error_code=c)
+        members=()
+        if member_class is None
+        else tuple(
+            build(member_class, member_id=m, group_instance_id=None, error_code=c)
             for m, c in zip(members, codes, strict=True)
         ),
     )

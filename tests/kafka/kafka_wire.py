@@ -1,15 +1,22 @@
-"""One Kafka request over a plain socket, encoded and decoded by kio: for the APIs a test
-wants to see exactly (clients hide them behind their own state machines)."""
+"""Helpers of the Kafka listener's tests: topics with leaders, kcat, and one Kafka request over
+a plain socket, encoded and decoded by kio (for the APIs a test wants to see exactly: clients
+hide them behind their own state machines)."""
 
 from __future__ import annotations
 
 import io
+import shutil
 import socket
 import struct
+import time
 from typing import Any
 
+import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
+
+from raftlog.client import Admin
+from raftlog.local_cluster import LocalCluster
 
 
 def kafka_call(address: str, request: Any, *, correlation_id: int = 1) -> Any:
@@ -42,3 +49,28 @@ def read_exactly(sock: socket.socket, count: int) -> bytes:
             raise ConnectionError(f"closed after {len(data)} of {count} bytes")
         data += chunk
     return data
+
+
+def create_topic(cluster: LocalCluster, name: str, *, partitions: int) -> None:
+    """Create `name` and wait until each partition is led by its preferred replica.
+
+    Leadership settles on the preferred replica shortly after creation; clients that cache
+    metadata for minutes and do not refresh it on every NOT_LEADER (aiokafka resetting an
+    offset) would otherwise keep asking the first leader."""
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(name, partitions=partitions, replication_factor=3)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            described = admin.describe_topic(name)
+            if all(p.leader == p.replicas[0] for p in described.partitions):
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"topic {name}: not every partition led by its preferred replica")
+
+
+def kcat_path() -> str:
+    """kcat (Debian package `kcat`, librdkafka's command-line client), or skip."""
+    path = shutil.which("kcat")
+    if path is None:
+        pytest.skip("kcat is not installed (apt-get install -y kcat); the Makefile installs it")
+    return path

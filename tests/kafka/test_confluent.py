@@ -7,7 +7,7 @@ import time
 import pytest
 
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.conftest import create_topic
+from tests.kafka.kafka_wire import create_topic
 
 kafka = pytest.importorskip("confluent_kafka")
 

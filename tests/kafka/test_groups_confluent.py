@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.conftest import create_topic
+from tests.kafka.kafka_wire import create_topic
 
 kafka = pytest.importorskip("confluent_kafka")
 
@@ -84,6 +84,7 @@ def test_group_reads_once_commits_takes_over_and_resumes(kafka_cluster: LocalClu
         assert committed.offset == high, committed
 
     second.close()  # leaves the group: the first takes over its partitions
+    _until_assigned([first], PARTITIONS)  # before producing: nothing is read twice
     _produce(boot, 10_000, 1_000)
     assert _drain([first], 1_000) == _keys(10_000, 1_000)
     first.commit(asynchronous=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.conftest import create_topic, kcat_path
+from tests.kafka.kafka_wire import create_topic, kcat_path
 
 # Keys, values with spaces and non-ASCII bytes, an empty value, and headers on each record.
 RECORDS = [

@@ -14,8 +14,7 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.records import RecordInput, encode_batch
-from tests.kafka.conftest import create_topic
-from tests.kafka.kafka_wire import kafka_call
+from tests.kafka.kafka_wire import create_topic, kafka_call
 
 kafka = pytest.importorskip("confluent_kafka")
 admin_module = pytest.importorskip("confluent_kafka.admin")
