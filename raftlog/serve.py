@@ -233,12 +233,16 @@ async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListene
     if settings.kafka_listen is None:
         return None
     from raftlog.rpc.kafka import KafkaListener
+    from raftlog.rpc.security import load_access_control
 
+    # The node's token file (--auth-tokens) also guards Kafka clients (SASL/PLAIN).
+    access = None if settings.auth_tokens is None else load_access_control(settings.auth_tokens)
     listener = KafkaListener(
         broker,
         config=settings.config,
         node_id=settings.node_id,
         kafka_address=settings.kafka_address,
+        access=access,
     )
     await listener.start(*settings.kafka_listen)
     logging.getLogger("raftlog").info(

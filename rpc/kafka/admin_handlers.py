@@ -30,6 +30,7 @@ from raftlog.rpc.kafka.cluster_handlers import topic_uuid
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error, metadata_result_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
+from raftlog.rpc.security import Permission
 
 __all__ = [
     "CREATE_PARTITIONS",
@@ -88,6 +89,8 @@ async def create_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
 async def _create_topic(ctx: KafkaContext, request: Any, topic: Any) -> Outcome:
     if topic.assignments:
         return ErrorCode.invalid_replica_assignment, "raftlog places replicas itself"
+    if not ctx.allowed(Permission.ADMIN, topic.name):
+        return ErrorCode.topic_authorization_failed, f"no admin permission on {topic.name}"
     state = ctx.broker.metadata.state
     live = sum(1 for n in state.nodes() if n.alive) or 1
     wanted = CreateTopicRequest(
@@ -156,6 +159,8 @@ async def delete_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
         message: str | None
         if name is None:
             code, message = ErrorCode.unknown_topic_id, "raftlog deletes topics by name"
+        elif not ctx.allowed(Permission.ADMIN, name):
+            code, message = ErrorCode.topic_authorization_failed, f"no admin permission on {name}"
         else:
             code, message = await _admin_call(ctx.broker.delete_topic(name, timeout_s=timeout_s))
         results.append(
@@ -179,6 +184,9 @@ async def create_partitions(ctx: KafkaContext, request: Any, version: int) -> An
         message: str | None
         if topic.assignments:
             code, message = ErrorCode.invalid_replica_assignment, "raftlog places replicas itself"
+        elif not ctx.allowed(Permission.ADMIN, topic.name):
+            code = ErrorCode.topic_authorization_failed
+            message = f"no admin permission on {topic.name}"
         elif request.validate_only:
             plan = plan_create_partitions(
                 ctx.broker.metadata.state,
@@ -211,7 +219,11 @@ async def describe_configs(ctx: KafkaContext, request: Any, version: int) -> Any
     caught_up = await ctx.broker.wait_metadata_caught_up()
     for resource in request.resources:
         code, message, entries = ErrorCode.none, None, []
-        if resource.resource_type == _TOPIC_RESOURCE:
+        if resource.resource_type == _TOPIC_RESOURCE and not ctx.allowed(
+            Permission.READ, resource.resource_name
+        ):
+            code, message = ErrorCode.topic_authorization_failed, "no read permission"
+        elif resource.resource_type == _TOPIC_RESOURCE:
             info = ctx.broker.metadata.state.topic(resource.resource_name) if caught_up else None
             if info is None:
                 code = (

@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from raftlog.rpc.kafka import (
     admin_handlers,
+    auth,
     cluster_handlers,
     group_handlers,
     log_handlers,
@@ -93,6 +94,8 @@ APIS: dict[int, Api] = {
         Api(cluster_handlers.METADATA, "Metadata", 1, 12, cluster_handlers.metadata),
         Api(API_VERSIONS, "ApiVersions", 0, 3, api_versions),
         *_group_apis(),
+        Api(auth.SASL_HANDSHAKE, "SaslHandshake", 1, 1, auth.sasl_handshake),
+        Api(auth.SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2, auth.sasl_authenticate),
         Api(admin_handlers.CREATE_TOPICS, "CreateTopics", 2, 7, admin_handlers.create_topics),
         Api(admin_handlers.DELETE_TOPICS, "DeleteTopics", 1, 6, admin_handlers.delete_topics),
         Api(

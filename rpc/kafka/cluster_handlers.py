@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from raftlog.metadata import MetadataState
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
+from raftlog.rpc.security import Permission
 
 __all__ = ["DESCRIBE_CLUSTER", "METADATA", "describe_cluster", "metadata", "topic_uuid"]
 
@@ -37,7 +38,8 @@ async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
     caught_up = await ctx.broker.wait_metadata_caught_up()
     state = ctx.broker.metadata.state
     if request.topics is None:
-        names = [t.name for t in state.topics()] if caught_up else []
+        names = [t.name for t in state.topics() if ctx.allowed(Permission.READ, t.name)]
+        names = names if caught_up else []
     else:
         names = [_requested_name(state, t) for t in request.topics]
     controller = ctx.broker.controller_id
@@ -50,7 +52,12 @@ async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
         ),
         cluster_id=state.cluster_id,
         controller_id=-1 if controller is None else int(controller),
-        topics=tuple(_topic(module, state, name, caught_up=caught_up) for name in names),
+        topics=tuple(
+            _topic(module, state, name, caught_up=caught_up)
+            if ctx.allowed(Permission.READ, name)
+            else _refused_topic(module, name, ErrorCode.topic_authorization_failed)
+            for name in names
+        ),
         cluster_authorized_operations=-(2**31),
     )
 
@@ -64,18 +71,22 @@ def _requested_name(state: MetadataState, requested: Any) -> str:
     return "" if found is None else found
 
 
+def _refused_topic(module: Any, name: str, code: ErrorCode) -> Any:
+    return build(
+        module.MetadataResponseTopic,
+        error_code=code,
+        name=name,
+        topic_id=_NO_TOPIC_ID,
+        is_internal=False,
+        partitions=(),
+    )
+
+
 def _topic(module: Any, state: MetadataState, name: str, *, caught_up: bool) -> Any:
     topic = state.topic(name) if caught_up else None
     if topic is None:
         code = ErrorCode.unknown_topic_or_partition if caught_up else ErrorCode.leader_not_available
-        return build(
-            module.MetadataResponseTopic,
-            error_code=code,
-            name=name,
-            topic_id=_NO_TOPIC_ID,
-            is_internal=False,
-            partitions=(),
-        )
+        return _refused_topic(module, name, code)
     partitions = tuple(
         build(
             module.MetadataResponsePartition,

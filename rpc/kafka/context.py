@@ -7,8 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from raftlog.config import KafkaConfig, NodeConfig
+from raftlog.rpc.kafka.auth import Session
 from raftlog.rpc.kafka.classic_groups import ClassicGroups
 from raftlog.rpc.kafka.port import KafkaBroker
+from raftlog.rpc.security import Permission
 from raftlog.types import NodeId
 
 __all__ = ["KafkaContext", "split_address"]
@@ -27,7 +29,11 @@ class KafkaContext:
     node_id: NodeId
     kafka_address: str
     groups: ClassicGroups
+    session: Session  # the connection's authentication (one context per connection)
     client_id: str = ""  # of the request being handled (the connection's client)
+
+    def allowed(self, permission: Permission, topic: str) -> bool:
+        return self.session.allowed(permission, topic)
 
     @property
     def config(self) -> KafkaConfig:

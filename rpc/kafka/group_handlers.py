@@ -20,6 +20,7 @@ from raftlog.rpc.kafka.classic_groups import JoinAnswer, JoinRequest
 from raftlog.rpc.kafka.context import KafkaContext, split_address
 from raftlog.rpc.kafka.errors import metadata_result_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
+from raftlog.rpc.security import Permission
 from raftlog.types import PartitionId
 
 __all__ = [
@@ -207,12 +208,15 @@ async def leave_group(ctx: KafkaContext, request: Any, version: int) -> Any:
 async def offset_commit(ctx: KafkaContext, request: Any, version: int) -> Any:
     module = response_module(OFFSET_COMMIT, version)
     wanted = [(t.name, p) for t in request.topics for p in t.partitions]
-    code = await _commit(ctx, request, wanted)
+    permitted = [(name, p) for name, p in wanted if ctx.allowed(Permission.READ, name)]
+    code = await _commit(ctx, request, permitted)
     by_topic: dict[str, list[Any]] = {}
     for name, partition in wanted:
         partition_code = (
             code if partition.committed_offset >= 0 else ErrorCode.invalid_commit_offset_size
         )
+        if not ctx.allowed(Permission.READ, name):
+            partition_code = ErrorCode.topic_authorization_failed
         by_topic.setdefault(name, []).append(
             build(
                 module.OffsetCommitResponsePartition,
@@ -289,7 +293,9 @@ async def offset_fetch(ctx: KafkaContext, request: Any, version: int) -> Any:
                         committed_offset=committed.get((name, partition), -1),
                         committed_leader_epoch=-1,
                         metadata="",
-                        error_code=ErrorCode.none,
+                        error_code=ErrorCode.none
+                        if ctx.allowed(Permission.READ, name)
+                        else ErrorCode.topic_authorization_failed,
                     )
                     for partition in partitions
                 ),

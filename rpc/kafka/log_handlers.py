@@ -21,6 +21,7 @@ from raftlog.partition.replica import OffsetSpec
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
+from raftlog.rpc.security import Permission
 from raftlog.runtime.group import Commitment
 
 __all__ = ["FETCH", "LIST_OFFSETS", "PRODUCE", "fetch", "list_offsets", "produce"]
@@ -39,7 +40,9 @@ async def produce(ctx: KafkaContext, request: Any, version: int) -> Any | None:
     calls: list[tuple[str, int, Awaitable[tuple[ErrorCode, int, str | None]]]] = []
     for topic in request.topic_data:
         for partition in topic.partition_data:
-            refusal = _produce_refusal(request, partition.records, commitment)
+            refusal = _produce_refusal(request, partition.records, commitment) or _denied(
+                ctx, Permission.WRITE, topic.name
+            )
             if refusal is not None:
                 calls.append((topic.name, partition.index, _done(refusal)))
             else:
@@ -74,6 +77,14 @@ async def produce(ctx: KafkaContext, request: Any, version: int) -> Any | None:
         ),
         throttle_time=NO_THROTTLE,
     )
+
+
+def _denied(
+    ctx: KafkaContext, permission: Permission, topic: str
+) -> tuple[ErrorCode, int, str | None] | None:
+    if ctx.allowed(permission, topic):
+        return None
+    return ErrorCode.topic_authorization_failed, -1, f"no {permission.value} permission on {topic}"
 
 
 async def _done(value: tuple[ErrorCode, int, str | None]) -> tuple[ErrorCode, int, str | None]:
@@ -139,6 +150,9 @@ async def _fetch_all(
     budget = int(getattr(request, "max_bytes", 0x7FFFFFFF)) or 0x7FFFFFFF
     answers = []
     for topic, partition in wanted:
+        if not ctx.allowed(Permission.READ, topic):
+            answers.append((ErrorCode.topic_authorization_failed, b"", -1, -1))
+            continue
         bytes_max = max(1, min(int(partition.partition_max_bytes), budget))
         try:
             result = await ctx.broker.fetch(
@@ -259,6 +273,8 @@ async def list_offsets(ctx: KafkaContext, request: Any, version: int) -> Any:
 def _list_offset(
     ctx: KafkaContext, topic: str, partition: int, timestamp: int
 ) -> tuple[ErrorCode, int]:
+    if not ctx.allowed(Permission.READ, topic):
+        return ErrorCode.topic_authorization_failed, -1
     if timestamp == _EARLIEST_TIMESTAMP:
         spec, timestamp = OffsetSpec.EARLIEST, 0
     elif timestamp == _LATEST_TIMESTAMP:

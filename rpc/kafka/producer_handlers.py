@@ -20,6 +20,7 @@ from raftlog.metadata.state import ALLOCATED_PRODUCER_ID_LIMIT
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
+from raftlog.rpc.security import Permission
 
 __all__ = [
     "INIT_PRODUCER_ID",
@@ -56,6 +57,15 @@ async def init_producer_id(ctx: KafkaContext, request: Any, version: int) -> Any
     )
 
 
+def _end_offset(ctx: KafkaContext, topic: str, partition: Any) -> tuple[ErrorCode, int, int]:
+    try:
+        replica = ctx.broker.replica(topic, int(partition.partition))
+        epoch, end_offset = replica.end_offset_for_epoch(int(partition.leader_epoch))
+    except errors.RaftlogError as error:
+        return kafka_error(error), -1, -1
+    return ErrorCode.none, epoch, end_offset
+
+
 async def offset_for_leader_epoch(ctx: KafkaContext, request: Any, version: int) -> Any:
     module = response_module(OFFSET_FOR_LEADER_EPOCH, version)
     topics = []
@@ -63,11 +73,10 @@ async def offset_for_leader_epoch(ctx: KafkaContext, request: Any, version: int)
         partitions = []
         for partition in topic.partitions:
             code, epoch, end_offset = ErrorCode.none, -1, -1
-            try:
-                replica = ctx.broker.replica(topic.topic, int(partition.partition))
-                epoch, end_offset = replica.end_offset_for_epoch(int(partition.leader_epoch))
-            except errors.RaftlogError as error:
-                code = kafka_error(error)
+            if not ctx.allowed(Permission.READ, topic.topic):
+                code = ErrorCode.topic_authorization_failed
+            else:
+                code, epoch, end_offset = _end_offset(ctx, topic.topic, partition)
             partitions.append(
                 build(
                     module.EpochEndOffset,

@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from raftlog.config import NodeConfig
 from raftlog.rpc.group_servicer import monotonic_ms
 from raftlog.rpc.kafka.apis import API_VERSIONS, APIS, api_versions_response
+from raftlog.rpc.kafka.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
 from raftlog.rpc.kafka.classic_groups import ClassicGroups
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.frame import (
@@ -37,11 +38,15 @@ from raftlog.rpc.kafka.frame import (
 )
 from raftlog.rpc.kafka.port import KafkaBroker
 from raftlog.rpc.kafka.schema import Chunks, request_is_flexible, request_reader, response_writer
+from raftlog.rpc.security import AccessControl
 from raftlog.types import NodeId
 
 __all__ = ["KafkaListener"]
 
 log = logging.getLogger(__name__)
+
+# What a connection may send before it authenticated (when the node has a token file).
+_BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 # (header, response version, handler task or a ready response)
 _Pending = tuple[RequestHeader, int, "asyncio.Future[Any | None]"]
@@ -49,8 +54,15 @@ _Pending = tuple[RequestHeader, int, "asyncio.Future[Any | None]"]
 
 class KafkaListener:
     def __init__(
-        self, broker: KafkaBroker, *, config: NodeConfig, node_id: NodeId, kafka_address: str
+        self,
+        broker: KafkaBroker,
+        *,
+        config: NodeConfig,
+        node_id: NodeId,
+        kafka_address: str,
+        access: AccessControl | None = None,
     ) -> None:
+        self._access = access
         groups = ClassicGroups(
             clock_ms=monotonic_ms,
             groups_max=config.metadata.groups_max,
@@ -62,6 +74,7 @@ class KafkaListener:
             node_id=node_id,
             kafka_address=kafka_address,
             groups=groups,
+            session=Session(access),
         )
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
@@ -73,7 +86,8 @@ class KafkaListener:
         self.bound_port = self._server.sockets[0].getsockname()[1]
 
     def _accept(self) -> _Connection:
-        return _Connection(self._context, self._connections)
+        context = dataclasses.replace(self._context, session=Session(self._access))
+        return _Connection(context, self._connections)
 
     async def close(self) -> None:
         if self._server is not None:
@@ -164,6 +178,8 @@ class _Connection(asyncio.Protocol):
             ready: asyncio.Future[Any | None] = loop.create_future()
             ready.set_result(api_versions_response(0, ErrorCode.unsupported_version))
             return header, 0, ready
+        if self._context.session.principal is None and header.api_key not in _BEFORE_AUTH:
+            raise FrameError(f"{api.name} before SASL authentication")
         flexible = request_is_flexible(header.api_key, header.api_version)
         header, offset = decode_header(frame, flexible=flexible)
         what = f"{api.name} v{header.api_version}"
@@ -191,6 +207,12 @@ class _Connection(asyncio.Protocol):
                 await self._writable.wait()
                 try:
                     self._send(header, version, response)
+                    if (
+                        header.api_key == SASL_AUTHENTICATE
+                        and self._context.session.principal is None
+                    ):
+                        self.abort("SASL authentication failed")
+                        return
                 except Exception:
                     log.exception(
                         "kafka: api %s v%s: response does not encode", header.api_key, version
