@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import logging
 import signal
+import ssl
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -228,6 +229,20 @@ async def _serve(settings: BrokerSettings) -> int:
     return 1 if failed else 0
 
 
+def _kafka_tls(settings: BrokerSettings) -> ssl.SSLContext:
+    assert settings.tls_cert is not None and settings.tls_key is not None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
+    except (ssl.SSLError, OSError) as error:
+        raise ConfigError(
+            f"--tls-cert {settings.tls_cert} / --tls-key {settings.tls_key}: not a usable "
+            f"certificate and key for the Kafka listener: {error}"
+        ) from None
+    return context
+
+
 async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListener | None:
     """The Kafka wire-protocol listener beside the gRPC API, when --kafka-listen is set."""
     if settings.kafka_listen is None:
@@ -237,6 +252,8 @@ async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListene
 
     # The node's token file (--auth-tokens) also guards Kafka clients (SASL/PLAIN).
     access = None if settings.auth_tokens is None else load_access_control(settings.auth_tokens)
+    # and its certificate (--tls-cert/--tls-key) serves them TLS (SSL, or SASL_SSL with tokens).
+    tls = None if settings.tls_cert is None else _kafka_tls(settings)
     listener = KafkaListener(
         broker,
         config=settings.config,
@@ -244,7 +261,7 @@ async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListene
         kafka_address=settings.kafka_address,
         access=access,
     )
-    await listener.start(*settings.kafka_listen)
+    await listener.start(*settings.kafka_listen, ssl=tls)
     logging.getLogger("raftlog").info(
         "node %s serving Kafka clients on %s", settings.node_id, settings.kafka_address
     )

@@ -18,6 +18,7 @@ import asyncio
 import collections
 import dataclasses
 import logging
+import ssl as ssl_module
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -80,9 +81,12 @@ class KafkaListener:
         self._connections: set[_Connection] = set()
         self.bound_port = 0
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(
+        self, host: str, port: int, *, ssl: ssl_module.SSLContext | None = None
+    ) -> None:
+        """Listen on host:port; with `ssl`, every connection is TLS (Kafka's SSL/SASL_SSL)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._accept, host, port)
+        self._server = await loop.create_server(self._accept, host, port, ssl=ssl)
         self.bound_port = self._server.sockets[0].getsockname()[1]
 
     def _accept(self) -> _Connection:

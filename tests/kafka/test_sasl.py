@@ -1,16 +1,19 @@
-"""SASL/PLAIN on the Kafka listener with raftlog's tokens: the password is a token, its
-principal's grants apply per topic, and nothing is served before authentication."""
+"""SASL_SSL on the Kafka listener: TLS with the node's certificate, SASL/PLAIN with raftlog's
+tokens (the password is a token, its principal's grants apply per topic), nothing served
+before authentication."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
+from tests.security.pki import make_pki
 
 kafka = pytest.importorskip("confluent_kafka")
 admin_module = pytest.importorskip("confluent_kafka.admin")
@@ -23,7 +26,8 @@ TOKENS = {
 
 
 @pytest.fixture(scope="module")
-def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Path]]:
+    """A cluster with a token file and TLS, and the CA that signed its certificate."""
     directory = tmp_path_factory.mktemp("kafka-sasl")
     tokens = directory / "tokens.toml"
     tokens.write_text(
@@ -34,28 +38,33 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         + '[permissions.node]\n"*" = ["read", "write", "admin", "cluster"]\n'
     )
     tokens.chmod(0o600)
-    cluster = LocalCluster.create(
-        directory / "c", node_count=3, node_flags=("--auth-tokens", str(tokens))
-    )
+    pki = make_pki(directory)
+    flags = ("--auth-tokens", str(tokens), "--tls-cert", str(pki.cert), "--tls-key",
+             str(pki.key), "--tls-ca", str(pki.ca))  # fmt: skip
+    cluster = LocalCluster.create(directory / "c", node_count=3, node_flags=flags)
     cluster.start()
     try:
-        wait_for_controller(cluster.bootstrap, timeout_s=60, token=TOKENS["admin"])
-        yield cluster
+        wait_for_controller(
+            cluster.bootstrap, timeout_s=60, token=TOKENS["admin"], tls_ca=str(pki.ca)
+        )
+        yield cluster, pki.ca
     finally:
         cluster.stop()
 
 
-def _sasl(cluster: LocalCluster, user: str, password: str) -> dict[str, Any]:
+def _sasl(secure: tuple[LocalCluster, Path], user: str, password: str) -> dict[str, Any]:
+    cluster, ca = secure
     return {
         "bootstrap.servers": cluster.kafka_bootstrap,
-        "security.protocol": "SASL_PLAINTEXT",
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(ca),
         "sasl.mechanism": "PLAIN",
         "sasl.username": user,
         "sasl.password": password,
     }
 
 
-def test_a_token_s_grants_apply_to_kafka_clients(secure: LocalCluster) -> None:
+def test_a_token_s_grants_apply_to_kafka_clients(secure: tuple[LocalCluster, Path]) -> None:
     client = admin_module.AdminClient(_sasl(secure, "admin", TOKENS["admin"]))
     for name in ("alice-data", "other-data"):
         topic = admin_module.NewTopic(name, num_partitions=1, replication_factor=3)
@@ -84,9 +93,10 @@ def test_a_token_s_grants_apply_to_kafka_clients(secure: LocalCluster) -> None:
         consumer.close()
 
 
-def test_no_or_a_wrong_token_is_served_nothing(secure: LocalCluster) -> None:
+def test_no_or_a_wrong_token_is_served_nothing(secure: tuple[LocalCluster, Path]) -> None:
     for config in (
-        {"bootstrap.servers": secure.kafka_bootstrap},  # no SASL at all
+        {"bootstrap.servers": secure[0].kafka_bootstrap},  # no TLS, no SASL
+        {**_sasl(secure, "x", "y"), "security.protocol": "SSL"},  # TLS without SASL
         _sasl(secure, "alice", "not-a-token-0123456789"),
     ):
         client = admin_module.AdminClient({**config, "socket.timeout.ms": 3000})
