@@ -11,6 +11,11 @@ In the same run, alternating, with the same seeded incompressible payloads:
 - `kafka_consume_mb_s` (confluent-kafka reading back what was written, assigned partitions)
   and `grpc_consume_mb_s` (raftlog.client.Consumer), `kafka_vs_grpc_consume`.
 
+- `kafka_produce_latency_p50_ms` / `_p99_ms` with linger 0 and 5 ms (`..._linger5_...`):
+  confluent-kafka, acks=all, idempotent, 1 KiB records offered open-loop at 30% of the
+  measured 1 KiB throughput; a latency runs from when a record was due to its delivery
+  report (so a stalled producer is charged for what it should have sent).
+
 A throughput is bytes (or records) acknowledged over the seconds from the first send to the
 flush's return, after a warm-up (metadata, producer id, connections); consuming, bytes of
 values read over the seconds to read them all. Each figure is the median of the rounds.
@@ -32,6 +37,7 @@ from _harness import (  # noqa: E402 (found through the path set just above)
     Throughput,
     create_topic,
     payloads,
+    percentile,
     produce_throughput,
     running_cluster,
 )
@@ -78,6 +84,42 @@ def _kafka_produce(boot: str, topic: str, *, record_bytes: int, total_bytes: int
     if failures:
         raise RuntimeError(f"{len(failures)} of {count} records failed: {failures[0]}")
     return Throughput(count, count * record_bytes, elapsed_s)
+
+
+def _kafka_latencies_ms(
+    boot: str, topic: str, *, records_s: float, duration_s: float, linger_ms: int
+) -> list[float]:
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": boot,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": linger_ms,
+        }
+    )
+    values = payloads(KIB)
+    for i in range(100):  # warm-up
+        producer.produce(topic, values[i % len(values)])
+    assert producer.flush(60) == 0
+    latencies: list[float] = []
+    count = int(records_s * duration_s)
+    started = time.perf_counter()
+    for i in range(count):
+        due = started + i / records_s
+        while (now := time.perf_counter()) < due:
+            producer.poll(min(due - now, 0.001))
+
+        def done(error: object, _message: object, due: float = due) -> None:
+            if error is None:
+                latencies.append((time.perf_counter() - due) * 1000)
+
+        producer.produce(topic, values[i & 63], on_delivery=done)
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert len(latencies) == count, f"{count - len(latencies)} records failed"
+    return sorted(latencies)
 
 
 def _kafka_consume(boot: str, topic: str, total_records: int) -> Throughput:
@@ -155,6 +197,13 @@ def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
             results.setdefault("kafka_100b", []).append(
                 _kafka_produce(boot, "k100", record_bytes=100, total_bytes=total_100b)
             )
+        offered_s = 0.3 * _median(results["kafka_1kib"], lambda r: r.records_s)
+        latencies = {
+            linger: _kafka_latencies_ms(
+                boot, "k1k", records_s=offered_s, duration_s=3 if quick else 10, linger_ms=linger
+            )
+            for linger in (0, 5)
+        }
         written = total_1kib // KIB * rounds
         results["kafka_consume"] = [_kafka_consume(boot, "k1k", written)]
         results["grpc_consume"] = [_grpc_consume(bootstrap, "g1k", written)]
@@ -181,4 +230,7 @@ def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
         / metrics["grpc_produce_acks_all_100b_records_s"]
     )
     metrics["kafka_vs_grpc_consume"] = metrics["kafka_consume_mb_s"] / metrics["grpc_consume_mb_s"]
+    for linger, name in ((0, ""), (5, "linger5_")):
+        metrics[f"kafka_produce_latency_{name}p50_ms"] = percentile(latencies[linger], 0.50)
+        metrics[f"kafka_produce_latency_{name}p99_ms"] = percentile(latencies[linger], 0.99)
     return metrics
