@@ -99,6 +99,8 @@ def check_register_node(state: MetadataState, command: RegisterNode) -> ApplyRes
     problem = check_address("client_address", command.client_address) or check_address(
         "raft_address", command.raft_address
     )
+    if problem is None and command.kafka_address:
+        problem = check_address("kafka_address", command.kafka_address)
     if problem is not None:
         return problem
     known = state.node(command.node_id)

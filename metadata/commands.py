@@ -165,6 +165,7 @@ class RegisterNode:
     raft_address: str  # host:port of the node-to-node transport
     incarnation: int
     now_ms: int
+    kafka_address: str = ""  # host:port of the Kafka listener; "" when it has none
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +314,7 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "raft_address": "str",
         "incarnation": "int",
         "now_ms": "int",
+        "kafka_address": "str",
     },
     NodeHeartbeat: {"node_id": "int", "incarnation": "int", "now_ms": "int"},
     FenceNode: {"node_id": "int", "now_ms": "int", "lease_ms": "int"},
@@ -347,6 +349,9 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
     DecommissionNode: {"node_id": "int"},
     CompleteDecommission: {"node_id": "int"},
 }
+# Fields added after a command was first written: left out while they hold this default, so
+# the bytes of every command written before them (and their meaning) stay as they were.
+_OPTIONAL_FIELDS: dict[type[Any], dict[str, Any]] = {RegisterNode: {"kafka_address": ""}}
 _TYPES_BY_NAME: dict[str, type[Any]] = {t.__name__: t for t in _FIELD_KINDS}
 assert all(tuple(f.name for f in fields(t)) == tuple(k) for t, k in _FIELD_KINDS.items())
 
@@ -355,8 +360,11 @@ def encode_command(command: Command) -> bytes:
     """The canonical bytes of `command` (equal commands give equal bytes)."""
     kinds = _FIELD_KINDS[type(command)]
     body: dict[str, Any] = {"type": type(command).__name__}
+    optional = _OPTIONAL_FIELDS.get(type(command), {})
     for name, kind in kinds.items():
         value = getattr(command, name)
+        if name in optional and value == optional[name]:
+            continue
         if kind == "int_lists":
             value = [list(replicas) for replicas in value]
         elif kind in ("ints", "offsets"):
@@ -387,6 +395,8 @@ def decode_command(data: bytes) -> Command:
     if command_type is None:
         raise MetadataDecodeError(f"unknown command type {type_name!r}")
     kinds = _FIELD_KINDS[command_type]
+    for name, default in _OPTIONAL_FIELDS.get(command_type, {}).items():
+        body.setdefault(name, default)
     if set(body) != set(kinds):
         raise MetadataDecodeError(f"{type_name} needs fields {sorted(kinds)}, got {sorted(body)}")
     values = {

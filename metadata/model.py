@@ -44,6 +44,7 @@ class NodeInfo:
     fenced: bool
     last_heartbeat_ms: int  # now_ms of the last RegisterNode or NodeHeartbeat applied
     status: str = NODE_ACTIVE  # one of NODE_STATUSES
+    kafka_address: str = ""  # host:port of its Kafka listener; "" when it has none
 
     @property
     def alive(self) -> bool:

@@ -81,6 +81,7 @@ def encode_snapshot(state: MetadataState) -> bytes:
                 "last_heartbeat_ms": n.last_heartbeat_ms,
             }
             | ({} if n.status == NODE_ACTIVE else {"status": n.status})
+            | ({"kafka_address": n.kafka_address} if n.kafka_address else {})
             for n in state.nodes()
         ],
         "topics": [_encode_topic(t, state.partitions(t.name)) for t in state.topics()],
@@ -190,6 +191,8 @@ def _decode_node(where: str, raw: object) -> NodeInfo:
     )
     if isinstance(raw, dict) and "status" in raw:
         keys += ("status",)
+    if isinstance(raw, dict) and "kafka_address" in raw:
+        keys += ("kafka_address",)
     fields_ = _object(where, raw, keys)
     status = decode_str(f"{where}.status", fields_.get("status", NODE_ACTIVE))
     if status not in NODE_STATUSES or ("status" in fields_ and status == NODE_ACTIVE):
@@ -205,6 +208,7 @@ def _decode_node(where: str, raw: object) -> NodeInfo:
         fenced=fenced,
         last_heartbeat_ms=decode_int(f"{where}.last_heartbeat_ms", fields_["last_heartbeat_ms"]),
         status=status,
+        kafka_address=decode_str(f"{where}.kafka_address", fields_.get("kafka_address", "")),
     )
 
 

@@ -243,6 +243,7 @@ class MetadataState:
             last_heartbeat_ms=command.now_ms,
             # A decommissioning node that restarts is still leaving.
             status=NODE_ACTIVE if known is None else known.status,
+            kafka_address=command.kafka_address,
         )
         return OK
 

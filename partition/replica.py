@@ -431,6 +431,20 @@ class PartitionReplica:
         offset = self._log.offset_for_timestamp(timestamp_ms)
         return -1 if offset is None or offset >= high_watermark else offset
 
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetForLeaderEpoch, answered by the leader: the largest term <= `epoch`
+        in the log and the offset just past its last entry, capped at the high watermark
+        (readers see nothing above it, so nothing they read can be truncated; a client
+        compares this with its position after a leader change). (-1, -1) when the log holds
+        no such term (retention removed it)."""
+        self._require_leader()
+        log = self.group.node.log
+        end = min(int(log.first_offset_of_term_at_least(Term(epoch + 1))), self.high_watermark)
+        term = log.term_at(Offset(end - 1)) if end - 1 >= log.first_offset() - 1 else None
+        if term is None or term > epoch:
+            return -1, -1
+        return int(term), end
+
     # -- fetch ---------------------------------------------------------------------------------
 
     async def fetch(

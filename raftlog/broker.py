@@ -407,6 +407,7 @@ class Broker:
                     raft_address=self.settings.raft_address,
                     incarnation=self.incarnation,
                     now_ms=now_ms,
+                    kafka_address=self.settings.kafka_address,
                 )
             else:
                 command = NodeHeartbeat(

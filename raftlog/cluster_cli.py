@@ -239,6 +239,8 @@ def _up(args: argparse.Namespace) -> int:
                 f"node {node.node_id} metrics: http://{node.metrics_address}/metrics",
                 file=sys.stderr,
             )
+    # The Kafka listeners' bootstrap on its own line; the last line stays the gRPC one.
+    print(f"kafka: {cluster.kafka_bootstrap}")
     print(cluster.bootstrap)
     return 0
 

@@ -17,6 +17,7 @@ __all__ = [
     "COMMIT_NOTICES",
     "PLANTED_BUGS",
     "CommitNotice",
+    "KafkaConfig",
     "LogConfig",
     "MetadataConfig",
     "NodeConfig",
@@ -307,6 +308,26 @@ class MetadataConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaConfig:
+    """Bounds of the Kafka wire-protocol listener (raftlog.rpc.kafka)."""
+
+    # A request frame above this closes its connection (Kafka's socket.request.max.bytes).
+    frame_bytes_max: int = 100 * MIB
+    # Requests of one connection decoded and not yet answered; reading pauses at the limit
+    # (Kafka answers a connection's requests in order, so they queue here, not in memory).
+    requests_in_flight_max: int = 16
+    # Open Kafka connections a node admits; more are closed at once.
+    connections_max: int = 4096
+    # A Fetch's own max_wait_ms and a Produce's timeout_ms are capped at these.
+    fetch_wait_ms_max: int = 60_000
+    produce_timeout_ms_max: int = 300_000
+
+    def validate(self) -> KafkaConfig:
+        _require_positive_ints(self)
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NodeConfig:
     """Everything a node runs with; sections are validated together."""
 
@@ -316,6 +337,7 @@ class NodeConfig:
     log: LogConfig = field(default_factory=LogConfig)
     transport: TransportConfig = field(default_factory=TransportConfig)
     metadata: MetadataConfig = field(default_factory=MetadataConfig)
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
     tick_interval_ms: int = 50
     # A host pass whose log writes total at most this many bytes (and that saves no hard
     # state) writes and fsyncs them on the event loop instead of a disk thread: the trip to
@@ -356,6 +378,7 @@ class NodeConfig:
         self.log.validate()
         self.transport.validate()
         self.metadata.validate()
+        self.kafka.validate()
         # An append holds up to append_bytes_max of entries plus always at least one batch,
         # so twice that bounds it; it must fit in one frame.
         _require(

@@ -2,10 +2,12 @@
 
 Used by `raftlog cluster up|down|status`, `make demo`, the integration tests and the chaos
 suite's local backend. Each node is a `python -m raftlog serve` process with its own data
-directory under `DIR/node-N`, its client port `base_port + N` and its node-to-node port
-`base_port + 100 + N`, and its Prometheus metrics port `base_port + 50 + N` (`metrics_port`;
-0 when started without metrics). `DIR/cluster.json` records what a later command needs: the nodes,
-their pids and ports, a `bootstrap` string of client addresses, and `node_flags`, the flags
+directory under `DIR/node-N`, its client port `base_port + N`, its node-to-node port
+`base_port + 100 + N`, its Prometheus metrics port `base_port + 50 + N` (`metrics_port`; 0
+when started without metrics) and its Kafka port `base_port + 150 + N` (`kafka_port`).
+`DIR/cluster.json` records what a later command needs: the nodes, their pids and ports, a
+`bootstrap` string of client addresses, `kafka_bootstrap` (the same for Kafka clients), and
+`node_flags`, the flags
 every node starts with (TLS and auth options: file paths only, never a secret), so a node
 restarted by a later command or the chaos suite comes back with the same security.
 `add_observer` adds a node outside the metadata quorum's voters (`--peers`): it starts with
@@ -29,6 +31,7 @@ __all__ = ["LocalCluster", "NodeProcess", "free_port_base"]
 CLUSTER_FILE = "cluster.json"
 RAFT_PORT_OFFSET = 100
 METRICS_PORT_OFFSET = 50
+KAFKA_PORT_OFFSET = 150
 
 
 @dataclass
@@ -43,6 +46,8 @@ class NodeProcess:
     observer: bool = False
     # Prometheus metrics on http://127.0.0.1:PORT/metrics; 0: none (--metrics-listen unset).
     metrics_port: int = 0
+    # The Kafka listener's port (--kafka-listen); 0: none (a cluster.json from before it).
+    kafka_port: int = 0
 
     @property
     def client_address(self) -> str:
@@ -90,6 +95,7 @@ def free_port_base(count: int, *, start: int = 10000, stop: int | None = None) -
             _port_free(p)
             and _port_free(p + RAFT_PORT_OFFSET)
             and _port_free(p + METRICS_PORT_OFFSET)
+            and _port_free(p + KAFKA_PORT_OFFSET)
             for p in ports
         ):
             return base
@@ -136,6 +142,7 @@ class LocalCluster:
                 data_dir=str(directory / f"node-{i}"),
                 log_file=str(directory / f"node-{i}.log"),
                 metrics_port=base + METRICS_PORT_OFFSET + i if metrics else 0,
+                kafka_port=base + KAFKA_PORT_OFFSET + i,
             )
             for i in range(1, node_count + 1)
         ]
@@ -157,6 +164,11 @@ class LocalCluster:
         return ",".join(n.client_address for n in self.nodes.values())
 
     @property
+    def kafka_bootstrap(self) -> str:
+        """HOST:PORT,... of the nodes' Kafka listeners ("" if none has one)."""
+        return ",".join(f"127.0.0.1:{n.kafka_port}" for n in self.nodes.values() if n.kafka_port)
+
+    @property
     def peers(self) -> str:
         return ",".join(
             f"{n.node_id}=127.0.0.1:{n.raft_port}" for n in self.nodes.values() if not n.observer
@@ -169,8 +181,9 @@ class LocalCluster:
         first = min(self.nodes.values(), key=lambda n: n.node_id)
         client_port = first.client_port - first.node_id + node_id
         metrics_port = client_port + METRICS_PORT_OFFSET if first.metrics_port else 0
-        for port in (client_port, client_port + RAFT_PORT_OFFSET, metrics_port or client_port):
-            if not _port_free(port):
+        kafka_port = client_port + KAFKA_PORT_OFFSET if first.kafka_port else 0
+        for port in (client_port, client_port + RAFT_PORT_OFFSET, metrics_port, kafka_port):
+            if port and not _port_free(port):
                 raise RuntimeError(f"port {port} for observer node {node_id} is taken")
         node = NodeProcess(
             node_id=node_id,
@@ -180,6 +193,7 @@ class LocalCluster:
             log_file=str(self.directory / f"node-{node_id}.log"),
             observer=True,
             metrics_port=metrics_port,
+            kafka_port=kafka_port,
         )
         self.nodes[node_id] = node
         self.save()
@@ -189,6 +203,7 @@ class LocalCluster:
         data = {
             "cluster_id": self.cluster_id,
             "bootstrap": self.bootstrap,
+            "kafka_bootstrap": self.kafka_bootstrap,
             "nodes": [asdict(n) for n in self.nodes.values()],
             "node_flags": list(self.node_flags),
         }
@@ -217,6 +232,7 @@ class LocalCluster:
             *self.node_flags,
             *(("--bootstrap", self._voter_addresses()) if node.observer else ()),
             *(("--metrics-listen", node.metrics_address) if node.metrics_port else ()),
+            *(("--kafka-listen", f"127.0.0.1:{node.kafka_port}") if node.kafka_port else ()),
             *extra,
         ]
 

@@ -12,6 +12,7 @@ import dataclasses
 import gc
 import logging
 import signal
+import ssl
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,6 +32,7 @@ from raftlog.types import NodeId
 if TYPE_CHECKING:
     from raftlog.broker import Broker
     from raftlog.metrics import NodeMetrics
+    from raftlog.rpc.kafka import KafkaListener
 
 __all__ = ["add_serve_parser", "run_serve"]
 
@@ -44,6 +46,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.add_argument("--advertise", help="client API address others should use")
     parser.add_argument("--raft-listen", help="node-to-node HOST:PORT (default: listen port+100)")
     parser.add_argument("--raft-advertise", help="node-to-node address others should use")
+    parser.add_argument("--kafka-listen", help="Kafka wire-protocol HOST:PORT (default: none)")
+    parser.add_argument(
+        "--kafka-advertise", help="Kafka address clients are told (advertised.listeners)"
+    )
     parser.add_argument(
         "--peers", help="metadata quorum voters as ID=HOST:PORT,... (their node-to-node addresses)"
     )
@@ -108,6 +114,13 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     if getattr(args, "metrics_listen", None):
         metrics_listen = parse_address(args.metrics_listen, setting="--metrics-listen")
         settings = dataclasses.replace(settings, metrics_listen=metrics_listen).validate()
+    kafka: dict[str, Any] = {
+        name: parse_address(getattr(args, name), setting="--" + name.replace("_", "-"))
+        for name in ("kafka_listen", "kafka_advertise")
+        if getattr(args, name, None)
+    }
+    if kafka:
+        settings = dataclasses.replace(settings, **kafka).validate()
     if getattr(args, "chaos_skip_fsync", False):
         settings = dataclasses.replace(settings, chaos_skip_fsync=True).validate()
     if not args.overrides:
@@ -206,6 +219,7 @@ async def _serve(settings: BrokerSettings) -> int:
             await metrics.stop()
             await broker.stop()
             return 2
+    kafka = await _start_kafka(broker, settings)
     # Everything built so far (modules, gRPC and protobuf tables, the recovered state) lives
     # as long as the process: move it out of the collector's generations, so a full
     # collection, triggered by per-request garbage, no longer walks it all and stalls the
@@ -229,6 +243,8 @@ async def _serve(settings: BrokerSettings) -> int:
         broker.failed.exception()
     if metrics is not None:
         await metrics.stop()
+    if kafka is not None:
+        await kafka.close()
     await broker.stop()
     return 1 if failed else 0
 
@@ -237,3 +253,42 @@ def _metrics_of(broker: Broker) -> NodeMetrics:
     from raftlog.metrics import NodeMetrics
 
     return NodeMetrics(broker)
+
+
+def _kafka_tls(settings: BrokerSettings) -> ssl.SSLContext:
+    assert settings.tls_cert is not None and settings.tls_key is not None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
+    except (ssl.SSLError, OSError) as error:
+        raise ConfigError(
+            f"--tls-cert {settings.tls_cert} / --tls-key {settings.tls_key}: not a usable "
+            f"certificate and key for the Kafka listener: {error}"
+        ) from None
+    return context
+
+
+async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListener | None:
+    """The Kafka wire-protocol listener beside the gRPC API, when --kafka-listen is set."""
+    if settings.kafka_listen is None:
+        return None
+    from raftlog.rpc.kafka import KafkaListener
+    from raftlog.rpc.security import load_access_control
+
+    # The node's token file (--auth-tokens) also guards Kafka clients (SASL/PLAIN).
+    access = None if settings.auth_tokens is None else load_access_control(settings.auth_tokens)
+    # and its certificate (--tls-cert/--tls-key) serves them TLS (SSL, or SASL_SSL with tokens).
+    tls = None if settings.tls_cert is None else _kafka_tls(settings)
+    listener = KafkaListener(
+        broker,
+        config=settings.config,
+        node_id=settings.node_id,
+        kafka_address=settings.kafka_address,
+        access=access,
+    )
+    await listener.start(*settings.kafka_listen, ssl=tls)
+    logging.getLogger("raftlog").info(
+        "node %s serving Kafka clients on %s", settings.node_id, settings.kafka_address
+    )
+    return listener

@@ -94,6 +94,10 @@ class BrokerSettings:
     tls_client_ca: Path | None = None
     # Prometheus metrics over HTTP (raftlog.metrics, docs/metrics.md); None: not served.
     metrics_listen: Address | None = None
+    # The Kafka wire-protocol listener (raftlog.rpc.kafka): off unless kafka_listen is set;
+    # clients are told kafka_advertise (Kafka's advertised.listeners), else kafka_listen.
+    kafka_listen: Address | None = None
+    kafka_advertise: Address | None = None
 
     def validate(self) -> BrokerSettings:
         if self.node_id < 0:
@@ -123,12 +127,20 @@ class BrokerSettings:
                 "tls_client_ca (--tls-client-ca) needs tls_cert, tls_key (the node's own TLS) "
                 "and auth_tokens (--auth-tokens: its [permissions] grant certificate principals)"
             )
+        if self.kafka_advertise is not None and self.kafka_listen is None:
+            raise ConfigError("kafka_advertise (--kafka-advertise) needs kafka_listen")
         return self
 
     @property
     def client_address(self) -> str:
         host, port = self.advertise or self.listen
         return f"{host}:{port}"
+
+    @property
+    def kafka_address(self) -> str:
+        """Where Kafka clients reach this node; "" when it runs no Kafka listener."""
+        address = self.kafka_advertise or self.kafka_listen
+        return "" if address is None else f"{address[0]}:{address[1]}"
 
     @property
     def raft_address(self) -> str:
@@ -192,6 +204,8 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         "cluster_id",
         "chaos",
         "bootstrap",
+        "kafka_listen",
+        "kafka_advertise",
         *_SECURITY_KEYS,
         "metrics_listen",
     }
@@ -222,10 +236,19 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         if node.get("bootstrap")
         else (),
         **_security_settings(node),
+        **_kafka_settings(node),
         metrics_listen=parse_address(str(node["metrics_listen"]), setting="metrics_listen")
         if node.get("metrics_listen")
         else None,
     ).validate()
+
+
+def _kafka_settings(node: dict[str, Any]) -> dict[str, Any]:
+    return {
+        key: parse_address(str(node[key]), setting=key)
+        for key in ("kafka_listen", "kafka_advertise")
+        if node.get(key)
+    }
 
 
 # TOML keys tls_cert, tls_key, tls_ca, peer_tls, auth_tokens,

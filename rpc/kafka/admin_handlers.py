@@ -1,0 +1,282 @@
+"""CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs: the broker's admin calls.
+
+Writes go to the controller, as through the gRPC Admin service: a node that is not the
+controller answers NOT_CONTROLLER, and Kafka's admin clients refresh metadata (which names
+the controller) and retry there. `validate_only` runs the controller's own planning
+(`plan_create_topic`, `plan_create_partitions`: pure functions of the metadata state) and
+commits nothing. Manual replica assignments are refused: raftlog places replicas itself.
+Topic settings are fixed at creation (raftlog has no command that alters them), so
+DescribeConfigs reports them read-only and IncrementalAlterConfigs is not offered.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from raftlog import errors
+from raftlog.metadata import (
+    ApplyResult,
+    CreateTopicRequest,
+    plan_create_partitions,
+    plan_create_topic,
+)
+from raftlog.metadata.commands import TOPIC_CONFIG_KEYS
+from raftlog.partition.policy import topic_log_config
+from raftlog.rpc.kafka.cluster_handlers import topic_uuid
+from raftlog.rpc.kafka.context import KafkaContext
+from raftlog.rpc.kafka.errors import kafka_error, metadata_result_error
+from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
+from raftlog.rpc.security import Permission
+
+__all__ = [
+    "CREATE_PARTITIONS",
+    "CREATE_TOPICS",
+    "DELETE_TOPICS",
+    "DESCRIBE_CONFIGS",
+    "create_partitions",
+    "create_topics",
+    "delete_topics",
+    "describe_configs",
+]
+
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
+_TOPIC_RESOURCE = 2
+_SOURCE_TOPIC, _SOURCE_DEFAULT = 1, 5
+_DEFAULT_PARTITIONS = 1
+_REPLICATION_FACTOR_MAX_DEFAULT = 3
+_TIMEOUT_MS_DEFAULT = 30_000
+
+Outcome = tuple[ErrorCode, str | None]
+
+
+async def _admin_call(call: Awaitable[ApplyResult]) -> Outcome:
+    """Await a controller write; map its result or error onto (code, message)."""
+    try:
+        result = await call
+    except errors.RaftlogError as error:
+        return kafka_error(error), str(error)
+    except TimeoutError:
+        return ErrorCode.request_timed_out, "not committed in time; it may still be"
+    return _result(result)
+
+
+def _result(result: ApplyResult) -> Outcome:
+    if result.ok:
+        return ErrorCode.none, None
+    return metadata_result_error(result.code), f"{result.code.value}: {result.message}"
+
+
+def _timeout_s(ctx: KafkaContext, request: Any) -> float:
+    timeout_ms = timedelta_ms(request.timeout)
+    if timeout_ms <= 0:
+        timeout_ms = _TIMEOUT_MS_DEFAULT
+    return min(timeout_ms, ctx.config.produce_timeout_ms_max) / 1000
+
+
+async def create_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(CREATE_TOPICS, version)
+    results = []
+    for topic in request.topics:
+        code, message = await _create_topic(ctx, request, topic)
+        results.append(_created(ctx, module, topic.name, code, message))
+    return build(module.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+async def _create_topic(ctx: KafkaContext, request: Any, topic: Any) -> Outcome:
+    if topic.assignments:
+        return ErrorCode.invalid_replica_assignment, "raftlog places replicas itself"
+    if not ctx.allowed(Permission.ADMIN, topic.name):
+        return ErrorCode.topic_authorization_failed, f"no admin permission on {topic.name}"
+    state = ctx.broker.metadata.state
+    live = sum(1 for n in state.nodes() if n.alive) or 1
+    wanted = CreateTopicRequest(
+        name=topic.name,
+        partition_count=_DEFAULT_PARTITIONS if topic.num_partitions < 0 else topic.num_partitions,
+        replication_factor=min(_REPLICATION_FACTOR_MAX_DEFAULT, live)
+        if topic.replication_factor < 0
+        else topic.replication_factor,
+        config={c.name: c.value or "" for c in topic.configs},
+    )
+    if getattr(request, "validate_only", False):
+        plan = plan_create_topic(state, wanted, _now_ms(), config=ctx.node_config.metadata)
+        return _result(plan) if isinstance(plan, ApplyResult) else (ErrorCode.none, None)
+    timeout_s = _timeout_s(ctx, request)
+    return await _admin_call(ctx.broker.create_topic(wanted, timeout_s=timeout_s))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _created(
+    ctx: KafkaContext, module: Any, name: str, code: ErrorCode, message: str | None
+) -> Any:
+    info = ctx.broker.metadata.state.topic(name) if code is ErrorCode.none else None
+    config_class = getattr(module, "CreatableTopicConfigs", None)  # v5 and later
+    configs = (
+        ()
+        if info is None or config_class is None
+        else tuple(
+            build(
+                config_class,
+                name=key,
+                value=value,
+                read_only=True,
+                config_source=source,
+                is_sensitive=False,
+            )
+            for key, value, source in _topic_configs(ctx, info.config)
+        )
+    )
+    return build(
+        module.CreatableTopicResult,
+        name=name,
+        topic_id=None if info is None else topic_uuid(info.topic_id),
+        error_code=code,
+        error_message=message,
+        topic_config_error_code=ErrorCode.none,
+        num_partitions=-1 if info is None else info.partition_count,
+        replication_factor=-1 if info is None else info.replication_factor,
+        configs=configs,
+    )
+
+
+async def delete_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(DELETE_TOPICS, version)
+    names = (
+        [t.name for t in request.topics]
+        if hasattr(request, "topics")
+        else list(request.topic_names)
+    )
+    timeout_s = _timeout_s(ctx, request)
+    results = []
+    for name in names:
+        code: ErrorCode
+        message: str | None
+        if name is None:
+            code, message = ErrorCode.unknown_topic_id, "raftlog deletes topics by name"
+        elif not ctx.allowed(Permission.ADMIN, name):
+            code, message = ErrorCode.topic_authorization_failed, f"no admin permission on {name}"
+        else:
+            code, message = await _admin_call(ctx.broker.delete_topic(name, timeout_s=timeout_s))
+        results.append(
+            build(
+                module.DeletableTopicResult,
+                name=name,
+                topic_id=None,
+                error_code=code,
+                error_message=message,
+            )
+        )
+    return build(module.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+async def create_partitions(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(CREATE_PARTITIONS, version)
+    timeout_s = _timeout_s(ctx, request)
+    results = []
+    for topic in request.topics:
+        code: ErrorCode
+        message: str | None
+        if topic.assignments:
+            code, message = ErrorCode.invalid_replica_assignment, "raftlog places replicas itself"
+        elif not ctx.allowed(Permission.ADMIN, topic.name):
+            code = ErrorCode.topic_authorization_failed
+            message = f"no admin permission on {topic.name}"
+        elif request.validate_only:
+            plan = plan_create_partitions(
+                ctx.broker.metadata.state,
+                topic.name,
+                topic.count,
+                _now_ms(),
+                config=ctx.node_config.metadata,
+            )
+            code, message = (
+                _result(plan) if isinstance(plan, ApplyResult) else (ErrorCode.none, None)
+            )
+        else:
+            code, message = await _admin_call(
+                ctx.broker.create_partitions(topic.name, topic.count, timeout_s=timeout_s)
+            )
+        results.append(
+            build(
+                module.CreatePartitionsTopicResult,
+                name=topic.name,
+                error_code=code,
+                error_message=message,
+            )
+        )
+    return build(module.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def describe_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(DESCRIBE_CONFIGS, version)
+    results = []
+    caught_up = await ctx.broker.wait_metadata_caught_up()
+    for resource in request.resources:
+        code, message, entries = ErrorCode.none, None, []
+        if resource.resource_type == _TOPIC_RESOURCE and not ctx.allowed(
+            Permission.READ, resource.resource_name
+        ):
+            code, message = ErrorCode.topic_authorization_failed, "no read permission"
+        elif resource.resource_type == _TOPIC_RESOURCE:
+            info = ctx.broker.metadata.state.topic(resource.resource_name) if caught_up else None
+            if info is None:
+                code = (
+                    ErrorCode.unknown_topic_or_partition
+                    if caught_up
+                    else ErrorCode.leader_not_available
+                )
+                message = f"unknown topic {resource.resource_name!r}"
+            else:
+                keys = resource.configuration_keys
+                entries = [
+                    build(
+                        module.DescribeConfigsResourceResult,
+                        name=key,
+                        value=value,
+                        read_only=True,
+                        config_source=source,
+                        is_default=source == _SOURCE_DEFAULT,
+                        is_sensitive=False,
+                        synonyms=(),
+                        config_type=0,
+                        documentation=None,
+                    )
+                    for key, value, source in _topic_configs(ctx, info.config)
+                    if keys is None or key in keys
+                ]
+        results.append(
+            build(
+                module.DescribeConfigsResult,
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(entries),
+            )
+        )
+    return build(module.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _topic_configs(ctx: KafkaContext, config: Any) -> list[tuple[str, str, int]]:
+    """(key, value, source) of every topic setting raftlog has: the topic's own, or the
+    node's default (what `topic_log_config` gives a topic that sets nothing)."""
+    base = topic_log_config(ctx.node_config.log, {})
+    defaults = {
+        "retention.bytes": str(-1 if base.retention_bytes is None else base.retention_bytes),
+        "retention.ms": str(-1 if base.retention_ms is None else base.retention_ms),
+        "segment.bytes": str(base.segment_bytes_max),
+        "segment.ms": str(base.segment_age_ms_max),
+        "max.message.bytes": str(base.batch_bytes_max),
+        "cleanup.policy": "delete",
+    }
+    assert set(defaults) == set(TOPIC_CONFIG_KEYS), sorted(TOPIC_CONFIG_KEYS)
+    return [
+        (key, config[key], _SOURCE_TOPIC) if key in config else (key, default, _SOURCE_DEFAULT)
+        for key, default in sorted(defaults.items())
+    ]

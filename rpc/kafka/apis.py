@@ -1,0 +1,137 @@
+"""The Kafka APIs this listener implements, at which versions, and ApiVersions.
+
+ApiVersions advertises exactly this table; a request for any other API or version closes
+its connection (Kafka's behaviour for requests it cannot parse), except an ApiVersions of a
+version newer than ours, which gets Kafka's UNSUPPORTED_VERSION answer in the v0 layout with
+the table, so the client can retry at a version both know (KIP-511).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from raftlog.rpc.kafka import (
+    admin_handlers,
+    auth,
+    cluster_handlers,
+    group_handlers,
+    log_handlers,
+    producer_handlers,
+)
+from raftlog.rpc.kafka.context import KafkaContext
+from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
+
+__all__ = ["APIS", "API_VERSIONS", "Api", "api_versions"]
+
+API_VERSIONS = 18
+
+Handler = Callable[[KafkaContext, Any, int], Coroutine[Any, Any, Any | None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    name: str
+    version_min: int
+    version_max: int
+    handler: Handler
+
+    def supports(self, version: int) -> bool:
+        return self.version_min <= version <= self.version_max
+
+
+async def api_versions(ctx: KafkaContext, request: Any, version: int) -> Any:
+    return api_versions_response(version, ErrorCode.none)
+
+
+def api_versions_response(version: int, code: ErrorCode) -> Any:
+    module = response_module(API_VERSIONS, version)
+    return build(
+        module.ApiVersionsResponse,
+        error_code=code,
+        api_keys=tuple(
+            build(
+                module.ApiVersion,
+                api_key=api.key,
+                min_version=api.version_min,
+                max_version=api.version_max,
+            )
+            for api in APIS.values()
+        ),
+        throttle_time=NO_THROTTLE,
+        supported_features=(),
+        finalized_features_epoch=-1,
+        finalized_features=(),
+        zk_migration_ready=False,
+    )
+
+
+def _group_apis() -> list[Api]:
+    g = group_handlers
+    return [
+        Api(g.OFFSET_COMMIT, "OffsetCommit", 2, 8, g.offset_commit),
+        Api(g.OFFSET_FETCH, "OffsetFetch", 1, 7, g.offset_fetch),
+        Api(g.FIND_COORDINATOR, "FindCoordinator", 0, 4, g.find_coordinator),
+        Api(g.JOIN_GROUP, "JoinGroup", 2, 9, g.join_group),
+        Api(g.HEARTBEAT, "Heartbeat", 0, 4, g.heartbeat),
+        Api(g.LEAVE_GROUP, "LeaveGroup", 0, 5, g.leave_group),
+        Api(g.SYNC_GROUP, "SyncGroup", 0, 5, g.sync_group),
+        Api(g.DESCRIBE_GROUPS, "DescribeGroups", 0, 5, g.describe_groups),
+        Api(g.LIST_GROUPS, "ListGroups", 0, 4, g.list_groups),
+    ]
+
+
+APIS: dict[int, Api] = {
+    api.key: api
+    for api in (
+        Api(log_handlers.PRODUCE, "Produce", 3, 9, log_handlers.produce),
+        Api(log_handlers.FETCH, "Fetch", 4, 12, log_handlers.fetch),
+        Api(log_handlers.LIST_OFFSETS, "ListOffsets", 1, 6, log_handlers.list_offsets),
+        Api(cluster_handlers.METADATA, "Metadata", 1, 12, cluster_handlers.metadata),
+        Api(API_VERSIONS, "ApiVersions", 0, 3, api_versions),
+        *_group_apis(),
+        Api(auth.SASL_HANDSHAKE, "SaslHandshake", 1, 1, auth.sasl_handshake),
+        Api(auth.SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2, auth.sasl_authenticate),
+        Api(admin_handlers.CREATE_TOPICS, "CreateTopics", 2, 7, admin_handlers.create_topics),
+        Api(admin_handlers.DELETE_TOPICS, "DeleteTopics", 1, 6, admin_handlers.delete_topics),
+        Api(
+            admin_handlers.CREATE_PARTITIONS,
+            "CreatePartitions",
+            0,
+            3,
+            admin_handlers.create_partitions,
+        ),
+        Api(
+            admin_handlers.DESCRIBE_CONFIGS,
+            "DescribeConfigs",
+            1,
+            4,
+            admin_handlers.describe_configs,
+        ),
+        Api(
+            producer_handlers.INIT_PRODUCER_ID,
+            "InitProducerId",
+            0,
+            4,
+            producer_handlers.init_producer_id,
+        ),
+        Api(
+            producer_handlers.OFFSET_FOR_LEADER_EPOCH,
+            "OffsetForLeaderEpoch",
+            2,
+            4,
+            producer_handlers.offset_for_leader_epoch,
+        ),
+        Api(
+            cluster_handlers.DESCRIBE_CLUSTER,
+            "DescribeCluster",
+            0,
+            1,
+            cluster_handlers.describe_cluster,
+        ),
+    )
+}

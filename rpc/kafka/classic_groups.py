@@ -1,0 +1,425 @@
+"""Kafka's classic consumer-group protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) with
+client-side assignment, as the group coordinator runs it.
+
+Theory of operation. The controller coordinates every group (as for raftlog's own groups,
+`raftlog.rpc.consumer_group_servicer`); membership is soft state kept here, in memory, and dropped
+when this node stops coordinating (a new controller's members rejoin, as after a Kafka
+coordinator failover). Committed offsets are not kept here: they replicate through the
+metadata quorum (`CommitGroupOffsets`), like raftlog's group offsets.
+
+A group moves Empty -> PreparingRebalance -> CompletingRebalance -> Stable:
+
+- JoinGroup puts the group in PreparingRebalance; each JoinGroup waits until every known
+  member has (re)joined or the largest rebalance timeout has passed, whichever is first;
+  members that did not rejoin are removed. The new generation then starts: the leader
+  (kept if it rejoined, else the first member) gets every member's subscription metadata.
+- SyncGroup from the leader carries the assignment of every member; it answers the members
+  waiting in SyncGroup and makes the group Stable. Followers that sync later get theirs
+  at once.
+- Heartbeats answer REBALANCE_IN_PROGRESS while a rebalance waits for rejoins, so members
+  rejoin; a member not heard from within its session timeout is removed (checked lazily on
+  every request to its group: the survivors' heartbeats find it) and the group rebalances.
+- A new member first gets MEMBER_ID_REQUIRED with its id (KIP-394) and joins with it; ids
+  handed out but unused expire after a session timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ClassicGroups",
+    "GroupState",
+    "JoinAnswer",
+    "JoinRequest",
+    "MemberView",
+    "SyncAnswer",
+]
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinRequest:
+    group_id: str
+    member_id: str
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]  # (name, metadata), in the member's preference
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    member_id: str
+    client_id: str
+    metadata: bytes  # for the chosen protocol
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinAnswer:
+    error: ErrorCode
+    member_id: str
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader_id: str = ""
+    members: tuple[MemberView, ...] = ()  # the leader's only
+
+
+@dataclass(frozen=True, slots=True)
+class SyncAnswer:
+    error: ErrorCode
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass(slots=True)
+class _Member:
+    member_id: str
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    heard_ms: int
+    joined: asyncio.Future[JoinAnswer] | None = None
+    synced: asyncio.Future[SyncAnswer] | None = None
+    assignment: bytes = b""
+
+
+@dataclass(slots=True)
+class _Group:
+    group_id: str
+    protocol_type: str = ""
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_name: str | None = None
+    leader_id: str = ""
+    members: dict[str, _Member] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)  # handed-out id -> when, ms
+    join_deadline: asyncio.TimerHandle | None = None
+
+
+class ClassicGroups:
+    """Every classic group this node coordinates (bounded by `groups_max`, `members_max`)."""
+
+    def __init__(self, *, clock_ms: Callable[[], int], groups_max: int, members_max: int) -> None:
+        self._clock_ms = clock_ms
+        self._groups_max = groups_max
+        self._members_max = members_max
+        self._groups: dict[str, _Group] = {}
+        self._term: int | None = None
+
+    def follow_term(self, term: int | None) -> bool:
+        """True while this node coordinates (`term`: the controller term, else None); a new
+        term, or none, forgets every group first (members rejoin the new coordinator)."""
+        if term != self._term:
+            self.reset()
+            self._term = term
+        return term is not None
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def group_ids(self) -> tuple[str, ...]:
+        return tuple(sorted(self._groups))
+
+    def describe(self, group_id: str) -> tuple[GroupState, str, str | None, list[MemberView]]:
+        group = self._groups.get(group_id)
+        if group is None:
+            return GroupState.EMPTY, "", None, []
+        self._expire(group)
+        members = [
+            MemberView(
+                m.member_id, m.client_id, _metadata_for(m, group.protocol_name), m.assignment
+            )
+            for m in group.members.values()
+        ]
+        return group.state, group.protocol_type, group.protocol_name, members
+
+    def check_member(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+        """Whether `member_id` of `generation_id` may commit offsets now."""
+        group = self._groups.get(group_id)
+        if group is not None:
+            self._expire(group)
+        if generation_id < 0 and not member_id:
+            # A commit from outside the group protocol (a tool, an assigned consumer):
+            # allowed only while no member holds partitions of the group.
+            if group is None or not group.members:
+                return ErrorCode.none
+            return ErrorCode.illegal_generation
+        if group is None or member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        group.members[member_id].heard_ms = self._clock_ms()
+        return ErrorCode.none
+
+    # -- the protocol ------------------------------------------------------------------------
+
+    async def join(self, request: JoinRequest) -> JoinAnswer:
+        group = self._groups.get(request.group_id)
+        if group is None:
+            if len(self._groups) >= self._groups_max:
+                return JoinAnswer(ErrorCode.coordinator_not_available, request.member_id)
+            group = self._groups[request.group_id] = _Group(request.group_id)
+        self._expire(group)
+        refusal = self._join_refusal(group, request)
+        if refusal is not None:
+            return JoinAnswer(refusal, request.member_id)
+        if not request.member_id:
+            member_id = f"{request.client_id or 'member'}-{uuid.uuid4()}"
+            group.pending[member_id] = self._clock_ms()
+            return JoinAnswer(ErrorCode.member_id_required, member_id)
+        rejoin = self._unchanged_rejoin(group, request)
+        if rejoin is not None:
+            return rejoin
+        member = self._admit(group, request)
+        if member.joined is not None and not member.joined.done():
+            member.joined.set_result(JoinAnswer(ErrorCode.rebalance_in_progress, member.member_id))
+        member.joined = asyncio.get_running_loop().create_future()
+        self._prepare_rebalance(group, f"member {member.member_id} joined")
+        self._maybe_complete_join(group)
+        return await member.joined
+
+    def _unchanged_rejoin(self, group: _Group, request: JoinRequest) -> JoinAnswer | None:
+        """A follower rejoining a settled generation with the same subscription gets that
+        generation back without a rebalance (as Kafka's coordinator answers it)."""
+        member = group.members.get(request.member_id)
+        settled = group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE)
+        if member is None or not settled or request.member_id == group.leader_id:
+            return None
+        if member.protocols != request.protocols:
+            return None
+        member.heard_ms = self._clock_ms()
+        return JoinAnswer(
+            ErrorCode.none,
+            member.member_id,
+            group.generation_id,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id,
+        )
+
+    def _join_refusal(self, group: _Group, request: JoinRequest) -> ErrorCode | None:
+        if not request.protocol_type or not request.protocols:
+            return ErrorCode.inconsistent_group_protocol
+        if group.members and request.protocol_type != group.protocol_type:
+            return ErrorCode.inconsistent_group_protocol
+        known = request.member_id in group.members or request.member_id in group.pending
+        if request.member_id and not known:
+            return ErrorCode.unknown_member_id
+        if not known and len(group.members) + len(group.pending) >= self._members_max:
+            return ErrorCode.group_max_size_reached
+        names = {name for name, _ in request.protocols}
+        others = [m for m in group.members.values() if m.member_id != request.member_id]
+        if others and not all(names & {n for n, _ in m.protocols} for m in others):
+            return ErrorCode.inconsistent_group_protocol
+        return None
+
+    def _admit(self, group: _Group, request: JoinRequest) -> _Member:
+        group.pending.pop(request.member_id, None)
+        group.protocol_type = request.protocol_type
+        member = group.members.get(request.member_id)
+        now_ms = self._clock_ms()
+        if member is None:
+            member = group.members[request.member_id] = _Member(
+                request.member_id,
+                request.client_id,
+                request.session_timeout_ms,
+                request.rebalance_timeout_ms,
+                request.protocols,
+                now_ms,
+            )
+        member.protocols = request.protocols
+        member.session_timeout_ms = request.session_timeout_ms
+        member.rebalance_timeout_ms = request.rebalance_timeout_ms
+        member.heard_ms = now_ms
+        return member
+
+    def _prepare_rebalance(self, group: _Group, reason: str) -> None:
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return
+        log.info("consumer group %r: rebalancing (%s)", group.group_id, reason)
+        # Members waiting for a sync of the generation being replaced learn it now.
+        for member in group.members.values():
+            _answer_sync(member, SyncAnswer(ErrorCode.rebalance_in_progress))
+        group.state = GroupState.PREPARING_REBALANCE
+        timeout_ms = max(m.rebalance_timeout_ms for m in group.members.values())
+        group.join_deadline = asyncio.get_running_loop().call_later(
+            timeout_ms / 1000, self._complete_join, group
+        )
+
+    def _maybe_complete_join(self, group: _Group) -> None:
+        waiting = [m for m in group.members.values() if m.joined is None or m.joined.done()]
+        if group.state is GroupState.PREPARING_REBALANCE and not waiting:
+            self._complete_join(group)
+
+    def _complete_join(self, group: _Group) -> None:
+        """A new generation from the members that rejoined; the others are removed."""
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        if group.join_deadline is not None:
+            group.join_deadline.cancel()
+            group.join_deadline = None
+        for member in list(group.members.values()):
+            if member.joined is None or member.joined.done():
+                del group.members[member.member_id]
+        group.generation_id += 1
+        if not group.members:
+            group.state, group.leader_id, group.protocol_name = GroupState.EMPTY, "", None
+            return
+        if group.leader_id not in group.members:
+            group.leader_id = next(iter(group.members))
+        group.protocol_name = _choose_protocol(group)
+        group.state = GroupState.COMPLETING_REBALANCE
+        views = tuple(
+            MemberView(m.member_id, m.client_id, _metadata_for(m, group.protocol_name), b"")
+            for m in group.members.values()
+        )
+        for member in group.members.values():
+            member.assignment = b""
+            assert member.joined is not None
+            member.joined.set_result(
+                JoinAnswer(
+                    ErrorCode.none,
+                    member.member_id,
+                    group.generation_id,
+                    group.protocol_type,
+                    group.protocol_name,
+                    group.leader_id,
+                    views if member.member_id == group.leader_id else (),
+                )
+            )
+
+    async def sync(
+        self, group_id: str, member_id: str, generation_id: int, assignments: dict[str, bytes]
+    ) -> SyncAnswer:
+        group = self._groups.get(group_id)
+        if group is not None:
+            self._expire(group)
+        if group is None or member_id not in group.members:
+            return SyncAnswer(ErrorCode.unknown_member_id)
+        if generation_id != group.generation_id:
+            return SyncAnswer(ErrorCode.illegal_generation)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return SyncAnswer(ErrorCode.rebalance_in_progress)
+        member = group.members[member_id]
+        member.heard_ms = self._clock_ms()
+        if group.state is GroupState.STABLE:
+            return self._synced(group, member)
+        if member_id == group.leader_id:
+            for other in group.members.values():
+                other.assignment = assignments.get(other.member_id, b"")
+            group.state = GroupState.STABLE
+            for other in group.members.values():
+                _answer_sync(other, self._synced(group, other))
+            return self._synced(group, member)
+        member.synced = asyncio.get_running_loop().create_future()
+        return await member.synced
+
+    def _synced(self, group: _Group, member: _Member) -> SyncAnswer:
+        return SyncAnswer(
+            ErrorCode.none, member.assignment, group.protocol_type, group.protocol_name
+        )
+
+    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+        group = self._groups.get(group_id)
+        if group is not None:
+            self._expire(group)
+        if group is None or member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        group.members[member_id].heard_ms = self._clock_ms()
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return ErrorCode.rebalance_in_progress
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
+    def leave(self, group_id: str, member_id: str) -> ErrorCode:
+        group = self._groups.get(group_id)
+        if group is None or member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        self._remove(group, member_id, "left")
+        return ErrorCode.none
+
+    def reset(self) -> None:
+        """Forget every group (this node stopped coordinating): waiters learn it."""
+        for group in self._groups.values():
+            if group.join_deadline is not None:
+                group.join_deadline.cancel()
+            for member in group.members.values():
+                if member.joined is not None and not member.joined.done():
+                    member.joined.set_result(
+                        JoinAnswer(ErrorCode.not_coordinator, member.member_id)
+                    )
+                _answer_sync(member, SyncAnswer(ErrorCode.not_coordinator))
+        self._groups.clear()
+
+    # -- membership changes ------------------------------------------------------------------
+
+    def _expire(self, group: _Group) -> None:
+        now_ms = self._clock_ms()
+        for member_id, since_ms in list(group.pending.items()):
+            if now_ms - since_ms > _PENDING_MEMBER_MS:
+                del group.pending[member_id]
+        for member in list(group.members.values()):
+            waiting = member.joined is not None and not member.joined.done()
+            if not waiting and now_ms - member.heard_ms > member.session_timeout_ms:
+                self._remove(group, member.member_id, "timed out")
+
+    def _remove(self, group: _Group, member_id: str, reason: str) -> None:
+        member = group.members.pop(member_id)
+        if member.joined is not None and not member.joined.done():
+            member.joined.set_result(JoinAnswer(ErrorCode.unknown_member_id, member_id))
+        _answer_sync(member, SyncAnswer(ErrorCode.unknown_member_id))
+        if group.members:
+            self._prepare_rebalance(group, f"member {member_id} {reason}")
+            self._maybe_complete_join(group)
+        elif group.state is not GroupState.PREPARING_REBALANCE:
+            group.state, group.leader_id = GroupState.EMPTY, ""
+            group.generation_id += 1
+        else:
+            self._complete_join(group)
+        if not group.members and not group.pending:
+            del self._groups[group.group_id]
+
+
+# A handed-out member id not used to join within this long is forgotten.
+_PENDING_MEMBER_MS = 60_000
+
+
+def _answer_sync(member: _Member, answer: SyncAnswer) -> None:
+    if member.synced is not None and not member.synced.done():
+        member.synced.set_result(answer)
+
+
+def _choose_protocol(group: _Group) -> str:
+    """The leader's most preferred protocol that every member supports."""
+    leader = group.members[group.leader_id]
+    for name, _ in leader.protocols:
+        if all(name in {n for n, _ in m.protocols} for m in group.members.values()):
+            return name
+    raise AssertionError(f"group {group.group_id}: no common protocol (checked at join)")
+
+
+def _metadata_for(member: _Member, protocol_name: str | None) -> bytes:
+    return next((data for name, data in member.protocols if name == protocol_name), b"")

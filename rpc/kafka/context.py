@@ -1,0 +1,57 @@
+"""What every Kafka handler gets: the broker port, the listener's bounds, this node's id and
+Kafka address, and where other nodes' Kafka listeners are (from the metadata quorum, where
+each node registers its advertised Kafka address)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raftlog.config import KafkaConfig, NodeConfig
+from raftlog.rpc.kafka.auth import Session
+from raftlog.rpc.kafka.classic_groups import ClassicGroups
+from raftlog.rpc.kafka.port import KafkaBroker
+from raftlog.rpc.security import Permission
+from raftlog.types import NodeId
+
+__all__ = ["KafkaContext", "split_address"]
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    assert host and port.isdigit(), address
+    return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaContext:
+    broker: KafkaBroker
+    node_config: NodeConfig
+    node_id: NodeId
+    kafka_address: str
+    groups: ClassicGroups
+    session: Session  # the connection's authentication (one context per connection)
+    client_id: str = ""  # of the request being handled (the connection's client)
+
+    def allowed(self, permission: Permission, topic: str) -> bool:
+        return self.session.allowed(permission, topic)
+
+    @property
+    def config(self) -> KafkaConfig:
+        return self.node_config.kafka
+
+    def kafka_address_of(self, node_id: NodeId) -> str:
+        """The Kafka address `node_id` registered; "" if it has none (or is unknown)."""
+        info = self.broker.metadata.state.node(node_id)
+        if info is not None and info.kafka_address:
+            return info.kafka_address
+        return self.kafka_address if node_id == self.node_id else ""
+
+    def brokers(self) -> list[tuple[NodeId, str, int]]:
+        """(node id, host, port) of every live node with a Kafka listener, this one too."""
+        found: dict[NodeId, str] = {
+            info.node_id: info.kafka_address
+            for info in self.broker.metadata.state.nodes()
+            if info.kafka_address and info.alive
+        }
+        found.setdefault(self.node_id, self.kafka_address)
+        return [(node, *split_address(found[node])) for node in sorted(found)]

@@ -1,0 +1,53 @@
+"""raftlog's exception tree onto Kafka's error codes.
+
+The same ideas as the gRPC servicers' mapping (`raftlog.rpc.servicers`): most specific class
+first, every raftlog error becomes a per-partition code, so one bad partition never fails a
+connection, and retriable raftlog errors map onto codes Kafka clients retry (after refreshing
+metadata, which names the new leader).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from raftlog import errors
+from raftlog.metadata import ErrorCode as MetadataErrorCode
+
+__all__ = ["kafka_error", "metadata_result_error"]
+
+_CODES: list[tuple[type[errors.RaftlogError], ErrorCode]] = [
+    (errors.NotControllerError, ErrorCode.not_controller),
+    (errors.LeaderNotReadyError, ErrorCode.not_leader_or_follower),
+    (errors.NotLeaderError, ErrorCode.not_leader_or_follower),
+    (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
+    (errors.BatchTooLargeError, ErrorCode.message_too_large),
+    (errors.CorruptBatchError, ErrorCode.corrupt_message),
+    (errors.RequestTimedOutError, ErrorCode.request_timed_out),
+    (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
+    (errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (errors.ProducerFencedError, ErrorCode.invalid_producer_epoch),
+    # A proposal dropped by a leader that lost its term: written nowhere, safe to retry.
+    (errors.ProposalDroppedError, ErrorCode.not_enough_replicas),
+]
+
+_RESULT_CODES = {
+    MetadataErrorCode.TOPIC_ALREADY_EXISTS: ErrorCode.topic_already_exists,
+    MetadataErrorCode.UNKNOWN_TOPIC: ErrorCode.unknown_topic_or_partition,
+    MetadataErrorCode.UNKNOWN_PARTITION: ErrorCode.unknown_topic_or_partition,
+    MetadataErrorCode.INVALID_PARTITIONS: ErrorCode.invalid_partitions,
+    MetadataErrorCode.INVALID_REPLICATION_FACTOR: ErrorCode.invalid_replication_factor,
+    MetadataErrorCode.INVALID_CONFIG: ErrorCode.invalid_config,
+}
+
+
+def kafka_error(error: errors.RaftlogError) -> ErrorCode:
+    return next((code for kind, code in _CODES if isinstance(error, kind)), _fallback(error))
+
+
+def _fallback(error: errors.RaftlogError) -> ErrorCode:
+    # Unknown retriable errors must stay retriable for the client.
+    return ErrorCode.request_timed_out if error.retriable else ErrorCode.unknown_server_error
+
+
+def metadata_result_error(code: MetadataErrorCode) -> ErrorCode:
+    return _RESULT_CODES.get(code, ErrorCode.invalid_request)

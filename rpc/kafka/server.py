@@ -1,0 +1,257 @@
+"""The Kafka listener: one asyncio server, one protocol object per client connection.
+
+Theory of operation. Bytes go into the connection's `FrameDecoder`; each whole frame is
+decoded (header, then body with kio) and its handler started at once as a task, so a client
+that pipelines requests (a producer with several in flight) has them all under way, and
+handlers start in arrival order (a partition sees a producer's batches in the order sent).
+Responses leave strictly in request order, as Kafka requires: a writer task awaits the
+oldest pending handler, writes its response, and moves on. At most
+`kafka.requests_in_flight_max` requests are pending per connection; beyond it the
+connection stops reading, so a client cannot queue unbounded work. Anything that cannot be
+decoded closes the connection (the stream can no longer be trusted) and touches nothing
+else: other connections, and the node, go on serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import ssl as ssl_module
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from raftlog.config import NodeConfig
+from raftlog.rpc.consumer_group_servicer import monotonic_ms
+from raftlog.rpc.kafka.apis import API_VERSIONS, APIS, api_versions_response
+from raftlog.rpc.kafka.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
+from raftlog.rpc.kafka.classic_groups import ClassicGroups
+from raftlog.rpc.kafka.context import KafkaContext
+from raftlog.rpc.kafka.frame import (
+    FrameDecoder,
+    FrameError,
+    RequestHeader,
+    decode_body,
+    decode_header,
+    response_frame,
+)
+from raftlog.rpc.kafka.port import KafkaBroker
+from raftlog.rpc.kafka.schema import Chunks, request_is_flexible, request_reader, response_writer
+from raftlog.rpc.security import AccessControl
+from raftlog.types import NodeId
+
+__all__ = ["KafkaListener"]
+
+log = logging.getLogger(__name__)
+
+# What a connection may send before it authenticated (when the node has a token file).
+_BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+
+# (header, response version, handler task or a ready response)
+_Pending = tuple[RequestHeader, int, "asyncio.Future[Any | None]"]
+
+
+class KafkaListener:
+    def __init__(
+        self,
+        broker: KafkaBroker,
+        *,
+        config: NodeConfig,
+        node_id: NodeId,
+        kafka_address: str,
+        access: AccessControl | None = None,
+    ) -> None:
+        self._access = access
+        groups = ClassicGroups(
+            clock_ms=monotonic_ms,
+            groups_max=config.metadata.groups_max,
+            members_max=config.metadata.group_members_max,
+        )
+        self._context = KafkaContext(
+            broker=broker,
+            node_config=config,
+            node_id=node_id,
+            kafka_address=kafka_address,
+            groups=groups,
+            session=Session(access),
+        )
+        self._server: asyncio.Server | None = None
+        self._connections: set[_Connection] = set()
+        self.bound_port = 0
+
+    async def start(
+        self, host: str, port: int, *, ssl: ssl_module.SSLContext | None = None
+    ) -> None:
+        """Listen on host:port; with `ssl`, every connection is TLS (Kafka's SSL/SASL_SSL)."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._accept, host, port, ssl=ssl)
+        self.bound_port = self._server.sockets[0].getsockname()[1]
+
+    def _accept(self) -> _Connection:
+        context = dataclasses.replace(self._context, session=Session(self._access))
+        return _Connection(context, self._connections)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.abort("listener closing")
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, context: KafkaContext, registry: set[_Connection]) -> None:
+        self._context = context
+        self._registry = registry
+        self._decoder = FrameDecoder(frame_bytes_max=context.config.frame_bytes_max)
+        self._pending: collections.deque[_Pending] = collections.deque()
+        self._transport: asyncio.Transport | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._reading_paused = False
+        self._peer = "?"
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._peer = str(transport.get_extra_info("peername"))
+        if len(self._registry) >= self._context.config.connections_max:
+            log.warning("kafka: refusing %s: kafka.connections_max reached", self._peer)
+            transport.abort()
+            return
+        self._registry.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._registry.discard(self)
+        self._transport = None
+        self._writable.set()
+        for _, _, future in self._pending:
+            future.cancel()
+        self._pending.clear()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def data_received(self, data: bytes) -> None:
+        self._decoder.receive_data(data)
+        try:
+            while self._transport is not None and not self._reading_paused:
+                frame = self._decoder.next_frame()
+                if frame is None:
+                    return
+                try:
+                    self._dispatch(frame)
+                except FrameError:
+                    log.debug("kafka: undecodable frame %s", frame[:256].hex())
+                    raise
+        except FrameError as error:
+            self.abort(str(error))
+
+    # -- requests ------------------------------------------------------------------------
+
+    def _dispatch(self, frame: bytes) -> None:
+        header, response_version, future = self._start(frame)
+        self._pending.append((header, response_version, future))
+        if len(self._pending) >= self._context.config.requests_in_flight_max:
+            self._pause_reading()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_responses())
+
+    def _start(self, frame: bytes) -> _Pending:
+        """Decode `frame` and start its handler; raises FrameError for what cannot be."""
+        header, _ = decode_header(frame, flexible=False)
+        api = APIS.get(header.api_key)
+        if api is None:
+            raise FrameError(f"unknown api key {header.api_key}")
+        loop = asyncio.get_running_loop()
+        if not api.supports(header.api_version):
+            if header.api_key != API_VERSIONS:
+                raise FrameError(
+                    f"{api.name} v{header.api_version} is not supported (versions "
+                    f"{api.version_min}-{api.version_max})"
+                )
+            ready: asyncio.Future[Any | None] = loop.create_future()
+            ready.set_result(api_versions_response(0, ErrorCode.unsupported_version))
+            return header, 0, ready
+        if self._context.session.principal is None and header.api_key not in _BEFORE_AUTH:
+            raise FrameError(f"{api.name} before SASL authentication")
+        flexible = request_is_flexible(header.api_key, header.api_version)
+        header, offset = decode_header(frame, flexible=flexible)
+        what = f"{api.name} v{header.api_version}"
+        request = decode_body(
+            frame, offset, request_reader(header.api_key, header.api_version), what=what
+        )
+        if header.client_id != self._context.client_id:
+            self._context = dataclasses.replace(self._context, client_id=header.client_id or "")
+        task = loop.create_task(api.handler(self._context, request, header.api_version))
+        return header, header.api_version, task
+
+    async def _write_responses(self) -> None:
+        while self._pending and self._transport is not None:
+            header, version, future = self._pending[0]
+            try:
+                response = await future
+            except asyncio.CancelledError:
+                return
+            except Exception:
+                log.exception("kafka: api %s from %s failed", header.api_key, self._peer)
+                self.abort("handler failed")
+                return
+            self._pending.popleft()
+            if response is not None and self._transport is not None:
+                await self._writable.wait()
+                try:
+                    self._send(header, version, response)
+                    if (
+                        header.api_key == SASL_AUTHENTICATE
+                        and self._context.session.principal is None
+                    ):
+                        self.abort("SASL authentication failed")
+                        return
+                except Exception:
+                    log.exception(
+                        "kafka: api %s v%s: response does not encode", header.api_key, version
+                    )
+                    self.abort("response does not encode")
+                    return
+            if self._reading_paused and len(self._pending) < self._resume_at():
+                self._resume_reading()
+
+    def _send(self, header: RequestHeader, version: int, response: Any) -> None:
+        body = Chunks()
+        response_writer(header.api_key, version)(body, response)
+        # ApiVersions answers with header v0 whatever its version, so that a client can
+        # read it before it knows which versions the broker speaks.
+        flexible = header.api_key != API_VERSIONS and request_is_flexible(header.api_key, version)
+        assert self._transport is not None
+        self._transport.writelines(
+            response_frame(header.correlation_id, body.pieces, flexible=flexible)
+        )
+
+    def _resume_at(self) -> int:
+        return max(1, self._context.config.requests_in_flight_max // 2)
+
+    def _pause_reading(self) -> None:
+        if self._transport is not None and not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pause_reading()
+
+    def _resume_reading(self) -> None:
+        if self._transport is not None and self._reading_paused:
+            self._reading_paused = False
+            self._transport.resume_reading()
+            self.data_received(b"")  # frames that arrived while paused
+
+    def abort(self, reason: str) -> None:
+        if self._transport is not None:
+            log.info("kafka: closing connection from %s: %s", self._peer, reason)
+            self._transport.abort()

@@ -1,0 +1,21 @@
+"""A real 3-node cluster with Kafka listeners (`raftlog cluster up`'s layout), per module."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from raftlog.cluster_cli import wait_for_controller
+from raftlog.local_cluster import LocalCluster
+
+
+@pytest.fixture(scope="module")
+def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster.create(tmp_path_factory.mktemp("kafka"), node_count=3)
+    cluster.start()
+    try:
+        wait_for_controller(cluster.bootstrap, timeout_s=60)
+        yield cluster
+    finally:
+        cluster.stop()

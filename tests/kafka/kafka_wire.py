@@ -1,0 +1,76 @@
+"""Helpers of the Kafka listener's tests: topics with leaders, kcat, and one Kafka request over
+a plain socket, encoded and decoded by kio (for the APIs a test wants to see exactly: clients
+hide them behind their own state machines)."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import socket
+import struct
+import time
+from typing import Any
+
+import pytest
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from raftlog.client import Admin
+from raftlog.local_cluster import LocalCluster
+
+
+def kafka_call(address: str, request: Any, *, correlation_id: int = 1) -> Any:
+    """Send `request` (a kio request entity) to `address`, return the decoded response."""
+    api_key, version = int(request.__api_key__), int(request.__version__)
+    body = io.BytesIO()
+    entity_writer(type(request))(body, request)
+    header = struct.pack(">hhih", api_key, version, correlation_id, 4) + b"test"
+    if request.__flexible__:
+        header += b"\x00"  # no tagged fields
+    payload = header + body.getvalue()
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=15) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        (size,) = struct.unpack(">i", read_exactly(sock, 4))
+        data = read_exactly(sock, size)
+    assert struct.unpack_from(">i", data)[0] == correlation_id
+    response_class = load_response_schema(api_key, version)
+    offset = 5 if response_class.__flexible__ and api_key != 18 else 4
+    response, used = entity_reader(response_class)(data, offset)
+    assert offset + used == len(data)
+    return response
+
+
+def read_exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {count} bytes")
+        data += chunk
+    return data
+
+
+def create_topic(cluster: LocalCluster, name: str, *, partitions: int) -> None:
+    """Create `name` and wait until each partition is led by its preferred replica.
+
+    Leadership settles on the preferred replica shortly after creation; clients that cache
+    metadata for minutes and do not refresh it on every NOT_LEADER (aiokafka resetting an
+    offset) would otherwise keep asking the first leader."""
+    with Admin(cluster.bootstrap) as admin:
+        admin.create_topic(name, partitions=partitions, replication_factor=3)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            described = admin.describe_topic(name)
+            if all(p.leader == p.replicas[0] for p in described.partitions):
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"topic {name}: not every partition led by its preferred replica")
+
+
+def kcat_path() -> str:
+    """kcat (Debian package `kcat`, librdkafka's command-line client), or skip."""
+    path = shutil.which("kcat")
+    if path is None:
+        pytest.skip("kcat is not installed (apt-get install -y kcat); the Makefile installs it")
+    return path

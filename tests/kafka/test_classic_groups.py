@@ -1,0 +1,125 @@
+"""The classic group coordinator's state machine on a fake clock, without sockets."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kio.schema.errors import ErrorCode
+
+from raftlog.rpc.kafka.classic_groups import ClassicGroups, GroupState, JoinAnswer, JoinRequest
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now_ms = 0
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+
+def _request(
+    member_id: str, *, protocols: tuple[tuple[str, bytes], ...] = (("range", b"m"),)
+) -> JoinRequest:
+    return JoinRequest(
+        group_id="g",
+        member_id=member_id,
+        client_id="c",
+        session_timeout_ms=1000,
+        rebalance_timeout_ms=200,
+        protocol_type="consumer",
+        protocols=protocols,
+    )
+
+
+async def _pair(groups: ClassicGroups) -> tuple[str, str]:
+    """Two members in generation 2: the first alone (1), then the second with it."""
+    first, second = await _member_id(groups), await _member_id(groups)
+    await groups.join(_request(first))
+    await asyncio.gather(groups.join(_request(second)), groups.join(_request(first)))
+    return first, second
+
+
+async def _member_id(groups: ClassicGroups) -> str:
+    answer = await groups.join(_request(""))
+    assert answer.error == ErrorCode.member_id_required and answer.member_id
+    return answer.member_id
+
+
+def test_two_members_get_one_generation_and_the_leader_assigns() -> None:
+    async def scenario() -> None:
+        groups = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
+        first = await _member_id(groups)
+        joined = await groups.join(_request(first))
+        assert (joined.error, joined.generation_id, joined.leader_id) == (ErrorCode.none, 1, first)
+        second = await _member_id(groups)
+        # The second join starts a rebalance; it completes once the first rejoins.
+        waiting = asyncio.ensure_future(groups.join(_request(second)))
+        await asyncio.sleep(0)
+        assert groups.heartbeat("g", first, 1) == ErrorCode.rebalance_in_progress
+        answers: list[JoinAnswer] = [await groups.join(_request(first)), await waiting]
+        assert {a.generation_id for a in answers} == {2}
+        leader = next(a for a in answers if a.members)
+        assert leader.member_id == first and {m.member_id for m in leader.members} == {
+            first,
+            second,
+        }
+        follower_sync = asyncio.ensure_future(groups.sync("g", second, 2, {}))
+        await asyncio.sleep(0)
+        assert not follower_sync.done()  # waits for the leader's assignment
+        mine = await groups.sync("g", first, 2, {first: b"A", second: b"B"})
+        assert (mine.error, mine.assignment) == (ErrorCode.none, b"A")
+        assert (await follower_sync).assignment == b"B"
+        assert groups.describe("g")[0] is GroupState.STABLE
+        assert groups.check_member("g", second, 1) == ErrorCode.illegal_generation
+        assert groups.check_member("g", second, 2) == ErrorCode.none
+
+    asyncio.run(scenario())
+
+
+def test_a_silent_member_is_removed_and_the_group_rebalances() -> None:
+    async def scenario() -> None:
+        clock = FakeClock()
+        groups = ClassicGroups(clock_ms=clock, groups_max=10, members_max=10)
+        first, second = await _pair(groups)
+        clock.now_ms = 800
+        assert groups.heartbeat("g", first, 2) == ErrorCode.none
+        clock.now_ms = 1500  # the second was last heard at 0: past its 1000 ms session
+        assert groups.heartbeat("g", first, 2) == ErrorCode.rebalance_in_progress
+        rejoined = await groups.join(_request(first))
+        assert rejoined.generation_id == 3 and [m.member_id for m in rejoined.members] == [first]
+        assert groups.heartbeat("g", second, 3) == ErrorCode.unknown_member_id
+
+    asyncio.run(scenario())
+
+
+def test_a_member_that_does_not_rejoin_in_time_is_dropped() -> None:
+    async def scenario() -> None:
+        groups = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
+        first, _ = await _pair(groups)
+        third = await _member_id(groups)
+        # Only the third and the first rejoin; the rebalance timeout (200 ms) drops the second.
+        answers = await asyncio.gather(groups.join(_request(third)), groups.join(_request(first)))
+        assert {a.generation_id for a in answers} == {3}
+        leader = next(a for a in answers if a.members)
+        assert {m.member_id for m in leader.members} == {first, third}
+
+    asyncio.run(scenario())
+
+
+def test_refusals_name_kafkas_errors() -> None:
+    async def scenario() -> None:
+        groups = ClassicGroups(clock_ms=FakeClock(), groups_max=1, members_max=2)
+        assert (await groups.join(_request("stranger"))).error == ErrorCode.unknown_member_id
+        first = await _member_id(groups)
+        await groups.join(_request(first))
+        other = _request("", protocols=(("other", b""),))
+        assert (await groups.join(other)).error == ErrorCode.inconsistent_group_protocol
+        await _member_id(groups)  # a second id handed out counts toward the bound
+        assert (await groups.join(_request(""))).error == ErrorCode.group_max_size_reached
+        assert groups.leave("g", "stranger") == ErrorCode.unknown_member_id
+        assert groups.leave("g", first) == ErrorCode.none
+        assert groups.describe("g")[0] is GroupState.EMPTY
+        # Outside the protocol, commits are allowed only while the group has no members.
+        assert groups.check_member("g", "", -1) == ErrorCode.none
+
+    asyncio.run(scenario())

@@ -1,0 +1,140 @@
+"""confluent-kafka (librdkafka) against raftlog's Kafka listener, partitions assigned by hand."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from raftlog.local_cluster import LocalCluster
+from tests.kafka.kafka_wire import create_topic
+
+kafka = pytest.importorskip("confluent_kafka")
+
+COUNT = 200
+
+
+def _produce(
+    boot: str,
+    topic: str,
+    *,
+    partitions: int,
+    timestamp_ms: int = 1_700_000_000_000,
+    **config: object,
+) -> list[tuple[int, int]]:
+    producer = kafka.Producer({"bootstrap.servers": boot, "acks": "all", **config})
+    delivered: list[tuple[int, int]] = []
+    failed: list[str] = []
+
+    def on_delivery(error: object, message: object) -> None:
+        if error is not None:
+            failed.append(str(error))
+        else:
+            delivered.append((message.partition(), message.offset()))  # type: ignore[attr-defined]
+
+    for i in range(COUNT):
+        producer.produce(
+            topic,
+            key=b"key-%d" % i,
+            value=b"value-%d" % i,
+            partition=i % partitions,
+            headers=[("n", str(i).encode())],
+            timestamp=timestamp_ms + i,
+            on_delivery=on_delivery,
+        )
+    assert producer.flush(30) == 0
+    assert not failed, failed
+    return delivered
+
+
+def _consume_all(boot: str, topic: str, partitions: int, count: int) -> list[object]:
+    consumer = kafka.Consumer(
+        {"bootstrap.servers": boot, "group.id": "unused", "enable.auto.commit": False}
+    )
+    consumer.assign(
+        [kafka.TopicPartition(topic, p, kafka.OFFSET_BEGINNING) for p in range(partitions)]
+    )
+    messages: list[object] = []
+    deadline = time.monotonic() + 30
+    try:
+        while len(messages) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                messages.append(message)
+    finally:
+        consumer.close()
+    return messages
+
+
+def test_acks_all_records_read_back_with_offsets_keys_headers_timestamps(
+    kafka_cluster: LocalCluster,
+) -> None:
+    create_topic(kafka_cluster, "cf-data", partitions=2)
+    boot = kafka_cluster.kafka_bootstrap
+    delivered = _produce(boot, "cf-data", partitions=2)
+    assert len(set(delivered)) == COUNT
+    messages = _consume_all(boot, "cf-data", 2, COUNT)
+    assert sorted((m.partition(), m.offset()) for m in messages) == sorted(delivered)  # type: ignore[attr-defined]
+    for m in messages:
+        i = int(m.headers()[0][1])  # type: ignore[attr-defined]
+        assert (m.key(), m.value()) == (b"key-%d" % i, b"value-%d" % i)  # type: ignore[attr-defined]
+        assert m.timestamp() == (kafka.TIMESTAMP_CREATE_TIME, 1_700_000_000_000 + i)  # type: ignore[attr-defined]
+
+
+def test_list_offsets_earliest_latest_and_by_timestamp(kafka_cluster: LocalCluster) -> None:
+    """Timestamps resolve to the first batch holding a later one (raftlog's rule, as in its
+    gRPC ListOffsets: record batches are not opened), so each flush is its own batch here."""
+    create_topic(kafka_cluster, "cf-offsets", partitions=1)
+    boot = kafka_cluster.kafka_bootstrap
+    now_ms = int(time.time() * 1000)
+    first = _produce(boot, "cf-offsets", partitions=1, timestamp_ms=now_ms + 60_000)
+    second = _produce(boot, "cf-offsets", partitions=1, timestamp_ms=now_ms + 120_000)
+    consumer = kafka.Consumer({"bootstrap.servers": boot, "group.id": "unused"})
+    try:
+        partition = kafka.TopicPartition("cf-offsets", 0)
+        low, high = consumer.get_watermark_offsets(partition, timeout=10)
+        assert high == max(offset for _, offset in second) + 1
+        assert 0 <= low <= min(offset for _, offset in first)
+        wanted = kafka.TopicPartition("cf-offsets", 0, now_ms + 120_000)
+        (found,) = consumer.offsets_for_times([wanted], timeout=10)
+        assert found.error is None and found.offset == min(offset for _, offset in second)
+        later = kafka.TopicPartition("cf-offsets", 0, now_ms + 3_600_000)
+        (none,) = consumer.offsets_for_times([later], timeout=10)
+        assert none.offset == -1  # no record that late: Kafka's "no such offset"
+    finally:
+        consumer.close()
+
+
+def test_acks_zero_gets_no_response_and_is_still_written(kafka_cluster: LocalCluster) -> None:
+    create_topic(kafka_cluster, "cf-acks0", partitions=1)
+    boot = kafka_cluster.kafka_bootstrap
+    delivered = _produce(boot, "cf-acks0", partitions=1, acks="0")
+    assert len(delivered) == COUNT  # librdkafka reports acks=0 deliveries at once
+    assert len(_consume_all(boot, "cf-acks0", 1, COUNT)) == COUNT
+
+
+def test_long_poll_returns_when_a_record_arrives(kafka_cluster: LocalCluster) -> None:
+    create_topic(kafka_cluster, "cf-poll", partitions=1)
+    boot = kafka_cluster.kafka_bootstrap
+    consumer = kafka.Consumer(
+        {
+            "bootstrap.servers": boot,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 5000,
+        }
+    )
+    consumer.assign([kafka.TopicPartition("cf-poll", 0, kafka.OFFSET_END)])
+    try:
+        assert consumer.poll(1.0) is None  # nothing committed yet: the fetch waits
+        producer = kafka.Producer({"bootstrap.servers": boot, "acks": "all"})
+        producer.produce("cf-poll", value=b"late", partition=0)
+        assert producer.flush(30) == 0
+        message = None
+        deadline = time.monotonic() + 20
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+        assert message is not None and message.value() == b"late"
+    finally:
+        consumer.close()

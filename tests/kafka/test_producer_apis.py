@@ -1,0 +1,184 @@
+"""InitProducerId, idempotence, OffsetForLeaderEpoch and DescribeCluster with real clients."""
+
+from __future__ import annotations
+
+import datetime
+
+import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.init_producer_id.v4 import request as ipi
+from kio.schema.offset_for_leader_epoch.v4 import request as ofle
+from kio.schema.produce.v9 import request as pr
+from kio.static.primitive import Records, i16, i32, i32Timedelta
+
+from raftlog.client import Admin
+from raftlog.local_cluster import LocalCluster
+from raftlog.storage.records import RecordInput, encode_batch
+from tests.kafka.kafka_wire import create_topic, kafka_call
+
+kafka = pytest.importorskip("confluent_kafka")
+admin_module = pytest.importorskip("confluent_kafka.admin")
+
+
+def test_idempotent_producer_writes_each_record_once(kafka_cluster: LocalCluster) -> None:
+    create_topic(kafka_cluster, "idem", partitions=2)
+    boot = kafka_cluster.kafka_bootstrap
+    producer = kafka.Producer(
+        {"bootstrap.servers": boot, "enable.idempotence": True, "linger.ms": 2}
+    )
+    for i in range(500):
+        producer.produce("idem", key=b"%d" % i, value=b"v%d" % i)
+    assert producer.flush(30) == 0
+    consumer = kafka.Consumer(
+        {"bootstrap.servers": boot, "group.id": "unused", "enable.auto.commit": False}
+    )
+    consumer.assign([kafka.TopicPartition("idem", p, kafka.OFFSET_BEGINNING) for p in (0, 1)])
+    keys: list[bytes] = []
+    try:
+        while len(keys) < 500:
+            message = consumer.poll(10)
+            assert message is not None and message.error() is None
+            keys.append(message.key())
+    finally:
+        consumer.close()
+    assert sorted(keys) == sorted(b"%d" % i for i in range(500))
+
+
+def test_a_transactional_producer_is_refused_with_a_fatal_error(
+    kafka_cluster: LocalCluster,
+) -> None:
+    producer = kafka.Producer(
+        {"bootstrap.servers": kafka_cluster.kafka_bootstrap, "transactional.id": "t1"}
+    )
+    with pytest.raises(kafka.KafkaException) as raised:
+        producer.init_transactions(15)
+    error = raised.value.args[0]
+    assert error.fatal()
+    assert error.code() in (
+        kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        kafka.KafkaError._UNSUPPORTED_FEATURE,  # no transaction coordinator to find
+    )
+    # The broker's own answer to InitProducerId with a transactional id:
+    request = ipi.InitProducerIdRequest(
+        transactional_id=ipi.TransactionalId("t1"),
+        transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+        producer_id=ipi.ProducerId(-1),
+        producer_epoch=i16(-1),
+    )
+    node = next(iter(kafka_cluster.nodes.values()))
+    response = kafka_call(f"127.0.0.1:{node.kafka_port}", request)
+    assert response.error_code == ErrorCode.transactional_id_authorization_failed
+    assert response.producer_id == -1
+
+
+def test_offset_for_leader_epoch_is_the_raft_term_and_high_watermark(
+    kafka_cluster: LocalCluster,
+) -> None:
+    create_topic(kafka_cluster, "epochs", partitions=1)
+    producer = kafka.Producer({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+    for i in range(10):
+        producer.produce("epochs", value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    with Admin(kafka_cluster.bootstrap) as admin:
+        (partition,) = admin.describe_topic("epochs").partitions
+    assert partition.leader is not None
+    leader = kafka_cluster.nodes[partition.leader]
+    term = partition.epoch
+    consumer = kafka.Consumer({"bootstrap.servers": kafka_cluster.kafka_bootstrap, "group.id": "x"})
+    try:
+        _, high_watermark = consumer.get_watermark_offsets(
+            kafka.TopicPartition("epochs", 0), timeout=10
+        )
+    finally:
+        consumer.close()
+    request = ofle.OffsetForLeaderEpochRequest(
+        replica_id=ofle.BrokerId(-1),
+        topics=(
+            ofle.OffsetForLeaderTopic(
+                topic=ofle.TopicName("epochs"),
+                partitions=(
+                    ofle.OffsetForLeaderPartition(
+                        partition=i32(0), current_leader_epoch=i32(term), leader_epoch=i32(term)
+                    ),
+                ),
+            ),
+        ),
+    )
+    response = kafka_call(f"127.0.0.1:{leader.kafka_port}", request)
+    (answer,) = response.topics[0].partitions
+    assert answer.error_code == ErrorCode.none
+    assert (answer.leader_epoch, answer.end_offset) == (term, high_watermark)
+    # A follower refuses: only the leader knows what is committed.
+    follower = next(n for n in kafka_cluster.nodes.values() if n.node_id != partition.leader)
+    response = kafka_call(f"127.0.0.1:{follower.kafka_port}", request)
+    assert response.topics[0].partitions[0].error_code == ErrorCode.not_leader_or_follower
+
+
+def test_describe_cluster_lists_every_kafka_listener_and_the_controller(
+    kafka_cluster: LocalCluster,
+) -> None:
+    client = admin_module.AdminClient({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+    described = client.describe_cluster(request_timeout=15).result(timeout=20)
+    listed = {(n.id, n.host, n.port) for n in described.nodes}
+    assert listed == {(n.node_id, "127.0.0.1", n.kafka_port) for n in kafka_cluster.nodes.values()}
+    with Admin(kafka_cluster.bootstrap) as admin:
+        assert described.controller.id == admin.describe_cluster().controller_id
+
+
+def _produce_request(topic: str, batch: bytes) -> object:
+    return pr.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=15)),
+        topic_data=(
+            pr.TopicProduceData(
+                name=pr.TopicName(topic),
+                partition_data=(pr.PartitionProduceData(index=i32(0), records=Records(batch)),),
+            ),
+        ),
+    )
+
+
+def test_a_retried_batch_answers_its_first_offsets_and_is_written_once(
+    kafka_cluster: LocalCluster,
+) -> None:
+    create_topic(kafka_cluster, "retried", partitions=1)
+    node = next(iter(kafka_cluster.nodes.values()))
+    init = ipi.InitProducerIdRequest(
+        transactional_id=None,
+        transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+        producer_id=ipi.ProducerId(-1),
+        producer_epoch=i16(-1),
+    )
+    granted = kafka_call(f"127.0.0.1:{node.kafka_port}", init)
+    assert granted.error_code == ErrorCode.none and granted.producer_id >= 0
+    batch = encode_batch(
+        [RecordInput(b"k", b"once", 1_700_000_000_000)],
+        producer_id=granted.producer_id,
+        producer_epoch=granted.producer_epoch,
+        base_sequence=0,
+    )
+    with Admin(kafka_cluster.bootstrap) as admin:
+        (partition,) = admin.describe_topic("retried").partitions
+    assert partition.leader is not None
+    leader = f"127.0.0.1:{kafka_cluster.nodes[partition.leader].kafka_port}"
+    answers = [kafka_call(leader, _produce_request("retried", batch)) for _ in range(2)]
+    first, again = (a.responses[0].partition_responses[0] for a in answers)
+    assert first.error_code == again.error_code == ErrorCode.none
+    assert first.base_offset == again.base_offset
+    # A batch that skips a sequence number is refused, as today's gRPC path refuses it.
+    gap = encode_batch(
+        [RecordInput(b"k", b"gap", 1_700_000_000_000)],
+        producer_id=granted.producer_id,
+        producer_epoch=granted.producer_epoch,
+        base_sequence=5,
+    )
+    refused = kafka_call(leader, _produce_request("retried", gap))
+    code = refused.responses[0].partition_responses[0].error_code
+    assert code == ErrorCode.out_of_order_sequence_number
+    consumer = kafka.Consumer({"bootstrap.servers": kafka_cluster.kafka_bootstrap, "group.id": "x"})
+    try:
+        _, high = consumer.get_watermark_offsets(kafka.TopicPartition("retried", 0), timeout=10)
+    finally:
+        consumer.close()
+    assert high == first.base_offset + 1  # the record once, nothing after it

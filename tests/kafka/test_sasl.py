@@ -1,0 +1,104 @@
+"""SASL_SSL on the Kafka listener: TLS with the node's certificate, SASL/PLAIN with raftlog's
+tokens (the password is a token, its principal's grants apply per topic), nothing served
+before authentication."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftlog.cluster_cli import wait_for_controller
+from raftlog.local_cluster import LocalCluster
+from tests.security.pki import make_pki
+
+kafka = pytest.importorskip("confluent_kafka")
+admin_module = pytest.importorskip("confluent_kafka.admin")
+
+TOKENS = {
+    "admin": "admin-token-0123456789abcdef",
+    "alice": "alice-token-0123456789abcdef",
+    "node": "node-token-0123456789abcdef00",
+}
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalCluster, Path]]:
+    """A cluster with a token file and TLS, and the CA that signed its certificate."""
+    directory = tmp_path_factory.mktemp("kafka-sasl")
+    tokens = directory / "tokens.toml"
+    tokens.write_text(
+        "[tokens]\n"
+        + "".join(f'"{token}" = "{name}"\n' for name, token in TOKENS.items())
+        + '[permissions.admin]\n"*" = ["read", "write", "admin"]\n'
+        + '[permissions.alice]\n"alice-*" = ["read", "write"]\n'
+        + '[permissions.node]\n"*" = ["read", "write", "admin", "cluster"]\n'
+    )
+    tokens.chmod(0o600)
+    pki = make_pki(directory)
+    flags = ("--auth-tokens", str(tokens), "--tls-cert", str(pki.cert), "--tls-key",
+             str(pki.key), "--tls-ca", str(pki.ca))  # fmt: skip
+    cluster = LocalCluster.create(directory / "c", node_count=3, node_flags=flags)
+    cluster.start()
+    try:
+        wait_for_controller(
+            cluster.bootstrap, timeout_s=60, token=TOKENS["admin"], tls_ca=str(pki.ca)
+        )
+        yield cluster, pki.ca
+    finally:
+        cluster.stop()
+
+
+def _sasl(secure: tuple[LocalCluster, Path], user: str, password: str) -> dict[str, Any]:
+    cluster, ca = secure
+    return {
+        "bootstrap.servers": cluster.kafka_bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(ca),
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def test_a_token_s_grants_apply_to_kafka_clients(secure: tuple[LocalCluster, Path]) -> None:
+    client = admin_module.AdminClient(_sasl(secure, "admin", TOKENS["admin"]))
+    for name in ("alice-data", "other-data"):
+        topic = admin_module.NewTopic(name, num_partitions=1, replication_factor=3)
+        client.create_topics([topic], operation_timeout=30)[name].result(timeout=40)
+    time.sleep(1)  # leaders settle on the preferred replicas
+
+    alice = _sasl(secure, "alice", TOKENS["alice"])
+    results: dict[str, object] = {}
+    producer = kafka.Producer({**alice, "acks": "all", "message.send.max.retries": 0})
+    for name in ("alice-data", "other-data"):
+        producer.produce(name, b"v", on_delivery=lambda e, m, n=name: results.update({n: e}))
+    assert producer.flush(30) == 0
+    assert results["alice-data"] is None
+    denied = results["other-data"]
+    assert denied is not None and denied.code() == kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED  # type: ignore[attr-defined]
+
+    consumer = kafka.Consumer({**alice, "group.id": "alice-g", "enable.auto.commit": False})
+    consumer.assign([kafka.TopicPartition("alice-data", 0, kafka.OFFSET_BEGINNING)])
+    try:
+        message = None
+        deadline = time.monotonic() + 20
+        while message is None and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+        assert message is not None and message.error() is None and message.value() == b"v"
+    finally:
+        consumer.close()
+
+
+def test_no_or_a_wrong_token_is_served_nothing(secure: tuple[LocalCluster, Path]) -> None:
+    for config in (
+        {"bootstrap.servers": secure[0].kafka_bootstrap},  # no TLS, no SASL
+        {**_sasl(secure, "x", "y"), "security.protocol": "SSL"},  # TLS without SASL
+        _sasl(secure, "alice", "not-a-token-0123456789"),
+    ):
+        client = admin_module.AdminClient({**config, "socket.timeout.ms": 3000})
+        with pytest.raises(kafka.KafkaException):
+            client.list_topics(timeout=3)
