@@ -102,8 +102,8 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _free_ports(count: int) -> list[int]:
-    preferred = [9091 + n for n in range(count)]
+def _free_ports(count: int, *, first: int = 9091) -> list[int]:
+    preferred = [first + n for n in range(count)]
     if all(_port_free(port) for port in preferred):
         return preferred
     ports: list[int] = []
@@ -193,6 +193,11 @@ def compose_cluster() -> Iterator[ComposeCluster]:
             "RAFTLOG_GATEWAY": gateway,
             "RAFTLOG_ADVERTISE_HOST": gateway,
             **{f"RAFTLOG_NODE{n + 1}_PORT": str(port) for n, port in enumerate(ports)},
+            # The Kafka listeners' host ports (compose default 1909N) must be free too.
+            **{
+                f"RAFTLOG_NODE{n + 1}_KAFKA_PORT": str(port)
+                for n, port in enumerate(_free_ports(NODE_COUNT, first=19091))
+            },
         }
     )
     project = f"raftlog-test-{os.getpid()}"
