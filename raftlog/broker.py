@@ -178,6 +178,9 @@ class Broker:
             host=self.host,
             update_peers=self.transport.update_peers,
             on_leadership_change=lambda group: self._leadership.on_leadership_change(group),
+            caught_up=lambda: caught_up_since_start(
+                self.metadata.state, self.node_id, self.incarnation
+            ),
         )
         self.replicas = self._reconciler.replicas
         self.host.on_storage_damage = self._reconciler.on_read_damage
@@ -448,9 +451,11 @@ class Broker:
             )
 
     async def _submit_liveness(self, command: Command, *, timeout_s: float) -> ApplyResult:
-        """`submit`, or, on an observer that knows no controller yet (before it is a learner
-        of the metadata quorum, or just restarted), through its `--bootstrap` addresses: the
-        one that is the controller accepts, the others answer NOT_CONTROLLER."""
+        """`submit`, or, on a node that knows no controller yet (an observer before it is a
+        learner of the metadata quorum, or just restarted) or whose controller's recorded
+        client address no longer answers (it restarted elsewhere and has not registered
+        again), through its `--bootstrap` addresses: the one that is the controller
+        accepts, the others answer NOT_CONTROLLER."""
         try:
             return await self.submit(command, timeout_s=timeout_s)
         except NotControllerError:

@@ -7,8 +7,11 @@ directory under `DIR/node-N`, its client port `base_port + N` and its node-to-no
 their pids and ports, a `bootstrap` string of client addresses, and `node_flags`, the flags
 every node starts with (TLS and auth options: file paths only, never a secret), so a node
 restarted by a later command or the chaos suite comes back with the same security.
-`add_observer` adds a node outside the metadata quorum's voters (`--peers`): it starts with
-`--bootstrap` set to the voters' client addresses.
+`add_observer` adds a node outside the metadata quorum's voters (`--peers`); every node starts
+with `--bootstrap` set to the voters' client addresses (an observer registers through them; a
+voter falls back to them when the controller's recorded address no longer answers).
+`restart_stopped` brings a stopped cluster of `DIR` back: the same node ids and data, each
+node on its recorded ports where they are free, on new ones otherwise.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["LocalCluster", "NodeProcess", "free_port_base"]
+__all__ = ["CLUSTER_FILE", "LocalCluster", "NodeProcess", "free_port_base"]
 
 CLUSTER_FILE = "cluster.json"
 RAFT_PORT_OFFSET = 100
@@ -168,6 +171,38 @@ class LocalCluster:
         self.save()
         return node
 
+    @classmethod
+    def restart_stopped(cls, directory: Path, *, node_count: int) -> tuple[LocalCluster, list[str]]:
+        """The stopped cluster recorded in `directory`, each node on its recorded ports where
+        both are free, else on a new free pair (then its data dir's node dials and registers
+        the new addresses); with what moved, in words. Raises ValueError when `node_count`
+        is not its voter count or a node of it still runs."""
+        cluster = cls.load(directory)
+        voters = [n for n in cluster.nodes.values() if not n.observer]
+        if len(voters) != node_count:
+            raise ValueError(
+                f"--nodes {node_count}: {directory} holds a cluster of {len(voters)} voter "
+                f"nodes ({sorted(n.node_id for n in voters)}); start it with --nodes "
+                f"{len(voters)}, or use another --dir"
+            )
+        running = sorted(n.node_id for n in cluster.nodes.values() if cluster.is_running(n.node_id))
+        if running:
+            raise ValueError(f"{directory}: nodes {running} still run; `cluster down` first")
+        moved = []
+        taken = {p for n in cluster.nodes.values() for p in (n.client_port, n.raft_port)}
+        for node in cluster.nodes.values():
+            if _port_free(node.client_port) and _port_free(node.raft_port):
+                continue
+            old = f"{node.client_port}/{node.raft_port}"
+            node.client_port, node.raft_port = _free_port_pair(excluded=taken)
+            taken |= {node.client_port, node.raft_port}
+            moved.append(
+                f"node {node.node_id} moved from ports {old} (taken) to "
+                f"{node.client_port}/{node.raft_port}"
+            )
+        cluster.save()
+        return cluster, moved
+
     def save(self) -> None:
         data = {
             "cluster_id": self.cluster_id,
@@ -198,7 +233,7 @@ class LocalCluster:
             "--cluster-id",
             self.cluster_id,
             *self.node_flags,
-            *(("--bootstrap", self._voter_addresses()) if node.observer else ()),
+            *("--bootstrap", self._voter_addresses()),
             *extra,
         ]
 
@@ -264,6 +299,18 @@ class LocalCluster:
     def is_running(self, node_id: int) -> bool:
         pid = self.nodes[node_id].pid
         return bool(pid) and _alive(pid)
+
+
+def _free_port_pair(*, excluded: set[int]) -> tuple[int, int]:
+    """(client port, raft port) both free now and outside `excluded` (ports of stopped nodes
+    of the same cluster, free now but theirs)."""
+    start = 10000
+    while True:
+        base = free_port_base(1, start=start)
+        pair = (base + 1, base + 1 + RAFT_PORT_OFFSET)
+        if not excluded & set(pair):
+            return pair
+        start = base + 200
 
 
 def _alive(pid: int) -> bool:
