@@ -79,7 +79,7 @@ from raftlog.runtime.group import Commitment, RaftGroup
 from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
 from raftlog.runtime.leadership import LeadershipMoves
-from raftlog.runtime.leases import ControllerWatch, NodeLease
+from raftlog.runtime.leases import ControllerWatch, LoopLagMeter, NodeLease
 from raftlog.runtime.metadata_machine import MetadataMachine
 from raftlog.runtime.reassignment_driver import ReassignmentDriver
 from raftlog.runtime.reconcile import Reconciler
@@ -208,7 +208,8 @@ class Broker:
             spawn=self._spawn,
         )
         self._lease = NodeLease(self.clock, lease_ms=self.config.metadata.node_lease_ms)
-        self._watch = ControllerWatch(self.clock)
+        self._loop_lag = LoopLagMeter(self.clock)
+        self._watch = ControllerWatch(self.clock, loop_lag=self._loop_lag)
         self._controller = ControllerDuties(
             node_id=self.node_id,
             config=self.config,
@@ -270,6 +271,7 @@ class Broker:
         self.forward = self._server.forward
         self.bound_port = self._server.bound_port
         self._spawn(self._liveness_loop(), "liveness")
+        self._spawn(self._loop_lag_loop(), "loop-lag")
         self._spawn(self._leadership_loop(), "leadership")
         self._spawn(self._retention_loop(), "retention")
         self._spawn(self.scrubber.run(), "scrubber")
@@ -375,14 +377,14 @@ class Broker:
         if isinstance(command, NodeHeartbeat | RegisterNode):
             # Lease times are the controller's clock, never the sender's (clock skew).
             command = dataclasses.replace(command, now_ms=self.wall_clock.now_ms())
+            # The sender is alive now, however long the metadata group takes to commit.
+            self._watch.heard(command.node_id)
         offset, future = group.propose(
             encode_command(command), offset_count=1, commitment=Commitment.QUORUM
         )
         await asyncio.wait_for(future, timeout_s)
         result = self.metadata.take_result(offset)
         assert result is not None, f"no apply result at offset {offset}"
-        if result.ok and isinstance(command, NodeHeartbeat | RegisterNode):
-            self._watch.heard(command.node_id)
         return result
 
     def client_address_of(self, node_id: NodeId) -> str:
@@ -433,6 +435,22 @@ class Broker:
             # group request (consumers resume sooner after a controller change).
             self.groups.coordinating()
             await asyncio.sleep(interval_s if registered else 0.2)
+
+    async def _loop_lag_loop(self) -> None:
+        """Measure how late this node's event loop runs timers; the controller's failure
+        detector does not count that lag as the other nodes' silence."""
+        interval_s = self.config.metadata.loop_lag_probe_interval_ms / 1000
+        lease_ms = self.config.metadata.node_lease_ms
+        while True:
+            self._loop_lag.expect(interval_s)
+            await asyncio.sleep(interval_s)
+            lag_s = self._loop_lag.woke()
+            if lag_s * 1000 >= lease_ms / 4:
+                log.info(
+                    "node %s: event loop ran %.0f ms late (timer %.0f ms; lease %s ms): "
+                    "that silence is not held against other nodes",
+                    self.node_id, lag_s * 1000, interval_s * 1000, lease_ms,
+                )  # fmt: skip
 
     def _on_decommissioned(self, message: str, *, restarted: bool) -> None:
         """The controller refused this node's registration or heartbeat: it was

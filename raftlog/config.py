@@ -253,6 +253,12 @@ class MetadataConfig:
     # A node whose last heartbeat is this old is fenced; nodes heartbeat several times a lease.
     node_lease_ms: int = 6000
     node_heartbeat_interval_ms: int = 1500
+    # How often a node measures its event loop's lag (a timer's lateness): the controller
+    # takes that lag out of the silence it fences for (raftlog.runtime.leases).
+    loop_lag_probe_interval_ms: int = 100
+    # A fenced node hands away at most this many partition leaderships per second, and stops
+    # as soon as it is unfenced: a slow node must not add a storm of elections to its load.
+    fenced_transfers_per_s_max: int = 20
     # A metadata read (Metadata, DescribeTopic, ...) reaching a node whose copy has not caught
     # up since it started waits this long for it, then is refused (retriable NOT_CONTROLLER).
     catch_up_wait_ms: int = 3000
@@ -284,6 +290,12 @@ class MetadataConfig:
             self.node_heartbeat_interval_ms < self.node_lease_ms,
             "node_heartbeat_interval_ms",
             f"must be below node_lease_ms ({self.node_heartbeat_interval_ms} >= "
+            f"{self.node_lease_ms})",
+        )
+        _require(
+            self.loop_lag_probe_interval_ms < self.node_lease_ms,
+            "loop_lag_probe_interval_ms",
+            f"must be below node_lease_ms ({self.loop_lag_probe_interval_ms} >= "
             f"{self.node_lease_ms})",
         )
         _require(
