@@ -199,6 +199,8 @@ class Broker:
             rng=self._rng,
             submit=self.submit,
             spawn=self._spawn,
+            clock=self.clock,
+            fenced_transfers_per_s_max=self.config.metadata.fenced_transfers_per_s_max,
         )
         self._reassignments = ReassignmentDriver(
             node_id=self.node_id,
@@ -234,6 +236,13 @@ class Broker:
         self.failed: asyncio.Future[None] | None = None
         self.bound_port = 0
 
+    def _on_controller_change(self, group: RaftGroup) -> None:
+        node = group.node
+        log.info(
+            "node %s: metadata quorum: now %s in term %s (controller %s); cause: %s",
+            self.node_id, node.role.value, node.term, node.leader_id, node.role_cause,
+        )  # fmt: skip
+
     def _metadata_state(self) -> MetadataState:
         return self.metadata.state
 
@@ -258,6 +267,7 @@ class Broker:
             self.metadata,
         )
         self.metadata.listeners.append(self._reconciler.reconcile)
+        self.metadata_group.on_leadership_change = self._on_controller_change
         await self.transport.start(*self.settings.raft_listen)
         self.transport.update_peers(
             {node: addr for node, addr in self.settings.peers.items() if node != self.node_id}
@@ -491,20 +501,33 @@ class Broker:
 
     def is_fenced(self) -> bool:
         """The metadata shows this node fenced, or its own clock says its lease lapsed."""
+        return self.fence_cause() is not None
+
+    def fence_cause(self) -> str | None:
+        """Why this node is fenced, in words; None while it is not."""
         info = self.metadata.state.node(self.node_id)
         if info is not None and info.fenced:
-            return True
-        return self._lease.lapsed()
+            return "the controller fenced it in the metadata"
+        return self._lease.lapse_cause()
 
     async def _leadership_loop(self) -> None:
         """Partition-leader duties that cannot wait for the next heartbeat: a fenced node
-        hands leadership away; a leader steps its partition's move along."""
+        hands leadership away (rate-limited, stopping once unfenced); a leader steps its
+        partition's move along."""
         # A few ticks: a move's steps each wait for a commit, which takes about that long.
         interval_s = 4 * self.config.tick_interval_ms / 1000
+        logged_cause: str | None = None
         while True:
             await asyncio.sleep(interval_s)
-            if self.is_fenced():
-                self._leadership.step_down_fenced()
+            cause = self.fence_cause()
+            if (cause is None) != (logged_cause is None):
+                log.info(
+                    "node %s: %s", self.node_id,
+                    f"fenced: {cause}" if cause else "unfenced; leadership transfers stop",
+                )  # fmt: skip
+                logged_cause = cause
+            if cause is not None:
+                self._leadership.step_down_fenced(cause)
             else:
                 self._reassignments.drive()
 

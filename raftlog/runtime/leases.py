@@ -46,7 +46,17 @@ class NodeLease:
         self._renewed_at = sent_at
 
     def lapsed(self) -> bool:
-        return self._clock.monotonic() - self._renewed_at >= self._lease_s
+        return self.lapse_cause() is not None
+
+    def lapse_cause(self) -> str | None:
+        """Why the lease lapsed (which timer, how late), or None while it holds."""
+        age_s = self._clock.monotonic() - self._renewed_at
+        if age_s < self._lease_s:
+            return None
+        return (
+            f"own lease timer: last renewed by a heartbeat sent {age_s * 1000:.0f} ms ago, "
+            f"{(age_s - self._lease_s) * 1000:.0f} ms past its {self._lease_s * 1000:.0f} ms lease"
+        )
 
 
 class LoopLagMeter:
@@ -97,6 +107,10 @@ class ControllerWatch:
     def heard(self, node_id: NodeId) -> None:
         """A heartbeat or registration of `node_id` reached this controller."""
         self._heard_at[node_id] = self._loop_time(self._clock.monotonic())
+
+    def loop_lag_ms(self) -> float:
+        """Every lag of this node's loop so far (what loop time leaves out)."""
+        return self._loop_lag.lagged_s() * 1000
 
     def _loop_time(self, now: float) -> float:
         return now - self._loop_lag.lagged_s()
