@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from raft_unit_helpers import Harness
 
-from raftlog.raft.types import HeartbeatRequest, Role, TimeoutNow, VoteResponse
+from raftlog.raft.types import HeartbeatRequest, Role, TimeoutNow, VoteRequest, VoteResponse
 from raftlog.types import NodeId, Offset, Term
 
 N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
@@ -50,3 +50,12 @@ def test_a_higher_term_and_a_transfer_name_the_peer() -> None:
     harness.step(TimeoutNow(Term(4), N3, N1))
     assert harness.node.role is Role.CANDIDATE
     assert harness.node.role_cause == "TimeoutNow from node 3 (leadership transfer)"
+
+
+def test_a_new_leader_of_the_same_term_is_named_when_its_append_arrives() -> None:
+    harness = Harness(1)
+    harness.step(VoteRequest(Term(2), N2, N1, Offset(-1), Term(0)))
+    assert harness.node.role_cause == "term 2 from node 2 (VoteRequest)"
+    harness.step(HeartbeatRequest(Term(2), N2, N1, commit_offset=Offset(-1)))
+    assert harness.node.leader_id == N2
+    assert harness.node.role_cause == "node 2 leads term 2 (its append arrived)"
