@@ -83,6 +83,7 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
             unsafe_skip_fsync=args.unsafe_skip_fsync,
             observers=args.observers,
             rebalance_grace_ms=2000 if "add-node" in args.nemesis else None,
+            scrub_round_pause_ms=1000 if "corrupt" in args.nemesis else None,
         )
     if args.backend == "docker":
         from raftlog.chaos.docker_backend import DockerBackend

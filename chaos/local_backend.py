@@ -65,6 +65,7 @@ class LocalBackend:
         unsafe_skip_fsync: bool = False,
         observers: int = 0,
         rebalance_grace_ms: int | None = None,
+        scrub_round_pause_ms: int | None = None,
     ) -> None:
         assert node_count in (1, 3, 5), node_count
         assert 0 <= observers <= OBSERVERS_MAX, observers
@@ -84,6 +85,10 @@ class LocalBackend:
         if rebalance_grace_ms is not None:
             # add-node: the new node gets replicas within a run, not after the 30 s default.
             self._serve_flags += ("--set", f"metadata.rebalance_grace_ms={rebalance_grace_ms}")
+        if scrub_round_pause_ms is not None:
+            # corrupt: a damaged closed segment is found by the scrubber within the run, not
+            # a minute later.
+            self._serve_flags += ("--set", f"scrub_round_pause_ms={scrub_round_pause_ms}")
 
     @property
     def log_paths(self) -> list[str]:

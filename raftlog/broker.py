@@ -73,6 +73,7 @@ from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl
 from raftlog.rpc.server import ApiServer, Forward, forward_in_clear, start_api_server
+from raftlog.runtime import metrics
 from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
 from raftlog.runtime.controller_duties import ControllerDuties, controller_term_of
 from raftlog.runtime.group import Commitment, RaftGroup
@@ -586,7 +587,9 @@ class Broker:
         if self.is_fenced():
             # A fenced node leads nothing; the client retries at the new leader.
             raise NotLeaderError(leader_hint=None)
-        return await replica.produce(batches, commitment=commitment, timeout_s=timeout_s)
+        result = await replica.produce(batches, commitment=commitment, timeout_s=timeout_s)
+        metrics.recorder().on_produce(sum(map(len, batches)))
+        return result
 
     async def fetch(
         self,
@@ -601,7 +604,7 @@ class Broker:
     ) -> FetchResult:
         replica = self.replica(topic, partition)
         try:
-            return await replica.fetch(
+            result = await replica.fetch(
                 offset,
                 bytes_max=bytes_max,
                 wait_ms_max=wait_ms_max,
@@ -615,6 +618,8 @@ class Broker:
             if self._reconciler.replicas_by_group.get(group_id) is replica:
                 self._reconciler.reopen_for_repair(group_id, error.path, str(error), offset=None)
             raise NotLeaderError(leader_hint=None) from error
+        metrics.recorder().on_fetch(len(result.batches))
+        return result
 
     def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
         return self.replica(topic, partition).list_offset(OffsetSpec(spec), timestamp_ms)

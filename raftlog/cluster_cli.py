@@ -69,8 +69,15 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     up = commands.add_parser("up", help="start N node processes on loopback")
     up.add_argument("--nodes", type=int, choices=(1, 3, 5), default=3)
     up.add_argument("--dir", type=Path, required=True, help="data and state directory")
-    up.add_argument("--base-port", type=int, help="client ports base+1..N, raft ports +100")
+    up.add_argument(
+        "--base-port", type=int, help="client ports base+1..N, raft ports +100, metrics +50"
+    )
     up.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for a controller")
+    up.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="no Prometheus endpoints (default: node N serves http://127.0.0.1:base+50+N/metrics)",
+    )
     security = up.add_argument_group("security, passed to every node (docs/security.md)")
     _add_files(security, _NODE_SECURITY_FILES)
     security.add_argument("--peer-tls", action="store_true", help="mutual TLS between nodes")
@@ -224,7 +231,11 @@ def _up(args: argparse.Namespace) -> int:
             return 2
     else:
         cluster = LocalCluster.create(
-            args.dir, node_count=args.nodes, base_port=args.base_port, node_flags=node_flags
+            args.dir,
+            node_count=args.nodes,
+            base_port=args.base_port,
+            node_flags=node_flags,
+            metrics=not args.no_metrics,
         )
         print(f"starting {args.nodes} nodes in {args.dir} ...", file=sys.stderr)
     cluster.start()
@@ -237,6 +248,12 @@ def _up(args: argparse.Namespace) -> int:
         print(f"raftlog cluster up: {error}; logs in {args.dir}/node-*.log", file=sys.stderr)
         return 1
     print(f"controller: node {controller}", file=sys.stderr)
+    for node in cluster.nodes.values():
+        if node.metrics_port:
+            print(
+                f"node {node.node_id} metrics: http://{node.metrics_address}/metrics",
+                file=sys.stderr,
+            )
     print(cluster.bootstrap)
     return 0
 
@@ -315,7 +332,27 @@ def _status(args: argparse.Namespace) -> int:
                 )
     finally:
         admin.close()
+    _print_metrics_status(args.dir)
     return 0
+
+
+def _print_metrics_status(directory: Path | None) -> None:
+    """Replication and consumer lag, from the metrics endpoints of a local cluster's nodes."""
+    from raftlog.metrics.status import read_node, status_lines
+
+    try:
+        cluster = LocalCluster.load(directory) if directory is not None else None
+    except FileNotFoundError:
+        cluster = None
+    nodes = [] if cluster is None else [n for n in cluster.nodes.values() if n.metrics_port]
+    if not nodes:
+        print(
+            "replication and consumer lag: no metrics endpoints known (--dir of a cluster "
+            "started by `cluster up` with metrics)"
+        )
+        return
+    for line in status_lines(read_node(n.node_id, n.metrics_address) for n in nodes):
+        print(line)
 
 
 def reassign_partition(

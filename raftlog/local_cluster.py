@@ -3,7 +3,8 @@
 Used by `raftlog cluster up|down|status`, `make demo`, the integration tests and the chaos
 suite's local backend. Each node is a `python -m raftlog serve` process with its own data
 directory under `DIR/node-N`, its client port `base_port + N` and its node-to-node port
-`base_port + 100 + N`. `DIR/cluster.json` records what a later command needs: the nodes,
+`base_port + 100 + N`, and its Prometheus metrics port `base_port + 50 + N` (`metrics_port`;
+0 when started without metrics). `DIR/cluster.json` records what a later command needs: the nodes,
 their pids and ports, a `bootstrap` string of client addresses, and `node_flags`, the flags
 every node starts with (TLS and auth options: file paths only, never a secret), so a node
 restarted by a later command or the chaos suite comes back with the same security.
@@ -30,6 +31,7 @@ __all__ = ["CLUSTER_FILE", "LocalCluster", "NodeProcess", "free_port_base"]
 
 CLUSTER_FILE = "cluster.json"
 RAFT_PORT_OFFSET = 100
+METRICS_PORT_OFFSET = 50
 
 
 @dataclass
@@ -42,10 +44,16 @@ class NodeProcess:
     pid: int = 0
     # Not a voter of the metadata quorum: left out of --peers, registers via --bootstrap.
     observer: bool = False
+    # Prometheus metrics on http://127.0.0.1:PORT/metrics; 0: none (--metrics-listen unset).
+    metrics_port: int = 0
 
     @property
     def client_address(self) -> str:
         return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def metrics_address(self) -> str:
+        return f"127.0.0.1:{self.metrics_port}"
 
 
 def _port_free(port: int) -> bool:
@@ -68,7 +76,7 @@ def _ephemeral_port_low(default: int = 32768) -> int:
 
 
 def free_port_base(count: int, *, start: int = 10000, stop: int | None = None) -> int:
-    """A base port such that base+1..base+count and their +100 twins are all free.
+    """A base port such that base+1..base+count and their +100 and +50 twins are all free.
 
     Blocks stay below the ephemeral range: a port free now but inside it may be taken by any
     outgoing connection (ours included) before the node binds it. The search starts at a
@@ -81,7 +89,12 @@ def free_port_base(count: int, *, start: int = 10000, stop: int | None = None) -
     first = os.getpid() % len(bases)
     for base in bases[first:] + bases[:first]:
         ports = [base + i for i in range(1, count + 1)]
-        if all(_port_free(p) and _port_free(p + RAFT_PORT_OFFSET) for p in ports):
+        if all(
+            _port_free(p)
+            and _port_free(p + RAFT_PORT_OFFSET)
+            and _port_free(p + METRICS_PORT_OFFSET)
+            for p in ports
+        ):
             return base
     raise RuntimeError(f"no free block of {count} port pairs in [{start}, {stop})")
 
@@ -112,6 +125,7 @@ class LocalCluster:
         base_port: int | None = None,
         cluster_id: str = "raftlog-local",
         node_flags: tuple[str, ...] = (),
+        metrics: bool = True,
     ) -> LocalCluster:
         if node_count not in (1, 3, 5):
             raise ValueError(f"--nodes: 1, 3 or 5, got {node_count}")
@@ -124,6 +138,7 @@ class LocalCluster:
                 raft_port=base + RAFT_PORT_OFFSET + i,
                 data_dir=str(directory / f"node-{i}"),
                 log_file=str(directory / f"node-{i}.log"),
+                metrics_port=base + METRICS_PORT_OFFSET + i if metrics else 0,
             )
             for i in range(1, node_count + 1)
         ]
@@ -156,7 +171,8 @@ class LocalCluster:
         node_id = max(self.nodes) + 1
         first = min(self.nodes.values(), key=lambda n: n.node_id)
         client_port = first.client_port - first.node_id + node_id
-        for port in (client_port, client_port + RAFT_PORT_OFFSET):
+        metrics_port = client_port + METRICS_PORT_OFFSET if first.metrics_port else 0
+        for port in (client_port, client_port + RAFT_PORT_OFFSET, metrics_port or client_port):
             if not _port_free(port):
                 raise RuntimeError(f"port {port} for observer node {node_id} is taken")
         node = NodeProcess(
@@ -166,6 +182,7 @@ class LocalCluster:
             data_dir=str(self.directory / f"node-{node_id}"),
             log_file=str(self.directory / f"node-{node_id}.log"),
             observer=True,
+            metrics_port=metrics_port,
         )
         self.nodes[node_id] = node
         self.save()
@@ -174,8 +191,8 @@ class LocalCluster:
     @classmethod
     def restart_stopped(cls, directory: Path, *, node_count: int) -> tuple[LocalCluster, list[str]]:
         """The stopped cluster recorded in `directory`, each node on its recorded ports where
-        both are free, else on a new free pair (then its data dir's node dials and registers
-        the new addresses); with what moved, in words. Raises ValueError when `node_count`
+        all are free, else on new free ones (its node then registers its new addresses and
+        the others dial them); with what moved, in words. Raises ValueError when `node_count`
         is not its voter count or a node of it still runs."""
         cluster = cls.load(directory)
         voters = [n for n in cluster.nodes.values() if not n.observer]
@@ -189,17 +206,17 @@ class LocalCluster:
         if running:
             raise ValueError(f"{directory}: nodes {running} still run; `cluster down` first")
         moved = []
-        taken = {p for n in cluster.nodes.values() for p in (n.client_port, n.raft_port)}
+        taken = {p for n in cluster.nodes.values() for p in _ports(n)}
         for node in cluster.nodes.values():
-            if _port_free(node.client_port) and _port_free(node.raft_port):
+            if all(_port_free(port) for port in _ports(node)):
                 continue
-            old = f"{node.client_port}/{node.raft_port}"
-            node.client_port, node.raft_port = _free_port_pair(excluded=taken)
-            taken |= {node.client_port, node.raft_port}
-            moved.append(
-                f"node {node.node_id} moved from ports {old} (taken) to "
-                f"{node.client_port}/{node.raft_port}"
-            )
+            old = "/".join(str(port) for port in _ports(node))
+            base = _free_port_base_outside(taken)
+            node.client_port, node.raft_port = base + 1, base + 1 + RAFT_PORT_OFFSET
+            node.metrics_port = base + 1 + METRICS_PORT_OFFSET if node.metrics_port else 0
+            taken |= set(_ports(node))
+            new = "/".join(str(port) for port in _ports(node))
+            moved.append(f"node {node.node_id} moved from ports {old} (taken) to {new}")
         cluster.save()
         return cluster, moved
 
@@ -234,6 +251,7 @@ class LocalCluster:
             self.cluster_id,
             *self.node_flags,
             *("--bootstrap", self._voter_addresses()),
+            *(("--metrics-listen", node.metrics_address) if node.metrics_port else ()),
             *extra,
         ]
 
@@ -301,15 +319,20 @@ class LocalCluster:
         return bool(pid) and _alive(pid)
 
 
-def _free_port_pair(*, excluded: set[int]) -> tuple[int, int]:
-    """(client port, raft port) both free now and outside `excluded` (ports of stopped nodes
-    of the same cluster, free now but theirs)."""
+def _ports(node: NodeProcess) -> tuple[int, ...]:
+    """The ports `node` listens on: client, raft, and metrics when it serves them."""
+    return (node.client_port, node.raft_port) + ((node.metrics_port,) if node.metrics_port else ())
+
+
+def _free_port_base_outside(excluded: set[int]) -> int:
+    """A base for one node (client base+1, raft and metrics twins) free now and outside
+    `excluded` (ports of stopped nodes of the same cluster, free now but theirs)."""
     start = 10000
     while True:
         base = free_port_base(1, start=start)
-        pair = (base + 1, base + 1 + RAFT_PORT_OFFSET)
-        if not excluded & set(pair):
-            return pair
+        offsets = (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET)
+        if not excluded & {base + 1 + offset for offset in offsets}:
+            return base
         start = base + 200
 
 

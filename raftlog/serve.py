@@ -14,7 +14,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raftlog.errors import ConfigError
 from raftlog.runtime.memory import tune_malloc
@@ -27,6 +27,10 @@ from raftlog.runtime.settings import (
     settings_from_toml,
 )
 from raftlog.types import NodeId
+
+if TYPE_CHECKING:
+    from raftlog.broker import Broker
+    from raftlog.metrics import NodeMetrics
 
 __all__ = ["add_serve_parser", "run_serve"]
 
@@ -82,6 +86,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
         help="PEM CA of client certificates: clients must present one (mutual TLS); its CN "
         "is the principal (needs --tls-cert, --tls-key and --auth-tokens for permissions)",
     )
+    parser.add_argument(
+        "--metrics-listen",
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (docs/metrics.md)",
+    )
     parser.set_defaults(func=run_serve)
 
 
@@ -97,6 +105,9 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
         flags["peer_tls"] = True
     if flags:
         settings = dataclasses.replace(settings, **flags).validate()
+    if getattr(args, "metrics_listen", None):
+        metrics_listen = parse_address(args.metrics_listen, setting="--metrics-listen")
+        settings = dataclasses.replace(settings, metrics_listen=metrics_listen).validate()
     if getattr(args, "chaos_skip_fsync", False):
         settings = dataclasses.replace(settings, chaos_skip_fsync=True).validate()
     if not args.overrides:
@@ -182,7 +193,19 @@ async def _serve(settings: BrokerSettings) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    # Before the node starts, so that its first elections and flushes count.
+    metrics_listen = settings.metrics_listen
+    metrics = None if metrics_listen is None else _metrics_of(broker)
     await broker.start()
+    if metrics is not None and metrics_listen is not None:
+        try:
+            await metrics.start(*metrics_listen)
+        except OSError as error:
+            host, port = metrics_listen
+            print(f"raftlog serve: --metrics-listen {host}:{port}: {error}", file=sys.stderr)
+            await metrics.stop()
+            await broker.stop()
+            return 2
     # Everything built so far (modules, gRPC and protobuf tables, the recovered state) lives
     # as long as the process: move it out of the collector's generations, so a full
     # collection, triggered by per-request garbage, no longer walks it all and stalls the
@@ -204,5 +227,13 @@ async def _serve(settings: BrokerSettings) -> int:
     if failed:
         # Already logged where it happened; retrieving it keeps asyncio from logging it again.
         broker.failed.exception()
+    if metrics is not None:
+        await metrics.stop()
     await broker.stop()
     return 1 if failed else 0
+
+
+def _metrics_of(broker: Broker) -> NodeMetrics:
+    from raftlog.metrics import NodeMetrics
+
+    return NodeMetrics(broker)

@@ -14,6 +14,7 @@ from grpc_reflection.v1alpha import reflection
 
 from raftlog.errors import NotControllerError
 from raftlog.metadata import ApplyResult, Command, encode_command
+from raftlog.metrics.grpc_requests import request_interceptors
 from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer, forward_to_controller
 from raftlog.rpc.consumer_group_servicer import GroupService, GroupServicer
 from raftlog.rpc.port import BrokerPort
@@ -62,7 +63,7 @@ async def start_api_server(
             ("grpc.max_send_message_length", message_bytes_max),
             *security.options,
         ],
-        interceptors=[security.interceptor],
+        interceptors=[*request_interceptors(settings), security.interceptor],
     )
     raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(broker), server)  # type: ignore[no-untyped-call]
     raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(broker), server)  # type: ignore[no-untyped-call]

@@ -38,12 +38,14 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Protocol, runtime_checkable
 
 from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import HardStateStore
 from raftlog.raft.types import HardState, Message
+from raftlog.runtime import metrics
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.ready import apply_durable, complete_ready, persist_ready
 from raftlog.storage.hard_state import HardStateWrite
@@ -280,6 +282,7 @@ class GroupHost:
             if group.repairing and not group.node.repairing:
                 group.finish_repair()
             if ready.soft_state is not None:
+                metrics.recorder().on_ready(ready)
                 group.fail_reads_if_not_leader()
                 if group.on_leadership_change is not None:
                     group.on_leadership_change(group)
@@ -413,5 +416,8 @@ def _save_all(pending: list[Callable[[], None]]) -> None:
 def _run_tickets(tickets: list[FlushTicket]) -> None:
     """On the disk thread: writes of buffers handed over and fsyncs of file descriptors,
     nothing the loop touches meanwhile (raftlog.storage.segment.SegmentSync)."""
+    started = time.perf_counter()
     for ticket in tickets:
         ticket.run()
+    flushed_bytes = sum(sync.size_bytes for ticket in tickets for sync in ticket.syncs)
+    metrics.recorder().on_log_flush(flushed_bytes, time.perf_counter() - started)

@@ -92,6 +92,8 @@ class BrokerSettings:
     auth_tokens: Path | None = None
     # Mutual TLS for clients: certificates signed by this CA authenticate their CN or SAN.
     tls_client_ca: Path | None = None
+    # Prometheus metrics over HTTP (raftlog.metrics, docs/metrics.md); None: not served.
+    metrics_listen: Address | None = None
 
     def validate(self) -> BrokerSettings:
         if self.node_id < 0:
@@ -191,6 +193,7 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         "chaos",
         "bootstrap",
         *_SECURITY_KEYS,
+        "metrics_listen",
     }
     unknown = sorted(set(node) - known)
     if unknown:
@@ -219,6 +222,9 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         if node.get("bootstrap")
         else (),
         **_security_settings(node),
+        metrics_listen=parse_address(str(node["metrics_listen"]), setting="metrics_listen")
+        if node.get("metrics_listen")
+        else None,
     ).validate()
 
 

@@ -61,7 +61,8 @@ _IOV_MAX = 1024
 
 
 class FileHandle(Protocol):
-    """An open file. Writes only ever append; truncation shortens."""
+    """An open file. Writes append, except `write_at`, which overwrites a small record in
+    place (the durable mark's slots); truncation shortens."""
 
     @property
     def path(self) -> str: ...
@@ -74,10 +75,14 @@ class FileHandle(Protocol):
         """Up to `size_bytes` bytes from `position`; shorter only at the end of the file."""
         ...
 
+    def write_at(self, data: Buffer, position: int) -> None:
+        """Overwrite `data` at `position`, inside the file (not durable until `sync`)."""
+        ...
+
     def size_bytes(self) -> int: ...
 
     def sync(self) -> None:
-        """Make every append and truncation so far durable."""
+        """Make every write and truncation so far durable."""
         ...
 
     def truncate(self, size_bytes: int) -> None: ...
@@ -127,6 +132,9 @@ class _OsFileHandle:
     def __init__(self, path: str, fd: int) -> None:
         self._path = path
         self._fd = fd
+        # pwrite on an O_APPEND descriptor appends (Linux): overwrites use a second one,
+        # opened on first use. fdatasync on either covers the file.
+        self._overwrite_fd = -1
 
     @property
     def path(self) -> str:
@@ -172,6 +180,18 @@ class _OsFileHandle:
             got += len(more)
         return b"".join(parts)
 
+    def write_at(self, data: Buffer, position: int) -> None:
+        view = memoryview(data).cast("B")
+        assert position >= 0 and position + len(view) <= self.size_bytes(), (position, self)
+        with _os_errors(self._path, "overwrite"):
+            if self._overwrite_fd < 0:
+                self._descriptor()
+                flags = os.O_WRONLY | getattr(os, "O_CLOEXEC", 0)
+                self._overwrite_fd = os.open(self._path, flags)
+            written = 0
+            while written < len(view):
+                written += os.pwrite(self._overwrite_fd, view[written:], position + written)
+
     def size_bytes(self) -> int:
         return os.fstat(self._descriptor()).st_size
 
@@ -187,6 +207,9 @@ class _OsFileHandle:
             os.ftruncate(self._descriptor(), size_bytes)
 
     def close(self) -> None:
+        if self._overwrite_fd >= 0:
+            os.close(self._overwrite_fd)
+            self._overwrite_fd = -1
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -290,6 +313,11 @@ class _SimFileHandle:
     def read_at(self, size_bytes: int, position: int) -> bytes:
         assert size_bytes >= 0 and position >= 0, (size_bytes, position)
         return bytes(self._check().current[position : position + size_bytes])
+
+    def write_at(self, data: Buffer, position: int) -> None:
+        current = self._check().current
+        assert position >= 0 and position + len(data) <= len(current), (position, self._path)
+        current[position : position + len(data)] = data
 
     def size_bytes(self) -> int:
         return len(self._check().current)
@@ -535,6 +563,12 @@ class _ChaosFileHandle:
 
     def read_at(self, size_bytes: int, position: int) -> bytes:
         return self._inner.read_at(size_bytes, position)
+
+    def write_at(self, data: Buffer, position: int) -> None:
+        # In place, inside the synced length: a cut to the durable size keeps the bytes
+        # (what a power loss after the write's own fsync would, too; the mark it serves
+        # never claims more than is synced).
+        self._inner.write_at(data, position)
 
     def size_bytes(self) -> int:
         return self._inner.size_bytes()

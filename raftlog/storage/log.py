@@ -736,6 +736,7 @@ class SegmentedLog:
         )
         for segment in self._segments:
             segment.close()
+        self.mark.close()
         self._closed = True
 
     def __repr__(self) -> str:

@@ -260,7 +260,12 @@ class Segment:
         if len(raw) < BATCH_HEADER_BYTES:
             return f"{self.path} ends at byte {file_bytes}, inside a batch header at {position}"
         header = BatchHeader(*_HEADER.unpack_from(raw))
-        if header.size_bytes >= BATCH_HEADER_BYTES and header.base_offset != self.end_offset:
+        if header.size_bytes < BATCH_HEADER_BYTES or header.magic != MAGIC_V2:
+            return (
+                f"{self.path}: no batch at byte {position} (length {header.size_bytes}, "
+                f"magic {header.magic})"
+            )
+        if header.base_offset != self.end_offset:
             return (
                 f"{self.path}: batch at byte {position} has base offset "
                 f"{header.base_offset}, expected {self.end_offset}"

@@ -25,6 +25,7 @@ with atheris.instrument_imports():
     from raftlog.config import LogConfig
     from raftlog.errors import CorruptBatchError
     from raftlog.storage.batch import iter_batches, verify_batch
+    from raftlog.storage.durable_mark import decode_marks
     from raftlog.storage.files import ManualClock, SimFileSystem
     from raftlog.storage.log import SegmentedLog
     from raftlog.storage.records import RecordInput, decode_batch, encode_batch, validate_records
@@ -92,6 +93,29 @@ def fuzz_records(data: bytes) -> None:
     assert decoded == validated, (decoded, validated)
 
 
+def fuzz_mark(data: bytes) -> None:
+    """The fuzzer's bytes as a log's durable mark, beside good batches: open reports damage
+    or trusts a valid record, never raises, and never claims the log whole when the mark
+    says it reached further than it does."""
+    files = SimFileSystem()
+    log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    for batch in APPENDED:
+        log.append(batch, leader_epoch=1)
+    log.close()
+    handle = files.open(log.mark.path)
+    handle.truncate(0)
+    handle.append([data])
+    handle.sync()
+    handle.close()
+    found = decode_marks(data, path=log.mark.path)
+    reopened = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    if isinstance(found, str) or found[1].repairing or found[1].end_offset > len(APPENDED):
+        assert reopened.damage is not None and reopened.is_repairing
+    else:
+        assert reopened.damage is None
+    reopened.close()
+
+
 def _accepts(check: Callable[[], object]) -> bool:
     try:
         check()
@@ -100,7 +124,12 @@ def _accepts(check: Callable[[], object]) -> bool:
     return True
 
 
-TARGETS = {"batch": fuzz_batch, "recovery": fuzz_recovery, "records": fuzz_records}
+TARGETS = {
+    "batch": fuzz_batch,
+    "recovery": fuzz_recovery,
+    "records": fuzz_records,
+    "mark": fuzz_mark,
+}
 
 
 def main() -> None:

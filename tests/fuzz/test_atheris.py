@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RUNS = int(os.environ.get("RAFTLOG_FUZZ_EXAMPLES", 20000))
 
 
-@pytest.mark.parametrize("target", ["batch", "records", "recovery"])
+@pytest.mark.parametrize("target", ["batch", "records", "recovery", "mark"])
 def test_atheris_target_finds_nothing(target: str, tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "tests.fuzz.atheris_targets", target, f"-runs={RUNS}",

@@ -26,7 +26,8 @@ from tests.fuzz.budget import fuzz_settings
 
 SERVE_FLAGS = ["--node-id", "--data-dir", "--listen", "--advertise", "--raft-listen",
                "--raft-advertise", "--peers", "--cluster-id", "--set", "--tls-cert",
-               "--tls-key", "--tls-ca", "--auth-tokens", "--peer-tls", "--config"]  # fmt: skip
+               "--tls-key", "--tls-ca", "--auth-tokens", "--peer-tls", "--config",
+               "--metrics-listen"]  # fmt: skip
 text = st.text(alphabet=st.characters(blacklist_categories=["Cs"]), max_size=30)
 values = st.one_of(
     text,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.cluster_cli import wait_for_controller
-from raftlog.local_cluster import LocalCluster, free_port_base
+from raftlog.local_cluster import LocalCluster, NodeProcess, free_port_base
 from tests.integration.conftest import wait_until
 
 TOPIC = "kept"
@@ -39,6 +39,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _up(directory: Path, nodes: int = 3) -> subprocess.CompletedProcess[str]:
     return _cli("up", "--nodes", str(nodes), "--dir", str(directory), "--timeout", UP_TIMEOUT_S)
+
+
+def _ports(node: NodeProcess) -> list[int]:
+    return [p for p in (node.client_port, node.raft_port, node.metrics_port) if p]
 
 
 @contextmanager
@@ -129,7 +133,7 @@ def test_cluster_up_restarts_a_stopped_cluster_on_its_ports(tmp_path: Path) -> N
 def test_cluster_up_restarts_a_stopped_cluster_on_new_ports(tmp_path: Path) -> None:
     acknowledged = _start_with_data(tmp_path)
     before = LocalCluster.load(tmp_path)
-    old_ports = [p for n in before.nodes.values() for p in (n.client_port, n.raft_port)]
+    old_ports = [p for n in before.nodes.values() for p in _ports(n)]
     try:
         assert _cli("down", "--dir", str(tmp_path)).returncode == 0
         with _holding(old_ports):
@@ -137,7 +141,7 @@ def test_cluster_up_restarts_a_stopped_cluster_on_new_ports(tmp_path: Path) -> N
         assert again.returncode == 0, again.stderr
         assert again.stderr.count("moved from ports") == 3, again.stderr
         after = LocalCluster.load(tmp_path)
-        new_ports = [p for n in after.nodes.values() for p in (n.client_port, n.raft_port)]
+        new_ports = [p for n in after.nodes.values() for p in _ports(n)]
         assert not set(new_ports) & set(old_ports), (old_ports, new_ports)
         assert sorted(after.nodes) == sorted(before.nodes)
         _check_everything_there(after.bootstrap, acknowledged)
@@ -155,6 +159,7 @@ def test_a_voter_moved_while_the_others_run_is_dialed_at_its_new_address(
         node = cluster.nodes[3]
         base = free_port_base(1, start=node.client_port + 200)
         node.client_port, node.raft_port = base + 1, base + 101
+        node.metrics_port = base + 51 if node.metrics_port else 0
         cluster.save()
         cluster.start_node(3)
         # Nodes 1 and 2 still run with node 3's old address in their --peers; node 3 must

@@ -23,7 +23,7 @@ import pytest
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.client.errors import ClientError
 from raftlog.local_cluster import LocalCluster
-from raftlog.storage.durable_mark import DURABLE_MARK_FILE_NAME
+from raftlog.storage.durable_mark import DURABLE_MARK_FILE_NAME, SLOT_BYTES
 from tests.integration.conftest import leader_of, start_cluster, wait_until
 
 TOPIC = "damaged"
@@ -64,9 +64,34 @@ def delete_segment(log_dir: Path) -> str:
 def damage_mark(log_dir: Path) -> str:
     mark = log_dir / DURABLE_MARK_FILE_NAME
     data = bytearray(mark.read_bytes())
-    data[-20] ^= 0xFF  # inside the last record's end offset
+    for slot in (0, SLOT_BYTES):  # one damaged slot is answered by the other
+        data[slot + 20] ^= 0xFF  # inside the slot's end offset
     mark.write_bytes(bytes(data))
-    return f"damaged {mark.name}"
+    return f"damaged both slots of {mark.name}"
+
+
+def flip_hard_state_copy(log_dir: Path) -> str:
+    path = log_dir.parent / "hard-state"
+    data = bytearray(path.read_bytes())
+    data[10] ^= 0x01  # inside the term: the other copy answers
+    path.write_bytes(bytes(data))
+    return "flipped a byte of one hard-state copy"
+
+
+def flip_epoch_checkpoint(log_dir: Path) -> str:
+    path = log_dir / "raft-checkpoint"
+    data = bytearray(path.read_bytes())
+    data[-2] ^= 0x01  # rebuilt from the log
+    path.write_bytes(bytes(data))
+    return "flipped a byte of raft-checkpoint"
+
+
+def flip_bootstrap_voters(log_dir: Path) -> str:
+    path = log_dir.parent / "bootstrap-voters"
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01  # the membership it vouched for is not trusted: a repair
+    path.write_bytes(bytes(data))
+    return "flipped a byte of bootstrap-voters"
 
 
 def _produce_acked(admin: Admin, cluster: LocalCluster) -> dict[int, bytes]:
@@ -124,7 +149,15 @@ def _write_more_then_check_repaired(
     assert all(seen.get(o) == v for o, v in acked.items())
 
 
-def _run_scenario(tmp_path: Path, nodes: int, damage: Damage, damaged_count: int) -> None:
+def _run_scenario(
+    tmp_path: Path,
+    nodes: int,
+    damage: Damage,
+    damaged_count: int,
+    *,
+    repairs: bool = True,
+    expect_line: str = "storage damage",
+) -> None:
     cluster = start_cluster(tmp_path, nodes)
     try:
         with Admin(cluster.bootstrap) as admin:
@@ -147,7 +180,7 @@ def _run_scenario(tmp_path: Path, nodes: int, damage: Damage, damaged_count: int
         for node in damaged:
             damage(_log_dir(cluster, node))
             cluster.start_node(node)
-        for node in damaged:
+        for node in damaged if repairs else ():
             wait_until(
                 lambda node=node: "storage damage" in _node_log(cluster, node),  # type: ignore[misc]
                 timeout_s=60,
@@ -161,12 +194,15 @@ def _run_scenario(tmp_path: Path, nodes: int, damage: Damage, damaged_count: int
         seen = _read_all(cluster, max(acked))
         missing = [o for o, v in acked.items() if seen.get(o) != v]
         assert not missing, f"{len(missing)} acknowledged records lost, first {missing[:5]}"
-        for node in damaged:
+        for node in damaged if repairs else ():
             wait_until(
                 lambda node=node: "repair finished" in _node_log(cluster, node),  # type: ignore[misc]
                 timeout_s=30,
                 what=f"node {node} repaired",
             )
+        for node in damaged:
+            assert expect_line in _node_log(cluster, node), (node, expect_line)
+            assert repairs or "storage damage" not in _node_log(cluster, node)
     finally:
         cluster.stop()
 
@@ -178,6 +214,23 @@ def test_one_damaged_replica_of_three_loses_no_acknowledged_record(
     tmp_path: Path, damage: Damage
 ) -> None:
     _run_scenario(tmp_path, 3, damage, damaged_count=1)
+
+
+@pytest.mark.parametrize(
+    ("damage", "repairs", "line"),
+    [
+        (flip_hard_state_copy, False, "the other copy answers"),
+        (flip_epoch_checkpoint, False, "rebuilding it from the log"),
+        (flip_bootstrap_voters, True, "bootstrap-voters: fails its CRC32C"),
+    ],
+    ids=["hard-state", "raft-checkpoint", "bootstrap-voters"],
+)
+def test_a_damaged_small_file_is_found_and_loses_nothing(
+    tmp_path: Path, damage: Damage, repairs: bool, line: str
+) -> None:
+    """Each small file is checksummed: damage is found (the log says so) and answered by the
+    other copy, a rebuild from the log, or a repair; never read as a default."""
+    _run_scenario(tmp_path, 3, damage, damaged_count=1, repairs=repairs, expect_line=line)
 
 
 def test_two_damaged_replicas_of_five_lose_no_acknowledged_record(tmp_path: Path) -> None:

@@ -51,6 +51,9 @@ class _SlowSyncHandle:
     def read_at(self, size_bytes: int, position: int) -> bytes:
         return self._inner.read_at(size_bytes, position)
 
+    def write_at(self, data: bytes | bytearray | memoryview, position: int) -> None:
+        self._inner.write_at(data, position)
+
     def size_bytes(self) -> int:
         return self._inner.size_bytes()
 

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 
 from raftlog.config import LogConfig
-from raftlog.storage.durable_mark import DURABLE_MARK_FILE_NAME, RECORD_BYTES, decode_marks
+from raftlog.storage.durable_mark import DURABLE_MARK_FILE_NAME, SLOT_BYTES, decode_marks
 from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.log import SegmentedLog
 
@@ -133,7 +133,10 @@ def test_a_lost_or_damaged_mark_is_damage_of_unknown_extent(
     assert reopened.log_end_offset == 8 and reopened.is_repairing
     reopened.finish_repair()
     sim.crash()
-    sim.corrupt(log.mark.path, 9, b"\x7f")  # inside the end offset of the only record
+    sim.corrupt(log.mark.path, SLOT_BYTES + 20, b"\x7f")  # the older slot: the newer answers
+    assert _open(sim, small_config, clock).damage is None
+    sim.crash()
+    sim.corrupt(log.mark.path, 20, b"\x7f")  # both: the mark is lost
     damaged = _open(sim, small_config, clock)
     assert damaged.damage is not None and "CRC32C" in damaged.damage.cause
 
@@ -160,7 +163,7 @@ def test_a_damaged_read_starts_a_repair_that_survives_a_restart(
     assert reopened.damage.end_offset == 120
 
 
-def test_flushes_record_the_mark_and_a_torn_mark_record_is_ignored(
+def test_flushes_record_the_mark_and_a_torn_slot_leaves_the_other(
     sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 3)
@@ -170,6 +173,10 @@ def test_flushes_record_the_mark_and_a_torn_mark_record_is_ignored(
     log.complete_flush(ticket)
     data = sim.file_bytes(os.path.join(DIRECTORY, DURABLE_MARK_FILE_NAME))
     found = decode_marks(data, path="m")
-    assert not isinstance(found, str) and found.end_offset == 8
-    torn = decode_marks(data + b"\x00" * (RECORD_BYTES // 2), path="m")
-    assert torn == found
+    assert not isinstance(found, str) and found[1].end_offset == 8
+    # A write torn by a power loss damages the slot it was writing; the other answers.
+    sequence, _ = found
+    torn_slot = (sequence % 2) * SLOT_BYTES
+    torn = data[:torn_slot] + b"\x00" * 100 + data[torn_slot + 100 :]
+    older = decode_marks(torn, path="m")
+    assert not isinstance(older, str) and older[0] == sequence - 1 and older[1].end_offset == 6

@@ -170,6 +170,9 @@ class _CountingHandle:
     def append(self, buffers: Sequence[Buffer]) -> None:
         self.inner.append(buffers)
 
+    def write_at(self, data: Buffer, position: int) -> None:
+        self.inner.write_at(data, position)
+
     def size_bytes(self) -> int:
         return self.inner.size_bytes()
 
