@@ -182,6 +182,8 @@ class Broker:
             caught_up=lambda: caught_up_since_start(
                 self.metadata.state, self.node_id, self.incarnation
             ),
+            creates_per_turn_max=self.config.replica_creates_per_turn_max,
+            call_soon=lambda callback: asyncio.get_running_loop().call_soon(callback),
         )
         self.replicas = self._reconciler.replicas
         self.host.on_storage_damage = self._reconciler.on_read_damage

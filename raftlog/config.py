@@ -336,6 +336,10 @@ class NodeConfig:
     # for a second, so a stalling disk does not stall the loop.
     sync_on_loop_bytes_max: int = 256 * KIB
     sync_on_loop_slow_ms: int = 5
+    # Partition groups a node creates in one go (a topic created, a restart): the rest wait
+    # for the next turn of the event loop, so heartbeats and the groups already running are
+    # served in between (opening a group's storage costs an fsync or two).
+    replica_creates_per_turn_max: int = 32
     # How often each partition checks retention (whole segments, by bytes and age).
     retention_check_interval_ms: int = 5000
     # The scrubber (raftlog.runtime.scrubber) re-reads every closed segment in the background
@@ -391,6 +395,11 @@ class NodeConfig:
             self.retention_check_interval_ms > 0,
             "retention_check_interval_ms",
             "must be positive",
+        )
+        _require(
+            self.replica_creates_per_turn_max > 0,
+            "replica_creates_per_turn_max",
+            f"must be positive, got {self.replica_creates_per_turn_max}",
         )
         _require(self.scrub_bytes_per_s >= 0, "scrub_bytes_per_s", "must be >= 0 (0: off)")
         _require(self.scrub_chunk_bytes > 0, "scrub_chunk_bytes", "must be positive")

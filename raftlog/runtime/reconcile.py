@@ -69,7 +69,10 @@ class Reconciler:
         update_peers: Callable[[dict[NodeId, tuple[str, int]]], None],
         on_leadership_change: Callable[[RaftGroup], None],
         caught_up: Callable[[], bool],
+        creates_per_turn_max: int,
+        call_soon: Callable[[Callable[[], None]], object],
     ) -> None:
+        assert creates_per_turn_max > 0, creates_per_turn_max
         self._node_id = node_id
         self._data_dir = data_dir
         self._log_config = log_config
@@ -80,6 +83,9 @@ class Reconciler:
         self._update_peers = update_peers
         self._on_leadership_change = on_leadership_change
         self._caught_up = caught_up
+        self._creates_per_turn_max = creates_per_turn_max
+        self._call_soon = call_soon
+        self._more_scheduled = False
         # Each node's (incarnation, raft address) when this node caught up: a registration
         # differing from it was committed since, so it is newer than --peers.
         self._registered_at_catch_up: dict[NodeId, tuple[int, str]] | None = None
@@ -87,10 +93,17 @@ class Reconciler:
         self.replicas_by_group: dict[GroupId, PartitionReplica] = {}
 
     def reconcile(self) -> None:
-        """Make the hosted partition groups and known peers match the metadata state."""
+        """Make the hosted partition groups and known peers match the metadata state; at
+        most `creates_per_turn_max` new groups now, the rest on later turns of the loop."""
         state = self._metadata()
         wanted = state.group_ids_for_node(self._node_id)
-        for group_id in sorted(wanted - self.replicas_by_group.keys()):
+        missing = sorted(wanted - self.replicas_by_group.keys())
+        if self._more_scheduled:
+            missing = []  # this turn made its share; the follow-up makes the next
+        elif len(missing) > self._creates_per_turn_max:
+            self._more_scheduled = True
+            self._call_soon(self._reconcile_more)
+        for group_id in missing[: self._creates_per_turn_max]:
             info = state.partition_by_group(group_id)
             assert info is not None
             # A node joining through a move starts with no voters at all: it must not vote
@@ -124,6 +137,10 @@ class Reconciler:
                 peers[node_id] = address
         assert self._node_id not in peers, peers
         return peers
+
+    def _reconcile_more(self) -> None:
+        self._more_scheduled = False
+        self.reconcile()
 
     def apply_retention(self, now_ms: int) -> None:
         """Drop what each hosted partition's retention settings let go (`policy.py`)."""

@@ -9,10 +9,17 @@ is told."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from raftlog.config import LogConfig, NodeConfig
-from raftlog.metadata import MetadataState, RegisterNode
+from raftlog.metadata import (
+    CreateTopic,
+    CreateTopicRequest,
+    MetadataState,
+    RegisterNode,
+    plan_create_topic,
+)
 from raftlog.metadata.catch_up import caught_up_since_start
 from raftlog.metadata.commands import encode_command
 from raftlog.runtime.group_factory import GroupFactory
@@ -23,12 +30,14 @@ from raftlog.types import NodeId
 
 N1, N2, N3, N4 = NodeId(1), NodeId(2), NodeId(3), NodeId(4)
 INCARNATION = 50  # this node's start; the replayed registrations are older
+CREATES_PER_TURN = 8
 
 
 class _Node1:
     def __init__(self, tmp_path: Path, peers: dict[NodeId, tuple[str, int]]) -> None:
         self.state = MetadataState("cluster-a")
         self.dialed: dict[NodeId, tuple[str, int]] = {}
+        self.soon: list[Callable[[], None]] = []  # the event loop's next turn
         self.reconciler = Reconciler(
             node_id=N1,
             data_dir=tmp_path,
@@ -46,6 +55,8 @@ class _Node1:
             update_peers=self.dialed.update,
             on_leadership_change=lambda group: None,
             caught_up=lambda: caught_up_since_start(self.state, N1, INCARNATION),
+            creates_per_turn_max=CREATES_PER_TURN,
+            call_soon=self.soon.append,
         )
 
     def register(self, node: NodeId, raft_port: int, incarnation: int) -> None:
@@ -72,3 +83,20 @@ def test_peers_win_over_replayed_registrations_until_a_voter_registers_again(
     node.register(N3, 30103, incarnation=70)
     assert node.dialed[N3] == ("127.0.0.1", 30103)
     assert node.dialed[N2] == peers[N2]
+
+
+def test_many_new_partitions_are_created_a_bounded_number_per_turn(tmp_path: Path) -> None:
+    node = _Node1(tmp_path, {N1: ("127.0.0.1", 20101)})
+    node.register(N1, 20101, incarnation=INCARNATION)
+    plan = plan_create_topic(node.state, CreateTopicRequest("many", 20, 1), 1_000)
+    assert isinstance(plan, CreateTopic)
+    assert node.state.apply(node.state.applied_offset + 1, encode_command(plan)).ok
+    hosted = []
+    node.reconciler.reconcile()  # the apply's reconcile
+    node.reconciler.reconcile()  # another apply in the same turn: no second follow-up
+    hosted.append(len(node.reconciler.replicas))
+    while node.soon:
+        assert len(node.soon) == 1, "one follow-up at a time"
+        node.soon.pop()()
+        hosted.append(len(node.reconciler.replicas))
+    assert hosted == [8, 16, 20]
