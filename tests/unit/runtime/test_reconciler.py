@@ -1,10 +1,12 @@
-"""Which raft address a node dials for each peer (raftlog.runtime.reconcile.Reconciler).
+"""The reconciler (raftlog.runtime.reconcile.Reconciler): which raft address a node dials for
+each peer, and how fast it creates the partition groups assigned to it.
 
 The voters' addresses it was started with (`--peers`) win over the registrations its replayed
 metadata recorded (as KRaft's `controller.quorum.voters`), unless a voter registered again
 after this node caught up: that one moved while this node ran. Observers are known only by
-their registrations. A real metadata state, a real reconciler; the transport is the dict it
-is told."""
+their registrations. New groups are created a bounded number per turn of the event loop.
+A real metadata state, a real reconciler, real storage; the transport is the dict it is
+told and the event loop a list of callbacks."""
 
 from __future__ import annotations
 
