@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", required=True, type=pathlib.Path, help="output directory")
     args = parser.parse_args(argv)
     suites = discover()
+    args.suite = args.suite.replace("-", "_")  # scale-pressure is suites/scale_pressure.py
     if args.suite in ("quick", "full"):
         chosen, quick = list(suites), args.suite == "quick"
     elif args.suite in suites:

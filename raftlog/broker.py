@@ -80,7 +80,7 @@ from raftlog.runtime.group import Commitment, RaftGroup
 from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
 from raftlog.runtime.leadership import LeadershipMoves
-from raftlog.runtime.leases import ControllerWatch, NodeLease
+from raftlog.runtime.leases import ControllerWatch, LoopLagMeter, NodeLease
 from raftlog.runtime.metadata_machine import MetadataMachine
 from raftlog.runtime.reassignment_driver import ReassignmentDriver
 from raftlog.runtime.reconcile import Reconciler
@@ -179,6 +179,11 @@ class Broker:
             host=self.host,
             update_peers=self.transport.update_peers,
             on_leadership_change=lambda group: self._leadership.on_leadership_change(group),
+            caught_up=lambda: caught_up_since_start(
+                self.metadata.state, self.node_id, self.incarnation
+            ),
+            creates_per_turn_max=self.config.replica_creates_per_turn_max,
+            call_soon=lambda callback: asyncio.get_running_loop().call_soon(callback),
         )
         self.replicas = self._reconciler.replicas
         self.host.on_storage_damage = self._reconciler.on_read_damage
@@ -197,6 +202,8 @@ class Broker:
             rng=self._rng,
             submit=self.submit,
             spawn=self._spawn,
+            clock=self.clock,
+            fenced_transfers_per_s_max=self.config.metadata.fenced_transfers_per_s_max,
         )
         self._reassignments = ReassignmentDriver(
             node_id=self.node_id,
@@ -206,7 +213,8 @@ class Broker:
             spawn=self._spawn,
         )
         self._lease = NodeLease(self.clock, lease_ms=self.config.metadata.node_lease_ms)
-        self._watch = ControllerWatch(self.clock)
+        self._loop_lag = LoopLagMeter(self.clock)
+        self._watch = ControllerWatch(self.clock, loop_lag=self._loop_lag)
         self._controller = ControllerDuties(
             node_id=self.node_id,
             config=self.config,
@@ -230,6 +238,13 @@ class Broker:
         # Set when a task of the node fails: `raftlog serve` then exits non-zero.
         self.failed: asyncio.Future[None] | None = None
         self.bound_port = 0
+
+    def _on_controller_change(self, group: RaftGroup) -> None:
+        node = group.node
+        log.info(
+            "node %s: metadata quorum: now %s in term %s (controller %s); cause: %s",
+            self.node_id, node.role.value, node.term, node.leader_id, node.role_cause,
+        )  # fmt: skip
 
     def _metadata_state(self) -> MetadataState:
         return self.metadata.state
@@ -255,6 +270,7 @@ class Broker:
             self.metadata,
         )
         self.metadata.listeners.append(self._reconciler.reconcile)
+        self.metadata_group.on_leadership_change = self._on_controller_change
         await self.transport.start(*self.settings.raft_listen)
         self.transport.update_peers(
             {node: addr for node, addr in self.settings.peers.items() if node != self.node_id}
@@ -268,6 +284,7 @@ class Broker:
         self.forward = self._server.forward
         self.bound_port = self._server.bound_port
         self._spawn(self._liveness_loop(), "liveness")
+        self._spawn(self._loop_lag_loop(), "loop-lag")
         self._spawn(self._leadership_loop(), "leadership")
         self._spawn(self._retention_loop(), "retention")
         self._spawn(self.scrubber.run(), "scrubber")
@@ -373,14 +390,14 @@ class Broker:
         if isinstance(command, NodeHeartbeat | RegisterNode):
             # Lease times are the controller's clock, never the sender's (clock skew).
             command = dataclasses.replace(command, now_ms=self.wall_clock.now_ms())
+            # The sender is alive now, however long the metadata group takes to commit.
+            self._watch.heard(command.node_id)
         offset, future = group.propose(
             encode_command(command), offset_count=1, commitment=Commitment.QUORUM
         )
         await asyncio.wait_for(future, timeout_s)
         result = self.metadata.take_result(offset)
         assert result is not None, f"no apply result at offset {offset}"
-        if result.ok and isinstance(command, NodeHeartbeat | RegisterNode):
-            self._watch.heard(command.node_id)
         return result
 
     def client_address_of(self, node_id: NodeId) -> str:
@@ -433,6 +450,22 @@ class Broker:
             self.groups.coordinating()
             await asyncio.sleep(interval_s if registered else 0.2)
 
+    async def _loop_lag_loop(self) -> None:
+        """Measure how late this node's event loop runs timers; the controller's failure
+        detector does not count that lag as the other nodes' silence."""
+        interval_s = self.config.metadata.loop_lag_probe_interval_ms / 1000
+        lease_ms = self.config.metadata.node_lease_ms
+        while True:
+            self._loop_lag.expect(interval_s)
+            await asyncio.sleep(interval_s)
+            lag_s = self._loop_lag.woke()
+            if lag_s * 1000 >= lease_ms / 4:
+                log.info(
+                    "node %s: event loop ran %.0f ms late (timer %.0f ms; lease %s ms): "
+                    "that silence is not held against other nodes",
+                    self.node_id, lag_s * 1000, interval_s * 1000, lease_ms,
+                )  # fmt: skip
+
     def _on_decommissioned(self, message: str, *, restarted: bool) -> None:
         """The controller refused this node's registration or heartbeat: it was
         decommissioned. A running node says so once (it hosts nothing and is out of the
@@ -450,9 +483,11 @@ class Broker:
             )
 
     async def _submit_liveness(self, command: Command, *, timeout_s: float) -> ApplyResult:
-        """`submit`, or, on an observer that knows no controller yet (before it is a learner
-        of the metadata quorum, or just restarted), through its `--bootstrap` addresses: the
-        one that is the controller accepts, the others answer NOT_CONTROLLER."""
+        """`submit`, or, on a node that knows no controller yet (an observer before it is a
+        learner of the metadata quorum, or just restarted) or whose controller's recorded
+        client address no longer answers (it restarted elsewhere and has not registered
+        again), through its `--bootstrap` addresses: the one that is the controller
+        accepts, the others answer NOT_CONTROLLER."""
         try:
             return await self.submit(command, timeout_s=timeout_s)
         except NotControllerError:
@@ -470,20 +505,33 @@ class Broker:
 
     def is_fenced(self) -> bool:
         """The metadata shows this node fenced, or its own clock says its lease lapsed."""
+        return self.fence_cause() is not None
+
+    def fence_cause(self) -> str | None:
+        """Why this node is fenced, in words; None while it is not."""
         info = self.metadata.state.node(self.node_id)
         if info is not None and info.fenced:
-            return True
-        return self._lease.lapsed()
+            return "the controller fenced it in the metadata"
+        return self._lease.lapse_cause()
 
     async def _leadership_loop(self) -> None:
         """Partition-leader duties that cannot wait for the next heartbeat: a fenced node
-        hands leadership away; a leader steps its partition's move along."""
+        hands leadership away (rate-limited, stopping once unfenced); a leader steps its
+        partition's move along."""
         # A few ticks: a move's steps each wait for a commit, which takes about that long.
         interval_s = 4 * self.config.tick_interval_ms / 1000
+        logged_cause: str | None = None
         while True:
             await asyncio.sleep(interval_s)
-            if self.is_fenced():
-                self._leadership.step_down_fenced()
+            cause = self.fence_cause()
+            if (cause is None) != (logged_cause is None):
+                log.info(
+                    "node %s: %s", self.node_id,
+                    f"fenced: {cause}" if cause else "unfenced; leadership transfers stop",
+                )  # fmt: skip
+                logged_cause = cause
+            if cause is not None:
+                self._leadership.step_down_fenced(cause)
             else:
                 self._reassignments.drive()
 

@@ -6,11 +6,14 @@ membership change at a time; `--wait` blocks until DescribeTopic shows the new r
 nodes one at a time, then it leaves the metadata quorum; `--wait` blocks until
 DescribeCluster shows it decommissioned (then stop its process).
 
-`cluster up` passes TLS and auth options to every node (`--tls-cert`, `--tls-key`, `--tls-ca`,
-`--peer-tls`, `--auth-tokens`, `--tls-client-ca`, as `raftlog serve` takes them), checked
-first as a node would check them. It waits for a controller as a client of the cluster: over
-TLS trusting `--tls-ca`, with the token file's node token (read in memory, never printed)
-and, where nodes require client certificates, the node certificate.
+`cluster up` on a directory holding a stopped cluster restarts that cluster (its node ids,
+data and security flags; its recorded ports where free, new ones otherwise, said so); a
+different `--nodes` is an error. It passes TLS and auth options to every node (`--tls-cert`,
+`--tls-key`, `--tls-ca`, `--peer-tls`, `--auth-tokens`, `--tls-client-ca`, as `raftlog serve`
+takes them), checked first as a node would check them. It waits for a controller as a
+client of the cluster: over TLS trusting `--tls-ca`, with the token file's node token (read
+in memory, never printed) and, where nodes require client certificates, the node
+certificate.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from raftlog.errors import ConfigError
-from raftlog.local_cluster import LocalCluster
+from raftlog.local_cluster import CLUSTER_FILE, LocalCluster
 
 __all__ = ["add_cluster_parser", "reassign_partition", "wait_for_controller"]
 
@@ -113,8 +116,13 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     decommission.set_defaults(func=_decommission)
 
 
-def wait_for_controller(bootstrap: str, *, timeout_s: float, **client_options: Any) -> int:
-    """Block until some node names a controller that all nodes agree is registered.
+def wait_for_controller(
+    bootstrap: str, *, timeout_s: float, at_bootstrap: bool = False, **client_options: Any
+) -> int:
+    """Block until some node names a controller that all nodes agree is registered; with
+    `at_bootstrap`, registered at their `bootstrap` addresses (a local cluster restarted on
+    new ports: the replayed registrations name the old ones until each node registers again;
+    not behind a port mapping, where nodes register the addresses they see).
 
     `client_options` (tls_ca, token, tls_cert, tls_key) reach the Admin client.
     """
@@ -129,8 +137,12 @@ def wait_for_controller(bootstrap: str, *, timeout_s: float, **client_options: A
                 cluster = admin.describe_cluster()
             finally:
                 admin.close()
-            expected = len(bootstrap.split(","))
-            if cluster.controller_id is not None and len(cluster.nodes) >= expected:
+            addresses = bootstrap.split(",")
+            registered = {node.address for node in cluster.nodes}
+            everyone = (
+                set(addresses) <= registered if at_bootstrap else len(registered) >= len(addresses)
+            )
+            if cluster.controller_id is not None and everyone:
                 return cluster.controller_id
         except Exception as error:
             last_error = error
@@ -186,7 +198,6 @@ def _node_client_options(paths: Mapping[str, Path | None]) -> dict[str, Any]:
 
 def _status_client_options(args: argparse.Namespace) -> dict[str, Any]:
     """Flags, then $RAFTLOG_TOKEN, then what `cluster up` gave the nodes in --dir."""
-    import itertools
     import os
 
     options: dict[str, Any] = {}
@@ -195,12 +206,7 @@ def _status_client_options(args: argparse.Namespace) -> dict[str, Any]:
             flags = LocalCluster.load(args.dir).node_flags
         except FileNotFoundError:
             flags = ()
-        paths = {
-            flag[2:].replace("-", "_"): Path(value)
-            for flag, value in itertools.pairwise(flags)
-            if flag.startswith("--") and not value.startswith("--")
-        }
-        options = _node_client_options(paths)
+        options = _node_client_options(_flag_paths(flags))
     explicit = {
         "tls_ca": args.tls_ca,
         "token": args.token or os.environ.get("RAFTLOG_TOKEN") or None,
@@ -217,17 +223,26 @@ def _up(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"raftlog cluster up: {error}", file=sys.stderr)
         return 2
-    cluster = LocalCluster.create(
-        args.dir,
-        node_count=args.nodes,
-        base_port=args.base_port,
-        node_flags=node_flags,
-        metrics=not args.no_metrics,
-    )
-    print(f"starting {args.nodes} nodes in {args.dir} ...", file=sys.stderr)
+    if (args.dir / CLUSTER_FILE).exists():
+        try:
+            cluster, client = _restart_stopped(args, node_flags, client)
+        except (ValueError, FileNotFoundError) as error:
+            print(f"raftlog cluster up: {error}", file=sys.stderr)
+            return 2
+    else:
+        cluster = LocalCluster.create(
+            args.dir,
+            node_count=args.nodes,
+            base_port=args.base_port,
+            node_flags=node_flags,
+            metrics=not args.no_metrics,
+        )
+        print(f"starting {args.nodes} nodes in {args.dir} ...", file=sys.stderr)
     cluster.start()
     try:
-        controller = wait_for_controller(cluster.bootstrap, timeout_s=args.timeout, **client)
+        controller = wait_for_controller(
+            cluster.bootstrap, timeout_s=args.timeout, at_bootstrap=True, **client
+        )
     except TimeoutError as error:
         cluster.stop()
         print(f"raftlog cluster up: {error}; logs in {args.dir}/node-*.log", file=sys.stderr)
@@ -243,6 +258,37 @@ def _up(args: argparse.Namespace) -> int:
     print(f"kafka: {cluster.kafka_bootstrap}")
     print(cluster.bootstrap)
     return 0
+
+
+def _restart_stopped(
+    args: argparse.Namespace, node_flags: tuple[str, ...], client: dict[str, Any]
+) -> tuple[LocalCluster, dict[str, Any]]:
+    """The stopped cluster of --dir, ready to start again (its ids, data and ports where free),
+    and how this command talks to it. Security flags given now replace the recorded ones."""
+    if args.base_port is not None:
+        raise ValueError(f"--base-port: {args.dir} holds a cluster with its own ports")
+    cluster, moved = LocalCluster.restart_stopped(args.dir, node_count=args.nodes)
+    if node_flags:
+        cluster.node_flags = node_flags
+        cluster.save()
+    else:
+        client = _node_client_options(_flag_paths(cluster.node_flags))
+    ids = ", ".join(str(node_id) for node_id in sorted(cluster.nodes))
+    print(f"restarting the stopped cluster in {args.dir} (nodes {ids}) ...", file=sys.stderr)
+    for line in moved:
+        print(f"  {line}", file=sys.stderr)
+    return cluster, client
+
+
+def _flag_paths(flags: tuple[str, ...]) -> dict[str, Path]:
+    """The file options among node flags (`--tls-ca PATH` -> {"tls_ca": PATH})."""
+    import itertools
+
+    return {
+        flag[2:].replace("-", "_"): Path(value)
+        for flag, value in itertools.pairwise(flags)
+        if flag.startswith("--") and not value.startswith("--")
+    }
 
 
 def _down(args: argparse.Namespace) -> int:

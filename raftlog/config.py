@@ -254,6 +254,12 @@ class MetadataConfig:
     # A node whose last heartbeat is this old is fenced; nodes heartbeat several times a lease.
     node_lease_ms: int = 6000
     node_heartbeat_interval_ms: int = 1500
+    # How often a node measures its event loop's lag (a timer's lateness): the controller
+    # takes that lag out of the silence it fences for (raftlog.runtime.leases).
+    loop_lag_probe_interval_ms: int = 100
+    # A fenced node hands away at most this many partition leaderships per second, and stops
+    # as soon as it is unfenced: a slow node must not add a storm of elections to its load.
+    fenced_transfers_per_s_max: int = 20
     # A metadata read (Metadata, DescribeTopic, ...) reaching a node whose copy has not caught
     # up since it started waits this long for it, then is refused (retriable NOT_CONTROLLER).
     catch_up_wait_ms: int = 3000
@@ -285,6 +291,12 @@ class MetadataConfig:
             self.node_heartbeat_interval_ms < self.node_lease_ms,
             "node_heartbeat_interval_ms",
             f"must be below node_lease_ms ({self.node_heartbeat_interval_ms} >= "
+            f"{self.node_lease_ms})",
+        )
+        _require(
+            self.loop_lag_probe_interval_ms < self.node_lease_ms,
+            "loop_lag_probe_interval_ms",
+            f"must be below node_lease_ms ({self.loop_lag_probe_interval_ms} >= "
             f"{self.node_lease_ms})",
         )
         _require(
@@ -346,6 +358,10 @@ class NodeConfig:
     # for a second, so a stalling disk does not stall the loop.
     sync_on_loop_bytes_max: int = 256 * KIB
     sync_on_loop_slow_ms: int = 5
+    # Partition groups a node creates in one go (a topic created, a restart): the rest wait
+    # for the next turn of the event loop, so heartbeats and the groups already running are
+    # served in between (opening a group's storage costs an fsync or two).
+    replica_creates_per_turn_max: int = 32
     # How often each partition checks retention (whole segments, by bytes and age).
     retention_check_interval_ms: int = 5000
     # The scrubber (raftlog.runtime.scrubber) re-reads every closed segment in the background
@@ -402,6 +418,11 @@ class NodeConfig:
             self.retention_check_interval_ms > 0,
             "retention_check_interval_ms",
             "must be positive",
+        )
+        _require(
+            self.replica_creates_per_turn_max > 0,
+            "replica_creates_per_turn_max",
+            f"must be positive, got {self.replica_creates_per_turn_max}",
         )
         _require(self.scrub_bytes_per_s >= 0, "scrub_bytes_per_s", "must be >= 0 (0: off)")
         _require(self.scrub_chunk_bytes > 0, "scrub_chunk_bytes", "must be positive")

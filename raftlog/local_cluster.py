@@ -10,8 +10,11 @@ when started without metrics) and its Kafka port `base_port + 150 + N` (`kafka_p
 `node_flags`, the flags
 every node starts with (TLS and auth options: file paths only, never a secret), so a node
 restarted by a later command or the chaos suite comes back with the same security.
-`add_observer` adds a node outside the metadata quorum's voters (`--peers`): it starts with
-`--bootstrap` set to the voters' client addresses.
+`add_observer` adds a node outside the metadata quorum's voters (`--peers`); every node starts
+with `--bootstrap` set to the voters' client addresses (an observer registers through them; a
+voter falls back to them when the controller's recorded address no longer answers).
+`restart_stopped` brings a stopped cluster of `DIR` back: the same node ids and data, each
+node on its recorded ports where they are free, on new ones otherwise.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-__all__ = ["LocalCluster", "NodeProcess", "free_port_base"]
+__all__ = ["CLUSTER_FILE", "LocalCluster", "NodeProcess", "free_port_base"]
 
 CLUSTER_FILE = "cluster.json"
 RAFT_PORT_OFFSET = 100
@@ -199,6 +202,38 @@ class LocalCluster:
         self.save()
         return node
 
+    @classmethod
+    def restart_stopped(cls, directory: Path, *, node_count: int) -> tuple[LocalCluster, list[str]]:
+        """The stopped cluster recorded in `directory`, each node on its recorded ports where
+        all are free, else on new free ones (its node then registers its new addresses and
+        the others dial them); with what moved, in words. Raises ValueError when `node_count`
+        is not its voter count or a node of it still runs."""
+        cluster = cls.load(directory)
+        voters = [n for n in cluster.nodes.values() if not n.observer]
+        if len(voters) != node_count:
+            raise ValueError(
+                f"--nodes {node_count}: {directory} holds a cluster of {len(voters)} voter "
+                f"nodes ({sorted(n.node_id for n in voters)}); start it with --nodes "
+                f"{len(voters)}, or use another --dir"
+            )
+        running = sorted(n.node_id for n in cluster.nodes.values() if cluster.is_running(n.node_id))
+        if running:
+            raise ValueError(f"{directory}: nodes {running} still run; `cluster down` first")
+        moved = []
+        taken = {p for n in cluster.nodes.values() for p in _ports(n)}
+        for node in cluster.nodes.values():
+            if all(_port_free(port) for port in _ports(node)):
+                continue
+            old = "/".join(str(port) for port in _ports(node))
+            base = _free_port_base_outside(taken)
+            node.client_port, node.raft_port = base + 1, base + 1 + RAFT_PORT_OFFSET
+            node.metrics_port = base + 1 + METRICS_PORT_OFFSET if node.metrics_port else 0
+            taken |= set(_ports(node))
+            new = "/".join(str(port) for port in _ports(node))
+            moved.append(f"node {node.node_id} moved from ports {old} (taken) to {new}")
+        cluster.save()
+        return cluster, moved
+
     def save(self) -> None:
         data = {
             "cluster_id": self.cluster_id,
@@ -230,7 +265,7 @@ class LocalCluster:
             "--cluster-id",
             self.cluster_id,
             *self.node_flags,
-            *(("--bootstrap", self._voter_addresses()) if node.observer else ()),
+            *("--bootstrap", self._voter_addresses()),
             *(("--metrics-listen", node.metrics_address) if node.metrics_port else ()),
             *(("--kafka-listen", f"127.0.0.1:{node.kafka_port}") if node.kafka_port else ()),
             *extra,
@@ -298,6 +333,23 @@ class LocalCluster:
     def is_running(self, node_id: int) -> bool:
         pid = self.nodes[node_id].pid
         return bool(pid) and _alive(pid)
+
+
+def _ports(node: NodeProcess) -> tuple[int, ...]:
+    """The ports `node` listens on: client, raft, and metrics when it serves them."""
+    return (node.client_port, node.raft_port) + ((node.metrics_port,) if node.metrics_port else ())
+
+
+def _free_port_base_outside(excluded: set[int]) -> int:
+    """A base for one node (client base+1, raft and metrics twins) free now and outside
+    `excluded` (ports of stopped nodes of the same cluster, free now but theirs)."""
+    start = 10000
+    while True:
+        base = free_port_base(1, start=start)
+        offsets = (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET)
+        if not excluded & {base + 1 + offset for offset in offsets}:
+            return base
+        start = base + 200
 
 
 def _alive(pid: int) -> bool:

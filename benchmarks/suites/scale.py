@@ -101,38 +101,49 @@ def leader_epochs(cluster: LocalCluster, topic: str, partitions: int) -> dict[in
     return epochs
 
 
-def wait_leaders_settled(cluster: LocalCluster, topic: str, *, quick: bool) -> dict[int, int]:
+def wait_leaders_settled(
+    cluster: LocalCluster, topic: str, *, quick: bool, partitions: int = PARTITIONS
+) -> dict[int, int]:
     """Leader epochs once every partition is served or the served set stopped growing."""
     deadline = time.monotonic() + (60.0 if quick else 300.0)
-    epochs = leader_epochs(cluster, topic, PARTITIONS)
+    epochs = leader_epochs(cluster, topic, partitions)
     last_growth = time.monotonic()
-    while len(epochs) < PARTITIONS and time.monotonic() < deadline:
+    while len(epochs) < partitions and time.monotonic() < deadline:
         if time.monotonic() - last_growth > LEADERS_STABLE_S[quick]:
             break
         time.sleep(2.0)
-        now = leader_epochs(cluster, topic, PARTITIONS)
+        now = leader_epochs(cluster, topic, partitions)
         if len(now) > len(epochs):
             last_growth = time.monotonic()
         epochs = now
-    print(f"   {len(epochs)} of {PARTITIONS} partitions served by a leader", flush=True)
+    print(f"   {len(epochs)} of {partitions} partitions served by a leader", flush=True)
     return epochs
 
 
-def idle_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
-    with running_cluster(out_dir / "idle-work") as cluster, Admin(cluster.bootstrap) as admin:
+def idle_metrics(
+    out_dir: pathlib.Path,
+    *,
+    quick: bool,
+    partitions: int = PARTITIONS,
+    work_name: str = "idle-work",
+    window_s: float = IDLE_WINDOW_S,
+) -> dict[str, float]:
+    """The idle figures of one fresh cluster with one topic of `partitions` (named with
+    that count); its node logs are kept in `out_dir/<work_name>-logs`."""
+    with running_cluster(out_dir / work_name) as cluster, Admin(cluster.bootstrap) as admin:
         started = time.monotonic()
-        create_topic(admin, "idle", partitions=PARTITIONS, wait=False)
-        before = wait_leaders_settled(cluster, "idle", quick=quick)
+        create_topic(admin, "idle", partitions=partitions, wait=False)
+        before = wait_leaders_settled(cluster, "idle", quick=quick, partitions=partitions)
         settled_s = time.monotonic() - started
-        all_elected_s = settled_s if len(before) == PARTITIONS else float("nan")
+        all_elected_s = settled_s if len(before) == partitions else float("nan")
         time.sleep(SETTLE_S)
         pids = node_pids(cluster)
         cpu_before = {node: cpu_seconds(pid) for node, pid in pids.items()}
         window_started = time.monotonic()
-        time.sleep(IDLE_WINDOW_S)
+        time.sleep(window_s)
         elapsed_s = time.monotonic() - window_started
         cpu_after = {node: cpu_seconds(pid) for node, pid in pids.items()}
-        after = leader_epochs(cluster, "idle", PARTITIONS)
+        after = leader_epochs(cluster, "idle", partitions)
         alive = sum(cluster.is_running(node) for node in pids)
     cores = {node: (cpu_after[node] - cpu_before[node]) / elapsed_s for node in pids}
     print(f"   idle CPU cores per node: {cores}", flush=True)
@@ -140,17 +151,18 @@ def idle_metrics(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
     # partition first led inside the window means elections had not settled.
     elections = sum(after.get(p, epoch) - epoch for p, epoch in before.items())
     newly_led = len(set(after) - set(before))
-    return {
-        "idle_cpu_cores_per_node_1000_partitions": sum(cores.values()) / len(cores),
-        "idle_cpu_cores_max_node_1000_partitions": max(cores.values()),
-        "spurious_elections_1000_partitions": float(elections),
-        "partitions_led_1000_partitions": float(len(after)),
-        "partitions_newly_led_in_window_1000_partitions": float(newly_led),
-        "leaders_settled_s_1000_partitions": settled_s,
+    figures = {
+        "idle_cpu_cores_per_node": sum(cores.values()) / len(cores),
+        "idle_cpu_cores_max_node": max(cores.values()),
+        "spurious_elections": float(elections),
+        "partitions_led": float(len(after)),
+        "partitions_newly_led_in_window": float(newly_led),
+        "leaders_settled_s": settled_s,
         # Until every partition was served (NaN: some never were before the suite gave up).
-        "leaders_all_elected_s_1000_partitions": all_elected_s,
-        "nodes_alive_after_idle_1000_partitions": float(alive),
+        "leaders_all_elected_s": all_elected_s,
+        "nodes_alive_after_idle": float(alive),
     }
+    return {f"{name}_{partitions}_partitions": value for name, value in figures.items()}
 
 
 def drop_page_cache(directory: pathlib.Path) -> None:

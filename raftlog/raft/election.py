@@ -63,6 +63,13 @@ def tick_election(node: RaftNode) -> None:
     timed_out = node.election_elapsed_ticks >= node.randomized_election_timeout_ticks
     if timed_out and node.is_voter():
         if repair.may_vote_or_campaign(node):
+            voters = node.membership_history.current.voters - {node.node_id}
+            node.role_cause = (
+                f"election timer: no leader heard for {node.election_elapsed_ticks} ticks "
+                f"(randomized timeout {node.randomized_election_timeout_ticks} ticks; "
+                f"last leader {node.current_leader}, unreachable voters "
+                f"{sorted(voters - node.reachable_peers)})"
+            )
             start_election(node, transfer=False)
         else:
             repair.ask_around(node)
@@ -78,6 +85,10 @@ def tick_leader(node: RaftNode) -> None:
     if node.election_elapsed_ticks >= node.config.election_timeout_ticks:
         node.election_elapsed_ticks = 0
         if node.config.check_quorum and not _quorum_active(node):
+            node.role_cause = (
+                f"check-quorum timer: a majority of voters not heard from within "
+                f"{node.config.election_timeout_ticks} ticks"
+            )
             node.become_follower(node.current_term, None)
             return
         node.lead_transferee = None  # §3.10: a transfer that took an election timeout failed
@@ -141,8 +152,15 @@ def _tally(node: RaftNode, *, pre_vote: bool) -> bool:
         if pre_vote:
             _campaign_for_real(node, transfer=False)
         else:
+            granted = sorted(voter for voter, vote in node.votes.items() if vote)
+            node.role_cause = f"won the election of term {node.current_term}, votes {granted}"
             node.become_leader()
     elif result is VoteResult.LOST:
+        refused = sorted(voter for voter, vote in node.votes.items() if not vote)
+        kind, term = (
+            ("pre-vote", node.current_term + 1) if pre_vote else ("election", node.current_term)
+        )
+        node.role_cause = f"lost the {kind} of term {term}, refused by {refused}"
         node.become_follower(node.current_term, None)
     return result is not VoteResult.PENDING
 
@@ -159,6 +177,7 @@ def in_lease(node: RaftNode) -> bool:
 def check_term(node: RaftNode, message: Message) -> bool:
     """Apply Raft §5.1's term rules to an incoming message; False when it is dropped."""
     if message.term > node.current_term:
+        cause = f"term {message.term} from node {message.sender} ({type(message).__name__})"
         match message:
             case VoteRequest() if in_lease(node) and not message.transfer:
                 _reject_vote(node, message)
@@ -168,6 +187,7 @@ def check_term(node: RaftNode, message: Message) -> bool:
             case VoteResponse(pre_vote=True, granted=True):
                 pass  # granted pre-votes carry the term we would campaign in
             case AppendRequest() | HeartbeatRequest() | SnapshotRequest():
+                node.role_cause = cause
                 node.become_follower(message.term, message.sender)
             case VoteRequest():
                 # Figure 2: only a leader's append or a granted vote restarts the election
@@ -175,9 +195,11 @@ def check_term(node: RaftNode, message: Message) -> bool:
                 # with a stale log that times out faster keep a up-to-date one from ever
                 # campaigning (a livelock without pre-vote).
                 elapsed_ticks = node.election_elapsed_ticks
+                node.role_cause = cause
                 node.become_follower(message.term, None)
                 node.election_elapsed_ticks = elapsed_ticks
             case _:
+                node.role_cause = cause
                 node.become_follower(message.term, None)
         return True
     if message.term < node.current_term:
@@ -257,6 +279,7 @@ def on_timeout_now(node: RaftNode, message: TimeoutNow) -> None:
     if not repair.may_vote_or_campaign(node):
         return  # the leader will time the transfer out and pick another
     assert message.term == node.current_term
+    node.role_cause = f"TimeoutNow from node {message.sender} (leadership transfer)"
     start_election(node, transfer=True)
 
 

@@ -50,6 +50,8 @@ def from_other_leader(node: RaftNode) -> bool:
 def _heard_from_leader(node: RaftNode, leader: NodeId) -> None:
     """A current-term leader spoke: follow it and restart the election timer."""
     assert node.current_role is not Role.LEADER, "two leaders in one term (Raft §5.2)"
+    if node.current_leader != leader:
+        node.role_cause = f"node {leader} leads term {node.current_term} (its append arrived)"
     if node.current_role is not Role.FOLLOWER and node.current_role is not Role.LEARNER:
         node.become_follower(node.current_term, leader)
     node.current_leader = leader

@@ -96,6 +96,9 @@ class RaftNode:
         self.votes: dict[NodeId, bool] = {}
         self.progress: dict[NodeId, Progress] = {}
         self.lead_transferee: NodeId | None = None
+        # Why the role or term last changed, in words (which timer, which peer, how late),
+        # for the runtime's one log line per leadership change.
+        self.role_cause = "start"
         self.term_start_offset: Offset = NO_OFFSET  # offset of this leader's NOOP
         self.uncommitted: deque[tuple[Offset, int]] = deque()  # (last offset, bytes)
         self.uncommitted_bytes = 0
@@ -284,6 +287,7 @@ class RaftNode:
         elif self.current_role in (Role.FOLLOWER, Role.LEARNER):
             self.current_role = self._follower_role()
         elif not self.is_voter():
+            self.role_cause = "removed from the voters while campaigning"
             self.become_follower(self.current_term, None)  # a removed candidate gives up
 
     def append_as_leader(self, entry: Entry) -> None:
@@ -378,6 +382,7 @@ class RaftNode:
         if self.current_role is Role.LEADER or not self.is_voter() or self.repairing:
             return
         self._wake_if_quiesced()
+        self.role_cause = "campaign asked by the runtime"
         election.start_election(self, transfer=False)
 
     def transfer_leadership(self, to: NodeId) -> None:

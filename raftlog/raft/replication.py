@@ -280,6 +280,7 @@ def _commit_to(node: RaftNode, offset: Offset) -> None:
         # Dissertation §4.2.2: a leader removed by a change steps down once it commits,
         # after telling the others the change is committed.
         bcast_append(node)
+        node.role_cause = "removed from the voters by a committed membership change"
         node.become_follower(node.current_term, None)
 
 

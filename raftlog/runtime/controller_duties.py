@@ -80,7 +80,14 @@ class ControllerDuties:
             int(group.node.term), [n.node_id for n in state.nodes()], now
         )
         for command in fences_by_silence(state, silent_ms, self._config.node_lease_ms):
-            log.warning("node %s: fencing node %s (lease expired)", self._node_id, command.node_id)
+            silence_ms = silent_ms[command.node_id]
+            log.warning(
+                "node %s: fencing node %s: lease timer: silent %s ms of loop time, %s ms past "
+                "its %s ms lease (this controller's own loop lag so far: %.0f ms, not counted)",
+                self._node_id, command.node_id, silence_ms,
+                silence_ms - self._config.node_lease_ms, self._config.node_lease_ms,
+                self._watch.loop_lag_ms(),
+            )  # fmt: skip
             await self._submit_quietly(command)
         self._add_metadata_learners()
         await self._decommission_step(silent_ms)

@@ -3,7 +3,8 @@
 - A partition leader reports itself (`ReportLeader`) so the metadata routes clients to it,
   and re-reports what the metadata does not show yet (a report made right after an election
   can be lost with the controller it was forwarded to).
-- A fenced node transfers each leadership away (Raft §3.10), preferring an in-sync voter.
+- A fenced node transfers its leaderships away (Raft §3.10), preferring an in-sync voter, at
+  a bounded rate, and stops as soon as it is unfenced.
 - A leader hands leadership back to the preferred replica once it is in sync (Kafka's ISR
   rule, `RaftNode.is_in_sync`), so leadership that piled up on survivors spreads again.
 """
@@ -19,6 +20,7 @@ from raftlog.errors import RaftlogError
 from raftlog.metadata import ApplyResult, Command, MetadataState, ReportLeader
 from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.types import Role
+from raftlog.runtime.clock import MonotonicClock
 from raftlog.runtime.group import RaftGroup
 from raftlog.types import GroupId, NodeId, PartitionId
 
@@ -41,8 +43,16 @@ class LeadershipMoves:
         rng: random.Random,
         submit: Callable[..., Awaitable[ApplyResult]],
         spawn: Callable[[Awaitable[None], str], None],
+        clock: MonotonicClock,
+        fenced_transfers_per_s_max: int,
     ) -> None:
+        assert fenced_transfers_per_s_max > 0, fenced_transfers_per_s_max
         self._node_id = node_id
+        self._clock = clock
+        self._transfers_per_s_max = fenced_transfers_per_s_max
+        # A token bucket of fenced transfers, refilled at the rate, holding a second's worth.
+        self._transfer_budget = float(fenced_transfers_per_s_max)
+        self._budget_at = clock.monotonic()
         self._metadata = metadata
         self._replicas = replicas
         self._replicas_by_group = replicas_by_group
@@ -58,13 +68,14 @@ class LeadershipMoves:
         node = group.node
         log.log(
             logging.DEBUG if quiet else logging.INFO,
-            "node %s: %s-%s is now %s in term %s (leader %s)",
+            "node %s: %s-%s is now %s in term %s (leader %s); cause: %s",
             self._node_id,
             replica.topic,
             replica.partition,
             node.role.value,
             node.term,
             node.leader_id,
+            node.role_cause,
         )
         if node.role is not Role.LEADER:
             return
@@ -98,12 +109,24 @@ class LeadershipMoves:
                 continue
             self.on_leadership_change(replica.group, quiet=True)
 
-    def step_down_fenced(self) -> None:
-        """Transfer each partition this fenced node leads to a voter the metadata shows
-        alive, one in sync if there is one (Raft §3.10; the core aborts a transfer that does
-        not finish in time)."""
+    def step_down_fenced(self, cause: str) -> None:
+        """Transfer partitions this fenced node leads to a voter the metadata shows alive,
+        one in sync if there is one (Raft §3.10; the core aborts a transfer that does not
+        finish in time), at most `metadata.fenced_transfers_per_s_max` a second.
+
+        No mass handoff: a node fenced because it was slow must not add an election per
+        partition to its own and its peers' load (that load fences more nodes). The caller
+        stops calling as soon as the node is unfenced, so what is left stays put."""
+        now = self._clock.monotonic()
+        self._transfer_budget = min(
+            float(self._transfers_per_s_max),
+            self._transfer_budget + (now - self._budget_at) * self._transfers_per_s_max,
+        )
+        self._budget_at = now
         state = self._metadata()
         for replica in self._replicas.values():
+            if self._transfer_budget < 1:
+                return
             node = replica.group.node
             if node.role is not Role.LEADER or node.lead_transferee is not None:
                 continue
@@ -117,12 +140,16 @@ class LeadershipMoves:
             # An in-sync voter takes over in a round trip; another only after catching up.
             in_sync = [n for n in candidates if node.is_in_sync(n)]
             to = self._rng.choice(in_sync or candidates)
+            self._transfer_budget -= 1
             log.info(
-                "node %s: fenced; handing %s-%s to node %s",
+                "node %s: fenced (%s); handing %s-%s to node %s (%s, %d/s at most)",
                 self._node_id,
+                cause,
                 replica.topic,
                 replica.partition,
                 to,
+                "in sync" if to in in_sync else "catching up first",
+                self._transfers_per_s_max,
             )
             with contextlib.suppress(RaftlogError):
                 node.transfer_leadership(to)

@@ -6,6 +6,15 @@ voters are the assigned replicas, written once next to the group's log; a node j
 through a move starts with none and learns the membership from the leader), removes and
 deletes those of deleted topics and the copies a completed move took away, and tells the
 transport where peers live.
+
+Peer addresses. The voters' addresses this node was started with (`--peers`) are
+authoritative for the metadata quorum, as KRaft's `controller.quorum.voters`: the replayed
+metadata records where each node was at its last registration, which after a restart on new
+addresses (a container or pod recreated, a local cluster restarted on other ports) is stale,
+and dialing it the voters would never reach one another. A registration committed after this
+node caught up (applied its own registration of this start) is newer than `--peers`,
+though: a voter that moved while this node ran announces itself so, and is dialed there with
+no manual step.
 """
 
 from __future__ import annotations
@@ -59,7 +68,11 @@ class Reconciler:
         host: GroupHost,
         update_peers: Callable[[dict[NodeId, tuple[str, int]]], None],
         on_leadership_change: Callable[[RaftGroup], None],
+        caught_up: Callable[[], bool],
+        creates_per_turn_max: int,
+        call_soon: Callable[[Callable[[], None]], object],
     ) -> None:
+        assert creates_per_turn_max > 0, creates_per_turn_max
         self._node_id = node_id
         self._data_dir = data_dir
         self._log_config = log_config
@@ -69,14 +82,28 @@ class Reconciler:
         self._host = host
         self._update_peers = update_peers
         self._on_leadership_change = on_leadership_change
+        self._caught_up = caught_up
+        self._creates_per_turn_max = creates_per_turn_max
+        self._call_soon = call_soon
+        self._more_scheduled = False
+        # Each node's (incarnation, raft address) when this node caught up: a registration
+        # differing from it was committed since, so it is newer than --peers.
+        self._registered_at_catch_up: dict[NodeId, tuple[int, str]] | None = None
         self.replicas: dict[tuple[str, int], PartitionReplica] = {}
         self.replicas_by_group: dict[GroupId, PartitionReplica] = {}
 
     def reconcile(self) -> None:
-        """Make the hosted partition groups and known peers match the metadata state."""
+        """Make the hosted partition groups and known peers match the metadata state; at
+        most `creates_per_turn_max` new groups now, the rest on later turns of the loop."""
         state = self._metadata()
         wanted = state.group_ids_for_node(self._node_id)
-        for group_id in sorted(wanted - self.replicas_by_group.keys()):
+        missing = sorted(wanted - self.replicas_by_group.keys())
+        if self._more_scheduled:
+            missing = []  # this turn made its share; the follow-up makes the next
+        elif len(missing) > self._creates_per_turn_max:
+            self._more_scheduled = True
+            self._call_soon(self._reconcile_more)
+        for group_id in missing[: self._creates_per_turn_max]:
             info = state.partition_by_group(group_id)
             assert info is not None
             # A node joining through a move starts with no voters at all: it must not vote
@@ -86,14 +113,34 @@ class Reconciler:
             self._create_replica(info.topic, int(info.partition), group_id, voters)
         for group_id in sorted(self.replicas_by_group.keys() - wanted):
             self._remove_replica(group_id)
-        peers = {}
-        for node in state.nodes():
-            if node.node_id != self._node_id:
-                peers[node.node_id] = parse_address(node.raft_address, setting="raft_address")
+        self._update_peers(self._peer_addresses(state))
+
+    def _peer_addresses(self, state: MetadataState) -> dict[NodeId, tuple[str, int]]:
+        """Every other node's raft address: registrations, overridden for the voters by
+        --peers unless the voter registered again since this node caught up."""
+        registered = {node.node_id: (node.incarnation, node.raft_address) for node in state.nodes()}
+        if self._registered_at_catch_up is None and self._caught_up():
+            self._registered_at_catch_up = dict(registered)
+        baseline = self._registered_at_catch_up
+        peers = {
+            node_id: parse_address(raft_address, setting="raft_address")
+            for node_id, (_, raft_address) in registered.items()
+            if node_id != self._node_id
+        }
         for node_id, address in self._bootstrap_peers.items():
-            if node_id != self._node_id:
-                peers.setdefault(node_id, address)
-        self._update_peers(peers)
+            moved_since = (
+                baseline is not None
+                and node_id in registered
+                and registered[node_id] != baseline.get(node_id)
+            )
+            if node_id != self._node_id and not moved_since:
+                peers[node_id] = address
+        assert self._node_id not in peers, peers
+        return peers
+
+    def _reconcile_more(self) -> None:
+        self._more_scheduled = False
+        self.reconcile()
 
     def apply_retention(self, now_ms: int) -> None:
         """Drop what each hosted partition's retention settings let go (`policy.py`)."""

@@ -28,7 +28,7 @@ from raftlog.raft.types import Entry, Membership, Role, Snapshot
 from raftlog.runtime.clock import FakeMonotonicClock
 from raftlog.runtime.controller_duties import ControllerDuties
 from raftlog.runtime.group import RaftGroup
-from raftlog.runtime.leases import ControllerWatch, NodeLease
+from raftlog.runtime.leases import ControllerWatch, LoopLagMeter, NodeLease
 from raftlog.runtime.settings import BrokerSettings
 from raftlog.types import GroupId, NodeId
 
@@ -148,7 +148,8 @@ class _Controller:
         self.clock = FakeMonotonicClock()
         self.state = _registered(*nodes)
         self.submitted: list[Command] = []
-        self.watch = ControllerWatch(self.clock)
+        self.loop_lag = LoopLagMeter(self.clock)
+        self.watch = ControllerWatch(self.clock, loop_lag=self.loop_lag)
         group = _leader_group()
         metadata = metadata or MetadataConfig(
             node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100, auto_rebalance=False
@@ -188,6 +189,66 @@ def test_the_controller_fences_a_node_silent_for_a_lease_and_no_sooner() -> None
     assert controller.run() == []  # fenced once
     controller.clock.advance(0.6)
     assert controller.run() == [N1, N3]
+
+
+def _on_time_passes(controller: _Controller, seconds: float, *heartbeating: NodeId) -> list[NodeId]:
+    """Every 100 ms: the loop-lag timer fires on time, `heartbeating` nodes' heartbeats
+    arrive, the controller runs its pass; the nodes fenced meanwhile."""
+    fenced = []
+    for _ in range(round(seconds / 0.1)):
+        controller.loop_lag.expect(0.1)
+        controller.clock.advance(0.1)
+        assert controller.loop_lag.woke() == 0.0
+        for node in heartbeating:
+            controller.watch.heard(node)
+        fenced += controller.run()
+    return fenced
+
+
+def test_a_controller_whose_own_loop_was_late_fences_nobody() -> None:
+    controller = _Controller(N1, N2, N3)
+    assert _on_time_passes(controller, 2.0, N1, N2, N3) == []
+    # The controller's loop stalls for 1.5 leases: every heartbeat sent meanwhile sits
+    # unread in its sockets. When it runs again, its pass may come before its lag timer.
+    controller.loop_lag.expect(0.1)
+    controller.clock.advance(1.5)
+    assert controller.run() == []
+    assert abs(controller.loop_lag.woke() - 1.4) < 1e-9
+    assert controller.run() == []
+    # The queued heartbeats are read now: nobody was ever silent for a lease of loop time.
+    for node in (N1, N2, N3):
+        controller.watch.heard(node)
+    assert _on_time_passes(controller, 3.0, N1, N2, N3) == []
+    assert controller.state.alive_node_ids() == (N1, N2, N3)
+
+
+def test_a_node_whose_heartbeats_arrive_late_but_arrive_is_not_fenced() -> None:
+    controller = _Controller(N1, N2, N3)
+    fenced = []
+    for _ in range(20):  # node 2's heartbeats come 900 ms apart, a lease is 1000 ms
+        fenced += _on_time_passes(controller, 0.9, N1, N3)
+        controller.watch.heard(N2)
+        fenced += controller.run()
+    assert fenced == []
+    assert controller.state.alive_node_ids() == (N1, N2, N3)
+
+
+def test_a_really_silent_node_is_fenced_within_its_lease() -> None:
+    controller = _Controller(N1, N2, N3)
+    assert _on_time_passes(controller, 0.5, N1, N2, N3) == []
+    # Node 2 falls silent; the controller's loop is on time: fenced at exactly one lease.
+    assert _on_time_passes(controller, 0.9, N1, N3) == []
+    assert _on_time_passes(controller, 0.1, N1, N3) == [N2]
+    # Node 3 falls silent while the controller's timers each run 50 ms late: it is fenced
+    # after its lease of loop time (10 passes), its silence excused by that lateness alone.
+    fenced_at: list[int] = []
+    for step in range(1, 13):
+        controller.loop_lag.expect(0.1)
+        controller.clock.advance(0.15)
+        assert abs(controller.loop_lag.woke() - 0.05) < 1e-9
+        controller.watch.heard(N1)
+        fenced_at += [step] if controller.run() == [N3] else []
+    assert fenced_at == [10]  # 1500 ms of wall time, 1000 ms of loop time
 
 
 def test_a_broker_reads_its_lease_on_the_clock_it_was_given(tmp_path: Path) -> None:

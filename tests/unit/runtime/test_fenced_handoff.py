@@ -1,0 +1,93 @@
+"""A fenced node hands its partition leaderships away at a bounded rate, on a fake clock
+(raftlog.runtime.leadership.LeadershipMoves.step_down_fenced): no mass handoff, and every
+handoff names its cause in the log. Real Raft groups of three voters, real partition
+replicas; messages are delivered by hand, so transfers stay under way while counted."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable
+
+import pytest
+
+from raftlog.metadata import ApplyResult, MetadataState, RegisterNode
+from raftlog.metadata.commands import encode_command
+from raftlog.partition.replica import PartitionReplica
+from raftlog.raft.types import Role
+from raftlog.runtime.clock import FakeMonotonicClock
+from raftlog.runtime.leadership import LeadershipMoves
+from tests.unit.partition.replica_groups import LEADER, NODES, ReplicaGroups
+
+FENCED = LEADER
+PARTITIONS = 60
+RATE_PER_S = 20
+
+
+def _partition_led_by_node_1(partition: int) -> PartitionReplica:
+    replica = ReplicaGroups(topic="t", partition=partition).replicas[FENCED]
+    assert replica.group.node.role is Role.LEADER
+    return replica
+
+
+def _alive_metadata() -> MetadataState:
+    state = MetadataState("cluster-a")
+    for n in NODES:
+        command = RegisterNode(n, f"n{n}:1", f"n{n}:2", 1, 1_000)
+        assert state.apply(state.applied_offset + 1, encode_command(command)).ok
+    return state
+
+
+async def _no_submit(*args: object, **kwargs: object) -> ApplyResult:
+    raise AssertionError("a fenced handoff submits nothing")
+
+
+def _no_spawn(awaitable: Awaitable[None], name: str) -> None:
+    raise AssertionError(f"a fenced handoff spawns nothing ({name})")
+
+
+def _moves(clock: FakeMonotonicClock) -> tuple[LeadershipMoves, list[PartitionReplica]]:
+    replicas = [_partition_led_by_node_1(p) for p in range(PARTITIONS)]
+    state = _alive_metadata()
+    moves = LeadershipMoves(
+        node_id=FENCED,
+        metadata=lambda: state,
+        replicas={(r.topic, r.partition): r for r in replicas},
+        replicas_by_group={r.group.group_id: r for r in replicas},
+        rng=random.Random(7),
+        submit=_no_submit,
+        spawn=_no_spawn,
+        clock=clock,
+        fenced_transfers_per_s_max=RATE_PER_S,
+    )
+    return moves, replicas
+
+
+def _transferring(replicas: list[PartitionReplica]) -> int:
+    return sum(1 for r in replicas if r.group.node.lead_transferee is not None)
+
+
+def test_a_fenced_node_hands_its_leaderships_away_at_a_bounded_rate(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeMonotonicClock()
+    moves, replicas = _moves(clock)
+    cause = "own lease timer: 120 ms past its 6000 ms lease"
+    with caplog.at_level(logging.INFO, logger="raftlog.runtime.leadership"):
+        moves.step_down_fenced(cause)
+    assert _transferring(replicas) == RATE_PER_S  # one second's worth at once, no more
+    handoffs = [r.getMessage() for r in caplog.records if "handing" in r.getMessage()]
+    assert len(handoffs) == RATE_PER_S
+    assert all(cause in line and "\n" not in line for line in handoffs), handoffs[0]
+    moves.step_down_fenced(cause)
+    assert _transferring(replicas) == RATE_PER_S  # the same instant: the bucket is empty
+    clock.advance(0.5)
+    moves.step_down_fenced(cause)
+    assert _transferring(replicas) == RATE_PER_S + RATE_PER_S // 2
+    # Idle for a minute: the bucket holds a second's worth again, never a minute's.
+    clock.advance(60.0)
+    moves.step_down_fenced(cause)
+    assert _transferring(replicas) == 2 * RATE_PER_S + RATE_PER_S // 2
+    clock.advance(1.0)
+    moves.step_down_fenced(cause)
+    assert _transferring(replicas) == PARTITIONS  # every one under way, at 20 a second

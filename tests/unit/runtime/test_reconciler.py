@@ -1,0 +1,104 @@
+"""The reconciler (raftlog.runtime.reconcile.Reconciler): which raft address a node dials for
+each peer, and how fast it creates the partition groups assigned to it.
+
+The voters' addresses it was started with (`--peers`) win over the registrations its replayed
+metadata recorded (as KRaft's `controller.quorum.voters`), unless a voter registered again
+after this node caught up: that one moved while this node ran. Observers are known only by
+their registrations. New groups are created a bounded number per turn of the event loop.
+A real metadata state, a real reconciler, real storage; the transport is the dict it is
+told and the event loop a list of callbacks."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+from raftlog.config import LogConfig, NodeConfig
+from raftlog.metadata import (
+    CreateTopic,
+    CreateTopicRequest,
+    MetadataState,
+    RegisterNode,
+    plan_create_topic,
+)
+from raftlog.metadata.catch_up import caught_up_since_start
+from raftlog.metadata.commands import encode_command
+from raftlog.runtime.group_factory import GroupFactory
+from raftlog.runtime.host import GroupHost
+from raftlog.runtime.reconcile import Reconciler
+from raftlog.storage.files import OsFileSystem, SystemClock
+from raftlog.types import NodeId
+
+N1, N2, N3, N4 = NodeId(1), NodeId(2), NodeId(3), NodeId(4)
+INCARNATION = 50  # this node's start; the replayed registrations are older
+CREATES_PER_TURN = 8
+
+
+class _Node1:
+    def __init__(self, tmp_path: Path, peers: dict[NodeId, tuple[str, int]]) -> None:
+        self.state = MetadataState("cluster-a")
+        self.dialed: dict[NodeId, tuple[str, int]] = {}
+        self.soon: list[Callable[[], None]] = []  # the event loop's next turn
+        self.reconciler = Reconciler(
+            node_id=N1,
+            data_dir=tmp_path,
+            log_config=LogConfig(),
+            bootstrap_peers=peers,
+            metadata=lambda: self.state,
+            factory=GroupFactory(
+                node_id=N1,
+                config=NodeConfig(),
+                files=OsFileSystem(),
+                wall_clock=SystemClock(),
+                rng=random.Random(1),
+            ),
+            host=GroupHost(node_id=N1, tick_interval_ms=10, send=lambda *_: None),
+            update_peers=self.dialed.update,
+            on_leadership_change=lambda group: None,
+            caught_up=lambda: caught_up_since_start(self.state, N1, INCARNATION),
+            creates_per_turn_max=CREATES_PER_TURN,
+            call_soon=self.soon.append,
+        )
+
+    def register(self, node: NodeId, raft_port: int, incarnation: int) -> None:
+        command = RegisterNode(node, f"127.0.0.1:{raft_port - 100}", f"127.0.0.1:{raft_port}",
+                               incarnation, 1_000)  # fmt: skip
+        assert self.state.apply(self.state.applied_offset + 1, encode_command(command)).ok
+        self.reconciler.reconcile()
+
+
+def test_peers_win_over_replayed_registrations_until_a_voter_registers_again(
+    tmp_path: Path,
+) -> None:
+    peers = {n: ("127.0.0.1", 20100 + n) for n in (N1, N2, N3)}  # the ports of this start
+    node = _Node1(tmp_path, peers)
+    # The log replays the last start's registrations, on other ports, and an observer's.
+    for n in (N1, N2, N3, N4):
+        node.register(n, 10100 + n, incarnation=1)
+    assert node.dialed == {N2: peers[N2], N3: peers[N3], N4: ("127.0.0.1", 10104)}
+    # Node 1's own registration of this start: caught up. Node 2 re-registers as --peers says.
+    node.register(N1, 20101, incarnation=INCARNATION)
+    node.register(N2, 20102, incarnation=60)
+    assert node.dialed == {N2: peers[N2], N3: peers[N3], N4: ("127.0.0.1", 10104)}
+    # Node 3 moves while node 1 runs: its new registration wins over node 1's --peers.
+    node.register(N3, 30103, incarnation=70)
+    assert node.dialed[N3] == ("127.0.0.1", 30103)
+    assert node.dialed[N2] == peers[N2]
+
+
+def test_many_new_partitions_are_created_a_bounded_number_per_turn(tmp_path: Path) -> None:
+    node = _Node1(tmp_path, {N1: ("127.0.0.1", 20101)})
+    node.register(N1, 20101, incarnation=INCARNATION)
+    plan = plan_create_topic(node.state, CreateTopicRequest("many", 20, 1), 1_000)
+    assert isinstance(plan, CreateTopic)
+    assert node.state.apply(node.state.applied_offset + 1, encode_command(plan)).ok
+    hosted = []
+    node.reconciler.reconcile()  # the apply's reconcile
+    node.reconciler.reconcile()  # another apply in the same turn: no second follow-up
+    hosted.append(len(node.reconciler.replicas))
+    while node.soon:
+        assert len(node.soon) == 1, "one follow-up at a time"
+        node.soon.pop()()
+        hosted.append(len(node.reconciler.replicas))
+    assert hosted == [8, 16, 20]
