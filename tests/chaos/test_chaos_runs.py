@@ -115,17 +115,22 @@ def test_acks_all_keeps_every_acknowledged_write_when_a_minority_disk_is_damaged
 
 
 @pytest.mark.slow
-def test_a_node_that_skips_fsync_loses_acknowledged_writes_and_the_checker_says_so(
+def test_nodes_that_skip_fsync_are_caught_and_never_serve_a_shortened_log(
     tmp_path: Path,
 ) -> None:
-    # The deliberately unsafe configuration: partition logs acknowledge before any fsync, and
-    # the same lose-unsynced schedule as above (all nodes at once) throws those writes away.
+    # The deliberately unsafe configuration: every node's partition logs acknowledge before
+    # any fsync, and the same lose-unsynced schedule as above (all nodes at once) throws
+    # those writes away. Each log's durable mark shows the loss, so every replica refuses to
+    # serve or vote with its shortened log (docs/storage-faults.md): the partitions stay
+    # unavailable rather than silently shorter, and the run is invalid (nothing can be read
+    # back). Without the mark the same run loses acknowledged writes.
     out = tmp_path / "run"
     argv = ["run", "--backend", "local", "--nemesis", "lose-unsynced", "--acks", "all"]
     argv += ["--duration", "20", "--seed", "3", "--out", str(out), "--unsafe-skip-fsync"]
     assert main(argv) == 1
     results = _results(out)
-    assert results["anomaly_counts"]["lost"] > 0, results["anomaly_counts"]
+    assert results["anomaly_counts"]["lost"] > 0 or results["unchecked"], results
+    assert results["storage"]["damage_found"] > 0, results["storage"]
     assert sum(cut["bytes_cut"] for e in _nemesis_effects(out) for cut in e["cuts"].values()) > 0
 
 
