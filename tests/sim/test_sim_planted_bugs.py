@@ -44,7 +44,15 @@ def test_each_planted_bug_breaks_a_checked_rule_within_the_seed_bound(bug: str) 
     _assert_caught_by_a_checker(bug, result, SEEDS_MAX)
 
 
+# An acknowledgement sent before its entries are durable loses them only if the follower
+# crashes in that window and its phantom acknowledgement then decides a commit that a later
+# leader lacks; since leaders re-probe a follower whose log ends below what it acknowledged
+# (and the restart notice makes them), that takes longer to happen: first at seed 236.
+END_TO_END_SEEDS_MAX = {"ack-before-durable": 400}
+
+
 @pytest.mark.parametrize("bug", sorted(PLANTED_BUGS.keys() - END_TO_END_RARE))
 def test_each_planted_bug_breaks_an_end_to_end_invariant_within_the_seed_bound(bug: str) -> None:
-    result = _first_failure(bug, protocol_checks=False, seeds_max=SEEDS_MAX)
-    _assert_caught_by_a_checker(bug, result, SEEDS_MAX)
+    seeds_max = END_TO_END_SEEDS_MAX.get(bug, SEEDS_MAX)
+    result = _first_failure(bug, protocol_checks=False, seeds_max=seeds_max)
+    _assert_caught_by_a_checker(bug, result, seeds_max)
