@@ -343,13 +343,15 @@ def _ports(node: NodeProcess) -> tuple[int, ...]:
 def _free_port_base_outside(excluded: set[int]) -> int:
     """A base for one node (client base+1, raft and metrics twins) free now and outside
     `excluded` (ports of stopped nodes of the same cluster, free now but theirs)."""
-    start = 10000
-    while True:
-        base = free_port_base(1, start=start)
-        offsets = (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET)
+    offsets = (0, RAFT_PORT_OFFSET, METRICS_PORT_OFFSET, KAFKA_PORT_OFFSET)
+    for start in range(10000, _ephemeral_port_low(), 200):
+        try:
+            base = free_port_base(1, start=start)
+        except RuntimeError:
+            break  # no block left above `start`
         if not excluded & {base + 1 + offset for offset in offsets}:
             return base
-        start = base + 200
+    raise RuntimeError(f"no free ports for a node outside {sorted(excluded)}")
 
 
 def _alive(pid: int) -> bool:
