@@ -273,8 +273,18 @@ def _restart_stopped(
         cluster.save()
     else:
         client = _node_client_options(_flag_paths(cluster.node_flags))
-    ids = ", ".join(str(node_id) for node_id in sorted(cluster.nodes))
-    print(f"restarting the stopped cluster in {args.dir} (nodes {ids}) ...", file=sys.stderr)
+    running = [node_id for node_id in sorted(cluster.nodes) if cluster.is_running(node_id)]
+    stopped = [node_id for node_id in sorted(cluster.nodes) if node_id not in running]
+    if not running:
+        ids = ", ".join(map(str, stopped))
+        print(f"restarting the stopped cluster in {args.dir} (nodes {ids}) ...", file=sys.stderr)
+    elif stopped:
+        print(
+            f"restarting nodes {stopped} of the cluster in {args.dir} (nodes {running} run)",
+            file=sys.stderr,
+        )
+    else:
+        print(f"every node of the cluster in {args.dir} runs already", file=sys.stderr)
     for line in moved:
         print(f"  {line}", file=sys.stderr)
     return cluster, client
