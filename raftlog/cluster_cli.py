@@ -314,7 +314,7 @@ def _down(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from raftlog.client import Admin
-    from raftlog.client_cli import resolve_bootstrap
+    from raftlog.client_cli import leaders_high_watermarks, resolve_bootstrap
 
     bootstrap = resolve_bootstrap(args.bootstrap, args.dir)
     try:
@@ -331,10 +331,12 @@ def _status(args: argparse.Namespace) -> int:
                 f"{node.state} metadata {node.metadata_role}"
             )
         for name in admin.list_topics():
-            for p in admin.describe_topic(name).partitions:
+            topic = admin.describe_topic(name)
+            watermarks = leaders_high_watermarks(bootstrap, _status_client_options(args), topic)
+            for p in topic.partitions:
                 print(
                     f"  {name}-{p.id}: leader {p.leader} epoch {p.epoch} replicas "
-                    f"{list(p.replicas)} high watermark {p.high_watermark}"
+                    f"{list(p.replicas)} high watermark {watermarks[p.id]}"
                     + (
                         f" moving: adding {list(p.adding_replicas)} removing "
                         f"{list(p.removing_replicas)}"
