@@ -79,16 +79,6 @@ def test_a_short_run_with_a_raftlog_consumer_group_is_valid(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_a_kafka_run_assigning_partitions_under_kill_partition_pause_is_valid(
-    tmp_path: Path,
-) -> None:
-    pytest.importorskip("confluent_kafka")
-    out = tmp_path / "run"
-    argv = ["run", "--backend", "local", "--client", "kafka", "--duration", "15"]
-    assert main([*argv, "--seed", "7", "--out", str(out)]) == 0, _results(out)["anomalies"]
-
-
-@pytest.mark.slow
 def test_a_ci_sized_local_run_with_every_network_nemesis_is_valid(tmp_path: Path) -> None:
     out = tmp_path / "run"
     argv = ["run", "--backend", "local", "--nemesis", "kill,partition,pause,flaky"]
