@@ -16,6 +16,11 @@ observations it reports each anomaly a commit log must never show:
     read_then_gone       a value a poll returned that the final read no longer has
     hw_backward          a high watermark lower than one seen by an earlier completed read
 
+and, for consumer groups, the four of raftlog.chaos.group_checker (commit_backward,
+commit_undelivered, rebalance_skip, revoked_read). A group member's polls of a partition are
+judged for skips and rewinds from each time it is given the partition: a new owner starts at
+the group's committed offset, which may lie anywhere another member left it.
+
 Unknown outcomes (`info`) are never held against the system: an `info` send may or may not be
 in the log. A partition whose final read failed cannot be judged for losses; it is counted in
 `unchecked` rather than silently passed. Gaps in offsets are normal (a leader's no-op and
@@ -31,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftlog.chaos.group_checker import GROUP_ANOMALIES, check_groups, group_timeline
 from raftlog.chaos.history import Op
 
 __all__ = ["ANOMALIES", "CheckResult", "Observation", "check"]
@@ -46,6 +52,7 @@ ANOMALIES = (
     "send_reorder",
     "read_then_gone",
     "hw_backward",
+    *GROUP_ANOMALIES,
 )
 TopicPartition = tuple[str, int]
 
@@ -145,6 +152,7 @@ def check(ops: Iterable[Op], *, examples_max: int = 10) -> CheckResult:
     _check_polls(ops, facts, result)
     _check_send_order(ops, result)
     _check_watermarks(ops, result)
+    check_groups(ops, facts.final_offsets, result)
     assert set(result.counts) == set(ANOMALIES)
     return result
 
@@ -233,16 +241,27 @@ def _check_reads(facts: _Facts, result: CheckResult) -> None:
             result.add(name, _describe(seen))
 
 
+_GIVEN = -2  # in `_check_polls`: a partition just given to a group member
+
+
 def _check_polls(ops: Sequence[Op], facts: _Facts, result: CheckResult) -> None:
+    # A member given a partition starts wherever the group committed: its first record
+    # there is judged by the group checks (rebalance_skip), not against offset 0.
+    given = _GIVEN
     last: dict[tuple[int | str, TopicPartition], int] = {}
-    for op in ops:  # invoke order; a process polls one at a time, so this is its order
-        if op.f != "poll" or op.type != "ok":
+    for op in group_timeline(ops):  # each process polls one at a time, so this is its order
+        if op.f == "assign":
+            for p in op.value["partitions"]:
+                last[(op.process, (op.value["topic"], p))] = given
+        if op.f != "poll":
             continue
         for r in _records(op):
             tp = (r["topic"], r["partition"])
             offset = r["offset"]
             previous = last.get((op.process, tp), -1)
             last[(op.process, tp)] = offset
+            if previous == given:
+                continue
             example = {
                 "process": op.process,
                 "partition": tp[1],

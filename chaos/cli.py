@@ -76,6 +76,12 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    "candidates)")  # fmt: skip
     p.add_argument("--jetstream-sync", choices=("default", "always"), default="default",
                    help="jetstream backend: sync_interval (default: fsync each 2 min)")  # fmt: skip
+    p.add_argument("--client", choices=("grpc", "kafka"), default="grpc",
+                   help="local backend: raftlog's own client, or confluent-kafka on the nodes' "
+                   "Kafka listeners")  # fmt: skip
+    p.add_argument("--consumer-mode", choices=("assign", "group"), default="assign",
+                   help="consumers read every partition from 0, or subscribe through one "
+                   "consumer group (local and docker backends)")  # fmt: skip
     p.add_argument("--unsafe-skip-fsync", action="store_true",
                    help="local backend: nodes never fsync (the checker must catch it)")  # fmt: skip
 
@@ -93,6 +99,8 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
             observers=args.observers,
             rebalance_grace_ms=2000 if "add-node" in args.nemesis else None,
             scrub_round_pause_ms=1000 if "corrupt" in args.nemesis else None,
+            client=args.client,
+            group_session_timeout_ms=3000 if args.consumer_mode == "group" else None,
         )
     if args.backend == "jetstream":
         backend: Backend = _jetstream_module().JetStreamBackend(
@@ -142,6 +150,10 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
             )
         if args.acks != "all":
             raise ValueError("--backend jetstream acknowledges every publish: use --acks all")
+    if args.client == "kafka" and args.backend != "local":
+        raise ValueError("--client kafka needs --backend local")
+    if args.consumer_mode == "group" and args.backend not in ("local", "docker"):
+        raise ValueError("--consumer-mode group needs --backend local or docker")
     if args.observers and args.backend != "local":
         raise ValueError("--observers needs --backend local")
     if args.unsafe_skip_fsync and args.backend != "local":
@@ -155,6 +167,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         acks=args.acks,
         idempotence=not args.no_idempotence and args.acks == "all",
         send_rate_per_s=args.rate,
+        consumer_mode=args.consumer_mode,
     )
     return RunOptions(
         out_dir=args.out,
@@ -163,6 +176,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         nemeses=tuple(args.nemesis),
         workload=workload,
         recovery_timeout_s=args.recovery_timeout,
+        client=args.client,
     )
 
 

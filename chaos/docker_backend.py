@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from raftlog.chaos.clients import LogClients, RaftlogClients
+from raftlog.chaos.clients import LogClients
 from raftlog.chaos.corrupt import damage_node_files
+from raftlog.chaos.groups import RaftlogGroupClients
 from raftlog.chaos.local_backend import (
     lookup_controller,
     lookup_leader,
@@ -132,7 +133,7 @@ class DockerBackend:
                 self.stop()
                 raise RuntimeError(f"docker run node {node}: {run.stderr.strip()}")
         wait_for_controller(",".join(self._bootstrap), timeout_s=timeout_s)
-        return RaftlogClients(",".join(self._bootstrap))
+        return RaftlogGroupClients(",".join(self._bootstrap))
 
     def stop(self) -> None:
         for node in self.node_ids:

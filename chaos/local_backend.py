@@ -1,19 +1,20 @@
 """The local backend: real node processes on loopback, faults by signals and the chaos hook.
 
-Theory of operation. `LocalBackend.start` creates a `LocalCluster` under `DIR/cluster`,
-starts every node with `--chaos` (which gives its node-to-node transport a fault injector)
-and waits for a controller. Crashes are SIGKILL (restart: start the process again on the same
-data directory), pauses are SIGSTOP/SIGCONT, and network faults are rules sent to each node's
-`Internal.SetFaults`, which also moves a node's wall clock. Loss of unsynced writes: after a
-SIGKILL, `lose_unsynced` cuts the node's files back to what it fsynced, from the manifest its
---chaos file port keeps (`raftlog.storage.files.cut_to_durable`). `unsafe_skip_fsync` starts
-every node with --chaos-skip-fsync (the deliberately unsafe node). Membership: `observers`
-nodes outside the metadata quorum's voters start with the cluster, `add_node` starts one
-more under load, `remove_node` decommissions one (Admin.DecommissionNode), waits for it and
-stops it for good; `node_ids` is always the nodes the run still has. No root and no Docker
-are needed. Every control call is bounded by
-`control_timeout_s` and reports failure as False instead of raising: a nemesis acting on a
-node that is down (or paused, so its gRPC server cannot answer) must not stop the run.
+Theory of operation. `LocalBackend.start` creates a `LocalCluster` under `DIR/cluster`, starts
+every node with `--chaos` (which gives its node-to-node transport a fault injector) and waits
+for a controller; its clients are raftlog's own (`client="grpc"`) or confluent-kafka on every
+node's Kafka listener (`client="kafka"`). Crashes are SIGKILL (restart: start the process again
+on the same data directory), pauses are SIGSTOP/SIGCONT, and network faults are rules sent to
+each node's `Internal.SetFaults`, which also moves a node's wall clock. Loss of unsynced
+writes: after a SIGKILL, `lose_unsynced` cuts the node's files back to what it fsynced, from
+the manifest its --chaos file port keeps (`raftlog.storage.files.cut_to_durable`).
+`unsafe_skip_fsync` starts every node with --chaos-skip-fsync (the deliberately unsafe node).
+Membership: `observers` nodes outside the metadata quorum's voters start with the cluster,
+`add_node` starts one more under load, `remove_node` decommissions one
+(Admin.DecommissionNode), waits for it and stops it for good; `node_ids` is always the nodes
+the run still has. No root and no Docker are needed. Every control call is bounded by
+`control_timeout_s` and reports failure as False instead of raising: a nemesis acting on a node
+that is down (or paused, so its gRPC server cannot answer) must not stop the run.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from typing import Any
 
 import grpc
 
-from raftlog.chaos.clients import LogClients, RaftlogClients
+from raftlog.chaos.clients import LogClients
 from raftlog.chaos.corrupt import damage_node_files
+from raftlog.chaos.groups import RaftlogGroupClients
 from raftlog.chaos.nemesis import OBSERVERS_MAX
 from raftlog.client import Admin
 from raftlog.client.errors import ClientError
@@ -66,8 +68,12 @@ class LocalBackend:
         observers: int = 0,
         rebalance_grace_ms: int | None = None,
         scrub_round_pause_ms: int | None = None,
+        client: str = "grpc",
+        group_session_timeout_ms: int | None = None,
     ) -> None:
         assert node_count in (1, 3, 5), node_count
+        assert client in ("grpc", "kafka"), client
+        self._client = client
         assert 0 <= observers <= OBSERVERS_MAX, observers
         self._cluster = LocalCluster.create(
             directory / "cluster", node_count=node_count, base_port=base_port
@@ -85,6 +91,13 @@ class LocalBackend:
         if rebalance_grace_ms is not None:
             # add-node: the new node gets replicas within a run, not after the 30 s default.
             self._serve_flags += ("--set", f"metadata.rebalance_grace_ms={rebalance_grace_ms}")
+        if group_session_timeout_ms is not None:
+            # Consumer groups: a new controller grants partitions only a session timeout
+            # after it took over, so the default 10 s would leave a short run's members idle.
+            self._serve_flags += (
+                "--set", f"metadata.group_session_timeout_ms={group_session_timeout_ms}",
+                "--set", f"metadata.group_heartbeat_interval_ms={group_session_timeout_ms // 6}",
+            )  # fmt: skip
         if scrub_round_pause_ms is not None:
             # corrupt: a damaged closed segment is found by the scrubber within the run, not
             # a minute later.
@@ -102,7 +115,11 @@ class LocalBackend:
         except TimeoutError:
             self.stop()
             raise
-        return RaftlogClients(self._cluster.bootstrap)
+        if self._client == "kafka":
+            from raftlog.chaos.kafka_clients import KafkaClients  # needs confluent-kafka
+
+            return KafkaClients(self._cluster.kafka_bootstrap, self._cluster.bootstrap)
+        return RaftlogGroupClients(self._cluster.bootstrap)
 
     def _wait_for_observers(self, timeout_s: float) -> None:
         """Until every observer registered, so the run's topic places replicas on it too."""

@@ -57,6 +57,7 @@ class RunOptions:
     duration_s: float = 60.0
     nemeses: tuple[str, ...] = ("kill", "partition", "pause")
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+    client: str = "grpc"  # which clients the backend gave the workload (for the record)
     gap_s: tuple[float, float] = (2.0, 5.0)
     hold_s: tuple[float, float] = (2.0, 6.0)
     recovery_timeout_s: float = 60.0

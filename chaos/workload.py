@@ -28,6 +28,7 @@ from typing import Any
 
 from raftlog.chaos.clients import ChaosConsumer, LogClients, send_outcome
 from raftlog.chaos.generator import RateLimiter
+from raftlog.chaos.groups import GroupClients, group_member, read_committed
 from raftlog.chaos.history import HistoryRecorder
 
 __all__ = ["ProcessIds", "Workers", "WorkloadOptions", "final_read"]
@@ -48,8 +49,14 @@ class WorkloadOptions:
     watermark_interval_s: float = 0.5
     close_timeout_s: float = 5.0
     final_read_timeout_s: float = 30.0
+    # "assign": each consumer reads every partition from 0; "group": consumers subscribe
+    # through one consumer group (raftlog.chaos.groups).
+    consumer_mode: str = "assign"
+    member_lifetime_s: tuple[float, float] = (3.0, 8.0)  # group mode: then a new member
 
     def __post_init__(self) -> None:
+        if self.consumer_mode not in ("assign", "group"):
+            raise ValueError(f"consumer mode: 'assign' or 'group', got {self.consumer_mode!r}")
         assert self.partitions > 0 and self.producers >= 0 and self.consumers >= 0
         assert self.send_rate_per_s > 0 and self.in_flight_max > 0
         if self.acks not in ("all", "1", "0"):
@@ -171,6 +178,25 @@ def _watermarks(
         recorder.record(process, "ok", "watermarks", value)
 
 
+def _group_clients(clients: LogClients) -> GroupClients:
+    if not isinstance(clients, GroupClients):
+        raise ValueError(f"--consumer-mode group: {type(clients).__name__} has no consumer groups")
+    return clients
+
+
+def _committed(
+    clients: LogClients,
+    recorder: HistoryRecorder,
+    options: WorkloadOptions,
+    process: int,
+    stop: threading.Event,
+) -> None:
+    partitions = list(range(options.partitions))
+    group_clients = _group_clients(clients)
+    while not stop.wait(options.watermark_interval_s):
+        read_committed(group_clients, recorder, options.topic, partitions, process)
+
+
 class Workers:
     """Starts every worker thread; `stop` asks them to finish and waits (bounded)."""
 
@@ -189,10 +215,22 @@ class Workers:
             targets.append((f"producer-{process}", target))
         for n in range(options.consumers):
             target = functools.partial(_consumer, clients, recorder, options, self.ids, stop)
+            if options.consumer_mode == "group":
+                target = functools.partial(
+                    group_member, _group_clients(clients), recorder, options.topic,
+                    self.ids.take, stop, poll_timeout_ms=options.poll_timeout_ms,
+                    lifetime_s=functools.partial(
+                        random.Random(seed * 1000 + 500 + n).uniform, *options.member_lifetime_s
+                    ),
+                )  # fmt: skip
             targets.append((f"consumer-{n}", target))
         process = self.ids.take()
         target = functools.partial(_watermarks, clients, recorder, options, process, stop)
         targets.append(("watermarks", target))
+        if options.consumer_mode == "group":
+            process = self.ids.take()
+            target = functools.partial(_committed, clients, recorder, options, process, stop)
+            targets.append(("committed", target))
         self.crashes: list[str] = []
         for name, work in targets:
             thread = threading.Thread(
@@ -247,3 +285,6 @@ def final_read(
             value = {**invoke, "records": rows, "end_offset": read.end_offset}
             recorder.record("final", "ok", "final_read", value)
             break
+    if options.consumer_mode == "group":
+        partitions = list(range(options.partitions))
+        read_committed(_group_clients(clients), recorder, options.topic, partitions, "final")

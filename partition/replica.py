@@ -277,6 +277,7 @@ class PartitionReplica:
         assert batches, "empty produce"
         self._require_leader()
         headers = [self._verify(batch) for batch in batches]
+        self._require_room(batches)
         producers = self._leader_view()
         term = self.group.node.term  # the term of the view the sequences are checked against
         deadline = asyncio.get_running_loop().time() + timeout_s
@@ -370,6 +371,20 @@ class PartitionReplica:
                 batch, header, decompressed_bytes_max=self._config.decompressed_bytes_max
             )
         return header
+
+    def _require_room(self, batches: list[bytes]) -> None:
+        """Refuse the whole request, before any sequence is checked, when the leader could
+        not append it now (flow control, a leadership transfer): ProposalDroppedError.
+
+        As Kafka refuses NOT_ENOUGH_REPLICAS before it validates sequences. Checked only at
+        the append, a producer's next pipelined batch would get OUT_OF_ORDER_SEQUENCE
+        instead (its predecessor was refused), and librdkafka answers that by bumping its
+        epoch and resending every unacknowledged batch under new sequence numbers, those
+        already appended too, which writes them twice (confluentinc/librdkafka#4953; found
+        by `raftlog chaos run --client kafka` under partitions). Refused alike, the batches
+        are all retried in order with their sequences, which the leader deduplicates.
+        """
+        self.group.node.check_propose(sum(len(batch) for batch in batches))
 
     def _leader_view(self) -> ProducerStateTable:
         term = self.group.node.term

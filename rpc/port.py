@@ -1,8 +1,10 @@
-"""The broker as the API front ends see it: the port the servicers (and any other protocol
-front end) depend on, implemented by `raftlog.broker.Broker`.
+"""The broker as the API front ends see it: the one port the gRPC servicers and the Kafka
+listener (`raftlog.rpc.kafka`) depend on, implemented by `raftlog.broker.Broker`.
 
-The servicers translate a wire protocol to these calls and back; they never reach into the
-node's groups, transport or storage. Errors are the `raftlog.errors` tree: each front end
+Each front end translates its wire protocol to these calls and back; none reaches into the
+node's groups, transport or storage, so a Kafka Produce is the same `produce` call the gRPC
+`Log.Produce` makes (the calls the Kafka handlers use are listed in
+`raftlog.rpc.kafka.context`). Errors are the `raftlog.errors` tree: each front end
 maps them to its own codes (a `leader_hint` on NotLeader/NotController names where to go).
 """
 

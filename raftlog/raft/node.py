@@ -350,6 +350,12 @@ class RaftNode:
         self._wake_if_quiesced()
         return proposal.append_proposal(self, EntryKind.DATA, data, offset_count)
 
+    def check_propose(self, size_bytes: int) -> None:
+        """Raise what `propose` of `size_bytes` would raise now (NotLeaderError,
+        ProposalDroppedError), appending nothing: a caller can refuse a whole request first."""
+        assert size_bytes >= 0, size_bytes
+        proposal.check_proposal(self, size_bytes)
+
     def propose_membership(self, membership: Membership) -> Offset:
         """Propose a one-node membership change (dissertation §4.1, with the 2015 fix)."""
         proposal.check_membership_change(self, membership)

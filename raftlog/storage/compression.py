@@ -6,7 +6,8 @@ write and read the same streams as Kafka clients:
 
     codec   stream                                   written with
     GZIP    RFC 1952 members (concatenation allowed)  stdlib zlib, mtime 0 (deterministic)
-    SNAPPY  xerial-framed snappy                     not supported: an error names the codec
+    SNAPPY  raw snappy, or xerial-framed blocks      read only (cramjam); writing it is
+            (librdkafka writes raw, the JVM framed)  refused with an error naming the codec
     LZ4     LZ4 *frame* format, independent blocks   lz4.frame, as kafka-python writes it
     ZSTD    zstd frames                              zstandard, as kafka-python writes it
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import zlib
 
+import cramjam as _cramjam
 import lz4.frame as _lz4_frame
 import zstandard as _zstd
 
@@ -41,6 +43,10 @@ _GZIP_WBITS = 16 + zlib.MAX_WBITS
 # Decompressed output is produced at most this much at a time (decompressors allocate the
 # whole allowance up front, so asking for `decompressed_bytes_max` at once is slow).
 _DECOMPRESS_CHUNK_BYTES = 1 << 20
+# The xerial snappy-java stream header (magic, version, compatible version) that Kafka's JVM
+# client writes before its length-prefixed snappy blocks.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_BYTES = 16
 
 
 class CompressionError(ValueError):
@@ -66,7 +72,7 @@ def decompress(codec: Compression, data: bytes | memoryview, *, bytes_max: int) 
     """Decompress a records section, refusing to produce more than `bytes_max` bytes.
 
     Raises `CompressionError` for a damaged, truncated or oversized stream, or a codec
-    raftlog cannot read (SNAPPY).
+    raftlog cannot read.
     """
     assert codec is not Compression.NONE, "NONE is not a compression codec"
     assert bytes_max >= 0, bytes_max
@@ -77,11 +83,13 @@ def decompress(codec: Compression, data: bytes | memoryview, *, bytes_max: int) 
             result = _zstd_decompress(data, bytes_max)
         elif codec is Compression.GZIP:
             result = _gzip_decompress(data, bytes_max)
+        elif codec is Compression.SNAPPY:
+            result = _snappy_decompress(bytes(data), bytes_max)
         else:
             raise CompressionError(
                 f"compression codec {codec.name} ({int(codec)}) is not supported by raftlog"
             )
-    except (RuntimeError, zlib.error, _zstd.ZstdError) as error:
+    except (RuntimeError, zlib.error, _zstd.ZstdError, _cramjam.DecompressionError) as error:
         raise CompressionError(f"{codec.name} stream is damaged: {error}") from None
     assert len(result) <= bytes_max, (len(result), bytes_max)
     return result
@@ -89,6 +97,42 @@ def decompress(codec: Compression, data: bytes | memoryview, *, bytes_max: int) 
 
 def _too_large(codec: str, bytes_max: int) -> CompressionError:
     return CompressionError(f"{codec} records expand past decompressed_bytes_max={bytes_max} bytes")
+
+
+def _snappy_decompress(data: bytes, bytes_max: int) -> bytes:
+    """Raw snappy, or xerial framing: a header, then [int32 BE length][raw block] repeated."""
+    if not data.startswith(_XERIAL_MAGIC):
+        return _snappy_block(data, bytes_max)
+    if len(data) < _XERIAL_HEADER_BYTES:
+        raise CompressionError("SNAPPY xerial header is truncated")
+    blocks: list[bytes] = []
+    produced_bytes = 0
+    cursor = _XERIAL_HEADER_BYTES
+    # Each block consumes at least its 4-byte length, so the loop is bounded by the input.
+    while cursor < len(data):
+        if cursor + 4 > len(data):
+            raise CompressionError("SNAPPY xerial block length is truncated")
+        length = int.from_bytes(data[cursor : cursor + 4], "big")
+        block = data[cursor + 4 : cursor + 4 + length]
+        if length == 0 or len(block) < length:
+            raise CompressionError("SNAPPY xerial block is empty or truncated")
+        blocks.append(_snappy_block(block, bytes_max - produced_bytes))
+        produced_bytes += len(blocks[-1])
+        cursor += 4 + length
+    if not blocks:
+        raise CompressionError("SNAPPY xerial stream has no block")
+    return b"".join(blocks)
+
+
+def _snappy_block(data: bytes, bytes_max: int) -> bytes:
+    # A raw snappy block states its length first: check it before allocating anything.
+    length = _cramjam.snappy.decompress_raw_len(data)
+    if length > bytes_max:
+        raise _too_large("SNAPPY", bytes_max)
+    result = bytes(_cramjam.snappy.decompress_raw(data))
+    if len(result) != length:
+        raise CompressionError("SNAPPY block is shorter than its stated length")
+    return result
 
 
 def _gzip_compress(data: bytes) -> bytes:

@@ -2,12 +2,11 @@
 
 `KafkaListener` serves one node's Kafka port. Message layouts come from kio (generated from
 Apache Kafka's JSON schemas, chosen over kafka-python's by benchmarks/suites/kafka_codec.py);
-handlers (`log_handlers`, `cluster_handlers`) call the broker only through `KafkaBroker`
-(`port.py`), the same calls the gRPC servicers make, so no Raft or log logic lives here.
+handlers call the broker only through `raftlog.rpc.port.BrokerPort`, the port the gRPC
+servicers use, and make the same calls they make, so no Raft or log logic lives here.
 """
 
 from raftlog.rpc.kafka.apis import APIS, Api
-from raftlog.rpc.kafka.port import KafkaBroker
 from raftlog.rpc.kafka.server import KafkaListener
 
-__all__ = ["APIS", "Api", "KafkaBroker", "KafkaListener"]
+__all__ = ["APIS", "Api", "KafkaListener"]

@@ -147,10 +147,11 @@ def _created(
 
 async def delete_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
     module = response_module(DELETE_TOPICS, version)
+    # A -1 array length decodes to None (the fuzz tests send one): no topics, not a crash.
     names = (
-        [t.name for t in request.topics]
+        [t.name for t in request.topics or ()]
         if hasattr(request, "topics")
-        else list(request.topic_names)
+        else list(request.topic_names or ())
     )
     timeout_s = _timeout_s(ctx, request)
     results = []

@@ -1,15 +1,22 @@
 """What every Kafka handler gets: the broker port, the listener's bounds, this node's id and
 Kafka address, and where other nodes' Kafka listeners are (from the metadata quorum, where
-each node registers its advertised Kafka address)."""
+each node registers its advertised Kafka address).
+
+The broker is the gRPC servicers' `BrokerPort`; of it the Kafka handlers call the metadata
+reads (`metadata`, `controller_id`, `wait_metadata_caught_up`), the data calls (`produce`,
+`fetch`, `list_offsets`, `replica(...).end_offset_for_epoch`, `allocate_producer_id`) and the
+admin calls (`create_topic`, `delete_topic`, `create_partitions`, `submit` for group offsets).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from raftlog.config import KafkaConfig, NodeConfig
 from raftlog.rpc.kafka.auth import Session
 from raftlog.rpc.kafka.classic_groups import ClassicGroups
-from raftlog.rpc.kafka.port import KafkaBroker
+from raftlog.rpc.port import BrokerPort
 from raftlog.rpc.security import Permission
 from raftlog.types import NodeId
 
@@ -24,7 +31,10 @@ def split_address(address: str) -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class KafkaContext:
-    broker: KafkaBroker
+    broker: BrokerPort
+    # The metadata term this node coordinates consumer groups in (None: not the controller,
+    # or its term's first entry not applied yet), as raftlog's own group service sees it.
+    controller_term: Callable[[], int | None]
     node_config: NodeConfig
     node_id: NodeId
     kafka_address: str

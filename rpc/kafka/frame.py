@@ -21,6 +21,7 @@ with three such bytes).
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -142,7 +143,42 @@ def decode_body(frame: bytes, offset: int, reader: Any, *, what: str) -> Any:
     except _DECODE_ERRORS as error:
         raise FrameError(f"{what}: body does not decode: {error}") from None
     assert offset + used <= len(frame), (what, offset, used, len(frame))
+    null = _null_field(body)
+    if null is not None:
+        raise FrameError(f"{what}: body does not decode: {null} is null, which it may not be")
     return body
+
+
+_REQUIRED_FIELDS: dict[type[Any], tuple[str, ...]] = {}
+
+
+def _required_fields(cls: type[Any]) -> tuple[str, ...]:
+    """The fields of a kio entity whose type does not admit None (kept per class)."""
+    names = _REQUIRED_FIELDS.get(cls)
+    if names is None:
+        names = _REQUIRED_FIELDS[cls] = tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if type(None) not in getattr(f.type, "__args__", ()) and f.type is not type(None)
+        )
+    return names
+
+
+def _null_field(entity: Any) -> str | None:
+    """The first field, nested ones included, that holds None though its type does not admit
+    it, else None. kio decodes a -1 array or string length as None whatever the schema says;
+    a handler would then fail on it, so such a request is refused like any other that does
+    not decode."""
+    for name in _required_fields(type(entity)):
+        value = getattr(entity, name)
+        if value is None:
+            return f"{type(entity).__name__}.{name}"
+        if isinstance(value, tuple) and value and dataclasses.is_dataclass(value[0]):
+            for item in value:
+                null = _null_field(item)
+                if null is not None:
+                    return null
+    return None
 
 
 _EMPTY_TAGGED_FIELDS = b"\x00"

@@ -50,7 +50,7 @@ _GROUP_KEY, _COMMIT_TIMEOUT_S = 0, 10.0
 
 
 def _coordinating(ctx: KafkaContext) -> bool:
-    return ctx.groups.follow_term(ctx.broker.groups.controller_term())
+    return ctx.groups.follow_term(ctx.controller_term())
 
 
 async def find_coordinator(ctx: KafkaContext, request: Any, version: int) -> Any:

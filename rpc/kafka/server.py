@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import logging
 import ssl as ssl_module
+from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -37,8 +38,8 @@ from raftlog.rpc.kafka.frame import (
     decode_header,
     response_frame,
 )
-from raftlog.rpc.kafka.port import KafkaBroker
 from raftlog.rpc.kafka.schema import Chunks, request_is_flexible, request_reader, response_writer
+from raftlog.rpc.port import BrokerPort
 from raftlog.rpc.security import AccessControl
 from raftlog.types import NodeId
 
@@ -56,8 +57,9 @@ _Pending = tuple[RequestHeader, int, "asyncio.Future[Any | None]"]
 class KafkaListener:
     def __init__(
         self,
-        broker: KafkaBroker,
+        broker: BrokerPort,
         *,
+        controller_term: Callable[[], int | None],
         config: NodeConfig,
         node_id: NodeId,
         kafka_address: str,
@@ -71,6 +73,7 @@ class KafkaListener:
         )
         self._context = KafkaContext(
             broker=broker,
+            controller_term=controller_term,
             node_config=config,
             node_id=node_id,
             kafka_address=kafka_address,

@@ -49,6 +49,40 @@ def test_a_short_local_run_under_every_network_nemesis_is_valid(tmp_path: Path) 
     assert {"latency.png", "throughput.png", "report.md"} <= {p.name for p in out.iterdir()}
 
 
+def _group_ops(out: Path) -> dict[str, int]:
+    found: dict[str, int] = {}
+    for event in load_history(out / "history.jsonl"):
+        if event.type == "ok" and event.f in ("assign", "revoke", "commit", "committed"):
+            found[event.f] = found.get(event.f, 0) + 1
+    return found
+
+
+def test_a_short_kafka_consumer_group_run_is_valid(tmp_path: Path) -> None:
+    # confluent-kafka producers and classic-protocol group members on the Kafka listeners.
+    pytest.importorskip("confluent_kafka")
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--client", "kafka", "--consumer-mode", "group"]
+    argv += ["--nemesis", "kill,pause", "--consumers", "2", "--duration", "8", "--seed", "3"]
+    code = main([*argv, "--out", str(out)])
+    results = _results(out)
+    assert code == 0, (results["anomaly_counts"], results["unchecked"])
+    assert results["options"]["client"] == "kafka"
+    assert results["availability"]["operations"]["send"]["ok"] > 50
+    seen = _group_ops(out)
+    assert seen.get("assign", 0) > 0 and seen.get("commit", 0) > 0, seen
+
+
+def test_a_short_run_with_a_raftlog_consumer_group_is_valid(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    argv = ["run", "--backend", "local", "--nemesis", "kill,partition", "--consumers", "2"]
+    argv += ["--consumer-mode", "group", "--duration", "6", "--seed", "5", "--out", str(out)]
+    code = main(argv)
+    results = _results(out)
+    assert code == 0, (results["anomaly_counts"], results["unchecked"])
+    seen = _group_ops(out)
+    assert seen.get("assign", 0) > 0 and seen.get("committed", 0) > 0, seen
+
+
 @pytest.mark.soak
 def test_a_ci_sized_local_run_with_every_network_nemesis_is_valid(tmp_path: Path) -> None:
     out = tmp_path / "run"

@@ -1,14 +1,20 @@
-"""Compressed batches from librdkafka: stored as sent and read back; snappy, which raftlog's
-record validation cannot read, is refused with a clear error instead of being stored."""
+"""Compressed batches from librdkafka (gzip, lz4, zstd, snappy): stored as sent and read back;
+snappy batches by every client (confluent-kafka, kafka-python, aiokafka, kcat, raftlog's own)."""
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from raftlog.client import Consumer
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.kafka_wire import create_topic
+from raftlog.storage.batch import Compression, parse_header
+from tests.kafka.kafka_wire import create_topic, kcat_path
 
 kafka = pytest.importorskip("confluent_kafka")
 
@@ -39,7 +45,7 @@ def _produce(boot: str, topic: str, codec: str) -> list[object]:
     return errors
 
 
-@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd"])
+@pytest.mark.parametrize("codec", ["gzip", "lz4", "zstd", "snappy"])
 def test_compressed_batches_are_stored_and_read_back(
     kafka_cluster: LocalCluster, codec: str
 ) -> None:
@@ -64,9 +70,86 @@ def test_compressed_batches_are_stored_and_read_back(
     assert keys == [b"%d" % i for i in range(COUNT)]
 
 
-def test_snappy_is_refused_with_a_corrupt_message_error(kafka_cluster: LocalCluster) -> None:
-    create_topic(kafka_cluster, "zip-snappy", partitions=1)
-    errors = _produce(kafka_cluster.kafka_bootstrap, "zip-snappy", "snappy")
-    # CORRUPT_MESSAGE (librdkafka's INVALID_MSG), non-retriable: nothing was stored.
-    assert len(errors) == COUNT, errors[:2]
-    assert all(e.code() == kafka.KafkaError.INVALID_MSG for e in errors), errors[:2]  # type: ignore[attr-defined]
+VALUE = b"compressible " * 20
+KEYS = [b"%d" % i for i in range(COUNT)]
+
+
+def _kafka_python_keys(boot: str, topic: str) -> list[bytes]:
+    kafka_python = pytest.importorskip("kafka")
+    consumer = kafka_python.KafkaConsumer(
+        bootstrap_servers=boot.split(","), auto_offset_reset="earliest", consumer_timeout_ms=5000
+    )
+    consumer.assign([kafka_python.TopicPartition(topic, 0)])
+    try:
+        records = [r for r, _ in zip(consumer, range(COUNT), strict=False)]
+    finally:
+        consumer.close()
+    assert all(r.value == VALUE for r in records)
+    return [r.key for r in records]
+
+
+def _aiokafka_keys(boot: str, topic: str) -> list[bytes]:
+    aiokafka = pytest.importorskip("aiokafka")
+
+    async def read() -> list[Any]:
+        consumer = aiokafka.AIOKafkaConsumer(bootstrap_servers=boot, auto_offset_reset="earliest")
+        await consumer.start()
+        consumer.assign([aiokafka.TopicPartition(topic, 0)])
+        records: list[Any] = []
+        try:
+            while len(records) < COUNT:
+                records.append(await asyncio.wait_for(consumer.getone(), 30))
+        finally:
+            await consumer.stop()
+        return records
+
+    records = asyncio.run(read())
+    assert all(r.value == VALUE for r in records)
+    return [r.key for r in records]
+
+
+def _kcat_keys(boot: str, topic: str) -> list[bytes]:
+    done = subprocess.run(
+        [kcat_path(), "-b", boot, "-C", "-t", topic, "-p", "0", "-o", "beginning", "-e",
+         "-c", str(COUNT), "-f", "%k=%s\n"],
+        capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    lines = done.stdout.splitlines()
+    assert all(line.endswith(b"=" + VALUE) for line in lines), lines[:2]
+    return [line.split(b"=", 1)[0] for line in lines]
+
+
+def _raftlog_keys(grpc_boot: str, topic: str) -> list[bytes]:
+    with Consumer(grpc_boot, auto_offset_reset="earliest", consumer_timeout_ms=5000) as consumer:
+        consumer.assign([(topic, 0)])
+        records = [r for r, _ in zip(consumer, range(COUNT), strict=False)]
+    assert all(r.value == VALUE for r in records)
+    return [r.key or b"" for r in records]
+
+
+def _stored_codecs(cluster: LocalCluster, topic: str) -> set[Compression]:
+    """The codec of every data batch of partition 0 in every replica's log."""
+    codecs: set[Compression] = set()
+    for node in cluster.nodes.values():
+        for segment in Path(node.data_dir).glob(f"partitions/{topic}-0/log/*.log"):
+            data, position = segment.read_bytes(), 0
+            while position < len(data):
+                header = parse_header(data, position)
+                if not header.is_control:
+                    codecs.add(header.compression)
+                position += header.size_bytes
+    return codecs
+
+
+def test_snappy_batches_are_stored_as_sent_and_read_by_every_client(
+    kafka_cluster: LocalCluster,
+) -> None:
+    topic = "zip-snappy-all"
+    create_topic(kafka_cluster, topic, partitions=1)
+    boot = kafka_cluster.kafka_bootstrap
+    assert _produce(boot, topic, "snappy") == []
+    assert _stored_codecs(kafka_cluster, topic) == {Compression.SNAPPY}
+    assert _kafka_python_keys(boot, topic) == KEYS
+    assert _aiokafka_keys(boot, topic) == KEYS
+    assert _kcat_keys(boot, topic) == KEYS
+    assert _raftlog_keys(kafka_cluster.bootstrap, topic) == KEYS

@@ -85,6 +85,16 @@ def test_a_body_that_overruns_its_frame_is_refused_and_trailing_bytes_ignored() 
         decode_body(frame + b"\x00\x00\x00\x05", len(frame), metadata, what="Metadata v1")
 
 
+def test_a_null_array_the_schema_does_not_allow_is_refused_and_one_it_allows_kept() -> None:
+    # kio decodes a -1 length as None whatever the schema says; a handler iterating it would
+    # fail, so it is refused like any body that does not decode.
+    describe_groups = request_reader(15, 0)  # groups: a non-nullable array of names
+    with pytest.raises(FrameError, match=r"DescribeGroupsRequest\.groups is null"):
+        decode_body(b"\xff\xff\xff\xff", 0, describe_groups, what="DescribeGroups v0")
+    metadata = request_reader(3, 1)  # topics: null means every topic from v1 on
+    assert decode_body(b"\xff\xff\xff\xff", 0, metadata, what="Metadata v1").topics is None
+
+
 def test_response_frame_sizes_itself_and_adds_tagged_fields_when_flexible() -> None:
     pieces = response_frame(9, [b"ab", b"cde"], flexible=True)
     data = b"".join(pieces)

@@ -175,6 +175,50 @@ def test_batch_read_equals_what_was_produced(spark: Any, cluster: LocalCluster, 
         assert row.timestampType == 0
 
 
+def test_batch_read_equals_what_a_kafka_client_wrote(
+    spark: Any, cluster: LocalCluster, topic: str
+) -> None:
+    # confluent-kafka (librdkafka) on the Kafka listener, snappy batches; the source reads the
+    # same offsets, keys, values, headers and timestamps the delivery reports named.
+    kafka = pytest.importorskip("confluent_kafka")
+    create_topic(cluster, topic, 3)
+    producer = kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all",
+         "enable.idempotence": True, "compression.codec": "snappy", "linger.ms": 5}
+    )  # fmt: skip
+    delivered: dict[bytes, tuple[int, int, int]] = {}
+
+    def on_delivery(error: Any, message: Any) -> None:
+        assert error is None, error
+        timestamp_type, timestamp_ms = message.timestamp()
+        assert timestamp_type == kafka.TIMESTAMP_CREATE_TIME
+        delivered[message.value()] = (message.partition(), message.offset(), timestamp_ms)
+
+    values = [b"kafka-%04d" % i for i in range(300)]
+    for i, value in enumerate(values):
+        key = None if i % 4 == 0 else b"key-%d" % (i % 7)
+        headers = [("n", b"%d" % i)] if i % 5 == 0 else None
+        producer.produce(topic, value=value, key=key, headers=headers, on_delivery=on_delivery)
+    assert producer.flush(60) == 0
+    frame = (
+        spark.read.format("raftlog")
+        .option("bootstrap", cluster.bootstrap)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+        .load()
+    )
+    rows = {(r.partition, r.offset): r for r in frame.collect()}
+    assert len(rows) == len(values) == len(delivered)
+    for i, value in enumerate(values):
+        partition, offset, timestamp_ms = delivered[value]
+        row = rows[(partition, offset)]
+        assert bytes(row.value) == value
+        assert row.key == (None if i % 4 == 0 else b"key-%d" % (i % 7))
+        headers = [(h.key, h.value) for h in row.headers] if row.headers else None
+        assert headers == ([("n", b"%d" % i)] if i % 5 == 0 else None)
+        assert round(row.timestamp.timestamp() * 1000) == timestamp_ms
+
+
 def test_batch_read_with_ending_offsets_reads_exactly_the_range(
     spark: Any, cluster: LocalCluster, topic: str
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 
+import cramjam
 import crc32c
 import lz4.frame
 import pytest
@@ -17,7 +18,7 @@ import zstandard
 from raftlog.config import LogConfig
 from raftlog.errors import ConfigError, CorruptBatchError, CrcMismatchError
 from raftlog.storage.batch import Compression, verify_batch
-from raftlog.storage.compression import compress
+from raftlog.storage.compression import CompressionError, compress, decompress
 from raftlog.storage.records import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
@@ -422,10 +423,40 @@ def test_malformed_compressed_records_name_the_decompressed_byte() -> None:
     assert error.value.position == JUNK_BYTES
 
 
-def test_snappy_is_refused_by_name() -> None:
-    batch = handmade_batch(b"\x00" * 16, record_count=1, last_offset_delta=0, attributes=2)
-    with pytest.raises(CorruptBatchError, match=r"codec SNAPPY \(2\) is not supported"):
-        decode_batch(batch)
+def _xerial(blocks: list[bytes]) -> bytes:
+    """snappy-java's stream framing, as Kafka's JVM client writes it."""
+    framed = [len(b).to_bytes(4, "big") + b for b in blocks]
+    return b"\x82SNAPPY\x00" + (1).to_bytes(4, "big") * 2 + b"".join(framed)
+
+
+def test_decodes_snappy_raw_as_librdkafka_writes_it_and_xerial_framed() -> None:
+    section = RECORD_0 + RECORD_1
+    raw = bytes(cramjam.snappy.compress_raw(section))
+    split = [bytes(cramjam.snappy.compress_raw(part)) for part in (RECORD_0, RECORD_1)]
+    for stream in (raw, _xerial([raw]), _xerial(split)):
+        batch = handmade_batch(
+            stream,
+            record_count=2,
+            last_offset_delta=1,
+            attributes=Compression.SNAPPY,
+            base_offset=7,
+            first_timestamp=FIRST_TS,
+        )
+        assert decode_batch(batch).records == decode_batch(HANDMADE).records
+
+
+@pytest.mark.parametrize(
+    ("stream", "message"),
+    [
+        (b"\x05ab", "SNAPPY stream is damaged"),
+        (b"\x82SNAPPY\x00\x00", "xerial header is truncated"),
+        (_xerial([b"\x05ab"])[:-1], "empty or truncated"),
+        (bytes(cramjam.snappy.compress_raw(b"x" * 5000)), "expand past"),
+    ],
+)
+def test_damaged_or_oversized_snappy_is_refused(stream: bytes, message: str) -> None:
+    with pytest.raises(CompressionError, match=message):
+        decompress(Compression.SNAPPY, stream, bytes_max=4096)
 
 
 def test_decodes_streams_written_the_jvm_way() -> None:

@@ -37,7 +37,9 @@ class NoReads:
 
 
 class ReplicaGroups:
-    def __init__(self, *, topic: str = "t", partition: int = 0) -> None:
+    def __init__(
+        self, *, topic: str = "t", partition: int = 0, config: RaftConfig = CONFIG
+    ) -> None:
         membership = Membership(voters=frozenset(NODES))
         self.cut: set[NodeId] = set()
         self.inbox: list[Message] = []
@@ -51,7 +53,7 @@ class ReplicaGroups:
             )
             node = RaftNode(
                 node_id=node_id,
-                config=CONFIG,
+                config=config,
                 storage=storage,
                 hard_state=MemoryHardStateStore().load(),
                 rng=random.Random(node_id),
@@ -63,7 +65,7 @@ class ReplicaGroups:
                 log=storage,
                 hard_state_store=MemoryHardStateStore(),
                 state_machine=replica,
-                config=CONFIG,
+                config=config,
                 bootstrap_membership=membership,
             )
             replica.attach(group)

@@ -8,6 +8,7 @@ heals the cut and they arrive."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Coroutine
 from typing import Any
 
@@ -19,7 +20,7 @@ from raftlog.raft.types import Role
 from raftlog.runtime.group import Commitment
 from raftlog.storage.records import RecordInput, encode_batch
 from raftlog.types import NodeId
-from tests.unit.partition.replica_groups import LEADER, ReplicaGroups
+from tests.unit.partition.replica_groups import CONFIG, LEADER, ReplicaGroups
 
 TIMEOUT_S = 60.0  # never reached: the tests resolve every wait by driving the groups
 
@@ -118,5 +119,25 @@ def test_a_duplicate_fails_with_its_original_when_a_new_leader_replaces_it() -> 
             with pytest.raises(ProposalDroppedError, match="replaced"):
                 await task
         assert partition.groups[LEADER].node.role is Role.FOLLOWER
+
+    asyncio.run(scenario())
+
+
+def test_batches_behind_a_refused_one_are_refused_alike_not_out_of_order() -> None:
+    # A leader at its limit of uncommitted proposals refuses sequence 1; sequence 2, sent
+    # behind it, must get the same retriable refusal: OUT_OF_ORDER_SEQUENCE would make
+    # librdkafka bump its epoch and resend sequence 0 (already appended) under a new one.
+    async def scenario() -> None:
+        partition = ReplicaGroups(config=dataclasses.replace(CONFIG, proposals_max=1))
+        partition.cut = {NodeId(2), NodeId(3)}
+        original = await _started(_produce(partition, 0, Commitment.QUORUM))
+        for sequence in (1, 2):
+            with pytest.raises(ProposalDroppedError):
+                await _produce(partition, sequence, Commitment.QUORUM)
+        partition.heal()
+        await original
+        for sequence in (1, 2):  # the retries, in order, are appended (acks=0: no waiting)
+            assert not (await _produce(partition, sequence, Commitment.NONE)).duplicate
+            partition.settle()  # committed: room for the next one
 
     asyncio.run(scenario())
