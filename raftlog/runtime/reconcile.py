@@ -34,9 +34,11 @@ from raftlog.errors import (
 )
 from raftlog.metadata import MetadataState
 from raftlog.partition.checkpoint import CheckpointStore
+from raftlog.partition.cleaning import CompactionSettings, compaction_settings
 from raftlog.partition.policy import apply_retention, topic_log_config
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
 from raftlog.partition.replica import PartitionReplica
+from raftlog.runtime.cleaner import CleanTarget
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
@@ -142,13 +144,31 @@ class Reconciler:
         self._more_scheduled = False
         self.reconcile()
 
+    def compaction_settings(self, topic: str) -> CompactionSettings:
+        """The topic's cleanup settings as the metadata holds them now."""
+        info = self._metadata().topic(topic)
+        return compaction_settings(info.config if info is not None else {})
+
+    def clean_targets(self) -> list[CleanTarget]:
+        """The hosted logs of compacted topics, for the cleaner: each may be cleaned below
+        both its high watermark and what its replica applied."""
+        storages = self._factory.storages
+        targets = []
+        for group_id, replica in sorted(self.replicas_by_group.items()):
+            settings = self.compaction_settings(replica.topic)
+            if settings.compact and group_id in storages:
+                clean_below = min(replica.high_watermark, replica.applied_offset + 1)
+                targets.append(CleanTarget(group_id, storages[group_id].log, settings, clean_below))
+        return targets
+
     def apply_retention(self, now_ms: int) -> None:
         """Drop what each hosted partition's retention settings let go (`policy.py`)."""
         for group_id, replica in list(self.replicas_by_group.items()):
             storage = self._factory.storages.get(group_id)
             if storage is not None:
                 bootstrap = replica.group.bootstrap_membership
-                apply_retention(replica, storage, bootstrap, now_ms)
+                deleting = self.compaction_settings(replica.topic).delete
+                apply_retention(replica, storage, bootstrap, now_ms, keys_deleted=deleting)
 
     # -- storage damage found while running (docs/storage-faults.md) ------------------------
 
@@ -215,7 +235,12 @@ class Reconciler:
             storage.files, storage.directory, producers_max=PRODUCERS_MAX_DEFAULT
         )
         replica = PartitionReplica(
-            topic=topic, partition=partition, log=storage, config=log_config, checkpoint=checkpoint
+            topic=topic,
+            partition=partition,
+            log=storage,
+            config=log_config,
+            checkpoint=checkpoint,
+            keys_required=lambda: self.compaction_settings(topic).compact,
         )
         group = self._factory.make_group(group_id, storage, hard_state_store, voters, replica)
         replica.attach(group)
