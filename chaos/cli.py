@@ -63,6 +63,9 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--consumers", type=int, default=1)
     p.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
+    p.add_argument("--keys", type=int, default=0,
+                   help="keyed workload on a compacted topic, keys out of this many "
+                   "(raftlog backends; 0: unkeyed)")  # fmt: skip
     p.add_argument("--base-port", type=int, default=None, help="local backend: client ports")
     p.add_argument("--image", default="raftlog:local", help="docker backend: node image")
     p.add_argument("--observers", type=int, choices=range(OBSERVERS_MAX + 1), default=0,
@@ -87,6 +90,7 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
             observers=args.observers,
             rebalance_grace_ms=2000 if "add-node" in args.nemesis else None,
             scrub_round_pause_ms=1000 if "corrupt" in args.nemesis else None,
+            cleaner_interval_ms=500 if args.keys else None,
         )
     if args.backend == "jetstream":
         backend: Backend = _jetstream_module().JetStreamBackend(
@@ -136,6 +140,8 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
             )
         if args.acks != "all":
             raise ValueError("--backend jetstream acknowledges every publish: use --acks all")
+    if args.keys < 0 or (args.keys and args.backend not in ("local", "docker")):
+        raise ValueError("--keys: a non-negative count, and only with the raftlog backends")
     if args.observers and args.backend != "local":
         raise ValueError("--observers needs --backend local")
     if args.unsafe_skip_fsync and args.backend != "local":
@@ -149,6 +155,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         acks=args.acks,
         idempotence=not args.no_idempotence and args.acks == "all",
         send_rate_per_s=args.rate,
+        keys=args.keys,
     )
     return RunOptions(
         out_dir=args.out,

@@ -30,7 +30,7 @@ from raftlog.chaos.clients import ChaosConsumer, LogClients, send_outcome
 from raftlog.chaos.generator import RateLimiter
 from raftlog.chaos.history import HistoryRecorder
 
-__all__ = ["ProcessIds", "Workers", "WorkloadOptions", "final_read"]
+__all__ = ["ProcessIds", "Workers", "WorkloadOptions", "compacted_topic_config", "final_read"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -48,14 +48,30 @@ class WorkloadOptions:
     watermark_interval_s: float = 0.5
     close_timeout_s: float = 5.0
     final_read_timeout_s: float = 30.0
+    # > 0: the keyed workload, on a compacted topic (each send a key out of this many).
+    keys: int = 0
 
     def __post_init__(self) -> None:
         assert self.partitions > 0 and self.producers >= 0 and self.consumers >= 0
-        assert self.send_rate_per_s > 0 and self.in_flight_max > 0
+        assert self.send_rate_per_s > 0 and self.in_flight_max > 0 and self.keys >= 0
         if self.acks not in ("all", "1", "0"):
             raise ValueError(f"acks: 'all', '1' or '0', got {self.acks!r}")
         if self.idempotence and self.acks != "all":
             raise ValueError(f"idempotence needs acks=all (got acks={self.acks}): disable it")
+
+
+def compacted_topic_config(options: WorkloadOptions) -> dict[str, str] | None:
+    """The keyed workload's topic: compacted, in small segments cleaned eagerly, so a run
+    of a minute rolls and cleans segments many times under its faults."""
+    if not options.keys:
+        return None
+    return {
+        "cleanup.policy": "compact",
+        "segment.bytes": "16384",
+        "segment.ms": "2000",
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "0",
+    }
 
 
 class ProcessIds:
@@ -104,14 +120,17 @@ def _producer(
             if not window.acquire(timeout=0.5):
                 continue
             partition, value = rng.randrange(options.partitions), f"{process}-{n}"
+            key = f"k{rng.randrange(options.keys)}" if options.keys else None
             invoke: dict[str, Any] = {
                 "topic": options.topic,
                 "partition": partition,
                 "value": value,
             }
+            if key is not None:
+                invoke["key"] = key
             recorder.record(process, "invoke", "send", invoke)
             try:
-                future = producer.send(options.topic, partition, value)
+                future = producer.send(options.topic, partition, value, key)
             except Exception as error:  # refused before it was queued: certainly not written
                 recorder.record(process, "fail", "send", {**invoke, "error": _error(error)})
                 window.release()
@@ -243,7 +262,7 @@ def final_read(
                 recorder.record("final", "fail", "final_read", {**invoke, "error": _error(error)})
                 continue
             rows = [{"topic": options.topic, "partition": r.partition, "offset": r.offset,
-                     "value": r.value} for r in read.records]  # fmt: skip
+                     "value": r.value, "key": r.key} for r in read.records]  # fmt: skip
             value = {**invoke, "records": rows, "end_offset": read.end_offset}
             recorder.record("final", "ok", "final_read", value)
             break

@@ -30,7 +30,7 @@ from raftlog.storage.records import decode_batch
 from raftlog.storage.scrub import verify_closed_segment
 from tests.integration.conftest import start_cluster, wait_until
 
-WRITES = int(os.environ.get("RAFTLOG_COMPACTION_WRITES", "30000"))
+WRITES = int(os.environ.get("RAFTLOG_COMPACTION_WRITES", "20000"))
 KEYS = int(os.environ.get("RAFTLOG_COMPACTION_KEYS", "1000"))
 SEGMENT_BYTES = 64 * 1024
 TOPIC = "table"
@@ -159,6 +159,7 @@ def test_compacted_topic_on_three_nodes(tmp_path: Path) -> None:
         assert count < WRITES, "the consumer read a compacted log, across its gaps"
         _kill_during_cleaning(cluster, admin, expected)
         _wipe_and_replicate(cluster, admin, expected)
+        _keyless_records_refused(cluster, admin)
     finally:
         cluster.stop()
 
@@ -220,18 +221,14 @@ def _last_offset(directory: Path) -> int:
     return last
 
 
-def test_a_compacted_topic_refuses_keyless_records(tmp_path: Path) -> None:
-    cluster = start_cluster(tmp_path, 1)
-    try:
-        admin = Admin(cluster.bootstrap)
-        admin.create_topic("keyed", partitions=1, replication_factor=1)
-        topic = admin.alter_topic_config("keyed", set_config={"cleanup.policy": "compact"})
-        assert topic.config["cleanup.policy"] == "compact"
-        with Producer(cluster.bootstrap, acks="all", retries=0) as producer:
-            with pytest.raises(RaftlogError, match=r"INVALID_RECORD.*no key"):
-                producer.send("keyed", value=b"v", partition=0).result(timeout=30)
-            producer.send("keyed", key=b"k", value=b"v", partition=0).result(timeout=30)
-        with pytest.raises(RaftlogError, match=r"min\.cleanable\.dirty\.ratio='2'"):
-            admin.alter_topic_config("keyed", set_config={"min.cleanable.dirty.ratio": "2"})
-    finally:
-        cluster.stop()
+def _keyless_records_refused(cluster: LocalCluster, admin: Admin) -> None:
+    """A topic altered to compact refuses keyless records, and a bad setting by name."""
+    admin.create_topic("keyed", partitions=1, replication_factor=3)
+    topic = admin.alter_topic_config("keyed", set_config={"cleanup.policy": "compact"})
+    assert topic.config["cleanup.policy"] == "compact"
+    with Producer(cluster.bootstrap, acks="all", retries=0) as producer:
+        with pytest.raises(RaftlogError, match=r"INVALID_RECORD.*no key"):
+            producer.send("keyed", value=b"v", partition=0).result(timeout=30)
+        producer.send("keyed", key=b"k", value=b"v", partition=0).result(timeout=30)
+    with pytest.raises(RaftlogError, match=r"min\.cleanable\.dirty\.ratio='2'"):
+        admin.alter_topic_config("keyed", set_config={"min.cleanable.dirty.ratio": "2"})

@@ -157,7 +157,7 @@ def test_a_kill_at_any_step_leaves_old_or_cleaned_segments() -> None:
     for kill_at in range(1, steps + 1):
         files = KillingFileSystem(seed=kill_at)
         log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualClock(0))
-        written = fill(log, 120)
+        written = fill(log, 80)
         before = {path: files.file_bytes(path) for path, _, _ in log.closed_segments()}
         files.calls, files.kill_at = 0, kill_at
         with pytest.raises(_Killed):
@@ -180,7 +180,7 @@ def test_a_kill_at_any_step_leaves_old_or_cleaned_segments() -> None:
 def count_steps() -> int:
     files = KillingFileSystem(seed=0)
     log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualClock(0))
-    fill(log, 120)
+    fill(log, 80)
     files.calls = 0
     clean(log)
     steps = files.calls
