@@ -54,13 +54,13 @@ def check_compaction(ops: Sequence[Op], add: Any, unchecked: list[str]) -> None:
     """Report the anomalies above through `add(name, example)`."""
     sends = {str(op.invoke.value["value"]): op for op in ops if op.f == "send"}
     final = _final(ops)
-    reported: set[tuple[str, str]] = set()
+    no_final: set[tuple[str, int]] = set()
     for (topic, partition, key), acked in sorted(_acknowledged(ops).items()):
         records = final.get((topic, partition))
         if records is None:
-            if (topic, partition) not in reported:
+            if (topic, partition) not in no_final:
                 unchecked.append(f"lost_latest: no final read of {topic}/{partition}")
-                reported.add((topic, str(partition)))
+                no_final.add((topic, partition))
             continue
         of_key = [r for r in records if r.get("key") == key]
         latest_offset, latest_value = acked[-1]
