@@ -373,8 +373,10 @@ class NodeConfig:
     scrub_round_pause_ms: int = 60_000
     # The log cleaner (raftlog.runtime.cleaner) visits compacted topics' logs every
     # cleaner_interval_ms and reads at most cleaner_bytes_per_s a second per node, on its own
-    # thread (0: off); docs/compaction.md.
-    cleaner_bytes_per_s: int = 16 * MIB
+    # thread (0: off). It costs about 0.075 CPU s per MB read (benchmarks/suites/
+    # compaction.py) and shares the interpreter lock with the event loop, so the default
+    # keeps it under a tenth of a core; docs/compaction.md.
+    cleaner_bytes_per_s: int = 1 * MIB
     cleaner_interval_ms: int = 15_000
     # The metadata quorum snapshots its state after this many offsets (keeps its log short).
     metadata_snapshot_offsets: int = 2000

@@ -49,13 +49,16 @@ from raftlog.storage.batch import (
     crc32c,
     parse_header,
 )
-from raftlog.storage.compression import compress
+from raftlog.storage.compression import CompressionError, compress
 from raftlog.storage.files import FileSystem
-from raftlog.storage.record_decoder import _decode_record, records_section
+from raftlog.storage.record_decoder import records_section
 from raftlog.storage.record_format import (
     DEFAULT_DECOMPRESSED_BYTES_MAX,
     HEADER_PREFIX,
     HEADER_TAIL,
+    VARINT_BYTES_MAX,
+    VARLONG_BYTES_MAX,
+    Malformed,
 )
 from raftlog.storage.segment import (
     INDEX_SUFFIX,
@@ -66,6 +69,7 @@ from raftlog.storage.segment import (
     segment_name,
     verified_batches,
 )
+from raftlog.storage.varints import read_varint
 
 __all__ = [
     "CLEANER_DIRECTORY",
@@ -102,37 +106,62 @@ class CleanedSegment:
     records_removed: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Span:
-    """One record of a batch: its bytes `data[start:end]` and what cleaning decides on."""
-
-    start: int
-    end: int
-    offset_delta: int
-    timestamp_delta: int
-    key: bytes | None
-    is_tombstone: bool
-
+# One record of a batch: (start, end, offset_delta, timestamp_delta, key, is_tombstone), its
+# bytes being data[start:end]. A plain tuple: the cleaner reads every record twice.
+_Span = tuple[int, int, int, int, bytes | None, bool]
 
 # Decides whether a record stays: (offset, key, is_tombstone, timestamp_ms) -> keep.
 KeepRecord = Callable[[int, bytes | None, bool, int], bool]
 
 
 def _records(batch: bytes, header: BatchHeader) -> tuple[bytes, list[_Span]]:
-    """The batch's decompressed records section and each record's span in it."""
+    """The batch's decompressed records section and each record's span in it, reading only
+    the fields cleaning needs (the value's length, not the value). Raises `Malformed` (or
+    IndexError) for records that do not frame; the caller then leaves the batch alone."""
     data, begin, stop = records_section(
         batch, BATCH_HEADER_BYTES, len(batch), header.compression, DEFAULT_DECOMPRESSED_BYTES_MAX
     )
-    spans = []
+    spans: list[_Span] = []
     position = begin
+    read = read_varint
     for _ in range(header.record_count):
-        offset_delta, timestamp_delta, key, value, _headers, end = _decode_record(
-            data, position, stop
-        )
-        spans.append(_Span(position, end, offset_delta, timestamp_delta, key, value is None))
+        # One-byte varints (deltas, most key lengths) inline: this runs for every record.
+        length, body = read(data, position, VARINT_BYTES_MAX)
+        end = body + length
+        byte = data[body + 1]
+        if byte < 0x80:
+            timestamp_delta, at = (byte >> 1) ^ -(byte & 1), body + 2
+        else:
+            timestamp_delta, at = read(data, body + 1, VARLONG_BYTES_MAX)
+        byte = data[at]
+        if byte < 0x80:
+            offset_delta, at = (byte >> 1) ^ -(byte & 1), at + 1
+        else:
+            offset_delta, at = read(data, at, VARINT_BYTES_MAX)
+        byte = data[at]
+        if byte < 0x80:
+            key_length, at = (byte >> 1) ^ -(byte & 1), at + 1
+        else:
+            key_length, at = read(data, at, VARINT_BYTES_MAX)
+        key = None if key_length < 0 else data[at : at + key_length]
+        # The value's length is negative (null, a tombstone) only if its first byte is odd.
+        is_tombstone = bool(data[at + max(key_length, 0)] & 1)
+        if length < 0 or end > stop:
+            raise Malformed(f"record length {length} does not fit", position)
+        spans.append((position, end, offset_delta, timestamp_delta, key, is_tombstone))
         position = end
-    assert position == stop, (position, stop)
+    if position != stop:
+        raise Malformed(f"{stop - position} bytes after the records", position)
     return data, spans
+
+
+def _parsed(batch: bytes, header: BatchHeader) -> tuple[bytes, list[_Span]] | None:
+    """`_records`, or None for a batch whose records do not frame (stored under
+    produce_record_validation="crc"): cleaning leaves such a batch as it is."""
+    try:
+        return _records(batch, header)
+    except (Malformed, IndexError, CompressionError):
+        return None
 
 
 def _segment_batches(files: FileSystem, path: str, pace: Callable[[int], None]) -> Iterator[bytes]:
@@ -165,10 +194,10 @@ def build_offset_map(
             header = parse_header(batch)
             if header.is_control or header.record_count == 0:
                 continue
-            _, spans = _records(batch, header)
-            for span in spans:
-                if span.key is not None:
-                    latest[span.key] = header.base_offset + span.offset_delta
+            parsed = _parsed(batch, header)
+            for _start, _end, offset_delta, _ts, key, _tomb in parsed[1] if parsed else ():
+                if key is not None:
+                    latest[key] = header.base_offset + offset_delta
     return latest
 
 
@@ -178,20 +207,15 @@ def clean_batch(batch: bytes, keep: KeepRecord) -> tuple[bytes, int]:
     header = parse_header(batch)
     if header.is_control or header.record_count == 0:
         return batch, 0  # membership and leader changes stay: Raft needs them
-    data, spans = _records(batch, header)
-    kept = [
-        span
-        for span in spans
-        if keep(
-            header.base_offset + span.offset_delta,
-            span.key,
-            span.is_tombstone,
-            header.first_timestamp + span.timestamp_delta,
-        )
-    ]
+    parsed = _parsed(batch, header)
+    if parsed is None:
+        return batch, 0
+    data, spans = parsed
+    base, first_ms = header.base_offset, header.first_timestamp
+    kept = [s for s in spans if keep(base + s[2], s[4], s[5], first_ms + s[3])]
     if len(kept) == len(spans):
         return batch, 0
-    section = b"".join(data[span.start : span.end] for span in kept)
+    section = b"".join(data[s[0] : s[1]] for s in kept)
     attributes = header.attributes
     codec = header.compression
     if not kept or codec is Compression.SNAPPY:
