@@ -131,8 +131,10 @@ class LogCleaner:
             self.cpu_s += time.thread_time() - started
 
     def _pace(self, size_bytes: int) -> None:
-        """On the cleaner thread: sleep as long as reading `size_bytes` may take."""
+        """On the cleaner thread, after each batch: sleep as long as reading `size_bytes` may
+        take. The sleep is never skipped, however short: it releases the interpreter lock,
+        so the event loop waits at most one batch's work for it."""
         self.bytes_read += size_bytes
         if self._stopping.is_set():
             raise StorageError("cleaner stopping")
-        self._stopping.wait(size_bytes / self._bytes_per_s)
+        time.sleep(size_bytes / self._bytes_per_s)

@@ -165,7 +165,11 @@ def _parsed(batch: bytes, header: BatchHeader) -> tuple[bytes, list[_Span]] | No
 
 
 def _segment_batches(files: FileSystem, path: str, pace: Callable[[int], None]) -> Iterator[bytes]:
-    """Every verified batch of a closed segment, in order; a bad one raises."""
+    """Every verified batch of a closed segment, in order; a bad one raises. `pace` is
+    called after each batch: a cleaner on a thread of the node's process sleeps there, which
+    also hands the interpreter lock back to the event loop after every batch rather than
+    after the interpreter's 5 ms switch interval (each of the loop's blocking calls would
+    otherwise wait that long for the lock while the cleaner works)."""
     handle = files.open(path)
     try:
         size_bytes, position = handle.size_bytes(), 0
@@ -176,10 +180,10 @@ def _segment_batches(files: FileSystem, path: str, pace: Callable[[int], None]) 
             for at, _base, _last, batch_bytes, _max_ms in verified_batches(chunk):
                 yield chunk[at : at + batch_bytes]
                 used = at + batch_bytes
+                pace(batch_bytes)
             if used == 0:
                 raise CorruptBatchError("batch fails its checks", path=path, position=position)
             position += used
-            pace(used)
     finally:
         handle.close()
 
