@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast check fmt demo sim chaos bench clean image
+.PHONY: install test test-fast soak check fmt demo sim chaos bench clean image
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -16,10 +16,15 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest --durations=30 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=30 -m "not soak" $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "not slow and not soak" $(PYTEST_ARGS)
+
+# Longer twins of runs that make test already covers with a short one (each nemesis, each
+# client): more faults per run, not new kinds of fault.
+soak: $(STAMP)
+	$(BIN)/python -m pytest --durations=30 -m soak $(PYTEST_ARGS)
 
 # mypy cannot follow setuptools' package-dir mapping, so it checks a symlinked view of the
 # one namespace that the wheel builds (build/typecheck/raftlog/...).

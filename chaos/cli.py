@@ -59,6 +59,12 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="producers without idempotence (implied by --acks 1 or 0)")  # fmt: skip
     p.add_argument("--seed", type=int, default=None, help="default: random, printed first")
     p.add_argument("--out", type=Path, required=True, help="directory for history and report")
+    p.add_argument(
+        "--recovery-timeout",
+        type=float,
+        default=60.0,
+        help="seconds to wait after the last heal for every partition to answer",
+    )
     p.add_argument("--partitions", type=int, default=3)
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--consumers", type=int, default=1)
@@ -163,6 +169,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         duration_s=args.duration,
         nemeses=tuple(args.nemesis),
         workload=workload,
+        recovery_timeout_s=args.recovery_timeout,
     )
 
 

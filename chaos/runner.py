@@ -60,6 +60,7 @@ class RunOptions:
     gap_s: tuple[float, float] = (2.0, 5.0)
     hold_s: tuple[float, float] = (2.0, 6.0)
     recovery_timeout_s: float = 60.0
+    creation_timeout_s: float = 60.0
     progress_interval_s: float = 5.0
     examples_max: int = 10
 
@@ -69,6 +70,8 @@ class RunOptions:
             raise ValueError(f"--nemesis: unknown {sorted(unknown)}; choose from {NEMESES}")
         if self.duration_s <= 0:
             raise ValueError(f"--duration must be positive, got {self.duration_s}")
+        if self.recovery_timeout_s <= 0:
+            raise ValueError(f"--recovery-timeout must be positive, got {self.recovery_timeout_s}")
 
 
 def _wait_ready(clients: LogClients, options: WorkloadOptions, *, timeout_s: float) -> bool:
@@ -169,9 +172,9 @@ def run(
         clients.create_topic(
             work.topic, work.partitions, work.replication_factor, compacted_topic_config(work)
         )
-        if not _wait_ready(clients, work, timeout_s=options.recovery_timeout_s):
+        if not _wait_ready(clients, work, timeout_s=options.creation_timeout_s):
             raise TimeoutError(
-                f"topic {work.topic!r} not readable {options.recovery_timeout_s}s after creation"
+                f"topic {work.topic!r} not readable {options.creation_timeout_s}s after creation"
             )
         with (options.out_dir / "history.jsonl").open("w", buffering=1) as sink:
             recorder = HistoryRecorder(time.monotonic_ns, sink)

@@ -13,8 +13,12 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from raftlog.errors import RaftlogError
+
+if TYPE_CHECKING:
+    from raftlog.client.admin import TopicDescription
 
 __all__ = ["add_client_parsers", "resolve_bootstrap"]
 
@@ -60,6 +64,31 @@ def _security(args: argparse.Namespace) -> dict[str, object]:
         "tls_cert": args.tls_cert,
         "tls_key": args.tls_key,
     }
+
+
+def leaders_high_watermarks(
+    bootstrap: str, options: dict[str, Any], topic: TopicDescription
+) -> dict[int, str]:
+    """Each partition's high watermark as its leader knows it, for display ("unknown" when
+    no leader answers). The node that answered `describe` knows only the partitions it leads."""
+    from raftlog.client import Consumer
+    from raftlog.client.errors import ClientError
+
+    shown = {p.id: str(p.high_watermark) for p in topic.partitions if p.high_watermark >= 0}
+    missing = [p.id for p in topic.partitions if p.id not in shown]
+    if not missing:
+        return shown
+    consumer = Consumer(bootstrap, request_timeout_ms=5_000, **options)
+    try:
+        for partition in missing:
+            try:
+                ends = consumer.end_offsets([(topic.name, partition)])
+                shown[partition] = str(next(iter(ends.values())))
+            except ClientError:
+                shown[partition] = "unknown"
+    finally:
+        consumer.close()
+    return shown
 
 
 def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -152,10 +181,13 @@ def _topic(args: argparse.Namespace) -> int:
             print(f"topic {topic.name} id {topic.topic_id} replication {topic.replication_factor}")
             for key, value in sorted(topic.config.items()):
                 print(f"  config {key}={value}")
+            watermarks = leaders_high_watermarks(
+                resolve_bootstrap(args.bootstrap, args.dir), _security(args), topic
+            )
             for p in topic.partitions:
                 print(
                     f"  partition {p.id}: leader {p.leader} epoch {p.epoch} "
-                    f"replicas {list(p.replicas)} high watermark {p.high_watermark}"
+                    f"replicas {list(p.replicas)} high watermark {watermarks[p.id]}"
                 )
         elif args.topic_command == "alter":
             topic = admin.alter_topic_config(

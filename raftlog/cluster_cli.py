@@ -273,8 +273,18 @@ def _restart_stopped(
         cluster.save()
     else:
         client = _node_client_options(_flag_paths(cluster.node_flags))
-    ids = ", ".join(str(node_id) for node_id in sorted(cluster.nodes))
-    print(f"restarting the stopped cluster in {args.dir} (nodes {ids}) ...", file=sys.stderr)
+    running = [node_id for node_id in sorted(cluster.nodes) if cluster.is_running(node_id)]
+    stopped = [node_id for node_id in sorted(cluster.nodes) if node_id not in running]
+    if not running:
+        ids = ", ".join(map(str, stopped))
+        print(f"restarting the stopped cluster in {args.dir} (nodes {ids}) ...", file=sys.stderr)
+    elif stopped:
+        print(
+            f"restarting nodes {stopped} of the cluster in {args.dir} (nodes {running} run)",
+            file=sys.stderr,
+        )
+    else:
+        print(f"every node of the cluster in {args.dir} runs already", file=sys.stderr)
     for line in moved:
         print(f"  {line}", file=sys.stderr)
     return cluster, client
@@ -304,7 +314,7 @@ def _down(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from raftlog.client import Admin
-    from raftlog.client_cli import resolve_bootstrap
+    from raftlog.client_cli import leaders_high_watermarks, resolve_bootstrap
 
     bootstrap = resolve_bootstrap(args.bootstrap, args.dir)
     try:
@@ -321,10 +331,12 @@ def _status(args: argparse.Namespace) -> int:
                 f"{node.state} metadata {node.metadata_role}"
             )
         for name in admin.list_topics():
-            for p in admin.describe_topic(name).partitions:
+            topic = admin.describe_topic(name)
+            watermarks = leaders_high_watermarks(bootstrap, _status_client_options(args), topic)
+            for p in topic.partitions:
                 print(
                     f"  {name}-{p.id}: leader {p.leader} epoch {p.epoch} replicas "
-                    f"{list(p.replicas)} high watermark {p.high_watermark}"
+                    f"{list(p.replicas)} high watermark {watermarks[p.id]}"
                     + (
                         f" moving: adding {list(p.adding_replicas)} removing "
                         f"{list(p.removing_replicas)}"

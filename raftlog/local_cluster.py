@@ -206,8 +206,10 @@ class LocalCluster:
     def restart_stopped(cls, directory: Path, *, node_count: int) -> tuple[LocalCluster, list[str]]:
         """The stopped cluster recorded in `directory`, each node on its recorded ports where
         all are free, else on new free ones (its node then registers its new addresses and
-        the others dial them); with what moved, in words. Raises ValueError when `node_count`
-        is not its voter count or a node of it still runs."""
+        the others dial them); with what moved, in words. Nodes that still run are left as
+        they are (`start` skips them), so this also restarts the nodes of a cluster that
+        stopped or crashed on their own. Raises ValueError when `node_count` is not its voter
+        count."""
         cluster = cls.load(directory)
         voters = [n for n in cluster.nodes.values() if not n.observer]
         if len(voters) != node_count:
@@ -216,13 +218,10 @@ class LocalCluster:
                 f"nodes ({sorted(n.node_id for n in voters)}); start it with --nodes "
                 f"{len(voters)}, or use another --dir"
             )
-        running = sorted(n.node_id for n in cluster.nodes.values() if cluster.is_running(n.node_id))
-        if running:
-            raise ValueError(f"{directory}: nodes {running} still run; `cluster down` first")
         moved = []
         taken = {p for n in cluster.nodes.values() for p in _ports(n)}
         for node in cluster.nodes.values():
-            if all(_port_free(port) for port in _ports(node)):
+            if cluster.is_running(node.node_id) or all(_port_free(port) for port in _ports(node)):
                 continue
             old = "/".join(str(port) for port in _ports(node))
             base = _free_port_base_outside(taken)
@@ -278,6 +277,9 @@ class LocalCluster:
         node = self.nodes[node_id]
         if node.pid and _alive(node.pid):
             return node
+        ended = self._processes.pop(node_id, None)
+        if ended is not None:
+            ended.wait()  # it exited on its own: collect it before starting its successor
         log = open(node.log_file, "ab")  # noqa: SIM115 (handed to the child)
         process = subprocess.Popen(
             self.command(node, *extra),
@@ -293,8 +295,10 @@ class LocalCluster:
         return node
 
     def start(self, *extra: str) -> None:
+        """Start every node that does not run already."""
         for node_id in self.nodes:
-            self.start_node(node_id, *extra)
+            if not self.is_running(node_id):
+                self.start_node(node_id, *extra)
 
     def kill_node(self, node_id: int, *, sig: int = signal.SIGKILL) -> None:
         node = self.nodes[node_id]

@@ -9,8 +9,9 @@ same code as its producer. The run starts a fresh 3-node cluster in WORK, create
 records one after another (`send().result()`: the idle round trip), then for each rate in
 RATES (records/s, comma separated) runs the cluster suite's open-loop acks=all latency
 measurement at linger 0 (`cluster.latency_point`) for DURATION_S, reading each node's CPU
-(the mean per node) and this process's CPU (the producer and its pacing loop) over it. It
-prints one line of JSON.
+(the mean per node) and this process's CPU (the producer and its pacing loop) over it. Last
+the fetch half: every record produced read back from offset 0 (`cluster.consume_mb_s`), with
+the nodes' CPU per MB of values read. It prints one line of JSON.
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ def main(argv: list[str]) -> None:
                 result[f"{key}_{tag}"] = point[key]
             result[f"node_cores_{tag}"] = cpu / elapsed_s / len(pids)
             result[f"client_cores_{tag}"] = client_cpu_s / elapsed_s
+        # The fetch half: everything produced above read back from offset 0, with the nodes'
+        # CPU per MB of values (the leaders serve it; followers idle but are counted).
+        cpu_before = {n: cpu_seconds(pid) for n, pid in pids.items()}
+        started = time.perf_counter()
+        result["fetch_mb_s"] = cluster.consume_mb_s(
+            running.bootstrap, "latency", cluster.PARTITIONS
+        )
+        elapsed_s = time.perf_counter() - started
+        cpu = sum(cpu_seconds(pid) - cpu_before[n] for n, pid in pids.items())
+        result["fetch_node_cpu_ms_per_mb"] = cpu * 1e3 / (result["fetch_mb_s"] * elapsed_s)
     print(json.dumps(result), flush=True)
 
 

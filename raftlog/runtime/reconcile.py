@@ -48,6 +48,8 @@ from raftlog.storage.bootstrap_voters import (
     BOOTSTRAP_VOTERS_FILE_NAME,
     load_or_write_bootstrap_voters,
 )
+from raftlog.storage.log import LogDamage
+from raftlog.storage.raft_log import RaftLogStorage
 from raftlog.storage.scrub import SegmentProblem
 from raftlog.storage.segment import LOG_SUFFIX, parse_segment_name
 from raftlog.types import GroupId, NodeId
@@ -195,19 +197,21 @@ class Reconciler:
         damage on (durably marked as a repair) and reopen the group, which then abstains
         until a leader the other replicas elected has refilled it."""
         replica = self.replicas_by_group.get(group_id)
-        if replica is None:
-            raise StorageError(f"metadata log damaged on read ({cause}); restart the node")
         group = self._host.remove(group_id)
         if group is not None:
             group.fail_waiters(NotLeaderError(leader_hint=None))
         storage = self._factory.storages.pop(group_id)
-        segment_base = parse_segment_name(os.path.basename(path or ""), LOG_SUFFIX)
-        cut = offset if offset is not None else segment_base
-        start, end = storage.log.log_start_offset, storage.log.log_end_offset
-        cut = min(max(start if cut is None else cut, start), end)
-        damage = storage.log.start_repair(cut, cause, path=path or storage.log.directory)
+        damage = _start_repair(storage, path, cause, offset=offset)
         log.error("group %s: storage damage found while running: %s", group_id, damage.describe())
         storage.close()
+        if replica is None:
+            # The metadata state machine cannot be rebuilt under the running broker; the
+            # repair mark is durable, so the restart opens the log repairing, replays what
+            # is left and abstains in the metadata quorum until the controller refilled it.
+            raise StorageError(
+                f"metadata log damaged ({cause}); marked for repair from offset "
+                f"{damage.first_offset}: restart the node to repair it from the metadata quorum"
+            )
         del self.replicas_by_group[group_id]
         self.replicas.pop((replica.topic, replica.partition), None)
         info = self._metadata().partition_by_group(group_id)
@@ -258,3 +262,15 @@ class Reconciler:
             group.fail_waiters(UnknownTopicOrPartitionError(replica.topic, replica.partition))
         self._factory.close(group_id)
         shutil.rmtree(self._partition_dir(replica.topic, replica.partition), ignore_errors=True)
+
+
+def _start_repair(
+    storage: RaftLogStorage, path: str | None, cause: str, *, offset: int | None
+) -> LogDamage:
+    """Drop `storage`'s log from the damage on, durably marked as a repair. Without a known
+    offset (a read's CRC failure names only the file) the cut is the damaged segment's base."""
+    segment_base = parse_segment_name(os.path.basename(path or ""), LOG_SUFFIX)
+    cut = offset if offset is not None else segment_base
+    start, end = storage.log.log_start_offset, storage.log.log_end_offset
+    cut = min(max(start if cut is None else cut, start), end)
+    return storage.log.start_repair(cut, cause, path=path or storage.log.directory)

@@ -77,6 +77,7 @@ def test_default_sync_loses_acknowledged_writes_when_every_node_loses_power(
     out = tmp_path / "run"
     argv = ["run", "--backend", "jetstream", "--nemesis", "lose-unsynced", "--duration", "20"]
     argv += ["--seed", "3", "--out", str(out)]
+    argv += ["--recovery-timeout", "10"]  # the stream lost its files: it does not come back
     assert main(argv) == 1
     results = _results(out)
     assert results["anomaly_counts"]["lost"] > 0, results["anomaly_counts"]

@@ -126,6 +126,20 @@ def test_cluster_up_restarts_a_stopped_cluster_on_its_ports(tmp_path: Path) -> N
         assert after.bootstrap == before.bootstrap
         assert again.stdout.strip().splitlines()[-1] == before.bootstrap
         _check_everything_there(after.bootstrap, acknowledged)
+
+        # One node dies on its own: `cluster up` starts it and leaves the others running.
+        after.kill_node(2)
+        running = {i: after.nodes[i].pid for i in (1, 3)}
+        revived = _up(tmp_path)
+        assert revived.returncode == 0, revived.stderr
+        assert "restarting nodes [2]" in revived.stderr, revived.stderr
+        now = LocalCluster.load(tmp_path)
+        assert {i: now.nodes[i].pid for i in (1, 3)} == running
+        assert now.is_running(2)
+        _check_everything_there(now.bootstrap, acknowledged)
+        idle = _up(tmp_path)
+        assert idle.returncode == 0 and "runs already" in idle.stderr, idle.stderr
+        assert LocalCluster.load(tmp_path).nodes[2].pid == now.nodes[2].pid
     finally:
         _cli("down", "--dir", str(tmp_path))
 

@@ -4,14 +4,12 @@ Many keyed writes over a fixed key space; every node's cleaner brings its log un
 of docs/compaction.md (live records + 61 bytes per batch + two segments); a consumer reading
 from 0 gets exactly the last value of every key, across the gaps; a node killed in the middle
 of a cleaning pass restarts with an intact log; a replica wiped and re-replicated from the
-compacted leader holds the same key -> value map. `RAFTLOG_COMPACTION_WRITES` sets the size
-(the issue's 1,000,000 writes over 10,000 keys: `RAFTLOG_COMPACTION_WRITES=1000000
-RAFTLOG_COMPACTION_KEYS=10000`); `make test` runs a scaled-down run.
+compacted leader holds the same key -> value map. `make soak` runs the issue's size,
+1,000,000 writes over 10,000 keys (about 3 minutes here); `make test` a scaled-down twin.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
@@ -30,8 +28,7 @@ from raftlog.storage.records import decode_batch
 from raftlog.storage.scrub import verify_closed_segment
 from tests.integration.conftest import start_cluster, wait_until
 
-WRITES = int(os.environ.get("RAFTLOG_COMPACTION_WRITES", "20000"))
-KEYS = int(os.environ.get("RAFTLOG_COMPACTION_KEYS", "1000"))
+WRITES, KEYS = 20_000, 1_000
 SEGMENT_BYTES = 64 * 1024
 TOPIC = "table"
 # A record of a 6-byte key and a value of at most 14 bytes takes under 32 bytes.
@@ -58,9 +55,9 @@ def _batch_count(cluster: LocalCluster, node_id: int) -> int:
     return count
 
 
-def _bound_bytes(batches: int) -> int:
+def _bound_bytes(batches: int, keys: int) -> int:
     """docs/compaction.md: live records, one header per batch, the two newest segments."""
-    return KEYS * RECORD_BYTES_MAX + batches * BATCH_HEADER_BYTES + 2 * SEGMENT_BYTES
+    return keys * RECORD_BYTES_MAX + batches * BATCH_HEADER_BYTES + 2 * SEGMENT_BYTES
 
 
 def _stopped_key_map(cluster: LocalCluster, node_id: int) -> dict[bytes, bytes | None]:
@@ -91,12 +88,14 @@ def _stopped_key_map(cluster: LocalCluster, node_id: int) -> dict[bytes, bytes |
         log.close()
 
 
-def _write(cluster: LocalCluster, count: int, expected: dict[bytes, bytes], seed: int) -> None:
+def _write(
+    cluster: LocalCluster, count: int, keys: int, expected: dict[bytes, bytes], seed: int
+) -> None:
     rng = random.Random(seed)
     futures = []
     with Producer(cluster.bootstrap, acks="all", linger_ms=5, batch_bytes_max=16384) as producer:
         for i in range(count):
-            key = b"k%05d" % rng.randrange(KEYS)
+            key = b"k%05d" % rng.randrange(keys)
             value = b"%d-%d" % (seed, i)
             futures.append(producer.send(TOPIC, key=key, value=value, partition=0))
             expected[key] = value
@@ -135,8 +134,17 @@ def _follower(admin: Admin) -> int:
 
 
 def test_compacted_topic_on_three_nodes(tmp_path: Path) -> None:
+    _compacted_topic_on_three_nodes(tmp_path, WRITES, KEYS)
+
+
+@pytest.mark.soak
+def test_compacted_topic_on_three_nodes_at_issue_scale(tmp_path: Path) -> None:
+    _compacted_topic_on_three_nodes(tmp_path, 1_000_000, 10_000)
+
+
+def _compacted_topic_on_three_nodes(tmp_path: Path, writes: int, keys: int) -> None:
     # A budget that grows with the run, so the issue-sized run cleans within the waits.
-    budget = max(2 * 1024 * 1024, WRITES * 64)
+    budget = max(2 * 1024 * 1024, writes * 64)
     cluster = start_cluster(
         tmp_path, 3, "--set", "cleaner_interval_ms=300", "--set", f"cleaner_bytes_per_s={budget}"
     )
@@ -147,19 +155,19 @@ def test_compacted_topic_on_three_nodes(tmp_path: Path) -> None:
             "min.cleanable.dirty.ratio": "0.2", "delete.retention.ms": "0",
         })  # fmt: skip
         expected: dict[bytes, bytes] = {}
-        _write(cluster, WRITES, expected, seed=1)
+        _write(cluster, writes, keys, expected, seed=1)
         for node_id in cluster.nodes:
             wait_until(
                 lambda n=node_id: (
-                    _bytes_on_disk(cluster, n) <= _bound_bytes(_batch_count(cluster, n))
+                    _bytes_on_disk(cluster, n) <= _bound_bytes(_batch_count(cluster, n), keys)
                 ),
-                timeout_s=120 + WRITES // 5000,
+                timeout_s=120 + writes // 5000,
                 what=f"node {node_id}'s cleaner to bring its log under the bound",
             )
         values, count = _consumed_map(cluster)
         assert values == expected
-        assert count < WRITES, "the consumer read a compacted log, across its gaps"
-        _kill_during_cleaning(cluster, admin, expected)
+        assert count < writes, "the consumer read a compacted log, across its gaps"
+        _kill_during_cleaning(cluster, admin, expected, writes // 2, keys)
         _wipe_and_replicate(cluster, admin, expected)
         _keyless_records_refused(cluster, admin)
     finally:
@@ -167,13 +175,13 @@ def test_compacted_topic_on_three_nodes(tmp_path: Path) -> None:
 
 
 def _kill_during_cleaning(
-    cluster: LocalCluster, admin: Admin, expected: dict[bytes, bytes]
+    cluster: LocalCluster, admin: Admin, expected: dict[bytes, bytes], writes: int, keys: int
 ) -> None:
     """SIGKILL a follower while its cleaner has copies under cleaner/ (a pass is under way);
     restarted, it holds an intact log with the same map."""
     follower = _follower(admin)
     cleaner_dir = _log_dir(cluster, follower) / "cleaner"
-    _write(cluster, WRITES // 2, expected, seed=2)
+    _write(cluster, writes, keys, expected, seed=2)
     wait_until(
         lambda: any(cleaner_dir.glob("*.log")), timeout_s=120, what="a cleaning pass under way"
     )

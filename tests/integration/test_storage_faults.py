@@ -14,6 +14,7 @@ Also: 5 nodes with two damaged replicas, and a damaged durable mark.
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -314,5 +315,39 @@ def test_a_read_that_meets_damage_serves_none_of_it_and_starts_a_repair(tmp_path
             wait_until(
                 lambda: leader_of(admin, TOPIC, 0) != leader, timeout_s=30, what="a new leader"
             )
+    finally:
+        cluster.stop()
+
+
+def test_a_damaged_metadata_log_is_marked_for_repair_and_the_next_start_refills_it(
+    tmp_path: Path,
+) -> None:
+    """A clean shutdown skips the recovery scan, so damage in the metadata log is met when
+    the next start applies it: the node marks the log repairing and stops (the metadata
+    state cannot be rebuilt under a running node); the start after that refills the log
+    from the metadata quorum, and nothing is lost."""
+    cluster = start_cluster(tmp_path, 3, "--set", "scrub_bytes_per_s=0")
+    try:
+        with Admin(cluster.bootstrap) as admin:
+            admin.create_topic(TOPIC, partitions=1, replication_factor=3)
+            wait_until(lambda: leader_of(admin, TOPIC, 0) > 0, timeout_s=30, what="a leader")
+            acked = _produce_acked(admin, cluster)
+        node = 2
+        cluster.kill_node(node, sig=signal.SIGTERM)
+        flip_byte(Path(cluster.nodes[node].data_dir) / "metadata" / "log")
+        cluster.start_node(node)
+        wait_until(lambda: not cluster.is_running(node), timeout_s=60, what="node 2 to stop")
+        assert "marked for repair from offset" in _node_log(cluster, node)
+        cluster.start_node(node)
+        wait_until(
+            lambda: "group 0: repair finished" in _node_log(cluster, node),
+            timeout_s=60,
+            what="the metadata log's repair",
+        )
+        with Admin(cluster.nodes[node].client_address) as admin:
+            wait_until(lambda: TOPIC in admin.list_topics(), timeout_s=30, what="the topic")
+        seen = _read_all(cluster, max(acked))
+        assert all(seen.get(o) == v for o, v in acked.items())
+        assert cluster.is_running(node)
     finally:
         cluster.stop()
