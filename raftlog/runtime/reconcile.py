@@ -19,6 +19,7 @@ no manual step.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -48,7 +49,7 @@ from raftlog.storage.bootstrap_voters import (
     BOOTSTRAP_VOTERS_FILE_NAME,
     load_or_write_bootstrap_voters,
 )
-from raftlog.storage.log import LogDamage
+from raftlog.storage.log import LogDamage, SegmentedLog
 from raftlog.storage.raft_log import RaftLogStorage
 from raftlog.storage.scrub import SegmentProblem
 from raftlog.storage.segment import LOG_SUFFIX, parse_segment_name
@@ -168,9 +169,23 @@ class Reconciler:
         for group_id, replica in list(self.replicas_by_group.items()):
             storage = self._factory.storages.get(group_id)
             if storage is not None:
+                self._refresh_retention(replica.topic, storage.log)
                 bootstrap = replica.group.bootstrap_membership
                 deleting = self.compaction_settings(replica.topic).delete
                 apply_retention(replica, storage, bootstrap, now_ms, keys_deleted=deleting)
+
+    def _refresh_retention(self, topic: str, log: SegmentedLog) -> None:
+        """retention.ms and retention.bytes as the topic has them now: an alter takes effect
+        at the next retention check (the other log settings at the replica's next start)."""
+        info = self._metadata().topic(topic)
+        live = topic_log_config(self._log_config, info.config if info is not None else {})
+        if (log.config.retention_bytes, log.config.retention_ms) != (
+            live.retention_bytes,
+            live.retention_ms,
+        ):
+            log.config = dataclasses.replace(
+                log.config, retention_bytes=live.retention_bytes, retention_ms=live.retention_ms
+            )
 
     # -- storage damage found while running (docs/storage-faults.md) ------------------------
 
