@@ -128,6 +128,34 @@ def _consumed_map(cluster: LocalCluster) -> tuple[dict[bytes, bytes | None], int
         consumer.close()
 
 
+def _kafka_consumed_map(cluster: LocalCluster) -> dict[bytes, bytes | None]:
+    """The same read by a Kafka client (librdkafka) through the Kafka listener: it steps over
+    emptied batches and gaps inside batches on its own."""
+    kafka = pytest.importorskip("confluent_kafka")
+    consumer = Consumer(cluster.bootstrap)
+    end = next(iter(consumer.end_offsets([(TOPIC, 0)]).values()))
+    consumer.close()
+    reader = kafka.Consumer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "unused",
+         "enable.auto.commit": False}
+    )  # fmt: skip
+    reader.assign([kafka.TopicPartition(TOPIC, 0, kafka.OFFSET_BEGINNING)])
+    values: dict[bytes, bytes | None] = {}
+    deadline = time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            message = reader.poll(0.5)
+            if message is None:
+                if reader.position([kafka.TopicPartition(TOPIC, 0)])[0].offset >= end:
+                    break
+                continue
+            assert message.error() is None, message.error()
+            values[message.key()] = message.value()
+    finally:
+        reader.close()
+    return values
+
+
 def _follower(admin: Admin) -> int:
     description = admin.describe_topic(TOPIC).partitions[0]
     return next(r for r in description.replicas if r != description.leader)
@@ -167,6 +195,7 @@ def _compacted_topic_on_three_nodes(tmp_path: Path, writes: int, keys: int) -> N
         values, count = _consumed_map(cluster)
         assert values == expected
         assert count < writes, "the consumer read a compacted log, across its gaps"
+        assert _kafka_consumed_map(cluster) == expected
         _kill_during_cleaning(cluster, admin, expected, writes // 2, keys)
         _wipe_and_replicate(cluster, admin, expected)
         _keyless_records_refused(cluster, admin)
