@@ -36,6 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from raftlog.chaos.compaction_checker import COMPACTION_ANOMALIES, check_compaction
 from raftlog.chaos.group_checker import GROUP_ANOMALIES, check_groups, group_timeline
 from raftlog.chaos.history import Op
 
@@ -53,6 +54,7 @@ ANOMALIES = (
     "read_then_gone",
     "hw_backward",
     *GROUP_ANOMALIES,
+    *COMPACTION_ANOMALIES,
 )
 TopicPartition = tuple[str, int]
 
@@ -140,15 +142,20 @@ class _Facts:
         return _Facts(sends, observations, final, final_offsets)
 
 
-def check(ops: Iterable[Op], *, examples_max: int = 10) -> CheckResult:
-    """Judge the client operations of one run; `result.valid` is True when none is found."""
+def check(ops: Iterable[Op], *, examples_max: int = 10, compacted: bool = False) -> CheckResult:
+    """Judge the client operations of one run; `result.valid` is True when none is found.
+    On a `compacted` topic superseded values may go: `lost` and `read_then_gone` give way to
+    the keyed checks of `raftlog.chaos.compaction_checker`."""
     assert examples_max > 0
     ops = list(ops)
     facts = _Facts.gather(ops)
     result = CheckResult(examples_max, counts=dict.fromkeys(ANOMALIES, 0))
-    _check_lost(facts, result)
+    if compacted:
+        check_compaction(ops, result.add, result.unchecked)
+    else:
+        _check_lost(facts, result)
     _check_offsets(facts, result)
-    _check_reads(facts, result)
+    _check_reads(facts, result, compacted=compacted)
     _check_polls(ops, facts, result)
     _check_send_order(ops, result)
     _check_watermarks(ops, result)
@@ -218,7 +225,7 @@ def _describe(seen: Observation) -> dict[str, Any]:
     }
 
 
-def _check_reads(facts: _Facts, result: CheckResult) -> None:
+def _check_reads(facts: _Facts, result: CheckResult, *, compacted: bool) -> None:
     reported: set[tuple[str, str]] = set()
     for seen in facts.observations:
         if seen.source == "ack":
@@ -230,6 +237,7 @@ def _check_reads(facts: _Facts, result: CheckResult) -> None:
             name = "failed_read"
         elif (
             seen.source == "poll"
+            and not compacted
             and seen.tp in facts.final
             and seen.value not in facts.final[seen.tp]
         ):

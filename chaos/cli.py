@@ -69,6 +69,9 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--producers", type=int, default=2)
     p.add_argument("--consumers", type=int, default=1)
     p.add_argument("--rate", type=float, default=40.0, help="sends per second per producer")
+    p.add_argument("--keys", type=int, default=0,
+                   help="keyed workload on a compacted topic, keys out of this many "
+                   "(raftlog backends; 0: unkeyed)")  # fmt: skip
     p.add_argument("--base-port", type=int, default=None, help="local backend: client ports")
     p.add_argument("--image", default="raftlog:local", help="docker backend: node image")
     p.add_argument("--observers", type=int, choices=range(OBSERVERS_MAX + 1), default=0,
@@ -101,6 +104,7 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
             scrub_round_pause_ms=1000 if "corrupt" in args.nemesis else None,
             client=args.client,
             group_session_timeout_ms=3000 if args.consumer_mode == "group" else None,
+            cleaner_interval_ms=500 if args.keys else None,
         )
     if args.backend == "jetstream":
         backend: Backend = _jetstream_module().JetStreamBackend(
@@ -154,6 +158,8 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         raise ValueError("--client kafka needs --backend local")
     if args.consumer_mode == "group" and args.backend not in ("local", "docker"):
         raise ValueError("--consumer-mode group needs --backend local or docker")
+    if args.keys < 0 or (args.keys and args.backend not in ("local", "docker")):
+        raise ValueError("--keys: a non-negative count, and only with the raftlog backends")
     if args.observers and args.backend != "local":
         raise ValueError("--observers needs --backend local")
     if args.unsafe_skip_fsync and args.backend != "local":
@@ -168,6 +174,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         idempotence=not args.no_idempotence and args.acks == "all",
         send_rate_per_s=args.rate,
         consumer_mode=args.consumer_mode,
+        keys=args.keys,
     )
     return RunOptions(
         out_dir=args.out,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -51,6 +51,7 @@ class ReadRecord:
     partition: int
     offset: int
     value: str
+    key: str | None = None
 
 
 def send_outcome(error: BaseException) -> Literal["fail", "info"]:
@@ -67,8 +68,9 @@ def send_outcome(error: BaseException) -> Literal["fail", "info"]:
 
 
 class ChaosProducer(Protocol):
-    def send(self, topic: str, partition: int, value: str) -> Future[int]:
-        """Queue one record; the future gives its offset (-1 when acks=0 says none)."""
+    def send(self, topic: str, partition: int, value: str, key: str | None = None) -> Future[int]:
+        """Queue one record; the future gives its offset (-1 when acks=0 says none). A
+        `key` only for logs that keep keys (the keyed workload on a compacted topic)."""
         ...
 
     def close(self, timeout_s: float) -> None: ...
@@ -83,7 +85,13 @@ class ChaosConsumer(Protocol):
 class LogClients(Protocol):
     """Factory of the clients one run uses against one log (raftlog or a baseline)."""
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None: ...
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int,
+        config: Mapping[str, str] | None = None,
+    ) -> None: ...
 
     def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer: ...
 
@@ -112,9 +120,12 @@ class _RaftlogProducer:
     def __init__(self, producer: Producer) -> None:
         self._producer = producer
 
-    def send(self, topic: str, partition: int, value: str) -> Future[int]:
+    def send(self, topic: str, partition: int, value: str, key: str | None = None) -> Future[int]:
         offset: Future[int] = Future()
-        sent = self._producer.send(topic, value=value.encode(), partition=partition)
+        encoded_key = None if key is None else key.encode()
+        sent = self._producer.send(
+            topic, key=encoded_key, value=value.encode(), partition=partition
+        )
 
         def done(meta: Future[RecordMetadata]) -> None:
             error = meta.exception()
@@ -139,7 +150,7 @@ class _RaftlogConsumer:
 
     def poll(self, timeout_ms: int) -> list[ReadRecord]:
         return [
-            ReadRecord(r.partition, r.offset, _text(r.value))
+            ReadRecord(r.partition, r.offset, _text(r.value), _key(r.key))
             for r in self._consumer.poll(timeout_ms=timeout_ms)
         ]
 
@@ -155,9 +166,17 @@ class RaftlogClients:
         self.bootstrap = bootstrap
         self.request_timeout_ms = request_timeout_ms
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
         with Admin(self.bootstrap, request_timeout_ms=10_000) as admin:
-            admin.create_topic(topic, partitions=partitions, replication_factor=replication_factor)
+            admin.create_topic(
+                topic, partitions=partitions, replication_factor=replication_factor, config=config
+            )
 
     def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer:
         producer = Producer(
@@ -213,7 +232,7 @@ def _read_partition(
                     f"of {end_offset} after {timeout_s:.0f}s"
                 )
             for r in consumer.poll(timeout_ms=500):
-                records.append(ReadRecord(r.partition, r.offset, _text(r.value)))
+                records.append(ReadRecord(r.partition, r.offset, _text(r.value), _key(r.key)))
     finally:
         consumer.close()
     assert all(a.offset < b.offset for a, b in itertools.pairwise(records)), topic
@@ -222,3 +241,7 @@ def _read_partition(
 
 def _text(value: bytes | None) -> str:
     return (value or b"").decode(errors="replace")
+
+
+def _key(key: bytes | None) -> str | None:
+    return None if key is None else key.decode(errors="replace")

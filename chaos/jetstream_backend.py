@@ -33,7 +33,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -182,7 +182,9 @@ class _Producer:
             raise DefiniteSendFailure(f"no stream leader took it: {error!r}") from error
         return ack.seq - 1
 
-    def send(self, topic: str, partition: int, value: str) -> Future[int]:
+    def send(self, topic: str, partition: int, value: str, key: str | None = None) -> Future[int]:
+        if key is not None:
+            raise ValueError("keyed sends need a log that keeps keys (the raftlog backends)")
         future = self._loop.submit(self._publish(topic, partition, value))
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
@@ -355,7 +357,13 @@ class JetStreamBackend:
 
     # -- LogClients ---------------------------------------------------------------------------
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
         assert self._loop is not None and self._admin is not None
         for p in range(partitions):
             coroutine = create_stream(

@@ -64,7 +64,7 @@ class _KafkaProducer:
         while not self._closed.is_set():
             self._producer.poll(POLL_INTERVAL_S)  # runs the delivery callbacks
 
-    def send(self, topic: str, partition: int, value: str) -> Future[int]:
+    def send(self, topic: str, partition: int, value: str, key: str | None = None) -> Future[int]:
         offset: Future[int] = Future()
 
         def delivered(error: Any, message: Any) -> None:
@@ -76,6 +76,7 @@ class _KafkaProducer:
         # BufferError or KafkaException here: refused before it was queued (the workload's
         # `fail`).
         self._producer.produce(topic, value=value.encode(), partition=partition,
+                               key=None if key is None else key.encode(),
                                on_delivery=delivered)  # fmt: skip
         return offset
 
@@ -151,10 +152,16 @@ class KafkaClients:
             "logger": _LIBRDKAFKA_LOG,
         }
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        (future,) = admin.create_topics([NewTopic(topic, partitions, replication_factor)],
-                                        request_timeout=10).values()  # fmt: skip
+        new = NewTopic(topic, partitions, replication_factor, config=dict(config or {}))
+        (future,) = admin.create_topics([new], request_timeout=10).values()
         future.result(timeout=15)
 
     def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer:

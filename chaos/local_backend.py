@@ -70,6 +70,7 @@ class LocalBackend:
         scrub_round_pause_ms: int | None = None,
         client: str = "grpc",
         group_session_timeout_ms: int | None = None,
+        cleaner_interval_ms: int | None = None,
     ) -> None:
         assert node_count in (1, 3, 5), node_count
         assert client in ("grpc", "kafka"), client
@@ -102,6 +103,9 @@ class LocalBackend:
             # corrupt: a damaged closed segment is found by the scrubber within the run, not
             # a minute later.
             self._serve_flags += ("--set", f"scrub_round_pause_ms={scrub_round_pause_ms}")
+        if cleaner_interval_ms is not None:
+            # The keyed workload: compacted partitions are cleaned many times within a run.
+            self._serve_flags += ("--set", f"cleaner_interval_ms={cleaner_interval_ms}")
 
     @property
     def log_paths(self) -> list[str]:

@@ -36,7 +36,7 @@ from raftlog.chaos.generator import PlannedFault, fault_schedule
 from raftlog.chaos.history import NEMESIS, HistoryRecorder, pair_operations
 from raftlog.chaos.nemesis import NEMESES, ClusterControl, Nemesis, plan_fault
 from raftlog.chaos.stats import availability, error_summary, fault_windows, latency_percentiles
-from raftlog.chaos.workload import Workers, WorkloadOptions, final_read
+from raftlog.chaos.workload import Workers, WorkloadOptions, compacted_topic_config, final_read
 
 __all__ = ["Backend", "RunOptions", "run"]
 
@@ -170,7 +170,9 @@ def run(
     clients = backend.start()
     try:
         work = options.workload
-        clients.create_topic(work.topic, work.partitions, work.replication_factor)
+        clients.create_topic(
+            work.topic, work.partitions, work.replication_factor, compacted_topic_config(work)
+        )
         if not _wait_ready(clients, work, timeout_s=options.creation_timeout_s):
             raise TimeoutError(
                 f"topic {work.topic!r} not readable {options.creation_timeout_s}s after creation"
@@ -216,7 +218,7 @@ def _load_heal_read(
     recovered = _wait_ready(clients, options.workload, timeout_s=options.recovery_timeout_s)
     final_read(clients, recorder, options.workload)
     ops = list(pair_operations(recorder.events))
-    verdict = check(ops, examples_max=options.examples_max)
+    verdict = check(ops, examples_max=options.examples_max, compacted=options.workload.keys > 0)
     windows = fault_windows(recorder.events, end_ns=load_end_ns)
     load_ops = [op for op in ops if op.f != "final_read"]
     # A partition the final read could not judge makes the run unproven, so not valid.

@@ -23,7 +23,7 @@ import itertools
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -114,7 +114,9 @@ class _Producer:
         self._closed = threading.Event()
         threading.Thread(target=self._expire, name="syncobj-expiry", daemon=True).start()
 
-    def send(self, topic: str, partition: int, value: str) -> Future[int]:
+    def send(self, topic: str, partition: int, value: str, key: str | None = None) -> Future[int]:
+        if key is not None:
+            raise ValueError("keyed sends need a log that keeps keys (the raftlog backends)")
         future: Future[int] = Future()
         state = self._backend.some_node()
         if state is None:
@@ -278,7 +280,13 @@ class SyncObjBackend:
                 raise TimeoutError(f"no pysyncobj leader within {timeout_s:.1f}s")
             time.sleep(0.05)
 
-    def create_topic(self, topic: str, partitions: int, replication_factor: int) -> None:
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int,
+        config: Mapping[str, str] | None = None,
+    ) -> None:
         assert partitions > 0  # partitions are created on first append
 
     def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer:

@@ -31,7 +31,7 @@ from raftlog.chaos.generator import RateLimiter
 from raftlog.chaos.groups import GroupClients, group_member, read_committed
 from raftlog.chaos.history import HistoryRecorder
 
-__all__ = ["ProcessIds", "Workers", "WorkloadOptions", "final_read"]
+__all__ = ["ProcessIds", "Workers", "WorkloadOptions", "compacted_topic_config", "final_read"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,16 +53,32 @@ class WorkloadOptions:
     # through one consumer group (raftlog.chaos.groups).
     consumer_mode: str = "assign"
     member_lifetime_s: tuple[float, float] = (3.0, 8.0)  # group mode: then a new member
+    # > 0: the keyed workload, on a compacted topic (each send a key out of this many).
+    keys: int = 0
 
     def __post_init__(self) -> None:
         if self.consumer_mode not in ("assign", "group"):
             raise ValueError(f"consumer mode: 'assign' or 'group', got {self.consumer_mode!r}")
         assert self.partitions > 0 and self.producers >= 0 and self.consumers >= 0
-        assert self.send_rate_per_s > 0 and self.in_flight_max > 0
+        assert self.send_rate_per_s > 0 and self.in_flight_max > 0 and self.keys >= 0
         if self.acks not in ("all", "1", "0"):
             raise ValueError(f"acks: 'all', '1' or '0', got {self.acks!r}")
         if self.idempotence and self.acks != "all":
             raise ValueError(f"idempotence needs acks=all (got acks={self.acks}): disable it")
+
+
+def compacted_topic_config(options: WorkloadOptions) -> dict[str, str] | None:
+    """The keyed workload's topic: compacted, in small segments cleaned eagerly, so a run
+    of a minute rolls and cleans segments many times under its faults."""
+    if not options.keys:
+        return None
+    return {
+        "cleanup.policy": "compact",
+        "segment.bytes": "16384",
+        "segment.ms": "2000",
+        "min.cleanable.dirty.ratio": "0.01",
+        "delete.retention.ms": "0",
+    }
 
 
 class ProcessIds:
@@ -111,14 +127,17 @@ def _producer(
             if not window.acquire(timeout=0.5):
                 continue
             partition, value = rng.randrange(options.partitions), f"{process}-{n}"
+            key = f"k{rng.randrange(options.keys)}" if options.keys else None
             invoke: dict[str, Any] = {
                 "topic": options.topic,
                 "partition": partition,
                 "value": value,
             }
+            if key is not None:
+                invoke["key"] = key
             recorder.record(process, "invoke", "send", invoke)
             try:
-                future = producer.send(options.topic, partition, value)
+                future = producer.send(options.topic, partition, value, key)
             except Exception as error:  # refused before it was queued: certainly not written
                 recorder.record(process, "fail", "send", {**invoke, "error": _error(error)})
                 window.release()
@@ -281,7 +300,7 @@ def final_read(
                 recorder.record("final", "fail", "final_read", {**invoke, "error": _error(error)})
                 continue
             rows = [{"topic": options.topic, "partition": r.partition, "offset": r.offset,
-                     "value": r.value} for r in read.records]  # fmt: skip
+                     "value": r.value, "key": r.key} for r in read.records]  # fmt: skip
             value = {**invoke, "records": rows, "end_offset": read.end_offset}
             recorder.record("final", "ok", "final_read", value)
             break

@@ -14,6 +14,7 @@ from raftlog.metadata.assignment import NodeLoad, assign_replicas
 from raftlog.metadata.catch_up import caught_up_since_start
 from raftlog.metadata.commands import (
     AllocateProducerIds,
+    AlterTopicConfig,
     ApplyResult,
     AssignmentError,
     Command,
@@ -60,6 +61,7 @@ from raftlog.metadata.state import (
 __all__ = [
     "METADATA_GROUP_ID",
     "AllocateProducerIds",
+    "AlterTopicConfig",
     "ApplyResult",
     "AssignmentError",
     "Command",

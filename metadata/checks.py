@@ -12,6 +12,7 @@ import itertools
 from typing import TYPE_CHECKING
 
 from raftlog.metadata.commands import (
+    CONFIG_VALUE_CHARS_MAX,
     CONSUMER_GROUP_ID_CHARS_MAX,
     CONSUMER_GROUPS_MAX,
     GROUP_ID_LIMIT,
@@ -19,7 +20,9 @@ from raftlog.metadata.commands import (
     PARTITIONS_PER_TOPIC_MAX,
     PRODUCER_ID_BLOCK_MAX,
     REPLICATION_FACTOR_MAX,
+    TOPIC_CONFIG_KEYS,
     AllocateProducerIds,
+    AlterTopicConfig,
     ApplyResult,
     CommitGroupOffsets,
     CompleteDecommission,
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "check_allocate_producer_ids",
+    "check_alter_topic_config",
     "check_commit_group_offsets",
     "check_complete_decommission",
     "check_complete_reassignment",
@@ -71,6 +75,7 @@ __all__ = [
     "check_reassign",
     "check_register_node",
     "check_report_leader",
+    "merged_topic_config",
 ]
 
 
@@ -255,6 +260,29 @@ def _replicas(
 
 def check_delete_topic(state: MetadataState, command: DeleteTopic) -> ApplyResult | None:
     return _topic_known(state, command.name)
+
+
+def check_alter_topic_config(state: MetadataState, command: AlterTopicConfig) -> ApplyResult | None:
+    """A known topic; known keys to delete, none also set; the merged config valid."""
+    unknown = _topic_known(state, command.name)
+    if unknown is not None:
+        return unknown
+    for key in command.delete_keys:
+        if key not in TOPIC_CONFIG_KEYS or key in command.set_config:
+            return reject(
+                ErrorCode.INVALID_CONFIG,
+                f"config {key[:CONFIG_VALUE_CHARS_MAX]!r} cannot be deleted: "
+                + ("it is also set" if key in command.set_config else "not a topic config key"),
+            )
+    return check_topic_config(merged_topic_config(state, command))
+
+
+def merged_topic_config(state: MetadataState, command: AlterTopicConfig) -> dict[str, str]:
+    topic = state.topic(command.name)
+    assert topic is not None, command.name
+    config = {k: v for k, v in topic.config.items() if k not in command.delete_keys}
+    config.update(command.set_config)
+    return dict(sorted(config.items()))
 
 
 def _topic_known(state: MetadataState, name: str) -> ApplyResult | None:

@@ -50,6 +50,7 @@ __all__ = [
     "TOPIC_CONFIG_KEYS",
     "TOPIC_NAME_CHARS_MAX",
     "AllocateProducerIds",
+    "AlterTopicConfig",
     "ApplyResult",
     "AssignmentError",
     "Command",
@@ -207,6 +208,17 @@ class DeleteTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class AlterTopicConfig:
+    """Sets `set_config` and removes `delete_keys` (back to their defaults) in a topic's
+    config, as one change (Kafka's IncrementalAlterConfigs); the result must pass the same
+    checks as a config at create."""
+
+    name: str
+    set_config: Mapping[str, str] = field(hash=False)
+    delete_keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CreatePartitions:
     """Appends partitions to a topic: one replica list and one fresh group id each."""
 
@@ -295,6 +307,7 @@ Command: TypeAlias = (
     | FenceNode
     | CreateTopic
     | DeleteTopic
+    | AlterTopicConfig
     | CreatePartitions
     | ReassignPartition
     | CompleteReassignment
@@ -328,6 +341,7 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "group_ids": "ints",
     },
     DeleteTopic: {"name": "str"},
+    AlterTopicConfig: {"name": "str", "set_config": "str_map", "delete_keys": "strs"},
     CreatePartitions: {"name": "str", "assignments": "int_lists", "group_ids": "ints"},
     ReassignPartition: {"topic": "str", "partition": "int", "replicas": "ints"},
     CompleteReassignment: {
@@ -367,7 +381,7 @@ def encode_command(command: Command) -> bytes:
             continue
         if kind == "int_lists":
             value = [list(replicas) for replicas in value]
-        elif kind in ("ints", "offsets"):
+        elif kind in ("ints", "strs", "offsets"):
             value = [list(item) for item in value] if kind == "offsets" else list(value)
         elif kind == "str_map":
             value = dict(value)
@@ -476,6 +490,9 @@ def _decode_field(where: str, kind: str, value: object) -> object:
             _decode_ints(f"{w}[{i}]", item) for i, item in enumerate(decode_list(w, v))
         ),
         "str_map": _decode_str_map,
+        "strs": lambda w, v: tuple(
+            decode_str(f"{w}[{i}]", item) for i, item in enumerate(decode_list(w, v))
+        ),
         "offsets": decode_offsets,
     }
     return decoders[kind](where, value)
@@ -536,17 +553,35 @@ def _one_of(*allowed: str) -> Callable[[str], str | None]:
     return check
 
 
+def _ratio(value: str) -> str | None:
+    try:
+        ratio = float(value)
+    except ValueError:
+        ratio = -1.0
+    if not _RATIO.fullmatch(value) or not 0.0 <= ratio <= 1.0:
+        return "must be a decimal number in [0, 1], such as 0.5"
+    return None
+
+
+_RATIO = re.compile(r"(0|1)(\.[0-9]{1,6})?")
+
+
 # Topic config keys and their value checks (Kafka's names). -1 means "unlimited" for
 # retention. min.insync.replicas is refused on purpose: a Raft group commits on a majority,
 # so acks=all already means "a majority"; a second, different quorum knob would mislead.
-# cleanup.policy accepts "delete" only (no compaction).
+# cleanup.policy: delete (retention), compact (raftlog.partition.cleaning) or both, as Kafka
+# spells them ("compact,delete" in either order).
 TOPIC_CONFIG_KEYS: dict[str, Callable[[str], str | None]] = {
     "retention.bytes": _int_in(-1, INT_LIMIT - 1),
     "retention.ms": _int_in(-1, INT_LIMIT - 1),
     "segment.bytes": _int_in(1024, _INT32_MAX),
     "segment.ms": _int_in(1, INT_LIMIT - 1),
     "max.message.bytes": _int_in(1, _INT32_MAX),
-    "cleanup.policy": _one_of("delete"),
+    "cleanup.policy": _one_of("delete", "compact", "compact,delete", "delete,compact"),
+    "min.cleanable.dirty.ratio": _ratio,
+    "min.compaction.lag.ms": _int_in(0, INT_LIMIT - 1),
+    "max.compaction.lag.ms": _int_in(1, INT_LIMIT - 1),
+    "delete.retention.ms": _int_in(0, INT_LIMIT - 1),
 }
 _REFUSED_CONFIG_KEYS = {
     "min.insync.replicas": "not supported: a Raft group commits on a majority of its replicas",
@@ -576,6 +611,14 @@ def check_topic_config(config: Mapping[str, str]) -> ApplyResult | None:
         problem = check(value)
         if problem is not None:
             return reject(ErrorCode.INVALID_CONFIG, f"config {key}={value!r}: {problem}")
+    if int(config.get("min.compaction.lag.ms", "0")) > int(
+        config.get("max.compaction.lag.ms", str(INT_LIMIT - 1))
+    ):
+        return reject(
+            ErrorCode.INVALID_CONFIG,
+            "config min.compaction.lag.ms exceeds max.compaction.lag.ms "
+            f"({config['min.compaction.lag.ms']} > {config.get('max.compaction.lag.ms')})",
+        )
     if "segment.bytes" in config and "max.message.bytes" in config:
         segment_bytes, message_bytes = (
             int(config["segment.bytes"]),

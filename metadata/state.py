@@ -47,6 +47,7 @@ from raftlog.metadata import checks
 from raftlog.metadata.commands import (
     OK,
     AllocateProducerIds,
+    AlterTopicConfig,
     ApplyResult,
     Command,
     CommitGroupOffsets,
@@ -307,6 +308,12 @@ class MetadataState:
         self._partitions[topic] = existing + added
         self._next_group_id = added[-1].group_id + 1
 
+    def _alter_topic_config(self, command: AlterTopicConfig) -> ApplyResult:
+        topic = self._topics[command.name]
+        config = checks.merged_topic_config(self, command)
+        self._topics[command.name] = replace(topic, config=config)
+        return OK
+
     def _delete_topic(self, command: DeleteTopic) -> ApplyResult:
         # Group ids are not handed back: next_group_id only grows.
         del self._topics[command.name]
@@ -474,6 +481,7 @@ _HANDLERS: dict[
     FenceNode: (checks.check_fence, MetadataState._fence),
     CreateTopic: (checks.check_create_topic, MetadataState._create_topic),
     DeleteTopic: (checks.check_delete_topic, MetadataState._delete_topic),
+    AlterTopicConfig: (checks.check_alter_topic_config, MetadataState._alter_topic_config),
     CreatePartitions: (checks.check_create_partitions, MetadataState._create_partitions),
     ReassignPartition: (checks.check_reassign, MetadataState._reassign),
     CompleteReassignment: (

@@ -45,13 +45,20 @@ _TOPIC_LOG_KEYS = {
 
 
 def apply_retention(
-    replica: PartitionReplica, storage: RaftLogStorage, bootstrap: Membership, now_ms: int
+    replica: PartitionReplica,
+    storage: RaftLogStorage,
+    bootstrap: Membership,
+    now_ms: int,
+    *,
+    keys_deleted: bool = True,
 ) -> None:
     """Drop whole expired segments, recording a snapshot at the cut first (Raft §7).
 
     Only committed data is ever dropped: a cut above the commit offset waits. The snapshot
     is what a follower behind the new log start receives instead of the missing entries.
     """
+    if not keys_deleted:
+        return  # cleanup.policy=compact: the cleaner keeps the latest of every key instead
     point = storage.log.retention_point(now_ms)
     if point is None:
         return

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -109,6 +110,7 @@ class PartitionReplica:
         config: LogConfig,
         producers_max: int = PRODUCERS_MAX_DEFAULT,
         checkpoint: CheckpointStore | None = None,
+        keys_required: Callable[[], bool] = lambda: False,
     ) -> None:
         assert checkpoint is None or checkpoint.producers_max >= producers_max
         self.topic = topic
@@ -126,6 +128,8 @@ class PartitionReplica:
         self._applied_offset = -1
         # None: no checkpoints (simulations, tests of other things); see checkpoint.py.
         self._checkpoint = checkpoint
+        # Whether the topic is compacted now (its config may change while the replica runs).
+        self._keys_required = keys_required
         self._applied_bytes_since_checkpoint = 0
         self._applied_term = -1  # the term of the entry at _applied_offset
 
@@ -141,6 +145,11 @@ class PartitionReplica:
     @property
     def high_watermark(self) -> int:
         return self.group.node.commit_offset + 1
+
+    @property
+    def applied_offset(self) -> int:
+        """The last offset applied to the producer table (-1: none)."""
+        return self._applied_offset
 
     def is_leader_ready(self) -> bool:
         """Leader, its term's no-op committed, and everything before the no-op *applied*.
@@ -276,7 +285,8 @@ class PartitionReplica:
         """Append `batches` in order; raises PartitionError/RaftError subclasses."""
         assert batches, "empty produce"
         self._require_leader()
-        headers = [self._verify(batch) for batch in batches]
+        keys_required = self._keys_required()
+        headers = [self._verify(batch, keys_required=keys_required) for batch in batches]
         self._require_room(batches)
         producers = self._leader_view()
         term = self.group.node.term  # the term of the view the sequences are checked against
@@ -353,7 +363,7 @@ class PartitionReplica:
                 f"within {timeout_s:.3f}s; the write may still succeed"
             ) from None
 
-    def _verify(self, batch: bytes) -> BatchHeader:
+    def _verify(self, batch: bytes, *, keys_required: bool) -> BatchHeader:
         if len(batch) > self._config.batch_bytes_max:
             raise BatchTooLargeError(len(batch), batch_bytes_max=self._config.batch_bytes_max)
         header = verify_batch(batch, batch_bytes_max=self._config.batch_bytes_max)
@@ -366,9 +376,14 @@ class PartitionReplica:
         # A CRC-valid batch of malformed records must not be stored and served. The
         # one walk of the records happens here, on a client's produce; replication and fetch
         # never decode (benchmarks/suites/record_validation.py measures its cost).
-        if self._config.produce_record_validation == "full":
+        # A compacted topic needs a key per record: the same walk checks them, before
+        # anything of the request is proposed.
+        if self._config.produce_record_validation == "full" or keys_required:
             validate_records(
-                batch, header, decompressed_bytes_max=self._config.decompressed_bytes_max
+                batch,
+                header,
+                decompressed_bytes_max=self._config.decompressed_bytes_max,
+                keys_required=keys_required,
             )
         return header
 

@@ -74,6 +74,7 @@ from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl
 from raftlog.rpc.server import ApiServer, Forward, forward_in_clear, start_api_server
 from raftlog.runtime import metrics
+from raftlog.runtime.cleaner import LogCleaner
 from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
 from raftlog.runtime.controller_duties import ControllerDuties, controller_term_of
 from raftlog.runtime.group import Commitment, RaftGroup
@@ -194,6 +195,12 @@ class Broker:
             on_damage=self._reconciler.on_scrub_damage,
             round_pause_s=self.config.scrub_round_pause_ms / 1000,
         )
+        self.cleaner = LogCleaner(
+            bytes_per_s=self.config.cleaner_bytes_per_s,
+            targets=self._reconciler.clean_targets,
+            now_ms=self.wall_clock.now_ms,
+            interval_s=self.config.cleaner_interval_ms / 1000,
+        )
         self._leadership = LeadershipMoves(
             node_id=self.node_id,
             metadata=self._metadata_state,
@@ -288,11 +295,13 @@ class Broker:
         self._spawn(self._leadership_loop(), "leadership")
         self._spawn(self._retention_loop(), "retention")
         self._spawn(self.scrubber.run(), "scrubber")
+        self._spawn(self.cleaner.run(), "cleaner")
 
     async def stop(self) -> None:
         if self._server is not None:
             await self._server.stop()
         self.scrubber.stop()
+        self.cleaner.stop()
         self.host.close()
         tasks = list(self._tasks)
         for task in tasks:

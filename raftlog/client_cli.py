@@ -92,7 +92,7 @@ def leaders_high_watermarks(
 
 
 def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    topic = subparsers.add_parser("topic", help="create, list, describe or delete topics")
+    topic = subparsers.add_parser("topic", help="create, list, describe, alter or delete topics")
     actions = topic.add_subparsers(dest="topic_command", metavar="ACTION", required=True)
     create = actions.add_parser("create", help="create a topic")
     create.add_argument("name")
@@ -105,7 +105,11 @@ def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     describe.add_argument("name")
     delete = actions.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
-    for action in (describe, delete):
+    alter = actions.add_parser("alter", help="set or remove topic configs (cleanup.policy, ...)")
+    alter.add_argument("name")
+    alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
+    for action in (describe, delete, alter):
         _common(action)
     topic.set_defaults(func=_guard(_topic))
 
@@ -175,6 +179,8 @@ def _topic(args: argparse.Namespace) -> int:
         elif args.topic_command == "describe":
             topic = admin.describe_topic(args.name)
             print(f"topic {topic.name} id {topic.topic_id} replication {topic.replication_factor}")
+            for key, value in sorted(topic.config.items()):
+                print(f"  config {key}={value}")
             watermarks = leaders_high_watermarks(
                 resolve_bootstrap(args.bootstrap, args.dir), _security(args), topic
             )
@@ -183,6 +189,14 @@ def _topic(args: argparse.Namespace) -> int:
                     f"  partition {p.id}: leader {p.leader} epoch {p.epoch} "
                     f"replicas {list(p.replicas)} high watermark {watermarks[p.id]}"
                 )
+        elif args.topic_command == "alter":
+            topic = admin.alter_topic_config(
+                args.name,
+                set_config=_parse_configs(args.config),
+                delete_keys=args.delete_config,
+            )
+            shown = " ".join(f"{k}={v}" for k, v in sorted(topic.config.items()))
+            print(f"altered topic {args.name}: {shown or '(defaults)'}")
         else:
             admin.delete_topic(args.name)
             print(f"deleted topic {args.name}")

@@ -371,6 +371,13 @@ class NodeConfig:
     scrub_bytes_per_s: int = 4 * MIB
     scrub_chunk_bytes: int = 1 * MIB
     scrub_round_pause_ms: int = 60_000
+    # The log cleaner (raftlog.runtime.cleaner) visits compacted topics' logs every
+    # cleaner_interval_ms and reads at most cleaner_bytes_per_s a second per node, on its own
+    # thread (0: off). It costs about 0.075 CPU s per MB read (benchmarks/suites/
+    # compaction.py) and shares the interpreter lock with the event loop, so the default
+    # keeps it under a tenth of a core; docs/compaction.md.
+    cleaner_bytes_per_s: int = 1 * MIB
+    cleaner_interval_ms: int = 15_000
     # The metadata quorum snapshots its state after this many offsets (keeps its log short).
     metadata_snapshot_offsets: int = 2000
     # Per-client limits (raftlog.rpc.security): a client over one is refused with
@@ -427,6 +434,8 @@ class NodeConfig:
         _require(self.scrub_bytes_per_s >= 0, "scrub_bytes_per_s", "must be >= 0 (0: off)")
         _require(self.scrub_chunk_bytes > 0, "scrub_chunk_bytes", "must be positive")
         _require(self.scrub_round_pause_ms > 0, "scrub_round_pause_ms", "must be positive")
+        _require(self.cleaner_bytes_per_s >= 0, "cleaner_bytes_per_s", "must be >= 0 (0: off)")
+        _require(self.cleaner_interval_ms > 0, "cleaner_interval_ms", "must be positive")
         _require(
             self.raft.append_bytes_max >= self.log.batch_bytes_max,
             "raft.append_bytes_max",

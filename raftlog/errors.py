@@ -212,5 +212,10 @@ class OutOfOrderSequenceError(PartitionError):
     pass
 
 
+class InvalidRecordError(PartitionError):
+    """A well-formed record the topic refuses (Kafka's INVALID_RECORD): a record without a
+    key on a compacted topic, whose cleaner keeps one record per key."""
+
+
 class ProducerFencedError(PartitionError):
     pass

@@ -24,6 +24,7 @@ import grpc
 from raftlog import errors
 from raftlog.errors import NotControllerError
 from raftlog.metadata import (
+    AlterTopicConfig,
     ApplyResult,
     CreateTopicRequest,
     ErrorCode,
@@ -210,6 +211,26 @@ class AdminServicer(pb_grpc.AdminServicer):
         except TimeoutError:
             return pb.DeleteTopicResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
         return pb.DeleteTopicResponse(error=result_error(result))
+
+    async def AlterTopicConfig(
+        self, request: pb.AlterTopicConfigRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AlterTopicConfigResponse:
+        command = AlterTopicConfig(
+            name=request.name,
+            set_config=dict(sorted(request.set.items())),
+            delete_keys=tuple(sorted(set(request.delete))),
+        )
+        try:
+            result = await self._broker.submit(command, timeout_s=_timeout_s(request.timeout_ms))
+        except errors.RaftlogError as error:
+            return pb.AlterTopicConfigResponse(error=_raftlog_error(error, self._broker))
+        except TimeoutError:
+            return pb.AlterTopicConfigResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
+        error_proto = result_error(result)
+        if error_proto is not None:
+            return pb.AlterTopicConfigResponse(error=error_proto)
+        topic = topic_proto(self._broker, self._broker.metadata.state, request.name)
+        return pb.AlterTopicConfigResponse(topic=topic)
 
     async def CreatePartitions(
         self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]

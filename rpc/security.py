@@ -261,6 +261,7 @@ METHOD_RULES: dict[str, Rule] = {
     "/raftlog.v1.Log/DescribeProducers": Rule(Permission.READ, _topic, _DESCRIBE),
     "/raftlog.v1.Admin/CreateTopic": Rule(Permission.ADMIN, _name),
     "/raftlog.v1.Admin/DeleteTopic": Rule(Permission.ADMIN, _name),
+    "/raftlog.v1.Admin/AlterTopicConfig": Rule(Permission.ADMIN, _name),
     "/raftlog.v1.Admin/CreatePartitions": Rule(Permission.ADMIN, _name),
     "/raftlog.v1.Admin/DescribeTopic": Rule(Permission.READ, _name, _DESCRIBE),
     "/raftlog.v1.Admin/ListTopics": _AUTHENTICATED,

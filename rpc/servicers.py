@@ -46,6 +46,7 @@ _CODES: list[tuple[type[errors.RaftlogError], int]] = [
     (errors.RequestTimedOutError, pb.REQUEST_TIMED_OUT),
     (errors.OffsetOutOfRangeError, pb.OFFSET_OUT_OF_RANGE),
     (errors.OutOfOrderSequenceError, pb.OUT_OF_ORDER_SEQUENCE),
+    (errors.InvalidRecordError, pb.INVALID_RECORD),
     (errors.ProducerFencedError, pb.INVALID_PRODUCER_EPOCH),
     (errors.ProposalDroppedError, pb.NOT_ENOUGH_REPLICAS),
 ]

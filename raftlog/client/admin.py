@@ -155,6 +155,25 @@ class Admin:
         response = self._call("Admin.CreateTopic", request, concerning=f"create topic {name!r}")
         return topic_description(response.topic)
 
+    def alter_topic_config(
+        self,
+        name: str,
+        *,
+        set_config: Mapping[str, str] | None = None,
+        delete_keys: Sequence[str] = (),
+    ) -> TopicDescription:
+        """Set and remove keys of topic `name`'s config in one change; returns the topic as
+        altered. A bad value is refused with INVALID_CONFIG naming the setting."""
+        _require_name(name)
+        request = pb.AlterTopicConfigRequest(
+            name=name, set=dict(set_config or {}), delete=list(delete_keys),
+            timeout_ms=self._timeout_ms,
+        )  # fmt: skip
+        response = self._call(
+            "Admin.AlterTopicConfig", request, concerning=f"alter config of topic {name!r}"
+        )
+        return topic_description(response.topic)
+
     def delete_topic(self, name: str) -> None:
         _require_name(name)
         request = pb.DeleteTopicRequest(name=name, timeout_ms=self._timeout_ms)

@@ -19,6 +19,7 @@ no manual step.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -34,9 +35,11 @@ from raftlog.errors import (
 )
 from raftlog.metadata import MetadataState
 from raftlog.partition.checkpoint import CheckpointStore
+from raftlog.partition.cleaning import CompactionSettings, compaction_settings
 from raftlog.partition.policy import apply_retention, topic_log_config
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
 from raftlog.partition.replica import PartitionReplica
+from raftlog.runtime.cleaner import CleanTarget
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
@@ -46,7 +49,7 @@ from raftlog.storage.bootstrap_voters import (
     BOOTSTRAP_VOTERS_FILE_NAME,
     load_or_write_bootstrap_voters,
 )
-from raftlog.storage.log import LogDamage
+from raftlog.storage.log import LogDamage, SegmentedLog
 from raftlog.storage.raft_log import RaftLogStorage
 from raftlog.storage.scrub import SegmentProblem
 from raftlog.storage.segment import LOG_SUFFIX, parse_segment_name
@@ -144,13 +147,45 @@ class Reconciler:
         self._more_scheduled = False
         self.reconcile()
 
+    def compaction_settings(self, topic: str) -> CompactionSettings:
+        """The topic's cleanup settings as the metadata holds them now."""
+        info = self._metadata().topic(topic)
+        return compaction_settings(info.config if info is not None else {})
+
+    def clean_targets(self) -> list[CleanTarget]:
+        """The hosted logs of compacted topics, for the cleaner: each may be cleaned below
+        both its high watermark and what its replica applied."""
+        storages = self._factory.storages
+        targets = []
+        for group_id, replica in sorted(self.replicas_by_group.items()):
+            settings = self.compaction_settings(replica.topic)
+            if settings.compact and group_id in storages:
+                clean_below = min(replica.high_watermark, replica.applied_offset + 1)
+                targets.append(CleanTarget(group_id, storages[group_id].log, settings, clean_below))
+        return targets
+
     def apply_retention(self, now_ms: int) -> None:
         """Drop what each hosted partition's retention settings let go (`policy.py`)."""
         for group_id, replica in list(self.replicas_by_group.items()):
             storage = self._factory.storages.get(group_id)
             if storage is not None:
+                self._refresh_retention(replica.topic, storage.log)
                 bootstrap = replica.group.bootstrap_membership
-                apply_retention(replica, storage, bootstrap, now_ms)
+                deleting = self.compaction_settings(replica.topic).delete
+                apply_retention(replica, storage, bootstrap, now_ms, keys_deleted=deleting)
+
+    def _refresh_retention(self, topic: str, log: SegmentedLog) -> None:
+        """retention.ms and retention.bytes as the topic has them now: an alter takes effect
+        at the next retention check (the other log settings at the replica's next start)."""
+        info = self._metadata().topic(topic)
+        live = topic_log_config(self._log_config, info.config if info is not None else {})
+        if (log.config.retention_bytes, log.config.retention_ms) != (
+            live.retention_bytes,
+            live.retention_ms,
+        ):
+            log.config = dataclasses.replace(
+                log.config, retention_bytes=live.retention_bytes, retention_ms=live.retention_ms
+            )
 
     # -- storage damage found while running (docs/storage-faults.md) ------------------------
 
@@ -219,7 +254,12 @@ class Reconciler:
             storage.files, storage.directory, producers_max=PRODUCERS_MAX_DEFAULT
         )
         replica = PartitionReplica(
-            topic=topic, partition=partition, log=storage, config=log_config, checkpoint=checkpoint
+            topic=topic,
+            partition=partition,
+            log=storage,
+            config=log_config,
+            checkpoint=checkpoint,
+            keys_required=lambda: self.compaction_settings(topic).compact,
         )
         group = self._factory.make_group(group_id, storage, hard_state_store, voters, replica)
         replica.attach(group)

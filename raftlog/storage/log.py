@@ -78,6 +78,7 @@ from raftlog.storage.batch import (
     patch_base_offset_and_epoch,
     verify_batch,
 )
+from raftlog.storage.compaction import CleanedSegment, discard_leftovers, swap_in_cleaned
 from raftlog.storage.durable_mark import DurableMark, MarkRecord
 from raftlog.storage.files import (
     Clock,
@@ -236,6 +237,7 @@ class SegmentedLog:
         config.validate()
         log = cls(os.fspath(directory), config, files or OsFileSystem(), clock or SystemClock())
         log.files.make_directory(log.directory)
+        discard_leftovers(log.files, log.directory)
         base_offsets = log._list_segments()
         if not base_offsets and not log.mark.exists():
             # A fresh log: the mark first, so no crash leaves batches without one.
@@ -427,6 +429,36 @@ class SegmentedLog:
     def closed_segments(self) -> list[tuple[str, int, int]]:
         """`(path, base_offset, end_offset)` of every closed segment (the scrubber's work)."""
         return [(s.path, s.base_offset, s.end_offset) for s in self._segments[:-1]]
+
+    def closed_segment_stats(self) -> list[tuple[str, int, int, int, int]]:
+        """(path, base, end, size_bytes, max_timestamp_ms) of each closed segment."""
+        return [
+            (s.path, s.base_offset, s.end_offset, s.size_bytes, s.max_timestamp_ms)
+            for s in self._segments[:-1]
+        ]
+
+    def install_cleaned(self, cleaned: list[CleanedSegment]) -> int:
+        """Swap in the cleaned copies the cleaner wrote (`raftlog.storage.compaction`) of
+        segments still closed with the same offsets; returns how many went in."""
+        self._check_open()
+        by_base = {s.base_offset: (i, s) for i, s in enumerate(self._segments[:-1])}
+        chosen = [
+            c
+            for c in cleaned
+            if c.base_offset in by_base and by_base[c.base_offset][1].end_offset == c.end_offset
+        ]
+        swap_in_cleaned(self.files, self.directory, [c.base_offset for c in chosen])
+        for c in chosen:
+            index, old = by_base[c.base_offset]
+            old.close()
+            segment = Segment.open_closed(
+                self.files, self.directory, c.base_offset, c.end_offset, self.config
+            )
+            assert segment.size_bytes == c.bytes_after, (segment.size_bytes, c)
+            self._segments[index] = segment
+        discard_leftovers(self.files, self.directory)
+        self._check_invariants()
+        return len(chosen)
 
     @property
     def size_bytes(self) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from raftlog.errors import CorruptBatchError
+from raftlog.errors import CorruptBatchError, InvalidRecordError
 from raftlog.storage.batch import BATCH_HEADER_BYTES, BatchHeader, Compression
 from raftlog.storage.compression import CompressionError
 from raftlog.storage.record_decoder import records_section
@@ -27,12 +27,15 @@ def validate_records(
     header: BatchHeader,
     *,
     decompressed_bytes_max: int = DEFAULT_DECOMPRESSED_BYTES_MAX,
+    keys_required: bool = False,
 ) -> None:
     """Check that the records of `batch` (one batch at position 0, already CRC-verified into
     `header`) are well framed: `decode_batch` would return `header.record_count` records.
 
     Raises `CorruptBatchError` naming the record index and the byte of the fault (absolute in
-    `batch`; for a compressed batch the byte within the decompressed records).
+    `batch`; for a compressed batch the byte within the decompressed records). With
+    `keys_required` (a compacted topic) the same walk also refuses a record whose key is
+    null, with `InvalidRecordError`.
     """
     assert header.size_bytes == len(batch), (header.size_bytes, len(batch))
     codec = header.compression
@@ -40,7 +43,15 @@ def validate_records(
         data, begin, stop = records_section(
             batch, BATCH_HEADER_BYTES, len(batch), codec, decompressed_bytes_max
         )
-        _walk_records(data, begin, stop, header)
+        if keys_required:
+            _walk_records(data, begin, stop, header, _skip_keyed_record)
+        else:
+            _walk_records(data, begin, stop, header)
+    except _NullKey as error:
+        raise InvalidRecordError(
+            f"{error.reason}: a compacted topic (cleanup.policy=compact) keeps the latest "
+            "record of each key and refuses records without one"
+        ) from None
     except CompressionError as error:
         raise CorruptBatchError(str(error), position=0) from None
     except Malformed as error:
@@ -52,6 +63,26 @@ def validate_records(
 
 
 _NOT_PLAIN = (0, -1)
+
+
+class _NullKey(Malformed):
+    """A well-framed record without a key, where keys are required."""
+
+
+def _skip_keyed_record(data: bytes, start: int, limit: int) -> tuple[int, int]:
+    """`_skip_record`, refusing a null key: the key length follows the record length,
+    attributes, timestamp delta and offset delta."""
+    try:
+        offset_delta, end = _skip_record(data, start, limit)
+    except (IndexError, Malformed):
+        return _NOT_PLAIN  # the walk checks the record again and names the fault
+    _, pos = read_varint(data, start, VARINT_BYTES_MAX)  # length
+    _, pos = read_varint(data, pos + 1, VARLONG_BYTES_MAX)  # after the attributes
+    _, pos = read_varint(data, pos, VARINT_BYTES_MAX)  # offset delta
+    key_length, _ = read_varint(data, pos, VARINT_BYTES_MAX)
+    if key_length == -1:
+        raise _NullKey(f"the record at offset delta {offset_delta} has no key", start)
+    return offset_delta, end
 
 
 def _skip_plain_record(data: bytes, start: int, limit: int) -> tuple[int, int]:

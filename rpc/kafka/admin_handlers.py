@@ -1,12 +1,11 @@
-"""CreateTopics, DeleteTopics, CreatePartitions and DescribeConfigs: the broker's admin calls.
+"""CreateTopics, DeleteTopics and CreatePartitions: the broker's admin calls (topic configs:
+`config_handlers`).
 
 Writes go to the controller, as through the gRPC Admin service: a node that is not the
 controller answers NOT_CONTROLLER, and Kafka's admin clients refresh metadata (which names
 the controller) and retry there. `validate_only` runs the controller's own planning
 (`plan_create_topic`, `plan_create_partitions`: pure functions of the metadata state) and
 commits nothing. Manual replica assignments are refused: raftlog places replicas itself.
-Topic settings are fixed at creation (raftlog has no command that alters them), so
-DescribeConfigs reports them read-only and IncrementalAlterConfigs is not offered.
 """
 
 from __future__ import annotations
@@ -24,9 +23,8 @@ from raftlog.metadata import (
     plan_create_partitions,
     plan_create_topic,
 )
-from raftlog.metadata.commands import TOPIC_CONFIG_KEYS
-from raftlog.partition.policy import topic_log_config
 from raftlog.rpc.kafka.cluster_handlers import topic_uuid
+from raftlog.rpc.kafka.config_handlers import topic_configs
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error, metadata_result_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
@@ -36,16 +34,12 @@ __all__ = [
     "CREATE_PARTITIONS",
     "CREATE_TOPICS",
     "DELETE_TOPICS",
-    "DESCRIBE_CONFIGS",
     "create_partitions",
     "create_topics",
     "delete_topics",
-    "describe_configs",
 ]
 
-CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
-_TOPIC_RESOURCE = 2
-_SOURCE_TOPIC, _SOURCE_DEFAULT = 1, 5
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 _DEFAULT_PARTITIONS = 1
 _REPLICATION_FACTOR_MAX_DEFAULT = 3
 _TIMEOUT_MS_DEFAULT = 30_000
@@ -125,11 +119,11 @@ def _created(
                 config_class,
                 name=key,
                 value=value,
-                read_only=True,
+                read_only=False,
                 config_source=source,
                 is_sensitive=False,
             )
-            for key, value, source in _topic_configs(ctx, info.config)
+            for key, value, source in topic_configs(ctx, info.config)
         )
     )
     return build(
@@ -212,72 +206,3 @@ async def create_partitions(ctx: KafkaContext, request: Any, version: int) -> An
             )
         )
     return build(module.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
-
-
-async def describe_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
-    module = response_module(DESCRIBE_CONFIGS, version)
-    results = []
-    caught_up = await ctx.broker.wait_metadata_caught_up()
-    for resource in request.resources:
-        code, message, entries = ErrorCode.none, None, []
-        if resource.resource_type == _TOPIC_RESOURCE and not ctx.allowed(
-            Permission.READ, resource.resource_name
-        ):
-            code, message = ErrorCode.topic_authorization_failed, "no read permission"
-        elif resource.resource_type == _TOPIC_RESOURCE:
-            info = ctx.broker.metadata.state.topic(resource.resource_name) if caught_up else None
-            if info is None:
-                code = (
-                    ErrorCode.unknown_topic_or_partition
-                    if caught_up
-                    else ErrorCode.leader_not_available
-                )
-                message = f"unknown topic {resource.resource_name!r}"
-            else:
-                keys = resource.configuration_keys
-                entries = [
-                    build(
-                        module.DescribeConfigsResourceResult,
-                        name=key,
-                        value=value,
-                        read_only=True,
-                        config_source=source,
-                        is_default=source == _SOURCE_DEFAULT,
-                        is_sensitive=False,
-                        synonyms=(),
-                        config_type=0,
-                        documentation=None,
-                    )
-                    for key, value, source in _topic_configs(ctx, info.config)
-                    if keys is None or key in keys
-                ]
-        results.append(
-            build(
-                module.DescribeConfigsResult,
-                error_code=code,
-                error_message=message,
-                resource_type=resource.resource_type,
-                resource_name=resource.resource_name,
-                configs=tuple(entries),
-            )
-        )
-    return build(module.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
-
-
-def _topic_configs(ctx: KafkaContext, config: Any) -> list[tuple[str, str, int]]:
-    """(key, value, source) of every topic setting raftlog has: the topic's own, or the
-    node's default (what `topic_log_config` gives a topic that sets nothing)."""
-    base = topic_log_config(ctx.node_config.log, {})
-    defaults = {
-        "retention.bytes": str(-1 if base.retention_bytes is None else base.retention_bytes),
-        "retention.ms": str(-1 if base.retention_ms is None else base.retention_ms),
-        "segment.bytes": str(base.segment_bytes_max),
-        "segment.ms": str(base.segment_age_ms_max),
-        "max.message.bytes": str(base.batch_bytes_max),
-        "cleanup.policy": "delete",
-    }
-    assert set(defaults) == set(TOPIC_CONFIG_KEYS), sorted(TOPIC_CONFIG_KEYS)
-    return [
-        (key, config[key], _SOURCE_TOPIC) if key in config else (key, default, _SOURCE_DEFAULT)
-        for key, default in sorted(defaults.items())
-    ]

@@ -25,6 +25,7 @@ _CODES: list[tuple[type[errors.RaftlogError], ErrorCode]] = [
     (errors.RequestTimedOutError, ErrorCode.request_timed_out),
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
     (errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
+    (errors.InvalidRecordError, ErrorCode.invalid_record),
     (errors.ProducerFencedError, ErrorCode.invalid_producer_epoch),
     # A proposal dropped by a leader that lost its term: written nowhere, safe to retry.
     (errors.ProposalDroppedError, ErrorCode.not_enough_replicas),

@@ -36,6 +36,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     GROUP_MAX_SIZE_REACHED: _ClassVar[ErrorCode]
     NON_EMPTY_GROUP: _ClassVar[ErrorCode]
     NOT_PARTITION_OWNER: _ClassVar[ErrorCode]
+    INVALID_RECORD: _ClassVar[ErrorCode]
 
 class Acks(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -75,6 +76,7 @@ FENCED_MEMBER_EPOCH: ErrorCode
 GROUP_MAX_SIZE_REACHED: ErrorCode
 NON_EMPTY_GROUP: ErrorCode
 NOT_PARTITION_OWNER: ErrorCode
+INVALID_RECORD: ErrorCode
 ACKS_ALL: Acks
 ACKS_LEADER: Acks
 ACKS_NONE: Acks
@@ -333,6 +335,33 @@ class DeleteTopicResponse(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     error: Error
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
+class AlterTopicConfigRequest(_message.Message):
+    __slots__ = ("name", "set", "delete", "timeout_ms")
+    class SetEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SET_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    set: _containers.ScalarMap[str, str]
+    delete: _containers.RepeatedScalarFieldContainer[str]
+    timeout_ms: int
+    def __init__(self, name: _Optional[str] = ..., set: _Optional[_Mapping[str, str]] = ..., delete: _Optional[_Iterable[str]] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class AlterTopicConfigResponse(_message.Message):
+    __slots__ = ("error", "topic")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    topic: TopicInfo
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., topic: _Optional[_Union[TopicInfo, _Mapping]] = ...) -> None: ...
 
 class CreatePartitionsRequest(_message.Message):
     __slots__ = ("name", "total_count", "timeout_ms")

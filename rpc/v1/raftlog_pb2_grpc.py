@@ -331,6 +331,11 @@ class AdminStub:
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteTopicRequest.SerializeToString,
                 response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteTopicResponse.FromString,
                 _registered_method=True)
+        self.AlterTopicConfig = channel.unary_unary(
+                '/raftlog.v1.Admin/AlterTopicConfig',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AlterTopicConfigRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AlterTopicConfigResponse.FromString,
+                _registered_method=True)
         self.CreatePartitions = channel.unary_unary(
                 '/raftlog.v1.Admin/CreatePartitions',
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.CreatePartitionsRequest.SerializeToString,
@@ -368,6 +373,12 @@ class AdminServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeleteTopic(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AlterTopicConfig(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -415,6 +426,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DeleteTopic,
                     request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteTopicRequest.FromString,
                     response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteTopicResponse.SerializeToString,
+            ),
+            'AlterTopicConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.AlterTopicConfig,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AlterTopicConfigRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AlterTopicConfigResponse.SerializeToString,
             ),
             'CreatePartitions': grpc.unary_unary_rpc_method_handler(
                     servicer.CreatePartitions,
@@ -496,6 +512,33 @@ class Admin:
             '/raftlog.v1.Admin/DeleteTopic',
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteTopicRequest.SerializeToString,
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AlterTopicConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Admin/AlterTopicConfig',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AlterTopicConfigRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AlterTopicConfigResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from raftlog.chaos.checker import ANOMALIES, check
+from raftlog.chaos.compaction_checker import COMPACTION_ANOMALIES
 from raftlog.chaos.group_checker import GROUP_ANOMALIES
 from raftlog.chaos.history import Event, Op, pair_operations
 
@@ -104,8 +105,11 @@ ALSO = {
 }
 
 
-# The group anomalies have their own histories (test_chaos_group_checker.py).
-@pytest.mark.parametrize("anomaly", [a for a in ANOMALIES if a not in GROUP_ANOMALIES])
+# The group and keyed anomalies have their own planted histories
+# (test_chaos_group_checker.py, test_chaos_compaction_checker.py).
+@pytest.mark.parametrize(
+    "anomaly", [a for a in ANOMALIES if a not in GROUP_ANOMALIES + COMPACTION_ANOMALIES]
+)
 def test_each_planted_anomaly_is_reported(anomaly: str) -> None:
     result = check(valid_history(plant=anomaly).ops())
     reported = {name for name, count in result.counts.items() if count}

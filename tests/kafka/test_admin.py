@@ -90,3 +90,55 @@ def test_bad_requests_get_kafka_errors_and_validate_only_creates_nothing(
     with pytest.raises(kafka.KafkaException) as raised:
         client.delete_topics(["admin-missing"])["admin-missing"].result(timeout=40)  # type: ignore[attr-defined]
     assert raised.value.args[0].code() == kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def test_topic_configs_are_altered_over_kafka_and_compacted_topics_want_keys(
+    kafka_cluster: LocalCluster,
+) -> None:
+    client = _client(kafka_cluster)
+    new = admin_module.NewTopic("admin-compact", num_partitions=1, replication_factor=3)
+    client.create_topics([new], operation_timeout=30)["admin-compact"].result(timeout=40)  # type: ignore[attr-defined]
+    resource = admin_module.ConfigResource(
+        admin_module.ResourceType.TOPIC,
+        "admin-compact",
+        incremental_configs=[
+            admin_module.ConfigEntry(
+                "cleanup.policy", "compact",
+                incremental_operation=admin_module.AlterConfigOpType.SET,
+            ),
+            admin_module.ConfigEntry(
+                "min.cleanable.dirty.ratio", "0.1",
+                incremental_operation=admin_module.AlterConfigOpType.SET,
+            ),
+        ],
+    )  # fmt: skip
+    client.incremental_alter_configs([resource])[resource].result(timeout=40)  # type: ignore[attr-defined]
+    described = admin_module.ConfigResource(admin_module.ResourceType.TOPIC, "admin-compact")
+    configs = client.describe_configs([described])[described].result(timeout=20)  # type: ignore[attr-defined]
+    assert configs["cleanup.policy"].value == "compact"
+    assert configs["min.cleanable.dirty.ratio"].value == "0.1"
+    assert configs["delete.retention.ms"].is_default
+
+    bad = admin_module.ConfigResource(
+        admin_module.ResourceType.TOPIC,
+        "admin-compact",
+        incremental_configs=[
+            admin_module.ConfigEntry(
+                "delete.retention.ms", "-5",
+                incremental_operation=admin_module.AlterConfigOpType.SET,
+            )
+        ],
+    )  # fmt: skip
+    with pytest.raises(kafka.KafkaException, match=r"delete\.retention\.ms='-5'"):
+        client.incremental_alter_configs([bad])[bad].result(timeout=40)  # type: ignore[attr-defined]
+
+    producer = kafka.Producer({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+    errors: list[object] = []
+    producer.produce("admin-compact", value=b"v", on_delivery=lambda e, m: errors.append(e))
+    producer.flush(30)  # apart: the keyless record's whole batch is refused
+    producer.produce(
+        "admin-compact", key=b"k", value=b"v", on_delivery=lambda e, m: errors.append(e)
+    )
+    producer.flush(30)
+    codes = [None if e is None else e.code() for e in errors]  # type: ignore[attr-defined]
+    assert codes == [kafka.KafkaError.INVALID_RECORD, None], errors

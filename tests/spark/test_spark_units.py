@@ -431,3 +431,30 @@ def test_stream_reader_pickles_to_plain_options() -> None:
     clone = pickle.loads(pickle.dumps(reader))  # ... but workers receive only the options
     assert clone.options == reader.options and clone.__getstate__() == {"options": reader.options}
     reader.stop()
+
+
+def test_decode_fetch_steps_over_the_gaps_of_a_compacted_log() -> None:
+    from raftlog.storage.compaction import clean_batch
+
+    records = [RecordInput(b"k%d" % (i % 2), b"v%d" % i, 5) for i in range(4)]
+    gapped, _ = clean_batch(encode_batch(records, base_offset=10), lambda o, *_: o % 2 == 1)
+    emptied, _ = clean_batch(encode_batch(records, base_offset=14), lambda *_: False)
+    last, _ = clean_batch(encode_batch(records, base_offset=18), lambda o, *_: o == 18)
+    result = decode_fetch(
+        gapped + emptied + last,
+        topic="t",
+        partition=0,
+        offset_from=0,
+        offset_to=100,
+        high_watermark=22,
+        include_headers=False,
+    )
+    assert result.batch is not None and result.next_offset == 22
+    rows = result.batch.to_pylist()
+    assert [(r["offset"], r["value"]) for r in rows] == [(11, b"v1"), (13, b"v3"), (18, b"v0")]
+    only_empty = decode_fetch(
+        emptied, topic="t", partition=0, offset_from=0, offset_to=100, high_watermark=22,
+        include_headers=False,
+    )  # fmt: skip
+    assert only_empty.next_offset == 18
+    assert only_empty.batch is None or only_empty.batch.num_rows == 0

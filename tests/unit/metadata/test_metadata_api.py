@@ -12,6 +12,7 @@ PUBLIC = {
     "AssignmentError",
     "Command",
     "CompleteDecommission",
+    "AlterTopicConfig",
     "CreatePartitions",
     "CompleteReassignment",
     "CreateTopic",

@@ -14,6 +14,7 @@ from raftlog.errors import RaftlogError
 from raftlog.metadata.commands import (
     COMMAND_BYTES_MAX,
     AllocateProducerIds,
+    AlterTopicConfig,
     Command,
     CreatePartitions,
     CreateTopic,
@@ -47,6 +48,7 @@ EVERY_COMMAND: list[Command] = [
         group_ids=(GroupId(1), GroupId(2)),
     ),
     DeleteTopic("orders"),
+    AlterTopicConfig("orders", {"cleanup.policy": "compact"}, ("retention.ms",)),
     CreatePartitions("orders", ((NodeId(1), NodeId(2)),), (GroupId(3),)),
     ReassignPartition("orders", PartitionId(0), (NodeId(2), NodeId(3))),
     ReportLeader("orders", PartitionId(1), GroupId(2), NodeId(2), 7),
@@ -201,7 +203,15 @@ def test_known_topic_config_is_accepted() -> None:
         ({"segment.bytes": "1023"}, "segment.bytes='1023': must be in [1024,"),
         ({"segment.ms": "0"}, "segment.ms='0'"),
         ({"max.message.bytes": "x"}, "max.message.bytes='x'"),
-        ({"cleanup.policy": "compact"}, "cleanup.policy='compact': must be one of ['delete']"),
+        ({"cleanup.policy": "compacted"}, "cleanup.policy='compacted': must be one of ['delete',"),
+        ({"min.cleanable.dirty.ratio": "1.5"}, "min.cleanable.dirty.ratio='1.5': must be a"),
+        ({"min.cleanable.dirty.ratio": "nan"}, "min.cleanable.dirty.ratio='nan'"),
+        ({"delete.retention.ms": "-1"}, "delete.retention.ms='-1': must be in [0,"),
+        ({"max.compaction.lag.ms": "0"}, "max.compaction.lag.ms='0'"),
+        (
+            {"min.compaction.lag.ms": "10", "max.compaction.lag.ms": "5"},
+            "min.compaction.lag.ms exceeds max.compaction.lag.ms (10 > 5)",
+        ),
         ({"min.insync.replicas": "2"}, "min.insync.replicas='2': not supported"),
         ({"retention.ms": "9" * 5000}, "retention.ms: value of 5000 characters exceeds 255"),
         (

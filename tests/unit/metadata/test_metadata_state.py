@@ -12,6 +12,7 @@ import pytest
 
 from raftlog.metadata.commands import (
     AllocateProducerIds,
+    AlterTopicConfig,
     ApplyResult,
     Command,
     CompleteReassignment,
@@ -216,6 +217,43 @@ def test_create_topic_checks(
 def test_topic_names_differing_in_dot_and_underscore_collide(with_topic: Log) -> None:
     with_topic.ok(create("a.b", first_group_id=4))
     with_topic.rejected(create("a_b", first_group_id=7), ErrorCode.INVALID_TOPIC_NAME, "'a.b'")
+
+
+def test_alter_topic_config_sets_and_deletes_keys(with_topic: Log) -> None:
+    set_compact = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
+    with_topic.ok(AlterTopicConfig("orders", set_compact, ()))
+    topic = with_topic.state.topic("orders")
+    assert topic is not None and topic.config == {**set_compact, "retention.ms": "60000"}
+    deleted = ("cleanup.policy", "retention.ms")
+    with_topic.ok(AlterTopicConfig("orders", {"delete.retention.ms": "5"}, deleted))
+    topic = with_topic.state.topic("orders")
+    assert topic is not None
+    assert topic.config == {"delete.retention.ms": "5", "min.cleanable.dirty.ratio": "0.1"}
+    snapshot = with_topic.state.snapshot()
+    assert content(MetadataState.restore(snapshot)) == content(with_topic.state)
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "fragment"),
+    [
+        (AlterTopicConfig("nope", {}, ()), ErrorCode.UNKNOWN_TOPIC, "'nope'"),
+        (
+            AlterTopicConfig("orders", {"cleanup.policy": "zap"}, ()),
+            ErrorCode.INVALID_CONFIG,
+            "cleanup.policy='zap'",
+        ),
+        (AlterTopicConfig("orders", {}, ("x.y",)), ErrorCode.INVALID_CONFIG, "'x.y' cannot be"),
+        (
+            AlterTopicConfig("orders", {"segment.ms": "5"}, ("segment.ms",)),
+            ErrorCode.INVALID_CONFIG,
+            "it is also set",
+        ),
+    ],
+)
+def test_alter_topic_config_checks(
+    with_topic: Log, command: AlterTopicConfig, code: ErrorCode, fragment: str
+) -> None:
+    with_topic.rejected(command, code, fragment)
 
 
 def test_delete_topic_keeps_group_ids_unique(with_topic: Log) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from raftlog.config import LogConfig, NodeConfig
 from raftlog.metadata import (
+    AlterTopicConfig,
     CreateTopic,
     CreateTopicRequest,
     MetadataState,
@@ -102,3 +103,24 @@ def test_many_new_partitions_are_created_a_bounded_number_per_turn(tmp_path: Pat
         node.soon.pop()()
         hosted.append(len(node.reconciler.replicas))
     assert hosted == [8, 16, 20]
+
+
+def test_an_altered_topic_config_reaches_its_replicas_without_a_restart(tmp_path: Path) -> None:
+    """A compacted topic's replicas refuse keyless records and are the cleaner's targets as
+    soon as the change is applied; retention settings reach the log at its next check."""
+    node = _Node1(tmp_path, {N1: ("127.0.0.1", 20101)})
+    node.register(N1, 20101, incarnation=INCARNATION)
+    plan = plan_create_topic(node.state, CreateTopicRequest("t", 1, 1), 1_000)
+    assert isinstance(plan, CreateTopic)
+    assert node.state.apply(node.state.applied_offset + 1, encode_command(plan)).ok
+    node.reconciler.reconcile()
+    replica = node.reconciler.replicas[("t", 0)]
+    assert not replica._keys_required() and node.reconciler.clean_targets() == []
+    alter = AlterTopicConfig("t", {"cleanup.policy": "compact", "retention.ms": "5000"}, ())
+    assert node.state.apply(node.state.applied_offset + 1, encode_command(alter)).ok
+    assert replica._keys_required()
+    assert [t.group_id for t in node.reconciler.clean_targets()] == [plan.group_ids[0]]
+    node.reconciler.apply_retention(now_ms=1_000)
+    storage = node.reconciler._factory.storages[plan.group_ids[0]]
+    assert storage.log.config.retention_ms == 5000
+    node.reconciler._factory.close_all()

@@ -1,0 +1,196 @@
+"""DescribeConfigs, IncrementalAlterConfigs and AlterConfigs on topics.
+
+A topic's settings (Kafka's names: `cleanup.policy`, `min.cleanable.dirty.ratio`,
+`retention.ms`, ...) live in the metadata quorum; an alter is one `AlterTopicConfig`
+command, so it is checked exactly as a config at create and applied atomically (a bad value
+is refused with INVALID_CONFIG naming the setting). IncrementalAlterConfigs maps SET and
+DELETE onto it (APPEND and SUBTRACT, meant for list settings, are refused); AlterConfigs
+replaces the whole config, so a key it leaves out goes back to its default. `validate_only`
+runs the same check on this node's copy of the metadata and commits nothing. Only topic
+resources are supported: broker settings are the node's own (`raftlog serve --set`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from raftlog import errors
+from raftlog.metadata import AlterTopicConfig
+from raftlog.metadata.checks import check_alter_topic_config
+from raftlog.metadata.commands import TOPIC_CONFIG_KEYS
+from raftlog.partition.cleaning import CompactionSettings
+from raftlog.partition.policy import topic_log_config
+from raftlog.rpc.kafka.context import KafkaContext
+from raftlog.rpc.kafka.errors import kafka_error, metadata_result_error
+from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
+from raftlog.rpc.security import Permission
+
+__all__ = [
+    "ALTER_CONFIGS",
+    "DESCRIBE_CONFIGS",
+    "INCREMENTAL_ALTER_CONFIGS",
+    "alter_configs",
+    "describe_configs",
+    "incremental_alter_configs",
+    "topic_configs",
+]
+
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+_TOPIC_RESOURCE = 2
+_SOURCE_TOPIC, _SOURCE_DEFAULT = 1, 5
+_SET, _DELETE = 0, 1
+_ALTER_TIMEOUT_S = 30.0
+
+Outcome = tuple[ErrorCode, str | None]
+
+
+def topic_configs(ctx: KafkaContext, config: Mapping[str, str]) -> list[tuple[str, str, int]]:
+    """(key, value, source) of every topic setting raftlog has: the topic's own, or the
+    node's default (what `topic_log_config` gives a topic that sets nothing)."""
+    base = topic_log_config(ctx.node_config.log, {})
+    compaction = CompactionSettings()
+    defaults = {
+        "retention.bytes": str(-1 if base.retention_bytes is None else base.retention_bytes),
+        "retention.ms": str(-1 if base.retention_ms is None else base.retention_ms),
+        "segment.bytes": str(base.segment_bytes_max),
+        "segment.ms": str(base.segment_age_ms_max),
+        "max.message.bytes": str(base.batch_bytes_max),
+        "cleanup.policy": "delete",
+        "min.cleanable.dirty.ratio": str(compaction.min_cleanable_dirty_ratio),
+        "min.compaction.lag.ms": str(compaction.min_compaction_lag_ms),
+        "max.compaction.lag.ms": str(compaction.max_compaction_lag_ms),
+        "delete.retention.ms": str(compaction.delete_retention_ms),
+    }
+    assert set(defaults) == set(TOPIC_CONFIG_KEYS), sorted(TOPIC_CONFIG_KEYS)
+    return [
+        (key, config[key], _SOURCE_TOPIC) if key in config else (key, default, _SOURCE_DEFAULT)
+        for key, default in sorted(defaults.items())
+    ]
+
+
+async def describe_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(DESCRIBE_CONFIGS, version)
+    caught_up = await ctx.broker.wait_metadata_caught_up()
+    results = [_describe(ctx, module, resource, caught_up) for resource in request.resources]
+    return build(module.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+def _describe(ctx: KafkaContext, module: Any, resource: Any, caught_up: bool) -> Any:
+    code, message, entries = ErrorCode.none, None, []
+    if resource.resource_type == _TOPIC_RESOURCE and not ctx.allowed(
+        Permission.READ, resource.resource_name
+    ):
+        code, message = ErrorCode.topic_authorization_failed, "no read permission"
+    elif resource.resource_type == _TOPIC_RESOURCE:
+        info = ctx.broker.metadata.state.topic(resource.resource_name) if caught_up else None
+        if info is None:
+            code = ErrorCode.unknown_topic_or_partition if caught_up else (
+                ErrorCode.leader_not_available
+            )  # fmt: skip
+            message = f"unknown topic {resource.resource_name!r}"
+        else:
+            keys = resource.configuration_keys
+            entries = [
+                build(
+                    module.DescribeConfigsResourceResult,
+                    name=key,
+                    value=value,
+                    read_only=False,
+                    config_source=source,
+                    is_default=source == _SOURCE_DEFAULT,
+                    is_sensitive=False,
+                    synonyms=(),
+                    config_type=0,
+                    documentation=None,
+                )
+                for key, value, source in topic_configs(ctx, info.config)
+                if keys is None or key in keys
+            ]
+    return build(
+        module.DescribeConfigsResult,
+        error_code=code, error_message=message, resource_type=resource.resource_type,
+        resource_name=resource.resource_name, configs=tuple(entries),
+    )  # fmt: skip
+
+
+async def incremental_alter_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(INCREMENTAL_ALTER_CONFIGS, version)
+    responses = []
+    for resource in request.resources:
+        unsupported = [
+            c.name for c in resource.configs if c.config_operation not in (_SET, _DELETE)
+        ]
+        if unsupported:
+            outcome: Outcome = (
+                ErrorCode.invalid_config,
+                f"APPEND and SUBTRACT apply to list settings; {unsupported} are not",
+            )
+        else:
+            command = AlterTopicConfig(
+                name=resource.resource_name,
+                set_config={
+                    c.name: c.value or "" for c in resource.configs if c.config_operation == _SET
+                },
+                delete_keys=tuple(
+                    sorted({c.name for c in resource.configs if c.config_operation == _DELETE})
+                ),
+            )
+            outcome = await _alter(ctx, resource, command, request.validate_only)
+        responses.append(_altered(module, resource, outcome))
+    return build(
+        module.IncrementalAlterConfigsResponse,
+        throttle_time=NO_THROTTLE,
+        responses=tuple(responses),
+    )
+
+
+async def alter_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(ALTER_CONFIGS, version)
+    responses = []
+    for resource in request.resources:
+        info = ctx.broker.metadata.state.topic(resource.resource_name)
+        wanted = {c.name: c.value or "" for c in resource.configs}
+        current = info.config if info is not None else {}
+        command = AlterTopicConfig(
+            name=resource.resource_name,
+            set_config=wanted,
+            delete_keys=tuple(sorted(k for k in current if k not in wanted)),
+        )
+        outcome = await _alter(ctx, resource, command, request.validate_only)
+        responses.append(_altered(module, resource, outcome))
+    return build(module.AlterConfigsResponse, throttle_time=NO_THROTTLE, responses=tuple(responses))
+
+
+async def _alter(
+    ctx: KafkaContext, resource: Any, command: AlterTopicConfig, validate_only: bool
+) -> Outcome:
+    if resource.resource_type != _TOPIC_RESOURCE:
+        return ErrorCode.invalid_request, "only topic configs can be altered"
+    if not ctx.allowed(Permission.ADMIN, resource.resource_name):
+        return ErrorCode.topic_authorization_failed, "no admin permission"
+    if validate_only:
+        refused = check_alter_topic_config(ctx.broker.metadata.state, command)
+        if refused is None:
+            return ErrorCode.none, None
+        return metadata_result_error(refused.code), refused.message
+    try:
+        result = await ctx.broker.submit(command, timeout_s=_ALTER_TIMEOUT_S)
+    except errors.RaftlogError as error:
+        return kafka_error(error), str(error)
+    except TimeoutError:
+        return ErrorCode.request_timed_out, "not committed in time; it may still be"
+    if result.ok:
+        return ErrorCode.none, None
+    return metadata_result_error(result.code), f"{result.code.value}: {result.message}"
+
+
+def _altered(module: Any, resource: Any, outcome: Outcome) -> Any:
+    code, message = outcome
+    return build(
+        module.AlterConfigsResourceResponse,
+        error_code=code, error_message=message, resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+    )  # fmt: skip
