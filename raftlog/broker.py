@@ -160,6 +160,8 @@ class Broker:
             send=self.transport.send,
             sync_on_loop_bytes_max=self.config.sync_on_loop_bytes_max,
             sync_on_loop_slow_ms=self.config.sync_on_loop_slow_ms,
+            # The metadata quorum carries every node's lease: its work goes before bulk work.
+            urgent_groups=frozenset({METADATA_GROUP_ID}),
         )
         self.metadata_group: RaftGroup | None = None
         self._groups = GroupFactory(

@@ -19,6 +19,15 @@ Committed entries that were durable before the pass (below its new entries) are 
 before step 1 (`ready.apply_durable`), so their producers' answers do not wait for the
 pass's fsync.
 
+Liveness before bulk work: a pass first completes, steps 1-4 with a sync of their own, the
+Readys that keep the cluster's view of who is alive and who leads: every Ready of an
+*urgent* group (the metadata quorum, whose heartbeats and leases every node depends on)
+and every Ready that writes and applies no entries (heartbeats, votes, role changes, read
+states: cheap by construction). Only then does it write, sync and apply the bulk (partition
+appends, snapshots, applies). A vote or the metadata group's acknowledgement thus never
+waits for the fsync of megabytes of partition appends, nor a lease heartbeat's commit for
+thousands of applies; when a pass holds only one kind, it is one sync as before.
+
 While step 3 runs the loop may step groups and take proposals (the core allows that between
 `ready()` and `advance()`), but no group gives a new Ready before the pass completes its
 previous one. Messages for a group this node does not host (yet) are dropped: Raft retries,
@@ -44,7 +53,7 @@ from typing import Protocol, runtime_checkable
 
 from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import HardStateStore
-from raftlog.raft.types import HardState, Message
+from raftlog.raft.types import HardState, Message, Ready
 from raftlog.runtime import metrics
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.ready import apply_durable, complete_ready, persist_ready
@@ -74,6 +83,7 @@ class GroupHost:
         send: SendFn,
         sync_on_loop_bytes_max: int = 0,
         sync_on_loop_slow_ms: int = 5,
+        urgent_groups: frozenset[GroupId] = frozenset(),
     ) -> None:
         assert tick_interval_ms > 0 and sync_on_loop_bytes_max >= 0 and sync_on_loop_slow_ms > 0
         self.node_id = node_id
@@ -81,6 +91,7 @@ class GroupHost:
         self._send = send
         self._sync_on_loop_bytes_max = sync_on_loop_bytes_max
         self._sync_on_loop_slow_ms = sync_on_loop_slow_ms
+        self._urgent_groups = urgent_groups
         self._inline_sync_paused_until = float("-inf")
         self.inline_syncs = 0
         self.inline_sync_pauses = 0
@@ -209,7 +220,35 @@ class GroupHost:
             self._wake.set()
 
     async def process_pass(self) -> None:
-        """One group-commit pass over the dirty groups that have work."""
+        """One group-commit pass over the dirty groups that have work: the urgent Readys
+        first, then the bulk (see the module's docstring)."""
+        batch = self._collect_readys()
+        if not batch:
+            return
+        self.passes += 1
+        urgent = [(group, ready) for group, ready in batch if self._is_urgent(group, ready)]
+        bulk = [(group, ready) for group, ready in batch if not self._is_urgent(group, ready)]
+        assert len(urgent) + len(bulk) == len(batch)
+        for part in (urgent, bulk):
+            if part:
+                await self._complete_batch(part)
+        # A pass may leave more work (e.g. entries committed by the acks it just sent); a
+        # group the pass removed (the metadata's apply deleted it) has none.
+        more = [group for group, _ in batch if self._groups.get(group.group_id) is group]
+        more = [group for group in more if group.node.has_ready()]
+        for group in more:
+            self._dirty[group.group_id] = group
+        if more:
+            self._wake.set()
+
+    def _is_urgent(self, group: RaftGroup, ready: Ready) -> bool:
+        """Liveness work: the urgent groups', and any Ready with no entry to write or apply."""
+        if group.group_id in self._urgent_groups:
+            return True
+        return not (ready.entries or ready.committed_entries or ready.snapshot is not None)
+
+    def _collect_readys(self) -> list[tuple[RaftGroup, Ready]]:
+        """Take the Readys of the dirty groups; groups stepped mid-pass stay dirty."""
         dirty, self._dirty = self._dirty, {}
         batch = []
         for group in dirty.values():
@@ -225,9 +264,10 @@ class GroupHost:
                     self._storage_damaged(group, error)
             elif node.ready_pending:
                 self._dirty[group.group_id] = group  # stepped mid-pass: look again next pass
-        if not batch:
-            return
-        self.passes += 1
+        return batch
+
+    async def _complete_batch(self, batch: list[tuple[RaftGroup, Ready]]) -> None:
+        """Steps 1-4 of the module's docstring for `batch`, with one sync."""
         # Entries durable before this pass are applied first, so their waiting producers are
         # answered while the pass's own writes go to disk, not after that fsync.
         applied_counts = {
@@ -288,12 +328,6 @@ class GroupHost:
                     group.on_leadership_change(group)
             if group.node.quiesced:
                 self._awake.pop(group.group_id, None)
-        # A pass may leave more work (e.g. entries committed by the acks it just sent).
-        for group, _ in batch:
-            if group.node.has_ready():
-                self._dirty[group.group_id] = group
-        if any(group.node.has_ready() for group, _ in batch):
-            self._wake.set()
 
     def _may_sync_inline(self, tickets: list[tuple[SplitSyncLog, FlushTicket]]) -> bool:
         """Whether this pass's writes are small enough to sync on the loop.
