@@ -162,6 +162,8 @@ class Broker:
             sync_on_loop_slow_ms=self.config.sync_on_loop_slow_ms,
             # The metadata quorum carries every node's lease: its work goes before bulk work.
             urgent_groups=frozenset({METADATA_GROUP_ID}),
+            campaigns_per_s_max=self.config.campaigns_per_s_max,
+            clock=self.clock,
         )
         self.metadata_group: RaftGroup | None = None
         self._groups = GroupFactory(

@@ -39,6 +39,14 @@ liveness change, `notify()`), and a pass looks at dirty groups only, never at ev
 Only *awake* groups are ticked: a group whose core quiesced (raftlog.raft.quiesce) leaves
 the tick set when a pass sees it quiet and returns when an input wakes it. The transport's
 node-pair liveness (`set_peer_reachable`) replaces the heartbeats quiesced groups stop sending.
+
+Elections per node are bounded: at most `campaigns_per_s_max` groups a second start a
+campaign by their election timer (a token bucket holding a second's worth). A group whose
+timer would fire with the bucket empty misses that tick, as a group waiting on its disk
+does, and campaigns on a later tick that finds a token: when a slow node makes thousands of
+timers fire at once, the votes, hard-state saves and role changes they cause arrive at a
+bounded rate instead of in one burst that slows the node further. Leadership transfers
+(TimeoutNow) and campaigns the runtime asks for are not timer campaigns and not counted.
 """
 
 from __future__ import annotations
@@ -55,7 +63,9 @@ from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import HardStateStore
 from raftlog.raft.types import HardState, Message, Ready
 from raftlog.runtime import metrics
+from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
 from raftlog.runtime.group import RaftGroup
+from raftlog.runtime.rate import TokenBucket
 from raftlog.runtime.ready import apply_durable, complete_ready, persist_ready
 from raftlog.storage.hard_state import HardStateWrite
 from raftlog.storage.log import FlushTicket
@@ -84,6 +94,8 @@ class GroupHost:
         sync_on_loop_bytes_max: int = 0,
         sync_on_loop_slow_ms: int = 5,
         urgent_groups: frozenset[GroupId] = frozenset(),
+        campaigns_per_s_max: int = 500,
+        clock: MonotonicClock | None = None,
     ) -> None:
         assert tick_interval_ms > 0 and sync_on_loop_bytes_max >= 0 and sync_on_loop_slow_ms > 0
         self.node_id = node_id
@@ -92,6 +104,9 @@ class GroupHost:
         self._sync_on_loop_bytes_max = sync_on_loop_bytes_max
         self._sync_on_loop_slow_ms = sync_on_loop_slow_ms
         self._urgent_groups = urgent_groups
+        self._campaigns = TokenBucket(campaigns_per_s_max, clock or SystemMonotonicClock())
+        self.campaigns_started = 0
+        self.campaigns_postponed = 0  # ticks missed for want of a token
         self._inline_sync_paused_until = float("-inf")
         self.inline_syncs = 0
         self.inline_sync_pauses = 0
@@ -202,22 +217,38 @@ class GroupHost:
     async def _tick_forever(self) -> None:
         while not self._closed:
             await asyncio.sleep(self._tick_interval_s)
-            awake = self._awake
-            for group in list(awake.values()):
-                # A group whose Ready is still on its way to disk does not tick: a vote or
-                # acknowledgement that takes longer to save than an election timeout would
-                # otherwise always arrive too late, and a mass election (1,000 groups) on a
-                # slow disk would churn for ever. Only its own timers wait (the other groups
-                # keep heartbeating); the ticks it misses are dropped, not replayed.
-                if not group.node.ready_pending:
-                    try:
-                        group.node.tick()
-                    except CorruptBatchError as error:
-                        self._storage_damaged(group, error)
-            self.ticks += len(awake)
-            self.tick_rounds += 1
-            self._dirty.update(awake)
-            self._wake.set()
+            self.tick_round()
+
+    def tick_round(self) -> None:
+        """Tick every awake group once (the tick task's turn; tests call it directly)."""
+        awake = self._awake
+        for group in list(awake.values()):
+            # A group whose Ready is still on its way to disk does not tick: a vote or
+            # acknowledgement that takes longer to save than an election timeout would
+            # otherwise always arrive too late, and a mass election (1,000 groups) on a
+            # slow disk would churn for ever. Only its own timers wait (the other groups
+            # keep heartbeating); the ticks it misses are dropped, not replayed.
+            if not group.node.ready_pending:
+                self._tick_group(group)
+        self.ticks += len(awake)
+        self.tick_rounds += 1
+        self._dirty.update(awake)
+        self._wake.set()
+
+    def _tick_group(self, group: RaftGroup) -> None:
+        node = group.node
+        campaigns = node.campaigns_on_next_tick()
+        if campaigns and not self._campaigns.available():
+            self.campaigns_postponed += 1
+            return  # the tick is dropped: the timer fires on a later one
+        try:
+            node.tick()
+        except CorruptBatchError as error:
+            self._storage_damaged(group, error)
+            return
+        if campaigns:
+            self._campaigns.take()
+            self.campaigns_started += 1
 
     async def process_pass(self) -> None:
         """One group-commit pass over the dirty groups that have work: the urgent Readys
