@@ -216,8 +216,10 @@ class Broker:
             submit=self.submit,
             spawn=self._spawn,
         )
-        self._lease = NodeLease(self.clock, lease_ms=self.config.metadata.node_lease_ms)
         self._loop_lag = LoopLagMeter(self.clock)
+        self._lease = NodeLease(
+            self.clock, lease_ms=self.config.metadata.node_lease_ms, loop_lag=self._loop_lag
+        )
         self._watch = ControllerWatch(self.clock, loop_lag=self._loop_lag)
         self._controller = ControllerDuties(
             node_id=self.node_id,
@@ -434,7 +436,7 @@ class Broker:
                 command = NodeHeartbeat(
                     node_id=self.node_id, incarnation=self.incarnation, now_ms=now_ms
                 )
-            sent_at = self.clock.monotonic()
+            sent_at = self._lease.loop_time()
             try:
                 result = await self._submit_liveness(command, timeout_s=interval_s * 2)
                 if result.code is ErrorCode.NODE_DECOMMISSIONED:
