@@ -20,6 +20,9 @@ the wire is dropped too. The partitions, as Jepsen names them:
 
 Process faults: kill (SIGKILL of a random node, of a partition leader, or of all nodes at
 once; healed by restarting) and pause (SIGSTOP of a random node or a leader; SIGCONT).
+`slow` stalls a random node or a leader again and again for 50-500 ms at a time until
+healed (`raftlog.chaos.slow`): a node that is alive but slow must cost no more elections
+than the stalls long enough to remove a leader, and no fence.
 `kill-leader`, `pause-leader` and `isolate-leader` always aim at a partition's leader, which
 is where acks=1 loses writes.
 `flaky` makes every link drop, duplicate, delay and reorder frames.
@@ -67,6 +70,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from raftlog.chaos.slow import Staller
+
 __all__ = [
     "LOCAL_ONLY_NEMESES",
     "NEMESES",
@@ -82,6 +87,7 @@ __all__ = [
 NEMESES = (
     "kill",
     "pause",
+    "slow",
     "partition",
     "flaky",
     "kill-leader",
@@ -195,6 +201,7 @@ class Fault:
     partition: int | None = None  # move-replica: the partition and its new replicas
     replicas: tuple[int, ...] = ()
     damage_seed: int = 0  # corrupt: what to damage is drawn from this when injected
+    stalls_seed: int = 0  # slow: the lengths of stalls and gaps are drawn from this
 
     def describe(self) -> dict[str, Any]:
         described: dict[str, Any] = {
@@ -286,6 +293,10 @@ def plan_fault(
     if nemesis == "pause":
         kind = rng.choice(("random-node", "leader"))
         return Fault(nemesis, kind, (leader if kind == "leader" and leader else someone,))
+    if nemesis == "slow":
+        kind = rng.choice(("random-node", "leader"))
+        target = leader if kind == "leader" and leader else someone
+        return Fault(nemesis, kind, (target,), stalls_seed=rng.getrandbits(32))
     if nemesis == "flaky":
         return Fault(nemesis, "links", tuple(nodes))
     if nemesis == "clock-jump":
@@ -359,6 +370,7 @@ class Nemesis:
 
     def __init__(self, control: ClusterControl) -> None:
         self._control = control
+        self._stallers: list[Staller] = []
 
     def start(self, fault: Fault) -> dict[str, Any]:
         """Inject `fault`; returns what the backend reported doing beyond the plan (the bytes
@@ -402,6 +414,11 @@ class Nemesis:
         elif fault.nemesis == "pause":
             for node in fault.nodes:
                 control.pause(node)
+        elif fault.nemesis == "slow":
+            for node in fault.nodes:
+                staller = Staller(control, node, fault.stalls_seed + node)
+                self._stallers.append(staller)
+                staller.start()
         elif fault.nemesis == "flaky":
             for node in fault.nodes:
                 control.set_faults(node, {"link": {"peer": None, **FLAKY_LINK}})
@@ -415,8 +432,13 @@ class Nemesis:
                     control.set_faults(node, {"block": incoming, "direction": "incoming"})
         return {}
 
-    def stop(self, fault: Fault) -> None:
+    def stop(self, fault: Fault) -> dict[str, Any]:
+        """Heal `fault`; returns what happened during it that the plan could not say (the
+        stalls `slow` made, measured), for the history."""
         control = self._control
+        if fault.nemesis == "slow":
+            stallers, self._stallers = self._stallers, []
+            return {"stalls": [staller.stop() for staller in stallers]}
         if fault.nemesis in ("kill", "lose-unsynced", "corrupt"):
             for node in fault.nodes:
                 control.restart(node)
@@ -428,9 +450,13 @@ class Nemesis:
         else:
             for node in control.node_ids:
                 control.set_faults(node, {"heal": True})
+        return {}
 
     def heal_all(self) -> None:
         """Before the final read: every node running, resumed and fully connected."""
+        for staller in self._stallers:
+            staller.stop()
+        self._stallers = []
         for node in self._control.node_ids:
             self._control.resume(node)
             self._control.restart(node)

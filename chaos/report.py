@@ -141,6 +141,7 @@ def _tables(results: dict[str, Any]) -> list[str]:
         start_s, stop_s = w["start_ns"] / NS_PER_S, w["stop_ns"] / NS_PER_S
         lines.append(f"| {start_s:.1f} | {stop_s:.1f} | {w['fault']} | {json.dumps(detail)} |")
     lines += _storage_table(results.get("storage"))
+    lines += _elections_table(results.get("elections"))
     lines += ["", "Options: `" + json.dumps(results["options"]) + "`", ""]
     return lines
 
@@ -159,6 +160,26 @@ def _storage_table(storage: dict[str, Any] | None) -> list[str]:
     ]
     for report in storage["damage"]:
         lines.append(f"| {report['node']} | {report['file']} | {report['damage']} |")
+    return lines
+
+
+def _elections_table(elections: dict[str, Any] | None) -> list[str]:
+    """Elections and fences of the load phase against the faults that explain them."""
+    if not elections:
+        return []
+    lines = ["", "## Elections and fences (load phase, from the node logs)", ""]
+    lines += ["| elections | per minute | transfers | fences | per minute | explained by faults |"]
+    lines += ["|---|---|---|---|---|---|"]
+    cells = [
+        elections["elections"],
+        elections["elections_per_minute"],
+        elections["transfers"],
+        elections["fences"],
+        elections["fences_per_minute"],
+        f"{elections['elections_explained_by_faults']} "
+        f"({elections['leader_removing_faults']} faults removed a node)",
+    ]
+    lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return lines
 
 

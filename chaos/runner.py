@@ -12,8 +12,9 @@ every option. The run has four phases:
    every `progress_interval_s` (elapsed time, operations completed, faults active).
 3. heal: workers stop, every node is resumed, restarted and reconnected, and the run waits
    (up to `recovery_timeout_s`) until every partition answers again.
-4. verdict: the final read of every partition; the checker and the stats; results.json,
-   history.jsonl and the report are written to `out_dir`.
+4. verdict: the final read of every partition; the checker and the stats (with the
+   elections and fences the node logs show in the load phase, `raftlog.chaos.elections`);
+   results.json, history.jsonl and the report are written to `out_dir`.
 
 The backend is a port (`Backend`): `LocalBackend` (processes), `DockerBackend` (containers)
 and `SyncObjBackend` (the pysyncobj baseline) all run through this same function.
@@ -32,11 +33,13 @@ from typing import Any, Protocol
 from raftlog.chaos.checker import check
 from raftlog.chaos.clients import LogClients
 from raftlog.chaos.corrupt import repairs_in_logs
+from raftlog.chaos.elections import election_stats, leader_removals
 from raftlog.chaos.generator import PlannedFault, fault_schedule
 from raftlog.chaos.history import NEMESIS, HistoryRecorder, pair_operations
 from raftlog.chaos.nemesis import NEMESES, ClusterControl, Nemesis, plan_fault
 from raftlog.chaos.stats import availability, error_summary, fault_windows, latency_percentiles
 from raftlog.chaos.workload import Workers, WorkloadOptions, compacted_topic_config, final_read
+from raftlog.config import NodeConfig
 
 __all__ = ["Backend", "RunOptions", "run"]
 
@@ -115,13 +118,13 @@ def _sleep_until(target_s: float, start_s: float, progress: _Progress) -> None:
 
 def _play_faults(
     backend: Backend,
+    nemesis: Nemesis,
     schedule: Sequence[PlannedFault],
     rng: random.Random,
     recorder: HistoryRecorder,
     progress: _Progress,
     options: RunOptions,
 ) -> None:
-    nemesis = Nemesis(backend)
     start_s = time.monotonic()
     for number, planned in enumerate(schedule):
         _sleep_until(planned.start_s, start_s, progress)
@@ -147,7 +150,9 @@ def _play_faults(
             recorder.record(NEMESIS, "info", "effects", {"id": number, **effects})
         progress.active = [f"{fault.nemesis}/{fault.kind} {list(fault.nodes) or ''}".strip()]
         _sleep_until(planned.stop_s, start_s, progress)
-        nemesis.stop(fault)
+        healed = nemesis.stop(fault)
+        if healed:
+            recorder.record(NEMESIS, "info", "effects", {"id": number, **healed})
         recorder.record(NEMESIS, "info", "stop", described)
         progress.active = []
     _sleep_until(options.duration_s, start_s, progress)
@@ -204,13 +209,16 @@ def _load_heal_read(
     rng: random.Random,
 ) -> dict[str, Any]:
     workers = Workers(clients, recorder, options.workload, options.seed)
+    nemesis = Nemesis(backend)
+    # Node logs carry wall-clock times; the history, times since its start.
+    wall_origin_s = time.time() - recorder.now_ns() / 1e9
     workers.start()
     try:
-        _play_faults(backend, schedule, rng, recorder, progress, options)
+        _play_faults(backend, nemesis, schedule, rng, recorder, progress, options)
     finally:
         load_end_ns = recorder.now_ns()
         stuck = workers.stop(timeout_s=options.workload.close_timeout_s + 10)
-        Nemesis(backend).heal_all()
+        nemesis.heal_all()
     if workers.crashes:
         raise RuntimeError(f"worker crashed: {'; '.join(workers.crashes)}")
     recorder.record(NEMESIS, "info", "heal", {"stuck_workers": stuck})
@@ -235,8 +243,25 @@ def _load_heal_read(
         "errors": error_summary(ops),
         "faults": [asdict(w) for w in windows],
         "storage": _storage_damage(recorder, backend),
+        "elections": _elections(recorder, backend, wall_origin_s, load_end_ns),
         "node_logs": backend.log_paths,
     }
+
+
+def _elections(
+    recorder: HistoryRecorder, backend: Backend, wall_origin_s: float, load_end_ns: int
+) -> dict[str, Any]:
+    """Elections and fences of the load phase, from the node logs, and the faults that
+    explain elections (`raftlog.chaos.elections`); timeouts are the nodes' defaults."""
+    config = NodeConfig()
+    removals = leader_removals(
+        recorder.events,
+        wall_origin_s=wall_origin_s,
+        election_timeout_ms=config.raft.election_timeout_ticks * config.tick_interval_ms,
+        heartbeat_interval_ms=config.raft.heartbeat_interval_ticks * config.tick_interval_ms,
+    )
+    window_s = (wall_origin_s, wall_origin_s + load_end_ns / 1e9)
+    return election_stats(list(backend.log_paths), window_s=window_s, removals=removals)
 
 
 def _storage_damage(recorder: HistoryRecorder, backend: Backend) -> dict[str, Any]:

@@ -161,6 +161,10 @@ class Broker:
             send=self.transport.send,
             sync_on_loop_bytes_max=self.config.sync_on_loop_bytes_max,
             sync_on_loop_slow_ms=self.config.sync_on_loop_slow_ms,
+            # The metadata quorum carries every node's lease: its work goes before bulk work.
+            urgent_groups=frozenset({METADATA_GROUP_ID}),
+            campaigns_per_s_max=self.config.campaigns_per_s_max,
+            clock=self.clock,
         )
         self.metadata_group: RaftGroup | None = None
         self._groups = GroupFactory(
@@ -219,8 +223,10 @@ class Broker:
             submit=self.submit,
             spawn=self._spawn,
         )
-        self._lease = NodeLease(self.clock, lease_ms=self.config.metadata.node_lease_ms)
         self._loop_lag = LoopLagMeter(self.clock)
+        self._lease = NodeLease(
+            self.clock, lease_ms=self.config.metadata.node_lease_ms, loop_lag=self._loop_lag
+        )
         self._watch = ControllerWatch(self.clock, loop_lag=self._loop_lag)
         self._controller = ControllerDuties(
             node_id=self.node_id,
@@ -439,7 +445,7 @@ class Broker:
                 command = NodeHeartbeat(
                     node_id=self.node_id, incarnation=self.incarnation, now_ms=now_ms
                 )
-            sent_at = self.clock.monotonic()
+            sent_at = self._lease.loop_time()
             try:
                 result = await self._submit_liveness(command, timeout_s=interval_s * 2)
                 if result.code is ErrorCode.NODE_DECOMMISSIONED:

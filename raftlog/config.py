@@ -362,6 +362,10 @@ class NodeConfig:
     # for the next turn of the event loop, so heartbeats and the groups already running are
     # served in between (opening a group's storage costs an fsync or two).
     replica_creates_per_turn_max: int = 32
+    # Campaigns a node's groups start by their election timers, per second (a token bucket
+    # of a second's worth; raftlog.runtime.host): a slow node whose timers all fire at once
+    # spreads the elections out instead of adding their votes and saves to its load.
+    campaigns_per_s_max: int = 500
     # How often each partition checks retention (whole segments, by bytes and age).
     retention_check_interval_ms: int = 5000
     # The scrubber (raftlog.runtime.scrubber) re-reads every closed segment in the background
@@ -430,6 +434,11 @@ class NodeConfig:
             self.replica_creates_per_turn_max > 0,
             "replica_creates_per_turn_max",
             f"must be positive, got {self.replica_creates_per_turn_max}",
+        )
+        _require(
+            self.campaigns_per_s_max > 0,
+            "campaigns_per_s_max",
+            f"must be positive, got {self.campaigns_per_s_max}",
         )
         _require(self.scrub_bytes_per_s >= 0, "scrub_bytes_per_s", "must be >= 0 (0: off)")
         _require(self.scrub_chunk_bytes > 0, "scrub_chunk_bytes", "must be positive")

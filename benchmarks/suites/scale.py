@@ -130,7 +130,14 @@ def idle_metrics(
 ) -> dict[str, float]:
     """The idle figures of one fresh cluster with one topic of `partitions` (named with
     that count); its node logs are kept in `out_dir/<work_name>-logs`."""
-    with running_cluster(out_dir / work_name) as cluster, Admin(cluster.bootstrap) as admin:
+    # One topic holds them all: above the default per-topic cap the cluster must allow it.
+    flags = (
+        ("--set", f"metadata.partitions_per_topic_max={partitions}") if partitions > 1000 else ()
+    )
+    with (
+        running_cluster(out_dir / work_name, flags=flags) as cluster,
+        Admin(cluster.bootstrap) as admin,
+    ):
         started = time.monotonic()
         create_topic(admin, "idle", partitions=partitions, wait=False)
         before = wait_leaders_settled(cluster, "idle", quick=quick, partitions=partitions)

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from raftlog.raft.node import RaftNode
 
 __all__ = [
+    "campaigns_on_next_tick",
     "check_term",
     "on_timeout_now",
     "on_vote_request",
@@ -74,6 +75,18 @@ def tick_election(node: RaftNode) -> None:
         else:
             repair.ask_around(node)
     assert node.randomized_election_timeout_ticks < elapsed_max
+
+
+def campaigns_on_next_tick(node: RaftNode) -> bool:
+    """Whether the next tick makes `tick_election` start a campaign (a query, no change):
+    the runtime asks it to bound the campaigns a node starts a second."""
+    return (
+        not node.quiesced
+        and node.current_role is not Role.LEADER
+        and node.is_voter()
+        and node.election_elapsed_ticks + 1 >= node.randomized_election_timeout_ticks
+        and repair.may_vote_or_campaign(node)
+    )
 
 
 def tick_leader(node: RaftNode) -> None:

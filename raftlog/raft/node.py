@@ -303,6 +303,10 @@ class RaftNode:
     def check_invariants(self) -> None:
         invariants.check(self)
 
+    def campaigns_on_next_tick(self) -> bool:
+        """Whether the next `tick` starts a campaign by the election timer (Raft §5.2)."""
+        return election.campaigns_on_next_tick(self)
+
     def tick(self) -> None:
         if self.quiesced:
             return  # no heartbeats, no election timer: node liveness stands in for them

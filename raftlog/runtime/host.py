@@ -19,6 +19,15 @@ Committed entries that were durable before the pass (below its new entries) are 
 before step 1 (`ready.apply_durable`), so their producers' answers do not wait for the
 pass's fsync.
 
+Liveness before bulk work: a pass first completes, steps 1-4 with a sync of their own, the
+Readys that keep the cluster's view of who is alive and who leads: every Ready of an
+*urgent* group (the metadata quorum, whose heartbeats and leases every node depends on)
+and every Ready that writes and applies no entries (heartbeats, votes, role changes, read
+states: cheap by construction). Only then does it write, sync and apply the bulk (partition
+appends, snapshots, applies). A vote or the metadata group's acknowledgement thus never
+waits for the fsync of megabytes of partition appends, nor a lease heartbeat's commit for
+thousands of applies; when a pass holds only one kind, it is one sync as before.
+
 While step 3 runs the loop may step groups and take proposals (the core allows that between
 `ready()` and `advance()`), but no group gives a new Ready before the pass completes its
 previous one. Messages for a group this node does not host (yet) are dropped: Raft retries,
@@ -30,6 +39,14 @@ liveness change, `notify()`), and a pass looks at dirty groups only, never at ev
 Only *awake* groups are ticked: a group whose core quiesced (raftlog.raft.quiesce) leaves
 the tick set when a pass sees it quiet and returns when an input wakes it. The transport's
 node-pair liveness (`set_peer_reachable`) replaces the heartbeats quiesced groups stop sending.
+
+Elections per node are bounded: at most `campaigns_per_s_max` groups a second start a
+campaign by their election timer (a token bucket holding a second's worth). A group whose
+timer would fire with the bucket empty misses that tick, as a group waiting on its disk
+does, and campaigns on a later tick that finds a token: when a slow node makes thousands of
+timers fire at once, the votes, hard-state saves and role changes they cause arrive at a
+bounded rate instead of in one burst that slows the node further. Leadership transfers
+(TimeoutNow) and campaigns the runtime asks for are not timer campaigns and not counted.
 """
 
 from __future__ import annotations
@@ -44,9 +61,11 @@ from typing import Protocol, runtime_checkable
 
 from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import HardStateStore
-from raftlog.raft.types import HardState, Message
+from raftlog.raft.types import HardState, Message, Ready
 from raftlog.runtime import metrics
+from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
 from raftlog.runtime.group import RaftGroup
+from raftlog.runtime.rate import TokenBucket
 from raftlog.runtime.ready import apply_durable, complete_ready, persist_ready
 from raftlog.storage.hard_state import HardStateWrite
 from raftlog.storage.log import FlushTicket
@@ -74,6 +93,9 @@ class GroupHost:
         send: SendFn,
         sync_on_loop_bytes_max: int = 0,
         sync_on_loop_slow_ms: int = 5,
+        urgent_groups: frozenset[GroupId] = frozenset(),
+        campaigns_per_s_max: int = 500,
+        clock: MonotonicClock | None = None,
     ) -> None:
         assert tick_interval_ms > 0 and sync_on_loop_bytes_max >= 0 and sync_on_loop_slow_ms > 0
         self.node_id = node_id
@@ -81,6 +103,10 @@ class GroupHost:
         self._send = send
         self._sync_on_loop_bytes_max = sync_on_loop_bytes_max
         self._sync_on_loop_slow_ms = sync_on_loop_slow_ms
+        self._urgent_groups = urgent_groups
+        self._campaigns = TokenBucket(campaigns_per_s_max, clock or SystemMonotonicClock())
+        self.campaigns_started = 0
+        self.campaigns_postponed = 0  # ticks missed for want of a token
         self._inline_sync_paused_until = float("-inf")
         self.inline_syncs = 0
         self.inline_sync_pauses = 0
@@ -191,25 +217,69 @@ class GroupHost:
     async def _tick_forever(self) -> None:
         while not self._closed:
             await asyncio.sleep(self._tick_interval_s)
-            awake = self._awake
-            for group in list(awake.values()):
-                # A group whose Ready is still on its way to disk does not tick: a vote or
-                # acknowledgement that takes longer to save than an election timeout would
-                # otherwise always arrive too late, and a mass election (1,000 groups) on a
-                # slow disk would churn for ever. Only its own timers wait (the other groups
-                # keep heartbeating); the ticks it misses are dropped, not replayed.
-                if not group.node.ready_pending:
-                    try:
-                        group.node.tick()
-                    except CorruptBatchError as error:
-                        self._storage_damaged(group, error)
-            self.ticks += len(awake)
-            self.tick_rounds += 1
-            self._dirty.update(awake)
-            self._wake.set()
+            self.tick_round()
+
+    def tick_round(self) -> None:
+        """Tick every awake group once (the tick task's turn; tests call it directly)."""
+        awake = self._awake
+        for group in list(awake.values()):
+            # A group whose Ready is still on its way to disk does not tick: a vote or
+            # acknowledgement that takes longer to save than an election timeout would
+            # otherwise always arrive too late, and a mass election (1,000 groups) on a
+            # slow disk would churn for ever. Only its own timers wait (the other groups
+            # keep heartbeating); the ticks it misses are dropped, not replayed.
+            if not group.node.ready_pending:
+                self._tick_group(group)
+        self.ticks += len(awake)
+        self.tick_rounds += 1
+        self._dirty.update(awake)
+        self._wake.set()
+
+    def _tick_group(self, group: RaftGroup) -> None:
+        node = group.node
+        campaigns = node.campaigns_on_next_tick()
+        if campaigns and not self._campaigns.available():
+            self.campaigns_postponed += 1
+            return  # the tick is dropped: the timer fires on a later one
+        try:
+            node.tick()
+        except CorruptBatchError as error:
+            self._storage_damaged(group, error)
+            return
+        if campaigns:
+            self._campaigns.take()
+            self.campaigns_started += 1
 
     async def process_pass(self) -> None:
-        """One group-commit pass over the dirty groups that have work."""
+        """One group-commit pass over the dirty groups that have work: the urgent Readys
+        first, then the bulk (see the module's docstring)."""
+        batch = self._collect_readys()
+        if not batch:
+            return
+        self.passes += 1
+        urgent = [(group, ready) for group, ready in batch if self._is_urgent(group, ready)]
+        bulk = [(group, ready) for group, ready in batch if not self._is_urgent(group, ready)]
+        assert len(urgent) + len(bulk) == len(batch)
+        for part in (urgent, bulk):
+            if part:
+                await self._complete_batch(part)
+        # A pass may leave more work (e.g. entries committed by the acks it just sent); a
+        # group the pass removed (the metadata's apply deleted it) has none.
+        more = [group for group, _ in batch if self._groups.get(group.group_id) is group]
+        more = [group for group in more if group.node.has_ready()]
+        for group in more:
+            self._dirty[group.group_id] = group
+        if more:
+            self._wake.set()
+
+    def _is_urgent(self, group: RaftGroup, ready: Ready) -> bool:
+        """Liveness work: the urgent groups', and any Ready with no entry to write or apply."""
+        if group.group_id in self._urgent_groups:
+            return True
+        return not (ready.entries or ready.committed_entries or ready.snapshot is not None)
+
+    def _collect_readys(self) -> list[tuple[RaftGroup, Ready]]:
+        """Take the Readys of the dirty groups; groups stepped mid-pass stay dirty."""
         dirty, self._dirty = self._dirty, {}
         batch = []
         for group in dirty.values():
@@ -225,9 +295,10 @@ class GroupHost:
                     self._storage_damaged(group, error)
             elif node.ready_pending:
                 self._dirty[group.group_id] = group  # stepped mid-pass: look again next pass
-        if not batch:
-            return
-        self.passes += 1
+        return batch
+
+    async def _complete_batch(self, batch: list[tuple[RaftGroup, Ready]]) -> None:
+        """Steps 1-4 of the module's docstring for `batch`, with one sync."""
         # Entries durable before this pass are applied first, so their waiting producers are
         # answered while the pass's own writes go to disk, not after that fsync.
         applied_counts = {
@@ -288,12 +359,6 @@ class GroupHost:
                     group.on_leadership_change(group)
             if group.node.quiesced:
                 self._awake.pop(group.group_id, None)
-        # A pass may leave more work (e.g. entries committed by the acks it just sent).
-        for group, _ in batch:
-            if group.node.has_ready():
-                self._dirty[group.group_id] = group
-        if any(group.node.has_ready() for group, _ in batch):
-            self._wake.set()
 
     def _may_sync_inline(self, tickets: list[tuple[SplitSyncLog, FlushTicket]]) -> bool:
         """Whether this pass's writes are small enough to sync on the loop.

@@ -22,6 +22,7 @@ from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.types import Role
 from raftlog.runtime.clock import MonotonicClock
 from raftlog.runtime.group import RaftGroup
+from raftlog.runtime.rate import TokenBucket
 from raftlog.types import GroupId, NodeId, PartitionId
 
 __all__ = ["LeadershipMoves"]
@@ -48,11 +49,7 @@ class LeadershipMoves:
     ) -> None:
         assert fenced_transfers_per_s_max > 0, fenced_transfers_per_s_max
         self._node_id = node_id
-        self._clock = clock
-        self._transfers_per_s_max = fenced_transfers_per_s_max
-        # A token bucket of fenced transfers, refilled at the rate, holding a second's worth.
-        self._transfer_budget = float(fenced_transfers_per_s_max)
-        self._budget_at = clock.monotonic()
+        self._transfers = TokenBucket(fenced_transfers_per_s_max, clock)
         self._metadata = metadata
         self._replicas = replicas
         self._replicas_by_group = replicas_by_group
@@ -117,15 +114,9 @@ class LeadershipMoves:
         No mass handoff: a node fenced because it was slow must not add an election per
         partition to its own and its peers' load (that load fences more nodes). The caller
         stops calling as soon as the node is unfenced, so what is left stays put."""
-        now = self._clock.monotonic()
-        self._transfer_budget = min(
-            float(self._transfers_per_s_max),
-            self._transfer_budget + (now - self._budget_at) * self._transfers_per_s_max,
-        )
-        self._budget_at = now
         state = self._metadata()
         for replica in self._replicas.values():
-            if self._transfer_budget < 1:
+            if not self._transfers.available():
                 return
             node = replica.group.node
             if node.role is not Role.LEADER or node.lead_transferee is not None:
@@ -140,7 +131,7 @@ class LeadershipMoves:
             # An in-sync voter takes over in a round trip; another only after catching up.
             in_sync = [n for n in candidates if node.is_in_sync(n)]
             to = self._rng.choice(in_sync or candidates)
-            self._transfer_budget -= 1
+            self._transfers.take()
             log.info(
                 "node %s: fenced (%s); handing %s-%s to node %s (%s, %d/s at most)",
                 self._node_id,
@@ -149,7 +140,7 @@ class LeadershipMoves:
                 replica.partition,
                 to,
                 "in sync" if to in in_sync else "catching up first",
-                self._transfers_per_s_max,
+                self._transfers.per_s_max,
             )
             with contextlib.suppress(RaftlogError):
                 node.transfer_leadership(to)

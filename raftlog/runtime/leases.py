@@ -5,7 +5,11 @@ Two views of the same heartbeats, never compared across nodes:
 - `NodeLease`: this node's own lease. It starts full (one `node_lease_ms` from the node's
   start) and is renewed from the moment a heartbeat that then committed was *sent*, so a
   slow commit never extends it. A node whose lease lapsed hands its partition leaderships
-  away and refuses produce (`Broker.is_fenced`).
+  away and refuses produce (`Broker.is_fenced`). It too runs on this node's loop time: a
+  node whose own loop is late (creating a thousand groups, starved of CPU) has not read
+  the answers to its heartbeats, and handing its leaderships away would only add
+  elections to the load that made it late. A node the controller fences stays fenced
+  (the metadata says so), so a really silent node still hands over.
 - `ControllerWatch`: while this node is the controller, each node's silence since the later
   of its last heartbeat and the controller's taking office (a new controller grants every
   node a full lease, as KRaft does), and since when each node has been alive without
@@ -34,28 +38,38 @@ __all__ = ["ControllerWatch", "LoopLagMeter", "NodeLease"]
 
 
 class NodeLease:
-    def __init__(self, clock: MonotonicClock, *, lease_ms: int) -> None:
+    def __init__(
+        self, clock: MonotonicClock, *, lease_ms: int, loop_lag: LoopLagMeter | None = None
+    ) -> None:
         assert lease_ms > 0, lease_ms
         self._clock = clock
         self._lease_s = lease_ms / 1000
-        # When the last heartbeat that renewed the lease was sent (start: one full lease).
-        self._renewed_at = clock.monotonic()
+        self._loop_lag = loop_lag if loop_lag is not None else LoopLagMeter(clock)
+        # When the last heartbeat that renewed the lease was sent, in loop time (start: one
+        # full lease).
+        self._renewed_at = self.loop_time()
+
+    def loop_time(self) -> float:
+        """This node's clock less every lag of its loop: what `renew` takes."""
+        return self._clock.monotonic() - self._loop_lag.lagged_s()
 
     def renew(self, sent_at: float) -> None:
-        """A heartbeat sent at `sent_at` (this clock) committed."""
-        self._renewed_at = sent_at
+        """A heartbeat sent at `sent_at` (`loop_time()`) committed."""
+        self._renewed_at = max(self._renewed_at, sent_at)
 
     def lapsed(self) -> bool:
         return self.lapse_cause() is not None
 
     def lapse_cause(self) -> str | None:
         """Why the lease lapsed (which timer, how late), or None while it holds."""
-        age_s = self._clock.monotonic() - self._renewed_at
+        age_s = self.loop_time() - self._renewed_at
         if age_s < self._lease_s:
             return None
         return (
-            f"own lease timer: last renewed by a heartbeat sent {age_s * 1000:.0f} ms ago, "
-            f"{(age_s - self._lease_s) * 1000:.0f} ms past its {self._lease_s * 1000:.0f} ms lease"
+            f"own lease timer: last renewed by a heartbeat sent {age_s * 1000:.0f} ms of loop "
+            f"time ago, {(age_s - self._lease_s) * 1000:.0f} ms past its "
+            f"{self._lease_s * 1000:.0f} ms lease (own loop lag so far, not counted: "
+            f"{self._loop_lag.lagged_s() * 1000:.0f} ms)"
         )
 
 

@@ -6,8 +6,11 @@ the image and take about 30 s), starts deploy/compose-3.yml under a project name
 until every container's health check passes and the metadata quorum has a controller, then
 produces keyed records with acks=all from the host through the published client ports and reads
 every partition back: each acknowledged record must come back exactly once, at its acknowledged
-offset, in offset order. `down -v` removes the containers, the network and the volumes even when
-the test fails.
+offset, in offset order. Then `down` removes the containers and the network (the volumes stay)
+and `up` recreates them, one node at a time in the reverse order so that they come back on
+other addresses, as containers, pods and moved VMs do: the topic and every acknowledged record
+must be there and produce must work. `down -v` removes the containers, the network and the
+volumes even when the test fails.
 
 So that it can run while someone else's compose cluster or local cluster is up, the test picks
 the published ports (9091-9093 when free) and the private subnet (one not used by any docker
@@ -148,6 +151,17 @@ class ComposeCluster:
 
     def container_ids(self) -> list[str]:
         return self.compose("ps", "--quiet").split()
+
+    def addresses(self) -> dict[str, ipaddress.IPv4Address]:
+        """Each service's container's address on the private network."""
+        found: dict[str, ipaddress.IPv4Address] = {}
+        for container in self.inspect():
+            settings, config = container["NetworkSettings"], container["Config"]
+            assert isinstance(settings, dict) and isinstance(config, dict)
+            (network,) = settings["Networks"].values()
+            service = config["Labels"]["com.docker.compose.service"]
+            found[service] = ipaddress.IPv4Address(network["IPAddress"])
+        return found
 
     def inspect(self) -> list[dict[str, object]]:
         found: list[dict[str, object]] = json.loads(
@@ -290,6 +304,41 @@ def test_a_three_node_compose_cluster_serves_a_produce_consume_round_trip(
         f"{RECORD_COUNT} records: produced (acks=all) in {produced_s:.2f} s, "
         f"read back in {time.monotonic() - started:.2f} s"
     )
+    _recreate_and_check(cluster, topic, acknowledged)
+
+
+def _recreate_and_check(
+    cluster: ComposeCluster, topic: str, acknowledged: dict[tuple[int, int], bytes]
+) -> None:
+    """`down` (containers and network removed, volumes kept), then `up` one node at a time:
+    new containers on other addresses; nothing acknowledged may be lost."""
+    before_ids, before_addresses = set(cluster.container_ids()), cluster.addresses()
+    started = time.monotonic()
+    cluster.compose("down")
+    assert not cluster.container_ids(), "down removes the containers"
+    # Docker hands a new network's addresses out in start order: starting the nodes in
+    # their old address order shifted by one gives every node another's old address.
+    by_address = sorted(before_addresses, key=lambda service: before_addresses[service])
+    for service in [*by_address[1:], by_address[0]]:
+        cluster.compose("up", "-d", service)
+    _wait_healthy(cluster)
+    wait_for_controller(cluster.bootstrap, timeout_s=60)
+    after_addresses = cluster.addresses()
+    print(
+        f"down and up again: {time.monotonic() - started:.1f} s; addresses "
+        f"{before_addresses} -> {after_addresses}"
+    )
+    assert not before_ids & set(cluster.container_ids()), "up created new containers"
+    moved = [s for s in after_addresses if after_addresses[s] != before_addresses[s]]
+    assert moved, "the nodes came back on other addresses"
+    with Admin(cluster.bootstrap) as admin:
+        assert topic in admin.list_topics()
+    for partition in range(3):
+        expected = sorted((o, v) for (p, o), v in acknowledged.items() if p == partition)
+        read = _read_partition(cluster.bootstrap, topic, partition, len(expected))
+        assert read[: len(expected)] == expected, f"partition {partition} after recreation"
+    again = _produce(cluster.bootstrap, topic)
+    assert len(again) == RECORD_COUNT and not again.keys() & acknowledged.keys()
 
 
 def test_the_five_node_compose_file_has_a_volume_and_health_check_per_node() -> None:

@@ -42,3 +42,17 @@ def test_a_lost_pre_vote_waits_a_full_randomized_timeout_before_the_next(node_id
         harness.step(VoteResponse(Term(0), voter, NodeId(node_id), granted=False, pre_vote=True))
     assert harness.node.role is Role.FOLLOWER
     assert _ticks_until_campaign(harness, 2 * timeout) >= timeout
+
+
+@pytest.mark.parametrize("node_id", [1, 2, 3, 4])
+def test_the_next_tick_campaign_query_matches_what_the_tick_does(node_id: int) -> None:
+    # The runtime's campaign bound (raftlog.runtime.host) asks this before each tick.
+    harness = Harness(node_id, voters=(node_id, 20, 30))
+    for _ in range(2 * harness.node.config.election_timeout_ticks):
+        expected = harness.node.campaigns_on_next_tick()
+        harness.tick()
+        assert (harness.node.role is Role.PRE_CANDIDATE) == expected
+        if expected:
+            break
+    assert harness.node.role is Role.PRE_CANDIDATE
+    assert not harness.node.campaigns_on_next_tick(), "a fresh campaign has a full timeout"

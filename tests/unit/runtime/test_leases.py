@@ -58,6 +58,23 @@ def test_a_renewal_counts_from_when_the_heartbeat_was_sent_not_committed() -> No
     assert lease.lapsed()
 
 
+def test_a_node_does_not_hold_its_own_loops_lateness_against_its_lease() -> None:
+    # The node's loop ran a 100 ms timer 1.9 s late (a thousand groups being created, or no
+    # CPU): the answers to its heartbeats sat unread meanwhile, so its lease stood still.
+    clock = FakeMonotonicClock()
+    meter = LoopLagMeter(clock)
+    lease = NodeLease(clock, lease_ms=LEASE_MS, loop_lag=meter)
+    meter.expect(0.1)
+    clock.advance(2.0)
+    assert not lease.lapsed(), "the overdue timer counts as lag before it fires"
+    meter.woke()
+    clock.advance(0.899)
+    assert not lease.lapsed()
+    clock.advance(0.001)  # a full lease of loop time without a renewal
+    assert lease.lapsed()
+    assert "own loop lag so far, not counted: 1900 ms" in (lease.lapse_cause() or "")
+
+
 def test_a_new_controller_measures_silence_from_its_taking_office() -> None:
     clock = FakeMonotonicClock()
     watch = ControllerWatch(clock)
