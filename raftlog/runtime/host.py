@@ -104,7 +104,9 @@ class GroupHost:
         self._sync_on_loop_bytes_max = sync_on_loop_bytes_max
         self._sync_on_loop_slow_ms = sync_on_loop_slow_ms
         self._urgent_groups = urgent_groups
-        self._campaigns = TokenBucket(campaigns_per_s_max, clock or SystemMonotonicClock())
+        # Timing decisions (campaign budget, slow syncs) read this clock, so tests drive them.
+        self._clock = clock or SystemMonotonicClock()
+        self._campaigns = TokenBucket(campaigns_per_s_max, self._clock)
         self.campaigns_started = 0
         self.campaigns_postponed = 0  # ticks missed for want of a token
         self._inline_sync_paused_until = float("-inf")
@@ -373,15 +375,14 @@ class GroupHost:
         size_bytes = sum(sync.size_bytes for _, ticket in tickets for sync in ticket.syncs)
         if size_bytes > self._sync_on_loop_bytes_max:
             return False
-        return asyncio.get_running_loop().time() >= self._inline_sync_paused_until
+        return self._clock.monotonic() >= self._inline_sync_paused_until
 
     def _sync_inline(self, tickets: list[FlushTicket]) -> None:
         """Write and fsync on the loop; a slow sync pauses this for `INLINE_SYNC_PAUSE_S`."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = self._clock.monotonic()
         _run_tickets(tickets)
         self.inline_syncs += 1
-        finished = loop.time()
+        finished = self._clock.monotonic()
         took_ms = (finished - started) * 1000
         if took_ms > self._sync_on_loop_slow_ms:
             self._inline_sync_paused_until = finished + INLINE_SYNC_PAUSE_S

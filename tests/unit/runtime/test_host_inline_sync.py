@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import random
 import threading
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
@@ -15,6 +14,7 @@ from raftlog.config import LogConfig, RaftConfig
 from raftlog.raft.memory import MemoryHardStateStore
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Entry, Membership, Message, Role, Snapshot
+from raftlog.runtime.clock import FakeMonotonicClock
 from raftlog.runtime.group import Commitment, RaftGroup
 from raftlog.runtime.host import GroupHost
 from raftlog.storage.files import FileHandle, OsFileSystem
@@ -25,13 +25,14 @@ NODES = (NodeId(1), NodeId(2), NodeId(3))
 GROUP = GroupId(1)
 CONFIG = RaftConfig(election_timeout_ticks=10, heartbeat_interval_ticks=2)
 # The host's slow-sync threshold here: far above a sync that only writes to the page cache,
-# while the stall injected below (twice this) stays under the election timeout (100 ms).
+# while the stall injected below (twice this, on the hosts' fake clock) takes no real time.
 SLOW_MS = 20
 HANG_GUARD_S = 60
 
 
 class _SlowSyncHandle:
-    """A real file whose fsync is `files.sync_delay_s` of sleep (a fast or a stalling disk).
+    """A real file whose fsync takes `files.sync_delay_s` on the hosts' clock (a fast or a
+    stalling disk).
 
     The real fdatasync is left out: its time is the machine's, not the test's (one took
     5.2 ms in a CI run, over the slow threshold, during the phase meant to be fast), and
@@ -59,7 +60,8 @@ class _SlowSyncHandle:
 
     def sync(self) -> None:
         self._files.sync_threads.add(threading.current_thread().name)
-        time.sleep(self._files.sync_delay_s)
+        with self._files.clock_lock:
+            self._files.clock.advance(self._files.sync_delay_s)
 
     def truncate(self, size_bytes: int) -> None:
         self._inner.truncate(size_bytes)
@@ -69,9 +71,14 @@ class _SlowSyncHandle:
 
 
 class _SlowSyncFiles(OsFileSystem):
+    """Syncs take `sync_delay_s` on `clock`, the hosts' clock: how long a sync took is the
+    test's choice, not the loaded machine's."""
+
     def __init__(self) -> None:
         self.sync_delay_s = 0.0
         self.sync_threads: set[str] = set()
+        self.clock = FakeMonotonicClock()
+        self.clock_lock = threading.Lock()  # syncs run on the loop and on disk threads
 
     def open(self, path: str, *, create: bool = False) -> FileHandle:
         return _SlowSyncHandle(self, super().open(path, create=create))
@@ -106,6 +113,7 @@ def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, GroupHost]:
             send=sender(node_id),
             sync_on_loop_bytes_max=64 * 1024,
             sync_on_loop_slow_ms=SLOW_MS,
+            clock=files.clock,
         )
         storage = RaftLogStorage.open(root / f"node-{node_id}", config=LogConfig(), files=files)
         node = RaftNode(
@@ -185,7 +193,7 @@ def test_small_syncs_run_on_the_loop_until_one_is_slow(tmp_path: Path) -> None:
             await asyncio.sleep(0.001)
         inline = {node_id: host.inline_syncs for node_id, host in hosts.items()}
         files.sync_threads.clear()
-        for index in range(3):  # within the pause (1 s): the disk thread syncs
+        for index in range(3):  # within the pause (1 s on the hosts' clock): the disk thread syncs
             await _commit(leader, b"during the pause %d" % index)
         assert {node_id: host.inline_syncs for node_id, host in hosts.items()} == inline
         assert files.sync_threads and threading.current_thread().name not in files.sync_threads
