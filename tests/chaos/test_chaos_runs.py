@@ -1,10 +1,10 @@
 """Whole chaos runs: real node processes and real faults, the pysyncobj baseline, planted bugs.
 
 The unmarked local run is the 40-50 s smoke test with one fault of each network nemesis; the
-unsafe-config runs are marked slow; the 60 s CI-sized run and the acks=0 twin of the acks=1
-loss run are `soak` (out of `make test`, run by `make soak`). A run that finds nothing proves
-little on its own, so the pipeline (workers, history, checker) is also run against a log with
-a planted bug, which it must catch.
+acks=1 unsafe-config run is marked slow; the 60 s CI-sized run, the acks=0 twin of the acks=1
+loss run and the skip-fsync run are `soak` (out of `make test`, run by `make soak`). A run
+that finds nothing proves little on its own, so the pipeline (workers, history, checker) is
+also run against a log with a planted bug, which it must catch.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def test_acks_all_keeps_every_acknowledged_write_when_a_minority_disk_is_damaged
     assert "## Storage damage" in (out / "report.md").read_text()
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_nodes_that_skip_fsync_are_caught_and_never_serve_a_shortened_log(
     tmp_path: Path,
 ) -> None:

@@ -69,7 +69,7 @@ def test_sync_always_loses_nothing_when_every_node_loses_its_unsynced_writes(
 
 
 @needs_strace
-@pytest.mark.slow
+@pytest.mark.soak
 def test_default_sync_loses_acknowledged_writes_when_every_node_loses_power(
     tmp_path: Path,
 ) -> None:
