@@ -188,6 +188,8 @@ class Broker:
                 self.metadata.state, self.node_id, self.incarnation
             ),
             creates_per_turn_max=self.config.replica_creates_per_turn_max,
+            create_turn_ms_max=self.config.replica_create_turn_ms_max,
+            clock=self.clock,
             call_soon=lambda callback: asyncio.get_running_loop().call_soon(callback),
         )
         self.replicas = self._reconciler.replicas

@@ -358,10 +358,13 @@ class NodeConfig:
     # for a second, so a stalling disk does not stall the loop.
     sync_on_loop_bytes_max: int = 256 * KIB
     sync_on_loop_slow_ms: int = 5
-    # Partition groups a node creates in one go (a topic created, a restart): the rest wait
-    # for the next turn of the event loop, so heartbeats and the groups already running are
-    # served in between (opening a group's storage costs an fsync or two).
+    # Partition groups a node creates in one turn of its event loop (a topic created, a
+    # restart), bounded by count and by loop time (at least one a turn): the rest wait for
+    # later turns, so heartbeats and the groups already running are served in between
+    # (opening a group's storage costs several fsyncs, 3 ms on a quiet disk, far more on a
+    # busy one).
     replica_creates_per_turn_max: int = 32
+    replica_create_turn_ms_max: int = 20
     # Campaigns a node's groups start by their election timers, per second (a token bucket
     # of a second's worth; raftlog.runtime.host): a slow node whose timers all fire at once
     # spreads the elections out instead of adding their votes and saves to its load.
@@ -434,6 +437,11 @@ class NodeConfig:
             self.replica_creates_per_turn_max > 0,
             "replica_creates_per_turn_max",
             f"must be positive, got {self.replica_creates_per_turn_max}",
+        )
+        _require(
+            self.replica_create_turn_ms_max > 0,
+            "replica_create_turn_ms_max",
+            f"must be positive, got {self.replica_create_turn_ms_max}",
         )
         _require(
             self.campaigns_per_s_max > 0,

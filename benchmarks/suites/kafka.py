@@ -244,8 +244,11 @@ def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
             for linger in (0, 5)
         }
         written = total_1kib // KIB * rounds
-        results["kafka_consume"] = [_kafka_consume(boot, "k1k", written)]
-        results["grpc_consume"] = [_grpc_consume(bootstrap, "g1k", written)]
+        # Alternating rounds, medians: one read of each is a second or two, and this
+        # machine's speed swings more than that within a minute.
+        for _ in range(rounds):
+            results.setdefault("kafka_consume", []).append(_kafka_consume(boot, "k1k", written))
+            results.setdefault("grpc_consume", []).append(_grpc_consume(bootstrap, "g1k", written))
 
     def mb_s(r: Throughput) -> float:
         return r.mb_s

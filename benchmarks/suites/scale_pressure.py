@@ -12,7 +12,8 @@ for the run under pressure:
   (goal <= 2);
 - `spurious_elections_..._hog`, `idle_cpu_cores_per_node_..._hog` (goals 0 and <= 0.05);
 - `fences_..._hog` and `fences_...`: "fencing node" lines the controllers logged over the
-  whole run (creation and settling included, so at least the idle window's; goal 0);
+  whole run (creation and settling included, so at least the idle window's; goal 0), and
+  `self_fences_...`: "fenced:" lines, a node finding its own lease lapsed (goal 0);
 - full mode adds the unloaded run at 3,000 partitions (goals: settle < 60 s, 0 spurious
   elections, idle <= 0.05 core per node).
 
@@ -35,6 +36,7 @@ from scale import PARTITIONS, idle_metrics  # noqa: E402
 
 FULL_ONLY_PARTITIONS = 3000
 FENCE_LINE = "fencing node"
+SELF_FENCE_LINE = ": fenced: "  # a node that saw its own lease lapse (raftlog.broker)
 
 
 @contextmanager
@@ -48,10 +50,11 @@ def cpu_hog() -> Iterator[int]:
         hog.wait(timeout=10)
 
 
-def fences_logged(logs: pathlib.Path) -> int:
-    """How many fences the nodes whose logs are in `logs` committed or tried to."""
+def fences_logged(logs: pathlib.Path, line_part: str = FENCE_LINE) -> int:
+    """How many fences the nodes whose logs are in `logs` committed or tried to (or, with
+    `SELF_FENCE_LINE`, how often a node fenced itself when its own lease lapsed)."""
     return sum(
-        line.count(FENCE_LINE)
+        line.count(line_part)
         for log in sorted(logs.glob("node-*.log"))
         for line in log.read_text(errors="replace").splitlines()
     )
@@ -65,18 +68,23 @@ def pressure_metrics(
     alone = idle_metrics(
         out_dir, quick=quick, partitions=partitions, work_name="idle-work", window_s=window_s
     )
-    alone[f"fences{suffix}"] = float(fences_logged(out_dir / "idle-work-logs"))
+    _count_fences(alone, out_dir / "idle-work-logs", suffix)
     with cpu_hog():
         hogged = idle_metrics(
             out_dir, quick=quick, partitions=partitions, work_name="idle-hog-work",
             window_s=window_s,
         )  # fmt: skip
-    hogged[f"fences{suffix}"] = float(fences_logged(out_dir / "idle-hog-work-logs"))
+    _count_fences(hogged, out_dir / "idle-hog-work-logs", suffix)
     metrics = dict(alone)
     metrics.update({f"{name}_hog": value for name, value in hogged.items()})
     settled_alone = alone[f"leaders_settled_s{suffix}"]
     metrics[f"settle_ratio_hog{suffix}"] = hogged[f"leaders_settled_s{suffix}"] / settled_alone
     return metrics
+
+
+def _count_fences(metrics: dict[str, float], logs: pathlib.Path, suffix: str) -> None:
+    metrics[f"fences{suffix}"] = float(fences_logged(logs))
+    metrics[f"self_fences{suffix}"] = float(fences_logged(logs, SELF_FENCE_LINE))
 
 
 def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
@@ -86,9 +94,7 @@ def run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]:
         many = idle_metrics(
             out_dir, quick=False, partitions=FULL_ONLY_PARTITIONS, work_name="idle-3000-work"
         )
-        many[f"fences_{FULL_ONLY_PARTITIONS}_partitions"] = float(
-            fences_logged(out_dir / "idle-3000-work-logs")
-        )
+        _count_fences(many, out_dir / "idle-3000-work-logs", f"_{FULL_ONLY_PARTITIONS}_partitions")
         metrics.update(many)
     (out_dir / "scale_pressure.json").write_text(json.dumps(metrics, indent=2, sort_keys=True))
     return metrics

@@ -40,6 +40,7 @@ from raftlog.partition.policy import apply_retention, topic_log_config
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
 from raftlog.partition.replica import PartitionReplica
 from raftlog.runtime.cleaner import CleanTarget
+from raftlog.runtime.clock import MonotonicClock
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
@@ -75,9 +76,14 @@ class Reconciler:
         on_leadership_change: Callable[[RaftGroup], None],
         caught_up: Callable[[], bool],
         creates_per_turn_max: int,
+        create_turn_ms_max: float,
+        clock: MonotonicClock,
         call_soon: Callable[[Callable[[], None]], object],
     ) -> None:
-        assert creates_per_turn_max > 0, creates_per_turn_max
+        assert creates_per_turn_max > 0 and create_turn_ms_max > 0, (
+            creates_per_turn_max,
+            create_turn_ms_max,
+        )
         self._node_id = node_id
         self._data_dir = data_dir
         self._log_config = log_config
@@ -89,26 +95,40 @@ class Reconciler:
         self._on_leadership_change = on_leadership_change
         self._caught_up = caught_up
         self._creates_per_turn_max = creates_per_turn_max
+        self._create_turn_s_max = create_turn_ms_max / 1000
+        self._clock = clock
         self._call_soon = call_soon
         self._more_scheduled = False
         # Each node's (incarnation, raft address) when this node caught up: a registration
         # differing from it was committed since, so it is newer than --peers.
         self._registered_at_catch_up: dict[NodeId, tuple[int, str]] | None = None
+        # Each topic's settings parsed from its config, reparsed only when the config
+        # changes: the produce path and the retention and cleaner rounds (1,000 partitions
+        # of one topic) ask for them per record batch and per replica.
+        self._topic_settings: dict[str, tuple[dict[str, str], LogConfig, CompactionSettings]] = {}
         self.replicas: dict[tuple[str, int], PartitionReplica] = {}
         self.replicas_by_group: dict[GroupId, PartitionReplica] = {}
 
     def reconcile(self) -> None:
-        """Make the hosted partition groups and known peers match the metadata state; at
-        most `creates_per_turn_max` new groups now, the rest on later turns of the loop."""
+        """Make the hosted partition groups and known peers match the metadata state.
+
+        New groups are created for at most `create_turn_ms_max` of loop time and at most
+        `creates_per_turn_max` of them (at least one) now, the rest on later turns of the
+        loop: opening a group's storage costs fsyncs, whose time a slow or busy disk
+        multiplies, and a turn that creates groups for seconds delays every heartbeat and
+        vote of the groups already running by as much (leases expire, leaders are fenced).
+        A time budget holds the turn short whatever one creation costs."""
         state = self._metadata()
         wanted = state.group_ids_for_node(self._node_id)
-        missing = sorted(wanted - self.replicas_by_group.keys())
-        if self._more_scheduled:
-            missing = []  # this turn made its share; the follow-up makes the next
-        elif len(missing) > self._creates_per_turn_max:
-            self._more_scheduled = True
-            self._call_soon(self._reconcile_more)
-        for group_id in missing[: self._creates_per_turn_max]:
+        missing = [] if self._more_scheduled else sorted(wanted - self.replicas_by_group.keys())
+        # While a follow-up is scheduled, this turn made its share; the follow-up makes more.
+        started_s = self._clock.monotonic()
+        for created, group_id in enumerate(missing):
+            turn_over = self._clock.monotonic() - started_s >= self._create_turn_s_max
+            if created == self._creates_per_turn_max or (created > 0 and turn_over):
+                self._more_scheduled = True
+                self._call_soon(self._reconcile_more)
+                break
             info = state.partition_by_group(group_id)
             assert info is not None
             # A node joining through a move starts with no voters at all: it must not vote
@@ -118,6 +138,8 @@ class Reconciler:
             self._create_replica(info.topic, int(info.partition), group_id, voters)
         for group_id in sorted(self.replicas_by_group.keys() - wanted):
             self._remove_replica(group_id)
+        for topic in [t for t in self._topic_settings if state.topic(t) is None]:
+            del self._topic_settings[topic]
         self._update_peers(self._peer_addresses(state))
 
     def _peer_addresses(self, state: MetadataState) -> dict[NodeId, tuple[str, int]]:
@@ -149,9 +171,18 @@ class Reconciler:
 
     def compaction_settings(self, topic: str) -> CompactionSettings:
         """The topic's cleanup settings as the metadata holds them now."""
-        info = self._metadata().topic(topic)
-        return compaction_settings(info.config if info is not None else {})
+        return self._settings(topic)[2]
 
+    def _settings(self, topic: str) -> tuple[dict[str, str], LogConfig, CompactionSettings]:
+        """The topic's config, its log settings (retention) and its cleanup settings."""
+        info = self._metadata().topic(topic)
+        config = info.config if info is not None else {}
+        cached = self._topic_settings.get(topic)
+        if cached is None or cached[0] != config:
+            live = topic_log_config(self._log_config, config)
+            cached = (dict(config), live, compaction_settings(config))
+            self._topic_settings[topic] = cached
+        return cached
     def clean_targets(self) -> list[CleanTarget]:
         """The hosted logs of compacted topics, for the cleaner: each may be cleaned below
         both its high watermark and what its replica applied."""
@@ -177,8 +208,7 @@ class Reconciler:
     def _refresh_retention(self, topic: str, log: SegmentedLog) -> None:
         """retention.ms and retention.bytes as the topic has them now: an alter takes effect
         at the next retention check (the other log settings at the replica's next start)."""
-        info = self._metadata().topic(topic)
-        live = topic_log_config(self._log_config, info.config if info is not None else {})
+        live = self._settings(topic)[1]
         if (log.config.retention_bytes, log.config.retention_ms) != (
             live.retention_bytes,
             live.retention_ms,

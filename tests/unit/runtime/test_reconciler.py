@@ -4,7 +4,7 @@ each peer, and how fast it creates the partition groups assigned to it.
 The voters' addresses it was started with (`--peers`) win over the registrations its replayed
 metadata recorded (as KRaft's `controller.quorum.voters`), unless a voter registered again
 after this node caught up: that one moved while this node ran. Observers are known only by
-their registrations. New groups are created a bounded number per turn of the event loop.
+their registrations. New groups are created a bounded number per turn of the event loop, and for a bounded time.
 A real metadata state, a real reconciler, real storage; the transport is the dict it is
 told and the event loop a list of callbacks."""
 
@@ -25,6 +25,7 @@ from raftlog.metadata import (
 )
 from raftlog.metadata.catch_up import caught_up_since_start
 from raftlog.metadata.commands import encode_command
+from raftlog.runtime.clock import FakeMonotonicClock, MonotonicClock
 from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
 from raftlog.runtime.reconcile import Reconciler
@@ -34,10 +35,28 @@ from raftlog.types import NodeId
 N1, N2, N3, N4 = NodeId(1), NodeId(2), NodeId(3), NodeId(4)
 INCARNATION = 50  # this node's start; the replayed registrations are older
 CREATES_PER_TURN = 8
+CREATE_TURN_MS = 25
+
+
+class _SteppingClock(FakeMonotonicClock):
+    """Each reading finds the clock `step_s` later: every creation takes that long."""
+
+    def __init__(self, step_s: float) -> None:
+        super().__init__()
+        self._step_s = step_s
+
+    def monotonic(self) -> float:
+        self.advance(self._step_s)
+        return super().monotonic()
 
 
 class _Node1:
-    def __init__(self, tmp_path: Path, peers: dict[NodeId, tuple[str, int]]) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        peers: dict[NodeId, tuple[str, int]],
+        clock: MonotonicClock | None = None,
+    ) -> None:
         self.state = MetadataState("cluster-a")
         self.dialed: dict[NodeId, tuple[str, int]] = {}
         self.soon: list[Callable[[], None]] = []  # the event loop's next turn
@@ -59,6 +78,8 @@ class _Node1:
             on_leadership_change=lambda group: None,
             caught_up=lambda: caught_up_since_start(self.state, N1, INCARNATION),
             creates_per_turn_max=CREATES_PER_TURN,
+            create_turn_ms_max=CREATE_TURN_MS,
+            clock=clock or FakeMonotonicClock(),
             call_soon=self.soon.append,
         )
 
@@ -103,6 +124,24 @@ def test_many_new_partitions_are_created_a_bounded_number_per_turn(tmp_path: Pat
         node.soon.pop()()
         hosted.append(len(node.reconciler.replicas))
     assert hosted == [8, 16, 20]
+
+
+def test_a_turn_stops_creating_groups_when_its_loop_time_is_spent(tmp_path: Path) -> None:
+    """Creations that take 10 ms each fit two in a 25 ms turn; one that takes longer than
+    the whole budget still makes progress, one a turn."""
+    for step_s, per_turn in ((0.010, 2), (0.100, 1)):
+        node = _Node1(tmp_path / str(step_s), {N1: ("127.0.0.1", 20101)}, _SteppingClock(step_s))
+        node.register(N1, 20101, incarnation=INCARNATION)
+        plan = plan_create_topic(node.state, CreateTopicRequest("slow", 5, 1), 1_000)
+        assert isinstance(plan, CreateTopic)
+        assert node.state.apply(node.state.applied_offset + 1, encode_command(plan)).ok
+        node.reconciler.reconcile()
+        hosted = [len(node.reconciler.replicas)]
+        while node.soon:
+            node.soon.pop()()
+            hosted.append(len(node.reconciler.replicas))
+        assert hosted == list(range(per_turn, 5, per_turn)) + [5], (step_s, hosted)
+        node.reconciler._factory.close_all()
 
 
 def test_an_altered_topic_config_reaches_its_replicas_without_a_restart(tmp_path: Path) -> None:
