@@ -183,6 +183,7 @@ class Reconciler:
             cached = (dict(config), live, compaction_settings(config))
             self._topic_settings[topic] = cached
         return cached
+
     def clean_targets(self) -> list[CleanTarget]:
         """The hosted logs of compacted topics, for the cleaner: each may be cleaned below
         both its high watermark and what its replica applied."""

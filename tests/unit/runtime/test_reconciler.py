@@ -4,7 +4,8 @@ each peer, and how fast it creates the partition groups assigned to it.
 The voters' addresses it was started with (`--peers`) win over the registrations its replayed
 metadata recorded (as KRaft's `controller.quorum.voters`), unless a voter registered again
 after this node caught up: that one moved while this node ran. Observers are known only by
-their registrations. New groups are created a bounded number per turn of the event loop, and for a bounded time.
+their registrations. New groups are created a bounded number per turn of the event loop,
+for a bounded time.
 A real metadata state, a real reconciler, real storage; the transport is the dict it is
 told and the event loop a list of callbacks."""
 
@@ -140,7 +141,7 @@ def test_a_turn_stops_creating_groups_when_its_loop_time_is_spent(tmp_path: Path
         while node.soon:
             node.soon.pop()()
             hosted.append(len(node.reconciler.replicas))
-        assert hosted == list(range(per_turn, 5, per_turn)) + [5], (step_s, hosted)
+        assert hosted == [*range(per_turn, 5, per_turn), 5], (step_s, hosted)
         node.reconciler._factory.close_all()
 
 
