@@ -223,6 +223,36 @@ def test_bad_heartbeats_get_kafka_errors_and_the_node_serves_on(
     assert all(kafka_cluster.is_running(n) for n in kafka_cluster.nodes)
 
 
+def test_v0_names_a_joining_member_and_describe_v1_types_it(kafka_cluster: LocalCluster) -> None:
+    from kio.schema.consumer_group_describe.v1.request import (
+        ConsumerGroupDescribeRequest as DescribeV1,
+    )
+    from kio.schema.consumer_group_heartbeat.v0.request import (
+        ConsumerGroupHeartbeatRequest as HeartbeatV0,
+    )
+
+    address, group = _coordinator(kafka_cluster), "kip848-v0"
+    joined = kafka_call(
+        address,
+        HeartbeatV0(
+            group_id=GroupId(group),
+            member_id="",  # v0: the coordinator names the member
+            member_epoch=i32(0),
+            rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
+            subscribed_topic_names=(TopicName("kip848"),),
+            topic_partitions=(),
+        ),
+    )
+    assert joined.error_code == ErrorCode.none and joined.member_id and joined.member_epoch >= 1
+    (described,) = kafka_call(
+        address, DescribeV1(group_ids=(GroupId(group),), include_authorized_operations=False)
+    ).groups
+    (member,) = described.members
+    assert member.member_id == joined.member_id and member.member_type == 1
+    assert member.subscribed_topic_names == ("kip848",)
+    assert _heartbeat(address, group, joined.member_id, -1).member_epoch == -1
+
+
 def test_a_classic_group_is_not_joined_by_the_consumer_protocol(
     kafka_cluster: LocalCluster,
 ) -> None:
