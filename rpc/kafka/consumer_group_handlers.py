@@ -19,8 +19,10 @@ the Kafka wire's shape:
   a partition being revoked is left out of it, which is KIP-848's assignment exactly.
 - raftlog has one assignor, sticky and balanced, which Kafka calls `uniform`: a heartbeat
   naming another gets UNSUPPORTED_ASSIGNOR. Subscriptions by regex are refused
-  (INVALID_REQUEST); static membership (an instance id) is served as dynamic membership,
-  as the classic protocol here does, and its leave epoch (-2) leaves.
+  (INVALID_REQUEST): Kafka matches them with RE2J, in linear time, and Python's backtracking
+  `re` would let one client's pattern stall the node's event loop. Static membership (an
+  instance id) is served as dynamic membership, as the classic protocol here does, and its
+  leave epoch (-2) leaves.
 - A group is either classic (`ClassicGroups`, this listener's JoinGroup/SyncGroup) or run
   by the coordinator: a heartbeat for a group with classic members gets GROUP_ID_NOT_FOUND
   (Kafka's answer when a group is not a consumer group), and JoinGroup for a group with
