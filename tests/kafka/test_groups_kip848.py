@@ -127,6 +127,32 @@ def test_kip848_group_reads_once_commits_takes_over_and_resumes(
         restarted.close()
 
 
+def test_one_group_shared_by_a_kafka_and_a_raftlog_consumer(kafka_cluster: LocalCluster) -> None:
+    """One coordinator behind both front ends: a confluent-kafka member (KIP-848) and a
+    raftlog gRPC member of one group share the topic's partitions between them."""
+    from raftlog.client import Consumer
+
+    create_topic(kafka_cluster, "kip848-mixed", partitions=PARTITIONS)
+    confluent = _consumer(kafka_cluster.kafka_bootstrap, "kip848-mixed")
+    confluent.subscribe(["kip848-mixed"])
+    native = Consumer(kafka_cluster.bootstrap, group_id="kip848-mixed", enable_auto_commit=False)
+    native.subscribe(["kip848-mixed"])
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert confluent.poll(0.1) is None and native.poll(100) == []
+            theirs = {p.partition for p in confluent.assignment()}
+            ours = {p for _, p in native.assignment()}
+            if theirs and ours and sorted(theirs | ours) == list(range(PARTITIONS)):
+                assert not theirs & ours
+                break
+        else:
+            raise AssertionError("the two front ends' members never shared the partitions")
+    finally:
+        native.close()
+        confluent.close()
+
+
 # -- the APIs on the wire, as a client state machine would not send them ----------------------
 
 
