@@ -127,6 +127,7 @@ class MemberDescription:
     assignment: frozenset[TopicPartition]  # last answered
     owned: frozenset[TopicPartition]  # assignment plus partitions being revoked
     target: frozenset[TopicPartition]
+    rebalance_timeout_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,17 +264,18 @@ class GroupCoordinator:
         if group is None:
             return None
         members = tuple(
-            MemberDescription(
-                member_id=m.member_id,
-                member_epoch=m.epoch,
-                topics=m.topics,
-                assignment=m.assignment,
-                owned=group.owned_by(m.member_id),
-                target=group.target.get(m.member_id, frozenset()),
-            )
+            _describe_member(group, m)
             for m in sorted(group.members.values(), key=lambda m: m.member_id)
         )
         return GroupDescription(group.group_id, group.epoch, members)
+
+    def member(self, group_id: str, member_id: str) -> MemberDescription | None:
+        """One member as `describe` shows it; None if the coordinator does not know it."""
+        group = self._groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or member is None:
+            return None
+        return _describe_member(group, member)
 
     def group_ids(self) -> tuple[str, ...]:
         return tuple(sorted(self._groups))
@@ -406,6 +408,18 @@ class GroupCoordinator:
         if not group.members:
             assert not group.owners, group.owners
             self._groups.pop(group.group_id, None)
+
+
+def _describe_member(group: _Group, member: _Member) -> MemberDescription:
+    return MemberDescription(
+        member_id=member.member_id,
+        member_epoch=member.epoch,
+        topics=member.topics,
+        assignment=member.assignment,
+        owned=group.owned_by(member.member_id),
+        target=group.target.get(member.member_id, frozenset()),
+        rebalance_timeout_ms=member.rebalance_timeout_ms,
+    )
 
 
 def _request_problem(request: HeartbeatRequest) -> str | None:

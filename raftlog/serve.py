@@ -282,7 +282,7 @@ async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListene
     tls = None if settings.tls_cert is None else _kafka_tls(settings)
     listener = KafkaListener(
         broker,
-        controller_term=broker.groups.controller_term,
+        consumer_groups=broker.groups,
         config=settings.config,
         node_id=settings.node_id,
         kafka_address=settings.kafka_address,

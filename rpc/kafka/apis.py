@@ -19,6 +19,7 @@ from raftlog.rpc.kafka import (
     auth,
     cluster_handlers,
     config_handlers,
+    consumer_group_handlers,
     group_handlers,
     log_handlers,
     producer_handlers,
@@ -72,10 +73,11 @@ def api_versions_response(version: int, code: ErrorCode) -> Any:
 
 
 def _group_apis() -> list[Api]:
-    g = group_handlers
+    g, c = group_handlers, consumer_group_handlers
     return [
-        Api(g.OFFSET_COMMIT, "OffsetCommit", 2, 8, g.offset_commit),
-        Api(g.OFFSET_FETCH, "OffsetFetch", 1, 7, g.offset_fetch),
+        # v9 of both: the commit names a KIP-848 member and its epoch (KIP-848).
+        Api(g.OFFSET_COMMIT, "OffsetCommit", 2, 9, g.offset_commit),
+        Api(g.OFFSET_FETCH, "OffsetFetch", 1, 9, g.offset_fetch),
         Api(g.FIND_COORDINATOR, "FindCoordinator", 0, 4, g.find_coordinator),
         Api(g.JOIN_GROUP, "JoinGroup", 2, 9, g.join_group),
         Api(g.HEARTBEAT, "Heartbeat", 0, 4, g.heartbeat),
@@ -83,6 +85,20 @@ def _group_apis() -> list[Api]:
         Api(g.SYNC_GROUP, "SyncGroup", 0, 5, g.sync_group),
         Api(g.DESCRIBE_GROUPS, "DescribeGroups", 0, 5, g.describe_groups),
         Api(g.LIST_GROUPS, "ListGroups", 0, 4, g.list_groups),
+        Api(
+            c.CONSUMER_GROUP_HEARTBEAT,
+            "ConsumerGroupHeartbeat",
+            0,
+            1,
+            c.consumer_group_heartbeat,
+        ),
+        Api(
+            c.CONSUMER_GROUP_DESCRIBE,
+            "ConsumerGroupDescribe",
+            0,
+            1,
+            c.consumer_group_describe,
+        ),
     ]
 
 

@@ -7,8 +7,9 @@ principal). Until then only ApiVersions and the two SASL requests are served; an
 else closes the connection, and so does a failed authentication (as Kafka does). After it,
 each handler checks the principal's permission on every topic it touches, with the same
 grants as the gRPC API: write to produce, read to fetch, list offsets, commit or fetch
-group offsets and describe, admin to create, grow or delete topics; a refused topic or
-partition gets TOPIC_AUTHORIZATION_FAILED and the others proceed. Without a token file
+group offsets, join a KIP-848 group (every subscribed topic) and describe, admin to create,
+grow or delete topics; a refused topic or partition gets TOPIC_AUTHORIZATION_FAILED and the
+others proceed. Without a token file
 every connection is the principal `anonymous` with every permission, as on gRPC.
 """
 

@@ -153,6 +153,12 @@ class ClassicGroups:
         ]
         return group.state, group.protocol_type, group.protocol_name, members
 
+    def has_members(self, group_id: str) -> bool:
+        group = self._groups.get(group_id)
+        if group is not None:
+            self._expire(group)
+        return group is not None and bool(group.members)
+
     def check_member(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
         """Whether `member_id` of `generation_id` may commit offsets now."""
         group = self._groups.get(group_id)

@@ -6,6 +6,7 @@ The broker is the gRPC servicers' `BrokerPort`; of it the Kafka handlers call th
 reads (`metadata`, `controller_id`, `wait_metadata_caught_up`), the data calls (`produce`,
 `fetch`, `list_offsets`, `replica(...).end_offset_for_epoch`, `allocate_producer_id`) and the
 admin calls (`create_topic`, `delete_topic`, `create_partitions`, `submit` for group offsets).
+KIP-848 groups go to the node's `GroupService`, the coordinator the gRPC Groups service uses.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from raftlog.config import KafkaConfig, NodeConfig
+from raftlog.rpc.consumer_group_servicer import GroupService
 from raftlog.rpc.kafka.auth import Session
 from raftlog.rpc.kafka.classic_groups import ClassicGroups
 from raftlog.rpc.port import BrokerPort
@@ -39,6 +41,8 @@ class KafkaContext:
     node_id: NodeId
     kafka_address: str
     groups: ClassicGroups
+    # raftlog's group coordinator, shared with the gRPC Groups service (KIP-848 groups).
+    consumer_groups: GroupService
     session: Session  # the connection's authentication (one context per connection)
     client_id: str = ""  # of the request being handled (the connection's client)
 

@@ -6,6 +6,10 @@ raftlog's own groups; elsewhere every group API answers NOT_COORDINATOR and clie
 FindCoordinator again. Membership is `ClassicGroups` (soft state on the coordinator);
 committed offsets are raftlog's: `CommitGroupOffsets` through the metadata quorum, answered
 only once committed, and read back from the metadata state.
+
+OffsetCommit and OffsetFetch serve KIP-848 groups too (`consumer_group_handlers`): a commit
+to a group with members of raftlog's coordinator is checked by that coordinator, the same
+check the gRPC commit gets (the member id, its epoch, and that it owns the partitions).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from kio.schema.errors import ErrorCode
 
 from raftlog import errors
 from raftlog.metadata.commands import OFFSETS_PER_COMMIT_MAX, CommitGroupOffsets
+from raftlog.metadata.consumer_groups import GroupErrorCode
 from raftlog.rpc.kafka.classic_groups import JoinAnswer, JoinRequest
+from raftlog.rpc.kafka.consumer_group_handlers import PROTOCOL_TYPE, commit_error, group_state
 from raftlog.rpc.kafka.context import KafkaContext, split_address
 from raftlog.rpc.kafka.errors import metadata_result_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
@@ -51,6 +57,12 @@ _GROUP_KEY, _COMMIT_TIMEOUT_S = 0, 10.0
 
 def _coordinating(ctx: KafkaContext) -> bool:
     return ctx.groups.follow_term(ctx.controller_term())
+
+
+def _consumer_group(ctx: KafkaContext, group_id: str) -> bool:
+    """Whether raftlog's coordinator (KIP-848, gRPC) has members of `group_id`."""
+    service = ctx.consumer_groups
+    return service.coordinating() and service.coordinator.has_members(group_id)
 
 
 async def find_coordinator(ctx: KafkaContext, request: Any, version: int) -> Any:
@@ -105,6 +117,10 @@ async def join_group(ctx: KafkaContext, request: Any, version: int) -> Any:
     rebalance_ms = timedelta_ms(getattr(request, "rebalance_timeout", request.session_timeout))
     if not 0 < session_ms <= limits.group_rebalance_timeout_ms_max:
         refusal = JoinAnswer(ErrorCode.invalid_session_timeout, request.member_id)
+        return _join_response(module, refusal)
+    if _consumer_group(ctx, request.group_id):
+        # One protocol per group: its members are KIP-848 (or raftlog client) members.
+        refusal = JoinAnswer(ErrorCode.inconsistent_group_protocol, request.member_id)
         return _join_response(module, refusal)
     answer = await ctx.groups.join(
         JoinRequest(
@@ -239,9 +255,17 @@ async def _commit(ctx: KafkaContext, request: Any, wanted: list[tuple[str, Any]]
     if not _coordinating(ctx):
         return ErrorCode.not_coordinator
     generation = int(getattr(request, "generation_id_or_member_epoch", -1))
-    code = ctx.groups.check_member(request.group_id, request.member_id or "", generation)
-    if code is not ErrorCode.none:
-        return code
+    if _consumer_group(ctx, request.group_id):
+        partitions = [(name, int(p.partition_index)) for name, p in wanted]
+        refusal, _ = ctx.consumer_groups.coordinator.check_commit(
+            request.group_id, request.member_id or "", generation, partitions
+        )
+        if refusal is not GroupErrorCode.NONE:
+            return commit_error(refusal)
+    else:
+        code = ctx.groups.check_member(request.group_id, request.member_id or "", generation)
+        if code is not ErrorCode.none:
+            return code
     offsets = tuple(
         (name, PartitionId(int(p.partition_index)), int(p.committed_offset))
         for name, p in wanted
@@ -264,44 +288,76 @@ async def _commit(ctx: KafkaContext, request: Any, wanted: list[tuple[str, Any]]
 
 async def offset_fetch(ctx: KafkaContext, request: Any, version: int) -> Any:
     module = response_module(OFFSET_FETCH, version)
-    if not _coordinating(ctx):
+    if not hasattr(request, "groups"):  # v1-v7: one group
+        code, topics = _fetch_group(ctx, module, request.group_id, request.topics, None, -1)
         return build(
-            module.OffsetFetchResponse,
-            throttle_time=NO_THROTTLE,
-            topics=(),
-            error_code=ErrorCode.not_coordinator,
+            module.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code
         )
-    committed = ctx.broker.metadata.state.committed_offsets(request.group_id)
-    if request.topics is None:
+    answers = []
+    for group in request.groups:  # v8 on (KIP-709), v9 with the KIP-848 member
+        member_id = getattr(group, "member_id", None)
+        epoch = int(getattr(group, "member_epoch", -1))
+        code, topics = _fetch_group(ctx, module, group.group_id, group.topics, member_id, epoch)
+        answers.append(
+            build(
+                module.OffsetFetchResponseGroup,
+                group_id=group.group_id,
+                topics=topics,
+                error_code=code,
+            )
+        )
+    return build(module.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(answers))
+
+
+def _fetch_group(
+    ctx: KafkaContext,
+    module: Any,
+    group_id: str,
+    topics: Any,
+    member_id: str | None,
+    member_epoch: int,
+) -> tuple[ErrorCode, tuple[Any, ...]]:
+    if not _coordinating(ctx):
+        return ErrorCode.not_coordinator, ()
+    if member_id and _consumer_group(ctx, group_id):
+        refusal, _ = ctx.consumer_groups.coordinator.check_commit(
+            group_id, member_id, member_epoch, ()
+        )
+        if refusal is not GroupErrorCode.NONE:
+            return commit_error(refusal), ()
+    committed = ctx.broker.metadata.state.committed_offsets(group_id)
+    if topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in committed:
             wanted.setdefault(topic, []).append(partition)
     else:
-        wanted = {t.name: [int(p) for p in t.partition_indexes] for t in request.topics}
-    return build(
-        module.OffsetFetchResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        topics=tuple(
-            build(
-                module.OffsetFetchResponseTopic,
-                name=name,
-                partitions=tuple(
-                    build(
-                        module.OffsetFetchResponsePartition,
-                        partition_index=partition,
-                        committed_offset=committed.get((name, partition), -1),
-                        committed_leader_epoch=-1,
-                        metadata="",
-                        error_code=ErrorCode.none
-                        if ctx.allowed(Permission.READ, name)
-                        else ErrorCode.topic_authorization_failed,
-                    )
-                    for partition in partitions
-                ),
-            )
-            for name, partitions in wanted.items()
-        ),
+        wanted = {t.name: [int(p) for p in t.partition_indexes] for t in topics}
+    topic_class = (
+        getattr(module, "OffsetFetchResponseTopic", None) or module.OffsetFetchResponseTopics
+    )
+    partition_class = (
+        getattr(module, "OffsetFetchResponsePartition", None)
+        or module.OffsetFetchResponsePartitions
+    )
+    return ErrorCode.none, tuple(
+        build(
+            topic_class,
+            name=name,
+            partitions=tuple(
+                build(
+                    partition_class,
+                    partition_index=partition,
+                    committed_offset=committed.get((name, partition), -1),
+                    committed_leader_epoch=-1,
+                    metadata="",
+                    error_code=ErrorCode.none
+                    if ctx.allowed(Permission.READ, name)
+                    else ErrorCode.topic_authorization_failed,
+                )
+                for partition in partitions
+            ),
+        )
+        for name, partitions in wanted.items()
     )
 
 
@@ -315,18 +371,25 @@ async def list_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
             groups=(),
         )
     states = set(getattr(request, "states_filter", ()) or ())
+    consumer = ctx.consumer_groups.coordinator if ctx.consumer_groups.coordinating() else None
     names = set(ctx.groups.group_ids()) | set(ctx.broker.metadata.state.consumer_group_ids())
+    names |= set(() if consumer is None else consumer.group_ids())
     listed = []
     for name in sorted(names):
-        state, protocol_type, _, _ = ctx.groups.describe(name)
-        if states and state.value not in states:
+        described = None if consumer is None else consumer.describe(name)
+        if described is not None and described.members:
+            state_name, protocol_type = group_state(described), PROTOCOL_TYPE
+        else:
+            classic_state, protocol_type, _, _ = ctx.groups.describe(name)
+            state_name = classic_state.value
+        if states and state_name not in states:
             continue
         listed.append(
             build(
                 module.ListedGroup,
                 group_id=name,
                 protocol_type=protocol_type,
-                group_state=state.value,
+                group_state=state_name,
             )
         )
     return build(

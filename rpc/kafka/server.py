@@ -19,13 +19,12 @@ import collections
 import dataclasses
 import logging
 import ssl as ssl_module
-from collections.abc import Callable
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from raftlog.config import NodeConfig
-from raftlog.rpc.consumer_group_servicer import monotonic_ms
+from raftlog.rpc.consumer_group_servicer import GroupService, monotonic_ms
 from raftlog.rpc.kafka.apis import API_VERSIONS, APIS, api_versions_response
 from raftlog.rpc.kafka.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
 from raftlog.rpc.kafka.classic_groups import ClassicGroups
@@ -59,7 +58,7 @@ class KafkaListener:
         self,
         broker: BrokerPort,
         *,
-        controller_term: Callable[[], int | None],
+        consumer_groups: GroupService,
         config: NodeConfig,
         node_id: NodeId,
         kafka_address: str,
@@ -73,11 +72,12 @@ class KafkaListener:
         )
         self._context = KafkaContext(
             broker=broker,
-            controller_term=controller_term,
+            controller_term=consumer_groups.controller_term,
             node_config=config,
             node_id=node_id,
             kafka_address=kafka_address,
             groups=groups,
+            consumer_groups=consumer_groups,
             session=Session(access),
         )
         self._server: asyncio.Server | None = None

@@ -93,6 +93,37 @@ def test_a_token_s_grants_apply_to_kafka_clients(secure: tuple[LocalCluster, Pat
         consumer.close()
 
 
+def test_a_kip848_group_member_needs_read_on_its_subscription(
+    secure: tuple[LocalCluster, Path],
+) -> None:
+    """ConsumerGroupHeartbeat applies the grants of the gRPC heartbeat: `read` on every
+    subscribed topic (the topics exist: the first test made them)."""
+    alice = {
+        **_sasl(secure, "alice", TOKENS["alice"]),
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+    allowed = kafka.Consumer({**alice, "group.id": "alice-kip848"})
+    refused = kafka.Consumer({**alice, "group.id": "alice-kip848-other"})
+    allowed.subscribe(["alice-data"])
+    refused.subscribe(["other-data"])
+    try:
+        message, error = None, None
+        deadline = time.monotonic() + 30
+        while (message is None or error is None) and time.monotonic() < deadline:
+            got = allowed.poll(0.2)
+            message = message or (got if got is not None and got.error() is None else None)
+            failed = refused.poll(0.2)
+            error = error or (failed.error() if failed is not None else None)
+        assert message is not None and message.value() == b"v"
+        assert error is not None
+        assert error.code() == kafka.KafkaError.TOPIC_AUTHORIZATION_FAILED, error  # type: ignore[attr-defined]
+    finally:
+        allowed.close()
+        refused.close()
+
+
 def test_no_or_a_wrong_token_is_served_nothing(secure: tuple[LocalCluster, Path]) -> None:
     for config in (
         {"bootstrap.servers": secure[0].kafka_bootstrap},  # no TLS, no SASL

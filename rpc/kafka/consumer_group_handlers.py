@@ -1,0 +1,330 @@
+"""KIP-848's consumer group protocol: ConsumerGroupHeartbeat and ConsumerGroupDescribe.
+
+A second front end onto raftlog's own group coordinator (`raftlog.rpc.consumer_group_servicer`'s
+`GroupService`, the one the gRPC `Groups` service uses): membership, the server-side sticky
+assignment, epochs, fencing and expiry are all the coordinator's. What this module adds is
+the Kafka wire's shape:
+
+- Topics are named by id on the wire (assignments and owned partitions) and by name in the
+  coordinator; both ids come from the metadata state (`topic_uuid`), the ids Metadata
+  answers with. An owned partition of a topic id no longer known is dropped (the topic was
+  deleted, and the coordinator frees it).
+- A Kafka heartbeat leaves out what did not change since the member's last one (its
+  subscription, what it owns, its rebalance timeout): those come from the coordinator's
+  record of the member. A member the coordinator does not know, sending neither its
+  subscription nor an epoch of 0, is answered UNKNOWN_MEMBER_ID and rejoins with a full
+  request (a new controller learns ownership from full requests, which librdkafka sends
+  after NOT_COORDINATOR).
+- The coordinator's answer is the partitions the member may consume now (kept and granted);
+  a partition being revoked is left out of it, which is KIP-848's assignment exactly.
+- raftlog has one assignor, sticky and balanced, which Kafka calls `uniform`: a heartbeat
+  naming another gets UNSUPPORTED_ASSIGNOR. Subscriptions by regex are refused
+  (INVALID_REQUEST): Kafka matches them with RE2J, in linear time, and Python's backtracking
+  `re` would let one client's pattern stall the node's event loop. Static membership (an
+  instance id) is served as dynamic membership, as the classic protocol here does, and its
+  leave epoch (-2) leaves.
+- A group is either classic (`ClassicGroups`, this listener's JoinGroup/SyncGroup) or run
+  by the coordinator: a heartbeat for a group with classic members gets GROUP_ID_NOT_FOUND
+  (Kafka's answer when a group is not a consumer group), and JoinGroup for a group with
+  coordinator members INCONSISTENT_GROUP_PROTOCOL (`group_handlers`).
+- With SASL, the subscription's topics need `read`, as the gRPC heartbeat's do.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from raftlog.metadata.consumer_groups import (
+    GroupDescription,
+    GroupErrorCode,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    TopicPartition,
+)
+from raftlog.rpc.kafka.cluster_handlers import topic_uuid
+from raftlog.rpc.kafka.context import KafkaContext
+from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
+from raftlog.rpc.security import Permission
+
+__all__ = [
+    "ASSIGNOR",
+    "CONSUMER_GROUP_DESCRIBE",
+    "CONSUMER_GROUP_HEARTBEAT",
+    "PROTOCOL_TYPE",
+    "commit_error",
+    "consumer_group_describe",
+    "consumer_group_heartbeat",
+    "group_state",
+]
+
+CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
+ASSIGNOR = "uniform"
+PROTOCOL_TYPE = "consumer"  # as ListGroups names a KIP-848 group
+_LEAVE_EPOCHS = (-1, -2)  # -2: a static member leaving (served as a dynamic one)
+_JOIN_EPOCH = 0
+
+_HEARTBEAT_ERRORS = {
+    GroupErrorCode.NONE: ErrorCode.none,
+    GroupErrorCode.INVALID_REQUEST: ErrorCode.invalid_request,
+    GroupErrorCode.UNKNOWN_MEMBER_ID: ErrorCode.unknown_member_id,
+    GroupErrorCode.FENCED_MEMBER_EPOCH: ErrorCode.fenced_member_epoch,
+    GroupErrorCode.GROUP_MAX_SIZE_REACHED: ErrorCode.group_max_size_reached,
+    GroupErrorCode.NON_EMPTY_GROUP: ErrorCode.non_empty_group,
+    # Only offset commits are refused this way: the member's view of its assignment is
+    # older than the coordinator's, which Kafka calls a stale epoch (it heartbeats, then
+    # commits again).
+    GroupErrorCode.NOT_OWNER: ErrorCode.stale_member_epoch,
+}
+
+
+def commit_error(code: GroupErrorCode) -> ErrorCode:
+    """The coordinator's refusal of an offset commit (or fetch) as Kafka names it: an epoch
+    the coordinator has not given is a stale one for OffsetCommit (KIP-848)."""
+    if code is GroupErrorCode.FENCED_MEMBER_EPOCH:
+        return ErrorCode.stale_member_epoch
+    return _HEARTBEAT_ERRORS[code]
+
+
+def group_state(description: GroupDescription) -> str:
+    """Kafka's name for the group's state: Stable once every member consumes exactly its
+    target, Reconciling while partitions move."""
+    settled = all(m.assignment == m.target == m.owned for m in description.members)
+    return "Stable" if settled else "Reconciling"
+
+
+def _ms(value: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+
+
+async def consumer_group_heartbeat(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(CONSUMER_GROUP_HEARTBEAT, version)
+    service = ctx.consumer_groups
+
+    def refused(code: ErrorCode, message: str, member_id: str | None = None) -> Any:
+        return build(
+            module.ConsumerGroupHeartbeatResponse,
+            throttle_time=NO_THROTTLE,
+            error_code=code,
+            error_message=message,
+            member_id=member_id,
+            member_epoch=-1,
+            heartbeat_interval=_ms(0),
+            assignment=None,
+        )
+
+    if not service.coordinating():
+        controller = ctx.broker.controller_id
+        return refused(
+            ErrorCode.not_coordinator,
+            f"not the group coordinator (the controller is node {controller})",
+        )
+    group_id = str(request.group_id)
+    if ctx.groups.follow_term(ctx.controller_term()) and ctx.groups.has_members(group_id):
+        return refused(
+            ErrorCode.group_id_not_found,
+            f"group {group_id!r} has classic-protocol members (JoinGroup): it is not a "
+            "consumer group; use one protocol per group",
+        )
+    assignor = request.server_assignor
+    if assignor not in (None, "", ASSIGNOR):
+        return refused(
+            ErrorCode.unsupported_assignor,
+            f"server assignor {assignor!r}: raftlog has only {ASSIGNOR!r} (sticky, balanced)",
+        )
+    if getattr(request, "subscribed_topic_regex", None):
+        return refused(
+            ErrorCode.invalid_request,
+            "subscription by regex is not supported: subscribe to topic names",
+        )
+    heartbeat = _heartbeat_request(ctx, request, version)
+    if isinstance(heartbeat, tuple):
+        return refused(*heartbeat)
+    denied = sorted(t for t in heartbeat.topics if not ctx.allowed(Permission.READ, t))
+    if denied and heartbeat.member_epoch not in _LEAVE_EPOCHS:
+        return refused(
+            ErrorCode.topic_authorization_failed,
+            f"not allowed to read {denied[:10]}",
+            heartbeat.member_id,
+        )
+    now_ms = service.clock_ms()
+    service.coordinator.expire(now_ms)
+    answer = service.coordinator.heartbeat(
+        heartbeat, partition_counts=service.partition_counts(), now_ms=now_ms
+    )
+    if answer.error is not GroupErrorCode.NONE:
+        code = _HEARTBEAT_ERRORS[answer.error]
+        return refused(code, f"{answer.error.value}: {answer.message}", answer.member_id or None)
+    return _answer(ctx, module, answer)
+
+
+def _heartbeat_request(
+    ctx: KafkaContext, request: Any, version: int
+) -> HeartbeatRequest | tuple[ErrorCode, str, str | None]:
+    """The coordinator's request: what the Kafka heartbeat left out (unchanged since the
+    member's last one) filled in from the coordinator's record; else a refusal."""
+    service = ctx.consumer_groups
+    group_id, member_id = str(request.group_id), str(request.member_id)
+    epoch = int(request.member_epoch)
+    if epoch in _LEAVE_EPOCHS:
+        return HeartbeatRequest(group_id, member_id, -1, (), frozenset(), 0)
+    if not member_id and version == 0 and epoch == _JOIN_EPOCH:
+        # v0: the coordinator names a joining member (v1 on: the client does, KIP-1082).
+        member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    known = service.coordinator.member(group_id, member_id)
+    names = request.subscribed_topic_names
+    if names is not None:
+        topics = tuple(sorted({str(n) for n in names}))
+    elif known is not None and epoch != _JOIN_EPOCH:
+        topics = known.topics
+    elif epoch == _JOIN_EPOCH:
+        return ErrorCode.invalid_request, "a join (epoch 0) must name its subscription", None
+    else:
+        message = f"member {member_id!r} is not in group {group_id!r}: rejoin with epoch 0"
+        return ErrorCode.unknown_member_id, message, member_id
+    if request.topic_partitions is not None:
+        owned = _owned(ctx, request.topic_partitions)
+    elif known is not None and epoch != _JOIN_EPOCH:
+        owned = known.owned
+    else:
+        owned = frozenset()
+    timeout_ms = timedelta_ms(request.rebalance_timeout)
+    if timeout_ms <= 0:
+        # -1: unchanged; a new member gets the most the coordinator allows, as Kafka's
+        # coordinator falls back to its own default.
+        limit = service.coordinator.limits.rebalance_timeout_ms_max
+        timeout_ms = known.rebalance_timeout_ms if known is not None else limit
+    return HeartbeatRequest(group_id, member_id, epoch, topics, owned, timeout_ms)
+
+
+def _topic_names(ctx: KafkaContext) -> dict[uuid.UUID, str]:
+    return {topic_uuid(t.topic_id): t.name for t in ctx.broker.metadata.state.topics()}
+
+
+def _owned(ctx: KafkaContext, entries: Iterable[Any]) -> frozenset[TopicPartition]:
+    names = _topic_names(ctx)
+    return frozenset(
+        (names[e.topic_id], int(p))
+        for e in entries
+        if e.topic_id in names
+        for p in e.partitions
+        if p >= 0
+    )
+
+
+def _by_topic(partitions: frozenset[TopicPartition]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        grouped.setdefault(topic, []).append(partition)
+    return grouped
+
+
+def _answer(ctx: KafkaContext, module: Any, answer: HeartbeatResponse) -> Any:
+    state = ctx.broker.metadata.state
+    assigned = []
+    for name, partitions in _by_topic(answer.assignment).items():
+        topic = state.topic(name)
+        if topic is not None:  # deleted since: the next heartbeat's target drops it
+            assigned.append(
+                build(
+                    module.TopicPartitions,
+                    topic_id=topic_uuid(topic.topic_id),
+                    partitions=tuple(partitions),
+                )
+            )
+    leaving = answer.member_epoch == -1
+    return build(
+        module.ConsumerGroupHeartbeatResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        member_id=answer.member_id,
+        member_epoch=answer.member_epoch,
+        heartbeat_interval=_ms(answer.heartbeat_interval_ms),
+        assignment=None if leaving else build(module.Assignment, topic_partitions=tuple(assigned)),
+    )
+
+
+async def consumer_group_describe(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(CONSUMER_GROUP_DESCRIBE, version)
+    coordinating = ctx.consumer_groups.coordinating()
+    described = []
+    for group_id in request.group_ids:
+        description = ctx.consumer_groups.coordinator.describe(group_id) if coordinating else None
+        described.append(_described(ctx, module, str(group_id), coordinating, description))
+    return build(
+        module.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(described)
+    )
+
+
+def _described(
+    ctx: KafkaContext,
+    module: Any,
+    group_id: str,
+    coordinating: bool,
+    description: GroupDescription | None,
+) -> Any:
+    if not coordinating or description is None:
+        # Not a consumer group here: clients ask DescribeGroups next (a classic group).
+        code = ErrorCode.not_coordinator if not coordinating else ErrorCode.group_id_not_found
+        message = "not the group coordinator" if not coordinating else "not a consumer group"
+        return build(
+            module.DescribedGroup,
+            error_code=code,
+            error_message=message,
+            group_id=group_id,
+            group_state="",
+            group_epoch=-1,
+            assignment_epoch=-1,
+            assignor_name="",
+            members=(),
+        )
+    state = ctx.broker.metadata.state
+
+    def assignment(partitions: frozenset[TopicPartition]) -> Any:
+        entries = []
+        for name, indexes in _by_topic(partitions).items():
+            topic = state.topic(name)
+            entries.append(
+                build(
+                    module.TopicPartitions,
+                    topic_id=uuid.UUID(int=0) if topic is None else topic_uuid(topic.topic_id),
+                    topic_name=name,
+                    partitions=tuple(indexes),
+                )
+            )
+        return build(module.Assignment, topic_partitions=tuple(entries))
+
+    return build(
+        module.DescribedGroup,
+        error_code=ErrorCode.none,
+        error_message=None,
+        group_id=group_id,
+        group_state=group_state(description),
+        group_epoch=description.group_epoch,
+        assignment_epoch=description.group_epoch,
+        assignor_name=ASSIGNOR,
+        members=tuple(
+            build(
+                module.Member,
+                member_id=m.member_id,
+                instance_id=None,
+                rack_id=None,
+                member_epoch=m.member_epoch,
+                client_id="",
+                client_host="",
+                subscribed_topic_names=m.topics,
+                subscribed_topic_regex=None,
+                assignment=assignment(m.assignment),
+                target_assignment=assignment(m.target),
+                member_type=1,  # a consumer-protocol member
+            )
+            for m in description.members
+        ),
+    )
