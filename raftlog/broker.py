@@ -72,7 +72,7 @@ from raftlog.rpc.consumer_group_servicer import GroupService
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl
-from raftlog.rpc.server import ApiServer, Forward, forward_in_clear, start_api_server
+from raftlog.rpc.server import ApiServer, Forward, start_api_server
 from raftlog.runtime import metrics
 from raftlog.runtime.cleaner import LogCleaner
 from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
@@ -294,7 +294,6 @@ class Broker:
         # Partitions this node hosted before a restart (from a snapshot).
         self._reconciler.reconcile()
         self._spawn(self.host.run(), "group-host")
-        self.forward = forward_in_clear(lambda: self.controller_id)
         self._server = await start_api_server(self, self.groups, self.settings)
         self.forward = self._server.forward
         self.bound_port = self._server.bound_port

@@ -403,29 +403,3 @@ def fault_state_json(injector: FaultInjector) -> str:
         },
         sort_keys=True,
     )
-
-
-async def forward_to_controller(
-    address: str, command_bytes: bytes, timeout_s: float
-) -> ApplyResult:
-    """Client side of Internal.SubmitMetadata, used by a node that is not the controller."""
-    try:
-        async with grpc.aio.insecure_channel(address) as channel:
-            stub = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
-            response = await stub.SubmitMetadata(
-                pb.SubmitMetadataRequest(command=command_bytes, timeout_ms=int(timeout_s * 1000)),
-                timeout=timeout_s,
-            )
-    except grpc.aio.AioRpcError as error:
-        # The controller we knew is unreachable (dead, or an election is under way):
-        # retriable, with no hint until this node learns the new controller.
-        raise NotControllerError(leader_hint=None) from error
-    if response.HasField("error") and response.error.code != pb.NONE:
-        hint = response.error.leader_id
-        raise NotControllerError(leader_hint=None if hint < 0 else NodeId(hint))
-    first = response.producer_id_first
-    return ApplyResult(
-        ErrorCode(response.result_code),
-        response.result_message,
-        producer_id_first=None if first < 0 else first,
-    )

@@ -67,10 +67,7 @@ from typing import Any, TypeAlias
 import grpc
 from google.protobuf.message import DecodeError
 
-from raftlog.errors import ConfigError, NotControllerError
-from raftlog.metadata import ApplyResult, Command, ErrorCode, encode_command
-from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+from raftlog.errors import ConfigError
 from raftlog.runtime.settings import BrokerSettings
 from raftlog.tls import (
     TlsFiles,
@@ -78,7 +75,6 @@ from raftlog.tls import (
     grpc_server_credentials,
     peer_ssl_contexts,
 )
-from raftlog.types import NodeId
 
 __all__ = [
     "ANONYMOUS",
@@ -93,7 +89,6 @@ __all__ = [
     "ServerSecurity",
     "bearer_metadata",
     "certificate_principal",
-    "forward_to_controller_secure",
     "load_access_control",
     "security_peer_ssl",
     "security_server_setup",
@@ -597,54 +592,19 @@ def bearer_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return () if token is None else ((AUTHORIZATION_KEY, _BEARER + token),)
 
 
-async def forward_to_controller_secure(
-    address: str,
-    command_bytes: bytes,
-    timeout_s: float,
-    *,
-    credentials: grpc.ChannelCredentials | None,
-    token: str | None,
-) -> ApplyResult:
-    """Internal.SubmitMetadata over TLS and/or with the node's token.
-
-    The same as raftlog.rpc.admin_servicer.forward_to_controller, which only dials in clear.
-    """
-    request = pb.SubmitMetadataRequest(command=command_bytes, timeout_ms=int(timeout_s * 1000))
-    channel = (
-        grpc.aio.insecure_channel(address)
-        if credentials is None
-        else grpc.aio.secure_channel(address, credentials)
-    )
-    try:
-        async with channel:
-            stub = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
-            response = await stub.SubmitMetadata(
-                request, timeout=timeout_s, metadata=bearer_metadata(token)
-            )
-    except grpc.aio.AioRpcError as error:
-        raise NotControllerError(leader_hint=None) from error
-    if response.HasField("error") and response.error.code != pb.NONE:
-        hint = response.error.leader_id
-        raise NotControllerError(leader_hint=None if hint < 0 else NodeId(hint))
-    first = response.producer_id_first
-    return ApplyResult(
-        ErrorCode(response.result_code),
-        response.result_message,
-        producer_id_first=None if first < 0 else first,
-    )
-
-
 # -- wiring a node (called by raftlog.broker) -----------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
 class ServerSecurity:
-    """What a node's gRPC server needs: credentials, interceptor, options, forwarding."""
+    """What a node's gRPC server needs: credentials, interceptor, options, and what its
+    forwarding to the controller dials with (raftlog.rpc.forwarding)."""
 
     credentials: grpc.ServerCredentials | None
     interceptor: SecurityInterceptor
     options: tuple[tuple[str, int], ...]
-    forward: Callable[[str, Command, float], Awaitable[ApplyResult]]
+    channel_credentials: grpc.ChannelCredentials | None
+    node_token: str | None
 
 
 def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
@@ -669,17 +629,6 @@ def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
     if access is not None and token is None:
         log.warning("--auth-tokens: no principal has 'cluster': forwarding will be refused")
 
-    async def forward(address: str, command: Command, timeout_s: float) -> ApplyResult:
-        if not address:
-            raise NotControllerError(leader_hint=None)
-        return await forward_to_controller_secure(
-            address,
-            encode_command(command),
-            timeout_s,
-            credentials=channel_credentials,
-            token=token,
-        )
-
     limits = ClientLimits(
         requests_in_flight_max=config.client_requests_in_flight_max,
         produce_buffer_bytes_max=config.produce_buffer_bytes_max,
@@ -699,7 +648,7 @@ def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
         certificate_principals=client_ca is not None and access is not None,
         connections=connections,
     )
-    return ServerSecurity(credentials, interceptor, options, forward)
+    return ServerSecurity(credentials, interceptor, options, channel_credentials, token)
 
 
 def security_peer_ssl(

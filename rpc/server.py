@@ -12,19 +12,18 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from raftlog.errors import NotControllerError
-from raftlog.metadata import ApplyResult, Command, encode_command
+from raftlog.metadata import ApplyResult, Command
 from raftlog.metrics.grpc_requests import request_interceptors
-from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer, forward_to_controller
+from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer
 from raftlog.rpc.consumer_group_servicer import GroupService, GroupServicer
+from raftlog.rpc.forwarding import ControllerForwarder
 from raftlog.rpc.port import BrokerPort
 from raftlog.rpc.security import security_server_setup
 from raftlog.rpc.servicers import LogServicer
 from raftlog.rpc.v1 import raftlog_pb2, raftlog_pb2_grpc
 from raftlog.runtime.settings import BrokerSettings
-from raftlog.types import NodeId
 
-__all__ = ["ApiServer", "Forward", "forward_in_clear", "start_api_server"]
+__all__ = ["ApiServer", "Forward", "start_api_server"]
 
 # Sends a metadata command to the node at a client address (Internal.SubmitMetadata).
 Forward = Callable[[str, Command, float], Awaitable[ApplyResult]]
@@ -35,21 +34,11 @@ class ApiServer:
     server: grpc.aio.Server
     bound_port: int
     # Forwards to the controller with the node's TLS settings and token.
-    forward: Forward
+    forward: ControllerForwarder
 
     async def stop(self) -> None:
         await self.server.stop(grace=0.5)
-
-
-def forward_in_clear(controller_id: Callable[[], NodeId | None]) -> Forward:
-    """Forwarding before the server (and its security settings) is up: in clear."""
-
-    async def forward(address: str, command: Command, timeout_s: float) -> ApplyResult:
-        if not address:
-            raise NotControllerError(leader_hint=controller_id())
-        return await forward_to_controller(address, encode_command(command), timeout_s)
-
-    return forward
+        await self.forward.close()
 
 
 async def start_api_server(
@@ -86,4 +75,7 @@ async def start_api_server(
         bound_port = server.add_insecure_port(f"{host}:{port}")
     await server.start()
     await health_servicer.set("", health_pb2.HealthCheckResponse.SERVING)
-    return ApiServer(server, bound_port, security.forward)
+    forward = ControllerForwarder(
+        credentials=security.channel_credentials, token=security.node_token
+    )
+    return ApiServer(server, bound_port, forward)
