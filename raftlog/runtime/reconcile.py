@@ -135,7 +135,10 @@ class Reconciler:
             # or campaign before the leader's log (or snapshot) tells it the membership.
             joining = self._node_id in info.adding
             voters: frozenset[NodeId] = frozenset() if joining else frozenset(info.replicas)
-            self._create_replica(info.topic, int(info.partition), group_id, voters)
+            preferred = info.preferred_leader == self._node_id and info.target is None
+            self._create_replica(
+                info.topic, int(info.partition), group_id, voters, preferred=preferred
+            )
         for group_id in sorted(self.replicas_by_group.keys() - wanted):
             self._remove_replica(group_id)
         for topic in [t for t in self._topic_settings if state.topic(t) is None]:
@@ -268,8 +271,22 @@ class Reconciler:
         return self._data_dir / "partitions" / f"{topic}-{partition}"
 
     def _create_replica(
-        self, topic: str, partition: int, group_id: GroupId, voters: frozenset[NodeId]
+        self,
+        topic: str,
+        partition: int,
+        group_id: GroupId,
+        voters: frozenset[NodeId],
+        *,
+        preferred: bool = False,
     ) -> None:
+        """Open (or make) the group's storage and host it. A brand-new group (term 0, empty
+        log) campaigns at once on its preferred replica: the other replicas' timers start at
+        their own creation and run a randomized election timeout, so the preferred one
+        usually wins the first election. Otherwise all replicas of a new topic's groups
+        time out together, split their votes, elect whichever wins, and then hand
+        leadership to the preferred replica: two or three elections (each a hard-state save
+        on every replica) per partition instead of one, which on a slow node is the load
+        that expires its lease."""
         topic_info = self._metadata().topic(topic)
         log_config = topic_log_config(self._log_config, topic_info.config if topic_info else {})
         directory = self._partition_dir(topic, partition)
@@ -299,6 +316,9 @@ class Reconciler:
         self.replicas_by_group[group_id] = replica
         self._host.add(group)
         log.info("node %s: hosting %s-%s (group %s)", self._node_id, topic, partition, group_id)
+        brand_new = group.node.term == 0 and storage.last_offset() < 0
+        if preferred and brand_new and len(voters) > 1:
+            group.node.campaign()
 
     def _remove_replica(self, group_id: GroupId) -> None:
         replica = self.replicas_by_group.pop(group_id)

@@ -26,6 +26,7 @@ from raftlog.metadata import (
 )
 from raftlog.metadata.catch_up import caught_up_since_start
 from raftlog.metadata.commands import encode_command
+from raftlog.raft.types import Role
 from raftlog.runtime.clock import FakeMonotonicClock, MonotonicClock
 from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
@@ -163,4 +164,28 @@ def test_an_altered_topic_config_reaches_its_replicas_without_a_restart(tmp_path
     node.reconciler.apply_retention(now_ms=1_000)
     storage = node.reconciler._factory.storages[plan.group_ids[0]]
     assert storage.log.config.retention_ms == 5000
+    node.reconciler._factory.close_all()
+
+
+def test_a_new_group_campaigns_at_once_on_its_preferred_replica_only(tmp_path: Path) -> None:
+    """The preferred replica of a brand-new group starts the first election when it creates
+    the group; the others wait for their election timers."""
+    peers = {n: ("127.0.0.1", 20100 + n) for n in (N1, N2, N3)}
+    node = _Node1(tmp_path, peers)
+    for n in (N1, N2, N3):
+        node.register(n, 20100 + n, incarnation=INCARNATION)
+    plan = plan_create_topic(node.state, CreateTopicRequest("rf3", 6, 3), 1_000)
+    assert isinstance(plan, CreateTopic)
+    assert node.state.apply(node.state.applied_offset + 1, encode_command(plan)).ok
+    node.reconciler.reconcile()
+    while node.soon:
+        node.soon.pop()()
+    roles = {}
+    for (topic, partition), replica in node.reconciler.replicas.items():
+        info = node.state.partition(topic, partition)
+        assert info is not None
+        roles[partition] = (info.preferred_leader == N1, replica.group.node.role)
+    assert {preferred for preferred, _ in roles.values()} == {True, False}, roles
+    for preferred, role in roles.values():
+        assert (role is Role.PRE_CANDIDATE) == preferred, roles
     node.reconciler._factory.close_all()
