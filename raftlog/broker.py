@@ -427,35 +427,35 @@ class Broker:
     # -- liveness ------------------------------------------------------------------------------
 
     async def _liveness_loop(self) -> None:
-        """Register this node, then heartbeat; the controller also runs its duties."""
+        """Register this node, then heartbeat; the controller also runs its duties.
+
+        Heartbeats are pipelined: one is sent every interval whether or not the previous
+        one has committed yet (at most `_heartbeats_in_flight_max` at once). A heartbeat's
+        commit waits for the metadata group's passes on the controller and a follower,
+        which a busy node (a thousand groups being created) stretches to seconds; sent one
+        after another, each such delay also delayed the next send, and a node alive and
+        heartbeating had its lease lapse and was fenced for the metadata group's slowness."""
         interval_s = self.config.metadata.node_heartbeat_interval_ms / 1000
+        lease_s = self.config.metadata.node_lease_ms / 1000
+        in_flight: set[asyncio.Task[None]] = set()
+        try:
+            await self._liveness_turns(interval_s, lease_s, in_flight)
+        finally:
+            for task in in_flight:
+                task.cancel()
+
+    async def _liveness_turns(
+        self, interval_s: float, lease_s: float, in_flight: set[asyncio.Task[None]]
+    ) -> None:
         registered = False
         while True:
-            now_ms = self.wall_clock.now_ms()
-            command: Command
             if not registered:
-                command = RegisterNode(
-                    node_id=self.node_id,
-                    client_address=self.settings.client_address,
-                    raft_address=self.settings.raft_address,
-                    incarnation=self.incarnation,
-                    now_ms=now_ms,
-                    kafka_address=self.settings.kafka_address,
-                )
-            else:
-                command = NodeHeartbeat(
-                    node_id=self.node_id, incarnation=self.incarnation, now_ms=now_ms
-                )
-            sent_at = self._lease.loop_time()
-            try:
-                result = await self._submit_liveness(command, timeout_s=interval_s * 2)
-                if result.code is ErrorCode.NODE_DECOMMISSIONED:
-                    self._on_decommissioned(result.message, restarted=not registered)
-                registered = registered or result.ok
-                if result.ok:
-                    self._lease.renew(sent_at)
-            except (RaftlogError, TimeoutError, OSError) as error:
-                log.debug("node %s: liveness submit failed: %s", self.node_id, error)
+                registered = await self._register(timeout_s=interval_s * 2)
+            elif len(in_flight) < self._heartbeats_in_flight_max():
+                # A heartbeat older than the lease renews nothing: it gives up then.
+                task = asyncio.create_task(self._heartbeat(timeout_s=lease_s))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
             if self.is_controller():
                 await self._controller.run()
             self._leadership.move_leaders_to_preferred()
@@ -465,6 +465,44 @@ class Broker:
             # group request (consumers resume sooner after a controller change).
             self.groups.coordinating()
             await asyncio.sleep(interval_s if registered else 0.2)
+
+    def _heartbeats_in_flight_max(self) -> int:
+        metadata = self.config.metadata
+        return -(-metadata.node_lease_ms // metadata.node_heartbeat_interval_ms)
+
+    async def _register(self, *, timeout_s: float) -> bool:
+        command = RegisterNode(
+            node_id=self.node_id,
+            client_address=self.settings.client_address,
+            raft_address=self.settings.raft_address,
+            incarnation=self.incarnation,
+            now_ms=self.wall_clock.now_ms(),
+            kafka_address=self.settings.kafka_address,
+        )
+        return await self._submit_liveness_once(command, timeout_s=timeout_s, restarted=True)
+
+    async def _heartbeat(self, *, timeout_s: float) -> None:
+        command = NodeHeartbeat(
+            node_id=self.node_id, incarnation=self.incarnation, now_ms=self.wall_clock.now_ms()
+        )
+        await self._submit_liveness_once(command, timeout_s=timeout_s, restarted=False)
+
+    async def _submit_liveness_once(
+        self, command: Command, *, timeout_s: float, restarted: bool
+    ) -> bool:
+        """Submit a registration or heartbeat; renews the lease from its send time when it
+        commits. Whether it committed."""
+        sent_at = self._lease.loop_time()
+        try:
+            result = await self._submit_liveness(command, timeout_s=timeout_s)
+        except (RaftlogError, TimeoutError, OSError) as error:
+            log.debug("node %s: liveness submit failed: %s", self.node_id, error)
+            return False
+        if result.code is ErrorCode.NODE_DECOMMISSIONED:
+            self._on_decommissioned(result.message, restarted=restarted)
+        if result.ok:
+            self._lease.renew(sent_at)
+        return result.ok
 
     async def _loop_lag_loop(self) -> None:
         """Measure how late this node's event loop runs timers; the controller's failure

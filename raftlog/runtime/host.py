@@ -80,8 +80,12 @@ SendFn = Callable[[NodeId, GroupId, Message], None]
 
 # An on-loop sync slower than `sync_on_loop_slow_ms` (a disk that stalls) sends the syncs of
 # the passes of the next this-many seconds to the disk thread, so that the loop keeps serving
-# heartbeats, reads and the other groups while the disk is slow.
+# heartbeats, reads and the other groups while the disk is slow. Each on-loop sync after a
+# pause probes the disk; a slow probe doubles the pause (up to the maximum), a fast one
+# resets it: a disk that stays slow for minutes (a thousand groups being created on every
+# node) would otherwise stall the loop for a slow sync every second.
 INLINE_SYNC_PAUSE_S = 1.0
+INLINE_SYNC_PAUSE_S_MAX = 32.0
 
 
 class GroupHost:
@@ -110,6 +114,7 @@ class GroupHost:
         self.campaigns_started = 0
         self.campaigns_postponed = 0  # ticks missed for want of a token
         self._inline_sync_paused_until = float("-inf")
+        self._inline_sync_pause_s = INLINE_SYNC_PAUSE_S
         self.inline_syncs = 0
         self.inline_sync_pauses = 0
         self._groups: dict[GroupId, RaftGroup] = {}
@@ -378,23 +383,32 @@ class GroupHost:
         return self._clock.monotonic() >= self._inline_sync_paused_until
 
     def _sync_inline(self, tickets: list[FlushTicket]) -> None:
-        """Write and fsync on the loop; a slow sync pauses this for `INLINE_SYNC_PAUSE_S`."""
+        """Write and fsync on the loop; a slow sync pauses this (`INLINE_SYNC_PAUSE_S`,
+        doubled by every slow sync in a row)."""
         started = self._clock.monotonic()
         _run_tickets(tickets)
         self.inline_syncs += 1
         finished = self._clock.monotonic()
         took_ms = (finished - started) * 1000
-        if took_ms > self._sync_on_loop_slow_ms:
-            self._inline_sync_paused_until = finished + INLINE_SYNC_PAUSE_S
-            self.inline_sync_pauses += 1
-            log.warning(
-                "node %s: a sync on the event loop took %.1f ms (> sync_on_loop_slow_ms=%d); "
-                "syncs go to the disk thread for %.0f s",
-                self.node_id,
-                took_ms,
-                self._sync_on_loop_slow_ms,
-                INLINE_SYNC_PAUSE_S,
-            )
+        if took_ms <= self._sync_on_loop_slow_ms:
+            self._inline_sync_pause_s = INLINE_SYNC_PAUSE_S
+            return
+        pause_s = self._inline_sync_pause_s
+        self._inline_sync_paused_until = finished + pause_s
+        self._inline_sync_pause_s = min(2 * pause_s, INLINE_SYNC_PAUSE_S_MAX)
+        self.inline_sync_pauses += 1
+        log.warning(
+            "node %s: a sync on the event loop took %.1f ms (> sync_on_loop_slow_ms=%d); "
+            "syncs go to the disk thread for %.0f s",
+            self.node_id,
+            took_ms,
+            self._sync_on_loop_slow_ms,
+            pause_s,
+        )
+
+    def inline_sync_pause_s(self) -> float:
+        """How long the next slow on-loop sync sends syncs to the disk thread."""
+        return self._inline_sync_pause_s
 
     def _sender(self, group: RaftGroup) -> Callable[[Message], None]:
         group_id = group.group_id

@@ -214,3 +214,35 @@ def test_large_writes_keep_the_disk_thread(tmp_path: Path) -> None:
         assert leader_host.inline_syncs == inline[leader.node.node_id]
 
     _run(tmp_path, scenario)
+
+
+class _ScriptedClock:
+    """Reads its readings from a list (each on-loop sync reads it before and after), once
+    given one; until then (building the host) it stands still."""
+
+    readings: list[float] | None = None
+
+    def monotonic(self) -> float:
+        return 100.0 if self.readings is None else self.readings.pop(0)
+
+
+def test_slow_syncs_in_a_row_double_the_pause_and_a_fast_one_resets_it() -> None:
+    slow_s, fast_s = 2 * SLOW_MS / 1000, SLOW_MS / 2000
+    clock, readings = _ScriptedClock(), []
+    for took_s in (slow_s, slow_s, slow_s, fast_s, slow_s):
+        readings += [100.0, 100.0 + took_s]
+    host = GroupHost(
+        node_id=NodeId(1),
+        tick_interval_ms=50,
+        send=lambda *_: None,
+        sync_on_loop_bytes_max=1024,
+        sync_on_loop_slow_ms=SLOW_MS,
+        clock=clock,
+    )
+    clock.readings = readings
+    pauses = []
+    for _ in range(5):
+        host._sync_inline([])
+        pauses.append(host.inline_sync_pause_s())
+    assert pauses == [2.0, 4.0, 8.0, 1.0, 2.0]
+    assert host.inline_sync_pauses == 4
