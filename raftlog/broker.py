@@ -70,9 +70,10 @@ from raftlog.raft.membership import membership_at
 from raftlog.raft.types import Message, Role, Snapshot, SnapshotMeta
 from raftlog.rpc.consumer_group_servicer import GroupService
 from raftlog.rpc.faults import FaultInjector
+from raftlog.rpc.forwarding import ControllerForwarder, Lane
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl
-from raftlog.rpc.server import ApiServer, Forward, start_api_server
+from raftlog.rpc.server import ApiServer, start_api_server
 from raftlog.runtime import metrics
 from raftlog.runtime.cleaner import LogCleaner
 from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
@@ -217,6 +218,7 @@ class Broker:
             spawn=self._spawn,
             clock=self.clock,
             fenced_transfers_per_s_max=self.config.metadata.fenced_transfers_per_s_max,
+            reports_in_flight_max=self.config.metadata.leader_reports_in_flight_max,
         )
         self._reassignments = ReassignmentDriver(
             node_id=self.node_id,
@@ -247,7 +249,7 @@ class Broker:
             metadata=self._metadata_state,
             submit=self.submit,
         )
-        self.forward: Forward | None = None
+        self.forward: ControllerForwarder | None = None
         self._decommissioned_logged = False
         self._server: ApiServer | None = None
         # Set when a task of the node fails: `raftlog serve` then exits non-zero.
@@ -389,15 +391,19 @@ class Broker:
         assert self.metadata_group is not None
         return self.metadata_group.node.role is Role.LEADER
 
-    async def submit(self, command: Command, *, timeout_s: float) -> ApplyResult:
-        """Commit `command` to the metadata quorum (forwarding to the controller if needed)."""
+    async def submit(
+        self, command: Command, *, timeout_s: float, lane: Lane = "other"
+    ) -> ApplyResult:
+        """Commit `command` to the metadata quorum (forwarding to the controller if needed,
+        on the connection of `lane`: raftlog.rpc.forwarding)."""
         group = self.metadata_group
         assert group is not None
         if not self.is_controller():
             controller = self.controller_id
             if controller is None or self.forward is None:
                 raise NotControllerError(leader_hint=controller)
-            return await self.forward(self.client_address_of(controller), command, timeout_s)
+            address = self.client_address_of(controller)
+            return await self.forward(address, command, timeout_s, lane=lane)
         if isinstance(command, DecommissionNode):
             # However it arrives (Admin or Internal.SubmitMetadata), a voter is refused.
             plan = plan_decommission(self.metadata.state, command.node_id, self._voters())
@@ -543,7 +549,7 @@ class Broker:
         again), through its `--bootstrap` addresses: the one that is the controller
         accepts, the others answer NOT_CONTROLLER."""
         try:
-            return await self.submit(command, timeout_s=timeout_s)
+            return await self.submit(command, timeout_s=timeout_s, lane="liveness")
         except NotControllerError:
             if not self.settings.bootstrap or self.forward is None:
                 raise
@@ -552,7 +558,7 @@ class Broker:
             if address == self.settings.client_address:
                 continue
             try:
-                return await self.forward(address, command, timeout_s)
+                return await self.forward(address, command, timeout_s, lane="liveness")
             except NotControllerError as refused:
                 error = refused
         raise error

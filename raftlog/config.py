@@ -260,6 +260,11 @@ class MetadataConfig:
     # A fenced node hands away at most this many partition leaderships per second, and stops
     # as soon as it is unfenced: a slow node must not add a storm of elections to its load.
     fenced_transfers_per_s_max: int = 20
+    # Leadership reports a node has in flight to the controller at once, one per partition at
+    # most: after a thousand elections the rest wait for the next liveness turn's report of
+    # stale leaders, instead of a burst the controller would refuse (its per-connection
+    # bound, client_requests_in_flight_max) and the metadata log would queue.
+    leader_reports_in_flight_max: int = 64
     # A metadata read (Metadata, DescribeTopic, ...) reaching a node whose copy has not caught
     # up since it started waits this long for it, then is refused (retriable NOT_CONTROLLER).
     catch_up_wait_ms: int = 3000

@@ -2,15 +2,22 @@
 
 A node that is not the controller forwards its own liveness heartbeat every
 `metadata.node_heartbeat_interval_ms`, its leadership reports and its clients' admin
-commands. Each forward goes over a channel kept open per controller address and reused: a
-channel per call costs a TCP and HTTP/2 handshake on both nodes and, on the controller, a
-new connection to admit (raftlog.rpc.security.ConnectionLimits reads the kernel's TCP table
-for each), which was most of an idle node's CPU. At most `CHANNELS_MAX` addresses stay open
-(the controller moves rarely); a call that finds its address unreachable closes that
-channel, so a controller that went away is not dialed again through it.
+commands. Each forward goes over a channel kept open per (controller address, lane) and
+reused: a channel per call costs a TCP and HTTP/2 handshake on both nodes and, on the
+controller, a new connection to admit (raftlog.rpc.security.ConnectionLimits reads the
+kernel's TCP table for each), which was most of an idle node's CPU.
+
+Liveness (registrations and heartbeats) has a lane, hence a connection, of its own: the
+controller bounds the calls in flight per connection (`client_requests_in_flight_max`), and
+a burst of leadership reports after a thousand elections must not get a heartbeat refused.
+At most `CHANNELS_MAX` channels stay open, the least recently used closed first (the
+controller moves rarely). A failed call leaves its channel open: closing it would cancel the
+other calls in flight on it, and gRPC reconnects a channel by itself.
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import grpc
 
@@ -22,9 +29,11 @@ from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.types import NodeId
 
-__all__ = ["CHANNELS_MAX", "ControllerForwarder"]
+__all__ = ["CHANNELS_MAX", "ControllerForwarder", "Lane"]
 
-CHANNELS_MAX = 4
+CHANNELS_MAX = 8
+
+Lane = Literal["liveness", "other"]
 
 
 class ControllerForwarder:
@@ -34,26 +43,26 @@ class ControllerForwarder:
     def __init__(self, *, credentials: grpc.ChannelCredentials | None, token: str | None) -> None:
         self._credentials = credentials
         self._token = token
-        # Insertion-ordered: the least recently used address first.
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        # Insertion-ordered: the least recently used first.
+        self._channels: dict[tuple[str, Lane], grpc.aio.Channel] = {}
 
-    async def __call__(self, address: str, command: Command, timeout_s: float) -> ApplyResult:
+    async def __call__(
+        self, address: str, command: Command, timeout_s: float, *, lane: Lane = "other"
+    ) -> ApplyResult:
         if not address:
             raise NotControllerError(leader_hint=None)
         request = pb.SubmitMetadataRequest(
             command=encode_command(command), timeout_ms=int(timeout_s * 1000)
         )
-        channel = await self._channel(address)
+        channel = await self._channel((address, lane))
         stub = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
         try:
             response = await stub.SubmitMetadata(
                 request, timeout=timeout_s, metadata=bearer_metadata(self._token)
             )
         except grpc.aio.AioRpcError as error:
-            if error.code() is grpc.StatusCode.UNAVAILABLE:
-                await self._discard(address)
-            # The controller we knew is unreachable (dead, or an election is under way):
-            # retriable, with no hint until this node learns the new controller.
+            # The controller we knew is unreachable (dead, or an election is under way) or
+            # refused the call for now: retriable, with no hint until this node learns more.
             raise NotControllerError(leader_hint=None) from error
         if response.HasField("error") and response.error.code != pb.NONE:
             hint = response.error.leader_id
@@ -65,29 +74,33 @@ class ControllerForwarder:
             producer_id_first=None if first < 0 else first,
         )
 
-    async def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.pop(address, None)
+    async def _channel(self, key: tuple[str, Lane]) -> grpc.aio.Channel:
+        channel = self._channels.pop(key, None)
         if channel is None:
             while len(self._channels) >= CHANNELS_MAX:
                 await self._discard(next(iter(self._channels)))
+            address, _ = key
+            # Channels to one target share a connection through gRPC's global subchannel
+            # pool; a pool of its own gives each lane its own connection.
+            options = (("grpc.use_local_subchannel_pool", 1),)
             channel = (
-                grpc.aio.insecure_channel(address)
+                grpc.aio.insecure_channel(address, options)
                 if self._credentials is None
-                else grpc.aio.secure_channel(address, self._credentials)
+                else grpc.aio.secure_channel(address, self._credentials, options)
             )
-        self._channels[address] = channel  # now the most recently used
+        self._channels[key] = channel  # now the most recently used
         assert len(self._channels) <= CHANNELS_MAX
         return channel
 
-    async def _discard(self, address: str) -> None:
-        channel = self._channels.pop(address, None)
+    async def _discard(self, key: tuple[str, Lane]) -> None:
+        channel = self._channels.pop(key, None)
         if channel is not None:
             await channel.close()
 
-    def open_addresses(self) -> list[str]:
-        """The addresses with an open channel, least recently used first."""
+    def open_channels(self) -> list[tuple[str, Lane]]:
+        """The (address, lane) of every open channel, least recently used first."""
         return list(self._channels)
 
     async def close(self) -> None:
-        for address in list(self._channels):
-            await self._discard(address)
+        for key in list(self._channels):
+            await self._discard(key)

@@ -5,14 +5,12 @@ permissions, per-client limits) and, with --tls-cert/--tls-key, TLS.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from raftlog.metadata import ApplyResult, Command
 from raftlog.metrics.grpc_requests import request_interceptors
 from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer
 from raftlog.rpc.consumer_group_servicer import GroupService, GroupServicer
@@ -23,10 +21,7 @@ from raftlog.rpc.servicers import LogServicer
 from raftlog.rpc.v1 import raftlog_pb2, raftlog_pb2_grpc
 from raftlog.runtime.settings import BrokerSettings
 
-__all__ = ["ApiServer", "Forward", "start_api_server"]
-
-# Sends a metadata command to the node at a client address (Internal.SubmitMetadata).
-Forward = Callable[[str, Command, float], Awaitable[ApplyResult]]
+__all__ = ["ApiServer", "start_api_server"]
 
 
 @dataclass(slots=True)

@@ -46,8 +46,9 @@ class LeadershipMoves:
         spawn: Callable[[Awaitable[None], str], None],
         clock: MonotonicClock,
         fenced_transfers_per_s_max: int,
+        reports_in_flight_max: int,
     ) -> None:
-        assert fenced_transfers_per_s_max > 0, fenced_transfers_per_s_max
+        assert fenced_transfers_per_s_max > 0 and reports_in_flight_max > 0
         self._node_id = node_id
         self._transfers = TokenBucket(fenced_transfers_per_s_max, clock)
         self._metadata = metadata
@@ -56,6 +57,9 @@ class LeadershipMoves:
         self._rng = rng
         self._submit = submit
         self._spawn = spawn
+        # Partition groups whose leadership report is in flight (one each, a bounded number).
+        self._reporting: set[GroupId] = set()
+        self._reports_in_flight_max = reports_in_flight_max
 
     def on_leadership_change(self, group: RaftGroup, *, quiet: bool = False) -> None:
         """Log a partition group's new role; as its leader, report it to the controller."""
@@ -76,6 +80,10 @@ class LeadershipMoves:
         )
         if node.role is not Role.LEADER:
             return
+        if group.group_id in self._reporting:
+            return  # the report in flight names the group; a newer term is reported later
+        if len(self._reporting) >= self._reports_in_flight_max:
+            return  # report_stale_leaders reports it on a later liveness turn
         command = ReportLeader(
             topic=replica.topic,
             partition=PartitionId(replica.partition),
@@ -83,11 +91,16 @@ class LeadershipMoves:
             leader_id=self._node_id,
             epoch=int(group.node.term),
         )
-        self._spawn(self._submit_quietly(command), f"report-leader-{group.group_id}")
+        self._reporting.add(group.group_id)
+        assert len(self._reporting) <= self._reports_in_flight_max
+        self._spawn(self._report(group.group_id, command), f"report-leader-{group.group_id}")
 
-    async def _submit_quietly(self, command: Command) -> None:
-        with contextlib.suppress(RaftlogError, TimeoutError, OSError):
-            await self._submit(command, timeout_s=_REPORT_TIMEOUT_S)
+    async def _report(self, group_id: GroupId, command: Command) -> None:
+        try:
+            with contextlib.suppress(RaftlogError, TimeoutError, OSError):
+                await self._submit(command, timeout_s=_REPORT_TIMEOUT_S)
+        finally:
+            self._reporting.discard(group_id)
 
     def report_stale_leaders(self) -> None:
         """Re-report leadership the metadata does not show yet.

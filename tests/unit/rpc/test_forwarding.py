@@ -1,6 +1,6 @@
 """Forwarding to the controller (raftlog.rpc.forwarding): one connection per controller
-address, reused call after call; an unreachable address's channel is closed; the number of
-open channels is bounded. A real gRPC server runs the real Internal servicer; the broker
+address and lane, reused call after call (liveness on a connection of its own); a failed
+call cancels no other; the number of open channels is bounded. A real gRPC server runs the real Internal servicer; the broker
 behind it is a recorder of the commands it is asked to commit."""
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _heartbeat(i: int) -> NodeHeartbeat:
     return NodeHeartbeat(node_id=NodeId(2), incarnation=7, now_ms=i)
 
 
-def test_forwards_reuse_one_connection_per_controller_address() -> None:
+def test_forwards_reuse_one_connection_per_controller_address_and_lane() -> None:
     async def scenario() -> None:
         controller, peers = _Controller(), _Peers()
         server, address = await _server(controller, peers)
@@ -81,28 +81,46 @@ def test_forwards_reuse_one_connection_per_controller_address() -> None:
                 assert result.code is ErrorCode.NONE
             assert controller.submitted == [_heartbeat(i) for i in range(20)]
             assert len(peers.seen) == 1, peers.seen  # one connection carried every forward
-            assert forward.open_addresses() == [address]
+            await forward(address, _heartbeat(20), 5.0, lane="liveness")
+            assert len(peers.seen) == 2, peers.seen  # liveness has a connection of its own
+            assert forward.open_channels() == [(address, "other"), (address, "liveness")]
         finally:
             await forward.close()
             await server.stop(grace=None)
-        assert forward.open_addresses() == []
+        assert forward.open_channels() == []
 
     asyncio.run(scenario())
 
 
-def test_an_unreachable_controller_s_channel_is_closed_and_channels_are_bounded() -> None:
+def test_a_failed_call_cancels_no_other_call_on_its_channel() -> None:
+    """Two calls on the shared channel wait at the controller; one's deadline passes, the
+    other still commits once the controller lets it, and the channel stays open."""
+
+    class _Holding(_Controller):
+        release = asyncio.Event()
+
+        async def submit(self, command: Command, *, timeout_s: float) -> ApplyResult:
+            if isinstance(command, NodeHeartbeat) and command.now_ms in (0, 1):
+                await self.release.wait()
+            return await super().submit(command, timeout_s=timeout_s)
+
     async def scenario() -> None:
-        controller, peers = _Controller(), _Peers()
-        server, address = await _server(controller, peers)
+        controller = _Holding()
+        _Holding.release = asyncio.Event()
+        server, address = await _server(controller, _Peers())
         forward = ControllerForwarder(credentials=None, token=None)
         try:
-            await forward(address, _heartbeat(0), 5.0)
+            held = asyncio.create_task(forward(address, _heartbeat(0), 5.0))
+            with pytest.raises(NotControllerError):
+                await forward(address, _heartbeat(1), 0.2)  # deadline; the controller waits
+            controller.release.set()
+            assert (await held).code is ErrorCode.NONE
+            assert forward.open_channels() == [(address, "other")]
             await server.stop(grace=None)
             with pytest.raises(NotControllerError):
-                await forward(address, _heartbeat(1), 2.0)
-            assert forward.open_addresses() == [], "the dead controller's channel stays open"
+                await forward(address, _heartbeat(2), 2.0)  # nobody listens any more
             with pytest.raises(NotControllerError):
-                await forward("", _heartbeat(2), 1.0)  # no controller address known
+                await forward("", _heartbeat(3), 1.0)  # no controller address known
         finally:
             await forward.close()
 
@@ -118,8 +136,8 @@ def test_channels_stay_open_for_the_most_recently_used_addresses_only() -> None:
             for i, address in enumerate(addresses):
                 await forward(address, _heartbeat(i), 5.0)
             await forward(addresses[2], _heartbeat(99), 5.0)  # used again: most recent
-            expected = [a for a in addresses[3:]] + [addresses[2]]
-            assert forward.open_addresses() == expected[-CHANNELS_MAX:]
+            expected = [(a, "other") for a in [*addresses[3:], addresses[2]]]
+            assert forward.open_channels() == expected[-CHANNELS_MAX:]
         finally:
             await forward.close()
             for server, _ in started:

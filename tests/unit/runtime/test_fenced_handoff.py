@@ -5,13 +5,14 @@ replicas; messages are delivered by hand, so transfers stay under way while coun
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 from collections.abc import Awaitable
 
 import pytest
 
-from raftlog.metadata import ApplyResult, MetadataState, RegisterNode
+from raftlog.metadata import ApplyResult, ErrorCode, MetadataState, RegisterNode
 from raftlog.metadata.commands import encode_command
 from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.types import Role
@@ -59,8 +60,51 @@ def _moves(clock: FakeMonotonicClock) -> tuple[LeadershipMoves, list[PartitionRe
         spawn=_no_spawn,
         clock=clock,
         fenced_transfers_per_s_max=RATE_PER_S,
+        reports_in_flight_max=REPORTS_IN_FLIGHT_MAX,
     )
     return moves, replicas
+
+
+REPORTS_IN_FLIGHT_MAX = 4
+
+
+def test_leadership_reports_in_flight_are_one_per_group_and_bounded() -> None:
+    """A burst of elections reports at most the bound at once and never a group twice; a
+    finished report frees its slot for the next (report_stale_leaders retries the rest)."""
+    replicas = [_partition_led_by_node_1(p) for p in range(PARTITIONS)]
+    state = _alive_metadata()
+    spawned: list[tuple[Awaitable[None], str]] = []
+    submitted: list[object] = []
+
+    async def submit(command: object, **kwargs: object) -> ApplyResult:
+        submitted.append(command)
+        return ApplyResult(ErrorCode.NONE, "")
+
+    moves = LeadershipMoves(
+        node_id=FENCED,
+        metadata=lambda: state,
+        replicas={(r.topic, r.partition): r for r in replicas},
+        replicas_by_group={r.group.group_id: r for r in replicas},
+        rng=random.Random(7),
+        submit=submit,
+        spawn=lambda awaitable, name: spawned.append((awaitable, name)),
+        clock=FakeMonotonicClock(),
+        fenced_transfers_per_s_max=RATE_PER_S,
+        reports_in_flight_max=REPORTS_IN_FLIGHT_MAX,
+    )
+    for _ in range(2):
+        for replica in replicas:
+            moves.on_leadership_change(replica.group)
+    names = [name for _, name in spawned]
+    assert len(names) == REPORTS_IN_FLIGHT_MAX == len(set(names)), names
+    asyncio.run(spawned[0][0])  # type: ignore[arg-type]
+    assert len(submitted) == 1
+    for replica in replicas:  # the finished report freed a slot: one more report
+        moves.on_leadership_change(replica.group)
+    assert len(spawned) == REPORTS_IN_FLIGHT_MAX + 1
+    assert spawned[-1][1] not in names[1:], "a group with a report in flight reported twice"
+    for awaitable, _ in spawned[1:]:
+        asyncio.run(awaitable)  # type: ignore[arg-type]
 
 
 def _transferring(replicas: list[PartitionReplica]) -> int:
