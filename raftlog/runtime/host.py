@@ -20,11 +20,12 @@ before step 1 (`ready.apply_durable`), so their producers' answers do not wait f
 pass's fsync.
 
 Liveness before bulk work: a pass first completes, steps 1-4 with a sync of their own, the
-Readys that keep the cluster's view of who is alive and who leads: every Ready of an
-*urgent* group (the metadata quorum, whose heartbeats and leases every node depends on)
-and every Ready that writes and applies no entries (heartbeats, votes, role changes, read
-states: cheap by construction). Only then does it write, sync and apply the bulk (partition
-appends, snapshots, applies). A vote or the metadata group's acknowledgement thus never
+Readys that keep the cluster's view of who is alive and who leads: first every Ready of an
+*urgent* group (the metadata quorum, whose heartbeats and leases every node depends on),
+alone, then every Ready that writes and applies no entries (heartbeats, votes, role
+changes, read states: cheap by construction, though a thousand votes are a thousand
+hard-state saves). Only then does it write, sync and apply the bulk (partition appends,
+snapshots, applies). A vote or the metadata group's acknowledgement thus never
 waits for the fsync of megabytes of partition appends, nor a lease heartbeat's commit for
 thousands of applies; when a pass holds only one kind, it is one sync as before.
 
@@ -264,10 +265,21 @@ class GroupHost:
         if not batch:
             return
         self.passes += 1
-        urgent = [(group, ready) for group, ready in batch if self._is_urgent(group, ready)]
-        bulk = [(group, ready) for group, ready in batch if not self._is_urgent(group, ready)]
-        assert len(urgent) + len(bulk) == len(batch)
-        for part in (urgent, bulk):
+        # The urgent groups' Readys (the metadata quorum's) complete first and alone: their
+        # sync is never one with the hard-state saves of hundreds of votes.
+        urgent = [(group, ready) for group, ready in batch if group.group_id in self._urgent_groups]
+        liveness = [
+            (group, ready)
+            for group, ready in batch
+            if group.group_id not in self._urgent_groups and self._is_liveness(ready)
+        ]
+        bulk = [
+            (group, ready)
+            for group, ready in batch
+            if group.group_id not in self._urgent_groups and not self._is_liveness(ready)
+        ]
+        assert len(urgent) + len(liveness) + len(bulk) == len(batch)
+        for part in (urgent, liveness, bulk):
             if part:
                 await self._complete_batch(part)
         # A pass may leave more work (e.g. entries committed by the acks it just sent); a
@@ -279,10 +291,10 @@ class GroupHost:
         if more:
             self._wake.set()
 
-    def _is_urgent(self, group: RaftGroup, ready: Ready) -> bool:
-        """Liveness work: the urgent groups', and any Ready with no entry to write or apply."""
-        if group.group_id in self._urgent_groups:
-            return True
+    @staticmethod
+    def _is_liveness(ready: Ready) -> bool:
+        """Liveness work: a Ready with no entry to write or apply (heartbeats, votes, role
+        changes, read states)."""
         return not (ready.entries or ready.committed_entries or ready.snapshot is not None)
 
     def _collect_readys(self) -> list[tuple[RaftGroup, Ready]]:
