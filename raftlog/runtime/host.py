@@ -19,18 +19,15 @@ Committed entries that were durable before the pass (below its new entries) are 
 before step 1 (`ready.apply_durable`), so their producers' answers do not wait for the
 pass's fsync.
 
-Liveness before bulk work. The *urgent* groups (the metadata quorum, whose commits carry
-the heartbeats every node's lease rides on) have a pipeline of passes of their own, which
-runs while a partition pass waits for its disk: a metadata commit never waits for the
-fsyncs of thousands of partition appends and votes. A partition pass first completes, steps
-1-4 with a sync of their own, every Ready that writes and applies no entries (heartbeats,
-votes, role changes, read states: cheap by construction, though a thousand votes are a
-thousand hard-state saves); only then does it write, sync and apply the bulk (partition
-appends, snapshots, applies). A vote thus never waits for the fsync of megabytes of
-appends; when a pass holds only one kind, it is one sync as before. Since the metadata's
-applies (which reconcile the hosted groups) may now run while a partition pass is in
-flight, whatever closes, deletes or cuts a partition log waits for that pass to complete
-(`after_bulk_pass`).
+Liveness before bulk work: a pass first completes, steps 1-4 with a sync of their own, the
+Readys that keep the cluster's view of who is alive and who leads: first every Ready of an
+*urgent* group (the metadata quorum, whose heartbeats and leases every node depends on),
+alone, then every Ready that writes and applies no entries (heartbeats, votes, role
+changes, read states: cheap by construction, though a thousand votes are a thousand
+hard-state saves). Only then does it write, sync and apply the bulk (partition appends,
+snapshots, applies). A vote or the metadata group's acknowledgement thus never
+waits for the fsync of megabytes of partition appends, nor a lease heartbeat's commit for
+thousands of applies; when a pass holds only one kind, it is one sync as before.
 
 While step 3 runs the loop may step groups and take proposals (the core allows that between
 `ready()` and `advance()`), but no group gives a new Ready before the pass completes its
@@ -122,18 +119,11 @@ class GroupHost:
         self.inline_syncs = 0
         self.inline_sync_pauses = 0
         self._groups: dict[GroupId, RaftGroup] = {}
-        # Groups a pass must look at (the urgent groups' own pipeline has its own set), and
-        # groups that tick (not quiesced); insertion-ordered.
+        # Groups a pass must look at, and groups that tick (not quiesced); insertion-ordered.
         self._dirty: dict[GroupId, RaftGroup] = {}
-        self._dirty_urgent: dict[GroupId, RaftGroup] = {}
         self._awake: dict[GroupId, RaftGroup] = {}
         self._reachable: set[NodeId] = set()  # peers the transport reports alive
         self._wake = asyncio.Event()
-        self._wake_urgent = asyncio.Event()
-        # While a partition pass is between its Readys and their completion, what would
-        # close or cut a log it may be syncing waits for it to finish (`after_bulk_pass`).
-        self._bulk_pass_in_flight = False
-        self._after_bulk_pass: list[Callable[[], None]] = []
         self._closed = False
         self.passes = 0
         self.ticks = 0  # group ticks, summed over groups: what quiescence saves
@@ -156,7 +146,6 @@ class GroupHost:
 
     def remove(self, group_id: GroupId) -> RaftGroup | None:
         self._dirty.pop(group_id, None)
-        self._dirty_urgent.pop(group_id, None)
         self._awake.pop(group_id, None)
         return self._groups.pop(group_id, None)
 
@@ -181,17 +170,14 @@ class GroupHost:
             except CorruptBatchError as error:
                 self._storage_damaged(group, error)
                 continue
-            self._dirty_set(group_id)[group_id] = group
+            self._dirty[group_id] = group
         self._wake.set()
-        self._wake_urgent.set()
 
     def notify(self) -> None:
         """Something changed outside `deliver` in groups not named: look at all of them
         (rare: peer restarts; per-group changes go through `RaftGroup.wake`)."""
-        for group_id, group in self._groups.items():
-            self._dirty_set(group_id)[group_id] = group
+        self._dirty.update(self._groups)
         self._wake.set()
-        self._wake_urgent.set()
 
     def set_peer_reachable(self, peer: NodeId, *, reachable: bool) -> None:
         """Transport callback: node-level liveness of `peer` changed; tell every group."""
@@ -213,25 +199,8 @@ class GroupHost:
 
     def _mark_dirty(self, group: RaftGroup) -> None:
         if self._groups.get(group.group_id) is group:
-            self._dirty_set(group.group_id)[group.group_id] = group
-        self._wake_for(group.group_id).set()
-
-    def _dirty_set(self, group_id: GroupId) -> dict[GroupId, RaftGroup]:
-        return self._dirty_urgent if group_id in self._urgent_groups else self._dirty
-
-    def _wake_for(self, group_id: GroupId) -> asyncio.Event:
-        return self._wake_urgent if group_id in self._urgent_groups else self._wake
-
-    def after_bulk_pass(self, callback: Callable[[], None]) -> None:
-        """Run `callback` now, or, while a partition pass is in flight (its syncs may be
-        writing any partition log), when that pass completes; a callback already waiting
-        is not queued twice. What closes, deletes or cuts a partition log goes through
-        here, since the urgent groups' pipeline (whose applies reconcile the hosted
-        groups) runs while a partition pass waits for its disk."""
-        if not self._bulk_pass_in_flight:
-            callback()
-        elif callback not in self._after_bulk_pass:
-            self._after_bulk_pass.append(callback)
+            self._dirty[group.group_id] = group
+        self._wake.set()
 
     def awake_count(self) -> int:
         """Groups that still tick (not quiesced)."""
@@ -240,31 +209,18 @@ class GroupHost:
     # -- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Two pipelines of passes: the urgent groups' (the metadata quorum's) and the
-        partition groups'. The urgent one never waits for a partition pass: the commits
-        that every node's lease rides on do not wait for the fsyncs of thousands of
-        partition appends and votes (no group is ever in both pipelines)."""
         ticker = asyncio.create_task(self._tick_forever(), name=f"ticker-{self.node_id}")
-        urgent = asyncio.create_task(self._run_urgent(), name=f"urgent-{self.node_id}")
         try:
             while not self._closed:
                 await self._wake.wait()
                 self._wake.clear()
-                await self._bulk_pass()
+                await self.process_pass()
         finally:
             ticker.cancel()
-            urgent.cancel()
-
-    async def _run_urgent(self) -> None:
-        while not self._closed:
-            await self._wake_urgent.wait()
-            self._wake_urgent.clear()
-            await self._urgent_pass()
 
     def close(self) -> None:
         self._closed = True
         self._wake.set()
-        self._wake_urgent.set()
 
     async def _tick_forever(self) -> None:
         while not self._closed:
@@ -284,10 +240,8 @@ class GroupHost:
                 self._tick_group(group)
         self.ticks += len(awake)
         self.tick_rounds += 1
-        for group_id, group in awake.items():
-            self._dirty_set(group_id)[group_id] = group
+        self._dirty.update(awake)
         self._wake.set()
-        self._wake_urgent.set()
 
     def _tick_group(self, group: RaftGroup) -> None:
         node = group.node
@@ -305,47 +259,37 @@ class GroupHost:
             self.campaigns_started += 1
 
     async def process_pass(self) -> None:
-        """One pass of each pipeline: the urgent groups', then the partition groups' (the
-        module's docstring; tests call this directly)."""
-        await self._urgent_pass()
-        await self._bulk_pass()
-
-    async def _urgent_pass(self) -> None:
-        batch = self._collect_readys(self._dirty_urgent)
-        if batch:
-            self.passes += 1
-            await self._complete_batch(batch)
-            self._redirty(batch)
-
-    async def _bulk_pass(self) -> None:
-        """A group-commit pass over the dirty partition groups that have work: liveness
-        Readys first, then the bulk."""
-        batch = self._collect_readys(self._dirty)
+        """One group-commit pass over the dirty groups that have work: the urgent Readys
+        first, then the bulk (see the module's docstring)."""
+        batch = self._collect_readys()
         if not batch:
             return
         self.passes += 1
-        liveness = [(group, ready) for group, ready in batch if self._is_liveness(ready)]
-        bulk = [(group, ready) for group, ready in batch if not self._is_liveness(ready)]
-        assert len(liveness) + len(bulk) == len(batch)
-        self._bulk_pass_in_flight = True
-        try:
-            for part in (liveness, bulk):
-                if part:
-                    await self._complete_batch(part)
-        finally:
-            self._bulk_pass_in_flight = False
-            waiting, self._after_bulk_pass = self._after_bulk_pass, []
-            for callback in waiting:
-                callback()
-        self._redirty(batch)
-
-    def _redirty(self, batch: list[tuple[RaftGroup, Ready]]) -> None:
-        """A pass may leave more work (e.g. entries committed by the acks it just sent); a
-        group the pass removed (the metadata's apply deleted it) has none."""
+        # The urgent groups' Readys (the metadata quorum's) complete first and alone: their
+        # sync is never one with the hard-state saves of hundreds of votes.
+        urgent = [(group, ready) for group, ready in batch if group.group_id in self._urgent_groups]
+        liveness = [
+            (group, ready)
+            for group, ready in batch
+            if group.group_id not in self._urgent_groups and self._is_liveness(ready)
+        ]
+        bulk = [
+            (group, ready)
+            for group, ready in batch
+            if group.group_id not in self._urgent_groups and not self._is_liveness(ready)
+        ]
+        assert len(urgent) + len(liveness) + len(bulk) == len(batch)
+        for part in (urgent, liveness, bulk):
+            if part:
+                await self._complete_batch(part)
+        # A pass may leave more work (e.g. entries committed by the acks it just sent); a
+        # group the pass removed (the metadata's apply deleted it) has none.
         more = [group for group, _ in batch if self._groups.get(group.group_id) is group]
+        more = [group for group in more if group.node.has_ready()]
         for group in more:
-            if group.node.has_ready():
-                self._mark_dirty(group)
+            self._dirty[group.group_id] = group
+        if more:
+            self._wake.set()
 
     @staticmethod
     def _is_liveness(ready: Ready) -> bool:
@@ -353,11 +297,9 @@ class GroupHost:
         changes, read states)."""
         return not (ready.entries or ready.committed_entries or ready.snapshot is not None)
 
-    def _collect_readys(self, dirty_set: dict[GroupId, RaftGroup]) -> list[tuple[RaftGroup, Ready]]:
-        """Take the Readys of the groups in `dirty_set` (emptied); groups stepped mid-pass
-        stay dirty."""
-        dirty = dict(dirty_set)
-        dirty_set.clear()
+    def _collect_readys(self) -> list[tuple[RaftGroup, Ready]]:
+        """Take the Readys of the dirty groups; groups stepped mid-pass stay dirty."""
+        dirty, self._dirty = self._dirty, {}
         batch = []
         for group in dirty.values():
             node = group.node
@@ -371,7 +313,7 @@ class GroupHost:
                 except CorruptBatchError as error:
                     self._storage_damaged(group, error)
             elif node.ready_pending:
-                dirty_set[group.group_id] = group  # stepped mid-pass: look again next pass
+                self._dirty[group.group_id] = group  # stepped mid-pass: look again next pass
         return batch
 
     async def _complete_batch(self, batch: list[tuple[RaftGroup, Ready]]) -> None:

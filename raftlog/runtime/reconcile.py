@@ -131,8 +131,6 @@ class Reconciler:
                 break
             info = state.partition_by_group(group_id)
             assert info is not None
-            if (info.topic, int(info.partition)) in self.replicas:
-                continue  # a deleted namesake still waits for its removal (below)
             # A node joining through a move starts with no voters at all: it must not vote
             # or campaign before the leader's log (or snapshot) tells it the membership.
             joining = self._node_id in info.adding
@@ -141,8 +139,8 @@ class Reconciler:
             self._create_replica(
                 info.topic, int(info.partition), group_id, voters, preferred=preferred
             )
-        if self.replicas_by_group.keys() - wanted:
-            self._host.after_bulk_pass(self._remove_unwanted)
+        for group_id in sorted(self.replicas_by_group.keys() - wanted):
+            self._remove_replica(group_id)
         for topic in [t for t in self._topic_settings if state.topic(t) is None]:
             del self._topic_settings[topic]
         self._update_peers(self._peer_addresses(state))
@@ -169,16 +167,6 @@ class Reconciler:
                 peers[node_id] = address
         assert self._node_id not in peers, peers
         return peers
-
-    def _remove_unwanted(self) -> None:
-        """Remove the hosted groups the metadata no longer assigns here (once no partition
-        pass may be syncing their logs), then create what their removal held back."""
-        wanted = self._metadata().group_ids_for_node(self._node_id)
-        unwanted = sorted(self.replicas_by_group.keys() - wanted)
-        for group_id in unwanted:
-            self._remove_replica(group_id)
-        if unwanted:
-            self.reconcile()
 
     def _reconcile_more(self) -> None:
         self._more_scheduled = False
@@ -245,25 +233,11 @@ class Reconciler:
         ]
 
     def on_read_damage(self, group: RaftGroup, error: CorruptBatchError) -> None:
-        """The host met damage while stepping `group` (it already took the group off); a
-        partition's log is cut once no partition pass may be syncing it (the metadata log,
-        which no partition pass touches, at once)."""
-        group_id = group.group_id
-
-        def reopen() -> None:
-            self.reopen_for_repair(group_id, error.path, str(error), offset=None)
-
-        if group_id in self.replicas_by_group:
-            self._host.after_bulk_pass(reopen)
-        else:
-            reopen()
+        """The host met damage while stepping `group` (it already took the group off)."""
+        self.reopen_for_repair(group.group_id, error.path, str(error), offset=None)
 
     def on_scrub_damage(self, group_id: GroupId, problem: SegmentProblem) -> None:
-        self._host.after_bulk_pass(
-            lambda: self.reopen_for_repair(
-                group_id, problem.path, problem.cause, offset=problem.offset
-            )
-        )
+        self.reopen_for_repair(group_id, problem.path, problem.cause, offset=problem.offset)
 
     def reopen_for_repair(
         self, group_id: GroupId, path: str | None, cause: str, *, offset: int | None
@@ -271,8 +245,6 @@ class Reconciler:
         """Synced data of a hosted partition turned out damaged: drop the log from the
         damage on (durably marked as a repair) and reopen the group, which then abstains
         until a leader the other replicas elected has refilled it."""
-        if group_id not in self._factory.storages:
-            return  # removed (its topic deleted) before the repair could start
         replica = self.replicas_by_group.get(group_id)
         group = self._host.remove(group_id)
         if group is not None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 from collections.abc import Sequence
 
 from raftlog.config import RaftConfig
@@ -170,67 +169,3 @@ def test_a_pass_of_one_kind_is_one_sync_as_before() -> None:
     assert len(writes) == 2 and len(syncs) == 2
     # Both syncs come after both writes: the two groups shared one group-commit.
     assert trace.index(syncs[0]) > trace.index(writes[1]), trace
-
-
-class _BlockingHardState(TracedHardState):
-    """A hard-state save (on the host's disk thread) that waits until the test lets it."""
-
-    def __init__(self, trace: Trace, group: GroupId, release: threading.Event) -> None:
-        super().__init__(trace, group)
-        self._release = release
-
-    def save(self, hard_state: HardState) -> None:
-        assert self._release.wait(HANG_GUARD_S), "never released"
-        super().save(hard_state)
-
-
-HANG_GUARD_S = 30.0
-
-
-def test_the_metadata_group_commits_while_a_partition_pass_waits_for_its_disk() -> None:
-    """A partition pass is stuck on a vote's hard-state save; the metadata group's append and
-    commit still go through its own pipeline; what waits for the partition pass to finish
-    (`after_bulk_pass`) runs only once the save is done."""
-    trace: Trace = []
-    release = threading.Event()
-    after: list[str] = []
-
-    def send(receiver: NodeId, group_id: GroupId, message: Message) -> None:
-        trace.append((type(message).__name__, group_id))
-
-    async def until(seen: tuple[str, GroupId]) -> None:
-        while seen not in trace:
-            await asyncio.sleep(0.001)
-
-    async def scenario() -> None:
-        host = GroupHost(
-            node_id=ME, tick_interval_ms=50, send=send, urgent_groups=frozenset({METADATA})
-        )
-        _add_group(host, trace, METADATA)
-        voting = _add_group(host, trace, VOTING)
-        voting.hard_state_store = _BlockingHardState(trace, VOTING, release)
-        running = asyncio.create_task(host.run())
-        try:
-            host.deliver(CANDIDATE, [(VOTING, _vote(2))])
-            while not host._bulk_pass_in_flight:
-                await asyncio.sleep(0.001)
-            host.after_bulk_pass(lambda: after.append("ran"))
-            host.deliver(LEADER, [(METADATA, _append(1, 0, -1))])
-            await until(("AppendResponse", METADATA))
-            host.deliver(LEADER, [(METADATA, _append(1, 1, 0))])
-            await until(("apply", METADATA))
-            assert ("VoteResponse", VOTING) not in trace and after == [], trace
-            release.set()
-            await until(("VoteResponse", VOTING))
-            while not after:
-                await asyncio.sleep(0.001)
-        finally:
-            release.set()
-            host.close()
-            await asyncio.gather(running, return_exceptions=True)
-
-    asyncio.run(asyncio.wait_for(scenario(), HANG_GUARD_S))
-    assert after == ["ran"]
-    host_now = GroupHost(node_id=ME, tick_interval_ms=50, send=send)
-    host_now.after_bulk_pass(lambda: after.append("at once"))  # no pass in flight
-    assert after == ["ran", "at once"]
