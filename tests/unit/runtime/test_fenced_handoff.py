@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -47,7 +47,11 @@ def _no_spawn(awaitable: Awaitable[None], name: str) -> None:
     raise AssertionError(f"a fenced handoff spawns nothing ({name})")
 
 
-def _moves(clock: FakeMonotonicClock) -> tuple[LeadershipMoves, list[PartitionReplica]]:
+def _moves(
+    clock: FakeMonotonicClock,
+    submit: Callable[..., Awaitable[ApplyResult]] = _no_submit,
+    spawn: Callable[[Awaitable[None], str], None] = _no_spawn,
+) -> tuple[LeadershipMoves, list[PartitionReplica]]:
     replicas = [_partition_led_by_node_1(p) for p in range(PARTITIONS)]
     state = _alive_metadata()
     moves = LeadershipMoves(
@@ -56,8 +60,8 @@ def _moves(clock: FakeMonotonicClock) -> tuple[LeadershipMoves, list[PartitionRe
         replicas={(r.topic, r.partition): r for r in replicas},
         replicas_by_group={r.group.group_id: r for r in replicas},
         rng=random.Random(7),
-        submit=_no_submit,
-        spawn=_no_spawn,
+        submit=submit,
+        spawn=spawn,
         clock=clock,
         fenced_transfers_per_s_max=RATE_PER_S,
         reports_in_flight_max=REPORTS_IN_FLIGHT_MAX,
@@ -71,8 +75,6 @@ REPORTS_IN_FLIGHT_MAX = 4
 def test_leadership_reports_in_flight_are_one_per_group_and_bounded() -> None:
     """A burst of elections reports at most the bound at once and never a group twice; a
     finished report frees its slot for the next (report_stale_leaders retries the rest)."""
-    replicas = [_partition_led_by_node_1(p) for p in range(PARTITIONS)]
-    state = _alive_metadata()
     spawned: list[tuple[Awaitable[None], str]] = []
     submitted: list[object] = []
 
@@ -80,17 +82,8 @@ def test_leadership_reports_in_flight_are_one_per_group_and_bounded() -> None:
         submitted.append(command)
         return ApplyResult(ErrorCode.NONE, "")
 
-    moves = LeadershipMoves(
-        node_id=FENCED,
-        metadata=lambda: state,
-        replicas={(r.topic, r.partition): r for r in replicas},
-        replicas_by_group={r.group.group_id: r for r in replicas},
-        rng=random.Random(7),
-        submit=submit,
-        spawn=lambda awaitable, name: spawned.append((awaitable, name)),
-        clock=FakeMonotonicClock(),
-        fenced_transfers_per_s_max=RATE_PER_S,
-        reports_in_flight_max=REPORTS_IN_FLIGHT_MAX,
+    moves, replicas = _moves(
+        FakeMonotonicClock(), submit, lambda awaitable, name: spawned.append((awaitable, name))
     )
     for _ in range(2):
         for replica in replicas:
