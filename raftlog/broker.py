@@ -65,12 +65,14 @@ from raftlog.metadata import (
     plan_create_topic,
     plan_decommission,
 )
+from raftlog.metadata.commands import reject
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
 from raftlog.raft.membership import membership_at
 from raftlog.raft.types import Message, Role, Snapshot, SnapshotMeta
 from raftlog.rpc.consumer_group_servicer import GroupService
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.forwarding import ControllerForwarder, Lane
+from raftlog.rpc.peer_calls import PeerCalls
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl
 from raftlog.rpc.server import ApiServer, start_api_server
@@ -155,6 +157,14 @@ class Broker:
             on_peer_liveness=lambda peer, alive: self.host.set_peer_reachable(
                 peer, reachable=alive
             ),
+            on_call_frame=lambda sender, kind, body: self.peer_calls.on_frame(sender, kind, body),
+        )
+        # Metadata commands for the controller travel on the transport too.
+        self.peer_calls = PeerCalls(
+            node_id=self.node_id,
+            send=self.transport.send_call_frame,
+            serve=self._serve_call,
+            calls_in_flight_max=self.config.transport.calls_in_flight_max,
         )
         self.host = GroupHost(
             node_id=self.node_id,
@@ -318,6 +328,7 @@ class Broker:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        self.peer_calls.close()
         await self.transport.close()
         for group in list(self.host.groups()):
             group.fail_waiters(NotLeaderError(leader_hint=None))
@@ -394,13 +405,18 @@ class Broker:
     async def submit(
         self, command: Command, *, timeout_s: float, lane: Lane = "other"
     ) -> ApplyResult:
-        """Commit `command` to the metadata quorum (forwarding to the controller if needed,
-        on the connection of `lane`: raftlog.rpc.forwarding)."""
+        """Commit `command` to the metadata quorum, on the controller: a call over the peer
+        transport (raftlog.rpc.peer_calls) when connected to it, else forwarded by gRPC on
+        the connection of `lane` (raftlog.rpc.forwarding)."""
         group = self.metadata_group
         assert group is not None
         if not self.is_controller():
             controller = self.controller_id
-            if controller is None or self.forward is None:
+            if controller is None:
+                raise NotControllerError(leader_hint=None)
+            if self.transport.is_connected(controller) and self.peer_calls.has_room():
+                return await self.peer_calls.call(controller, command, timeout_s)
+            if self.forward is None:
                 raise NotControllerError(leader_hint=controller)
             address = self.client_address_of(controller)
             return await self.forward(address, command, timeout_s, lane=lane)
@@ -421,6 +437,17 @@ class Broker:
         result = self.metadata.take_result(offset)
         assert result is not None, f"no apply result at offset {offset}"
         return result
+
+    async def _serve_call(self, sender: NodeId, command: Command, timeout_s: float) -> ApplyResult:
+        """A metadata call from node `sender` (raftlog.rpc.peer_calls)."""
+        if isinstance(command, NodeHeartbeat | RegisterNode) and command.node_id != sender:
+            return reject(
+                ErrorCode.INVALID_REQUEST,
+                f"node {sender} sent the liveness of node {command.node_id}",
+            )
+        if not self.is_controller():
+            raise NotControllerError(leader_hint=self.controller_id)
+        return await self.submit(command, timeout_s=timeout_s)
 
     def client_address_of(self, node_id: NodeId) -> str:
         info = self.metadata.state.node(node_id)

@@ -209,6 +209,10 @@ class TransportConfig:
     # heard from (any frame) within the timeout is reachable.
     node_heartbeat_interval_ms: int = 100
     node_liveness_timeout_ms: int = 1000
+    # Metadata calls to the controller (raftlog.rpc.peer_calls) waiting for replies on a
+    # node, and served for one peer on the controller: beyond it a node forwards by gRPC
+    # and the controller answers DROPPED.
+    calls_in_flight_max: int = 1024
 
     def validate(self) -> TransportConfig:
         _require_positive_ints(self)

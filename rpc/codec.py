@@ -5,10 +5,11 @@ Theory of operation. A connection carries frames, each
     [u32 length][u8 frame kind][body]          length = 1 + len(body), network byte order
 
 and the first frame each way is a HELLO: (protocol version, cluster id, node id), so a node
-never accepts Raft traffic from a stranger or from another cluster. Every later frame is a
-MESSAGES frame, whose body is `[u32 count]` then `count` items `[i64 group][u8 message kind]
+never accepts Raft traffic from a stranger or from another cluster. Most later frames are
+MESSAGES frames, whose body is `[u32 count]` then `count` items `[i64 group][u8 message kind]
 [fixed fields][variable parts]`: one frame carries everything the node produced for one peer
-in one event-loop iteration, for any number of Raft groups.
+in one event-loop iteration, for any number of Raft groups. CALL and REPLY frames carry a
+metadata command to the controller and its outcome (raftlog.rpc.peer_calls encodes them).
 
 Integers are signed 64-bit (offsets may be -1), booleans are bits of one flags byte, and an
 entry is `[i64 term][i64 offset][i64 offset_count][u8 kind][u32 data length][data]`. Entry
@@ -72,7 +73,7 @@ __all__ = [
     "item_size_bytes",
 ]
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: CALL and REPLY frames
 CLUSTER_ID_BYTES_MAX = 255
 
 Item: TypeAlias = tuple[GroupId, Message]
@@ -92,6 +93,10 @@ Buffer: TypeAlias = bytes | memoryview
 class FrameKind(enum.IntEnum):
     HELLO = 1
     MESSAGES = 2
+    # A metadata command a node submits to the controller, and its outcome
+    # (raftlog.rpc.peer_calls; the transport carries their bodies as they are).
+    CALL = 3
+    REPLY = 4
 
 
 class MessageKind(enum.IntEnum):

@@ -23,6 +23,11 @@ stale traffic when it comes back. A HELLO from a peer we are backing off from en
 backoff at once (the peer is up: it just dialed us), so a restarted node hears from us as soon
 as it has dialed us, not after our backoff toward it.
 
+Metadata calls. `send_call_frame` queues a CALL or REPLY frame (raftlog.rpc.peer_calls)
+ahead of the Raft traffic waiting for the peer (behind only a frame half written): a
+heartbeat to the controller must not wait behind megabytes of appends. Such frames are
+bounded, dropped and faulted like any other; they arrive through `on_call_frame`.
+
 Receiving calls `on_messages(sender, items)` synchronously, once per frame, with every
 (group, message) pair of that frame. An exception it raises closes that connection and goes
 to the event loop's exception handler (the node's runtime stops on assertion failures).
@@ -78,12 +83,14 @@ from raftlog.rpc.out_frame import (
 )
 from raftlog.types import GroupId, NodeId
 
-__all__ = ["OnMessages", "PeerTransport", "TransportCounters"]
+__all__ = ["OnCallFrame", "OnMessages", "PeerTransport", "TransportCounters"]
 
 log = logging.getLogger(__name__)
 
 OnMessages = Callable[[NodeId, list[Item]], None]
 OnPeerLiveness = Callable[[NodeId, bool], None]
+# A CALL or REPLY frame's body (a view of the receive buffer: copy what is kept).
+OnCallFrame = Callable[[NodeId, FrameKind, memoryview], None]
 Address = tuple[str, int]
 
 
@@ -108,6 +115,8 @@ class TransportCounters:
     handshakes_refused: int = 0
     frame_errors: int = 0
     heartbeats_sent: int = 0
+    call_frames_sent: int = 0  # CALL and REPLY frames queued
+    call_frames_received: int = 0
     peers_unreachable: int = 0  # reachable -> unreachable transitions
 
 
@@ -176,6 +185,7 @@ class PeerTransport:
         incarnation: int = 0,
         on_peer_restart: Callable[[NodeId], None] | None = None,
         on_peer_liveness: OnPeerLiveness | None = None,
+        on_call_frame: OnCallFrame | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config.validate()
@@ -196,6 +206,7 @@ class PeerTransport:
         self._closed = False
         self._counters = TransportCounters()
         self._on_peer_liveness = on_peer_liveness
+        self._on_call_frame = on_call_frame
         self._heard_at: dict[NodeId, float] = {}  # loop time of the last frame from a peer
         self._reachable: set[NodeId] = set()
         self._liveness_task: asyncio.Task[None] | None = None
@@ -312,6 +323,33 @@ class PeerTransport:
             assert self._loop is not None
             self._loop.call_soon(self._flush, state)
 
+    def send_call_frame(self, peer: NodeId, frame: bytes) -> bool:
+        """Queue one CALL or REPLY frame (header included) for `peer`, ahead of its queued
+        Raft traffic; False when it was dropped (and counted) instead."""
+        state = self._peers.get(peer)
+        if state is None:
+            self._counters.messages_dropped_unknown_peer += 1
+            return False
+        if len(frame) > self.config.frame_bytes_max:
+            raise FrameError(
+                f"call frame of {len(frame)} bytes for node {peer} exceeds "
+                f"frame_bytes_max={self.config.frame_bytes_max}"
+            )
+        if state.phase is _Phase.DOWN:
+            self._counters.messages_dropped_peer_down += 1
+            return False
+        if state.queued_bytes + len(frame) > self.config.peer_queue_bytes_max:
+            self._counters.messages_dropped_queue_full += 1
+            return False
+        state.queued_bytes += len(frame)
+        self._counters.call_frames_sent += 1
+        out = OutFrame((frame,))
+        if self._faults is None or not self._faults.active:
+            self._enqueue(state, out, first=True)
+        else:
+            self._route_with_faults(state, out, self._faults.outgoing(peer), first=True)
+        return True
+
     def _flush(self, peer: _Peer) -> None:
         peer.flush_scheduled = False
         if peer.pending and not peer.removed:
@@ -330,10 +368,16 @@ class PeerTransport:
         else:
             self._route_with_faults(peer, frame, self._faults.outgoing(peer.node_id))
 
-    def _enqueue(self, peer: _Peer, frame: OutFrame) -> None:
+    def _enqueue(self, peer: _Peer, frame: OutFrame, *, first: bool = False) -> None:
         if peer.removed or peer.phase is _Phase.DOWN:
             self._release(peer, len(frame))
             self._counters.frames_dropped_disconnected += 1
+            return
+        if first:
+            # Behind the frame the socket already has part of, if any; a reordered frame
+            # (faults) still follows the next ordinary frame.
+            peer.frames.insert(1 if peer.frame_sent_bytes else 0, frame)
+            self._pump(peer)
             return
         peer.frames.append(frame)
         if peer.held is not None:  # a reordered frame goes right after this one
@@ -378,7 +422,9 @@ class PeerTransport:
 
     # --- faults (only with a FaultInjector) ---
 
-    def _route_with_faults(self, peer: _Peer, frame: OutFrame, fate: FrameFate) -> None:
+    def _route_with_faults(
+        self, peer: _Peer, frame: OutFrame, fate: FrameFate, *, first: bool = False
+    ) -> None:
         if fate.copies == 0:
             self._release(peer, len(frame))
             self._counters.frames_dropped_fault += 1
@@ -388,12 +434,12 @@ class PeerTransport:
         assert self._loop is not None
         for _ in range(fate.copies):
             if fate.delay_s > 0:
-                self._loop.call_later(fate.delay_s, self._enqueue, peer, frame)
-            elif fate.hold_back_s is not None and peer.held is None:
+                self._loop.call_later(fate.delay_s, lambda: self._enqueue(peer, frame, first=first))
+            elif fate.hold_back_s is not None and peer.held is None and not first:
                 peer.held = frame
                 self._loop.call_later(fate.hold_back_s, self._release_held, peer, frame)
             else:
-                self._enqueue(peer, frame)
+                self._enqueue(peer, frame, first=first)
 
     def _release_held(self, peer: _Peer, frame: OutFrame) -> None:
         # No later frame came within the reorder window: send the held one anyway.
@@ -514,13 +560,31 @@ class PeerTransport:
                     f"{type(message).__name__} from node {message.sender} to node "
                     f"{message.receiver} arrived from node {sender} at node {self.node_id}"
                 )
-        self._heard_at[sender] = asyncio.get_running_loop().time()
-        if sender not in self._reachable:
-            self._set_reachable(sender, reachable=True)
+        self._heard(sender)
         if not items:
             return  # a node-pair heartbeat
         self._counters.messages_received += len(items)
         self._on_messages(sender, items)
+
+    def _deliver_call_frame(
+        self, sender: NodeId, kind: FrameKind, body: memoryview, frame_bytes: int
+    ) -> None:
+        self._counters.frames_received += 1
+        self._counters.bytes_received += frame_bytes
+        faults = self._faults
+        if faults is not None and faults.active and not faults.allow_incoming(sender):
+            self._counters.frames_blocked_incoming += 1
+            return
+        if self._on_call_frame is None:
+            raise FrameError(f"{kind.name} frame from node {sender}: this node takes no calls")
+        self._heard(sender)
+        self._counters.call_frames_received += 1
+        self._on_call_frame(sender, kind, body)
+
+    def _heard(self, sender: NodeId) -> None:
+        self._heard_at[sender] = asyncio.get_running_loop().time()
+        if sender not in self._reachable:
+            self._set_reachable(sender, reachable=True)
 
     def _forget(self, connection: _Connection) -> None:
         self._connections.discard(connection)
@@ -752,11 +816,13 @@ class _Connection(asyncio.BufferedProtocol):
     def on_frame(self, kind: FrameKind, body: memoryview) -> None:
         if self.peer_id is None:
             self.on_hello(kind, body)
-        elif kind is not FrameKind.MESSAGES or self.expected is not None:
-            # Peers send Raft traffic only over connections they dialed.
+        elif kind is FrameKind.HELLO or self.expected is not None:
+            # Peers send everything but HELLO only over connections they dialed.
             raise FrameError(f"unexpected {kind.name} frame from node {self.peer_id}")
-        else:
+        elif kind is FrameKind.MESSAGES:
             self.owner._deliver(self.peer_id, body, FRAME_HEADER.size + len(body))
+        else:
+            self.owner._deliver_call_frame(self.peer_id, kind, body, FRAME_HEADER.size + len(body))
 
     def on_hello(self, kind: FrameKind, body: memoryview) -> None:
         if kind is not FrameKind.HELLO:

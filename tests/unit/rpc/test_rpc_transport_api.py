@@ -8,7 +8,12 @@ from raftlog.rpc import codec, faults, peer_transport
 
 
 def test_public_names() -> None:
-    assert sorted(peer_transport.__all__) == ["OnMessages", "PeerTransport", "TransportCounters"]
+    assert sorted(peer_transport.__all__) == [
+        "OnCallFrame",
+        "OnMessages",
+        "PeerTransport",
+        "TransportCounters",
+    ]
     assert sorted(faults.__all__) == [
         "ChaosClock",  # the node's movable wall clock (issue 8)
         "DELIVER",
@@ -36,10 +41,13 @@ def test_transport_signatures() -> None:
         "incarnation",
         "on_peer_restart",
         "on_peer_liveness",
+        "on_call_frame",
     ]
     send = inspect.signature(peer_transport.PeerTransport.send)
     assert list(send.parameters) == ["self", "peer", "group", "message"]
     for name in ("start", "close", "wait_connected", "wait_queue_below"):
         assert inspect.iscoroutinefunction(getattr(peer_transport.PeerTransport, name)), name
-    for name in ("update_peers", "counters", "is_connected", "queued_bytes"):
+    send_call_frame = inspect.signature(peer_transport.PeerTransport.send_call_frame)
+    assert list(send_call_frame.parameters) == ["self", "peer", "frame"]
+    for name in ("update_peers", "counters", "is_connected", "queued_bytes", "send_call_frame"):
         assert not inspect.iscoroutinefunction(getattr(peer_transport.PeerTransport, name)), name

@@ -15,8 +15,10 @@ from raftlog.metadata import (
     Command,
     CreateTopic,
     CreateTopicRequest,
+    ErrorCode,
     FenceNode,
     MetadataState,
+    NodeHeartbeat,
     ReassignPartition,
     RegisterNode,
     plan_create_topic,
@@ -268,14 +270,13 @@ def test_a_really_silent_node_is_fenced_within_its_lease() -> None:
     assert fenced_at == [10]  # 1500 ms of wall time, 1000 ms of loop time
 
 
-def test_a_broker_reads_its_lease_on_the_clock_it_was_given(tmp_path: Path) -> None:
+def _unstarted_broker(data_dir: Path, clock: FakeMonotonicClock) -> Broker:
     address = ("127.0.0.1", 1)
     metadata = MetadataConfig(node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100)
-    clock = FakeMonotonicClock()
-    broker = Broker(
+    return Broker(
         BrokerSettings(
             node_id=N1,
-            data_dir=tmp_path,
+            data_dir=data_dir,
             listen=address,
             raft_listen=address,
             peers={N1: address},
@@ -283,6 +284,22 @@ def test_a_broker_reads_its_lease_on_the_clock_it_was_given(tmp_path: Path) -> N
         ),
         clock=clock,
     )
+
+
+def test_a_node_cannot_renew_another_nodes_lease_by_a_call(tmp_path: Path) -> None:
+    broker = _unstarted_broker(tmp_path, FakeMonotonicClock())
+    for command in (
+        NodeHeartbeat(node_id=N3, incarnation=1, now_ms=0),
+        RegisterNode(N3, "127.0.0.1:1", "127.0.0.1:2", incarnation=1, now_ms=0),
+    ):
+        result = asyncio.run(broker._serve_call(N2, command, 1.0))
+        assert result.code is ErrorCode.INVALID_REQUEST
+        assert result.message == "node 2 sent the liveness of node 3"
+
+
+def test_a_broker_reads_its_lease_on_the_clock_it_was_given(tmp_path: Path) -> None:
+    clock = FakeMonotonicClock()
+    broker = _unstarted_broker(tmp_path, clock)
     clock.advance(0.999)
     assert not broker.is_fenced()
     clock.advance(0.001)

@@ -1,0 +1,275 @@
+"""Metadata commands a node submits to the controller over the peer transport.
+
+A node that is not the controller sends its liveness heartbeats, its leadership reports, its
+reassignment steps and its clients' admin commands to the controller. They travel as CALL
+frames on the node-to-node transport (raftlog.rpc.peer_transport), ahead of the Raft
+traffic queued for the controller, and the controller answers each with a REPLY frame on
+its own connection back. Forwarded through the controller's client-facing gRPC server
+instead, heartbeats waited seconds behind that server's own scheduling while the
+controller created a thousand groups, and reached it after the lease they were to renew
+(benchmarks/README.md, "Scale under pressure"). gRPC forwarding (raftlog.rpc.forwarding)
+remains for a node the controller does not know yet (a new node's first registration) and
+while no connection to the controller is up.
+
+Frames (after the transport's `[u32 length][u8 kind]` header):
+
+    CALL   [u64 call id][u32 timeout ms][command bytes (raftlog.metadata.encode_command)]
+    REPLY  [u64 call id][u8 status][i64 leader hint][i64 producer id first]
+           [u16 code length][code (ErrorCode value, ASCII)][message (UTF-8)]
+
+A call is answered once or not at all: a dropped frame, a broken connection or a controller
+that dies leaves the caller to its timeout. A controller that is only slow answers late,
+so silence alone fails no call: failing them when the peer seemed unreachable for a second
+would throw away heartbeats that a controller, its loop stalled, was about to answer. Call ids are never reused by one process; a reply to a call no longer waited for
+is ignored. Both ends are bounded: `calls_in_flight_max` calls waiting for replies, and as
+many served per peer (more are answered DROPPED at once, which the caller may retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from raftlog.errors import (
+    FrameError,
+    NotControllerError,
+    NotLeaderError,
+    ProposalDroppedError,
+    RaftlogError,
+)
+from raftlog.metadata import ApplyResult, Command, ErrorCode
+from raftlog.metadata.commands import (
+    COMMAND_BYTES_MAX,
+    MetadataDecodeError,
+    decode_command,
+    encode_command,
+)
+from raftlog.rpc.codec import FRAME_HEADER, FrameKind
+from raftlog.types import NodeId
+
+__all__ = [
+    "Call",
+    "CallStatus",
+    "PeerCalls",
+    "Reply",
+    "decode_call",
+    "decode_reply",
+    "encode_call",
+    "encode_reply",
+]
+
+log = logging.getLogger(__name__)
+
+_CALL = struct.Struct("!QI")  # call id, timeout ms
+_REPLY = struct.Struct("!QBqqH")  # call id, status, leader hint, producer id first, code length
+_U32_MAX = 2**32 - 1
+_REPLY_MESSAGE_BYTES_MAX = 4096
+
+
+class CallStatus(enum.IntEnum):
+    APPLIED = 0  # the command committed; the result says how it applied
+    NOT_CONTROLLER = 1  # the callee does not lead the metadata quorum (leader hint: who does)
+    TIMED_OUT = 2  # not committed within the call's timeout
+    DROPPED = 3  # not proposed (too many calls in flight, leadership changing); retriable
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    call_id: int
+    timeout_ms: int
+    command: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    call_id: int
+    status: CallStatus
+    leader_hint: NodeId | None = None
+    result: ApplyResult | None = None  # set when APPLIED
+    message: str = ""  # why, when DROPPED
+
+    def __post_init__(self) -> None:
+        assert (self.result is not None) == (self.status is CallStatus.APPLIED), self
+
+
+def encode_call(call: Call) -> bytes:
+    """The whole CALL frame, header included."""
+    assert 0 <= call.call_id < 2**64 and 0 <= call.timeout_ms <= _U32_MAX, call
+    body = _CALL.pack(call.call_id, call.timeout_ms) + call.command
+    return FRAME_HEADER.pack(1 + len(body), FrameKind.CALL) + body
+
+
+def decode_call(body: memoryview) -> Call:
+    if len(body) < _CALL.size:
+        raise FrameError(f"truncated CALL: {len(body)} bytes, needs {_CALL.size}")
+    call_id, timeout_ms = _CALL.unpack_from(body)
+    command = body[_CALL.size :]
+    if len(command) > COMMAND_BYTES_MAX:
+        raise FrameError(f"CALL command of {len(command)} bytes exceeds {COMMAND_BYTES_MAX}")
+    return Call(call_id, timeout_ms, command.tobytes())
+
+
+def encode_reply(reply: Reply) -> bytes:
+    result = reply.result
+    code = (result.code.value if result is not None else "").encode("ascii")
+    text = result.message if result is not None else reply.message
+    message = text.encode()[:_REPLY_MESSAGE_BYTES_MAX]
+    producer_id_first = -1
+    if result is not None and result.producer_id_first is not None:
+        producer_id_first = result.producer_id_first
+    hint = -1 if reply.leader_hint is None else reply.leader_hint
+    body = (
+        _REPLY.pack(reply.call_id, reply.status, hint, producer_id_first, len(code))
+        + code
+        + message
+    )
+    return FRAME_HEADER.pack(1 + len(body), FrameKind.REPLY) + body
+
+
+def decode_reply(body: memoryview) -> Reply:
+    if len(body) < _REPLY.size:
+        raise FrameError(f"truncated REPLY: {len(body)} bytes, needs {_REPLY.size}")
+    call_id, status, hint, producer_id_first, code_length = _REPLY.unpack_from(body)
+    code_end = _REPLY.size + code_length
+    if code_end > len(body) or len(body) - code_end > _REPLY_MESSAGE_BYTES_MAX:
+        raise FrameError(f"REPLY of {len(body)} bytes with a code of {code_length} bytes")
+    if status not in CallStatus._value2member_map_ or hint < -1 or producer_id_first < -1:
+        raise FrameError(f"REPLY with status {status}, leader hint {hint}")
+    try:
+        code = body[_REPLY.size : code_end].tobytes().decode("ascii")
+        message = body[code_end:].tobytes().decode()
+        error_code = ErrorCode(code) if status == CallStatus.APPLIED else None
+    except (UnicodeDecodeError, ValueError) as error:
+        raise FrameError(f"REPLY with an unreadable result: {error}") from error
+    result = None
+    if error_code is not None:
+        first = None if producer_id_first < 0 else producer_id_first
+        result = ApplyResult(error_code, message, producer_id_first=first)
+    return Reply(
+        call_id,
+        CallStatus(status),
+        leader_hint=None if hint < 0 else NodeId(hint),
+        result=result,
+        message="" if result is not None else message,
+    )
+
+
+# Serves one call on the controller: the caller's node, the command, how long it may take.
+Serve = Callable[[NodeId, Command, float], Awaitable[ApplyResult]]
+# Queues one frame for a peer; False when the transport dropped it.
+SendFrame = Callable[[NodeId, bytes], bool]
+
+
+class PeerCalls:
+    """Both ends of metadata calls for one node: `call` on the caller, `on_frame` serves
+    CALLs (through `serve`) and completes calls with their REPLYs."""
+
+    def __init__(
+        self, *, node_id: NodeId, send: SendFrame, serve: Serve, calls_in_flight_max: int
+    ) -> None:
+        assert calls_in_flight_max > 0, calls_in_flight_max
+        self._node_id = node_id
+        self._send = send
+        self._serve = serve
+        self._calls_in_flight_max = calls_in_flight_max
+        self._call_ids = itertools.count()
+        # Calls waiting for a reply: call id -> (callee, future).
+        self._waiting: dict[int, tuple[NodeId, asyncio.Future[Reply]]] = {}
+        # Calls being served, per caller.
+        self._serving: dict[NodeId, set[asyncio.Task[None]]] = {}
+        self._closed = False
+
+    # --- the caller's end ---
+
+    def has_room(self) -> bool:
+        """Whether another call may wait for a reply now (else the caller forwards by gRPC)."""
+        return len(self._waiting) < self._calls_in_flight_max and not self._closed
+
+    async def call(self, peer: NodeId, command: Command, timeout_s: float) -> ApplyResult:
+        """Submit `command` on `peer`, the controller; its result once committed. Raises
+        NotControllerError (with the callee's hint), ProposalDroppedError or TimeoutError."""
+        assert self.has_room(), "call() only while has_room()"
+        call_id = next(self._call_ids)
+        frame = encode_call(
+            Call(call_id, min(_U32_MAX, int(timeout_s * 1000)), encode_command(command))
+        )
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._waiting[call_id] = (peer, future)
+        try:
+            if not self._send(peer, frame):
+                raise ProposalDroppedError(f"the call to node {peer} could not be queued")
+            reply = await asyncio.wait_for(future, timeout_s)
+        finally:
+            self._waiting.pop(call_id, None)
+        return self._outcome(peer, reply)
+
+    @staticmethod
+    def _outcome(peer: NodeId, reply: Reply) -> ApplyResult:
+        if reply.status is CallStatus.APPLIED:
+            assert reply.result is not None
+            return reply.result
+        if reply.status is CallStatus.NOT_CONTROLLER:
+            raise NotControllerError(leader_hint=reply.leader_hint)
+        if reply.status is CallStatus.TIMED_OUT:
+            raise TimeoutError(f"node {peer} did not commit the command in time")
+        raise ProposalDroppedError(f"node {peer} dropped the command: {reply.message}")
+
+    # --- frames from peers ---
+
+    def on_frame(self, sender: NodeId, kind: FrameKind, body: memoryview) -> None:
+        """A CALL or REPLY frame from `sender` (raises FrameError on a malformed one)."""
+        if kind is FrameKind.REPLY:
+            reply = decode_reply(body)
+            waiting = self._waiting.get(reply.call_id)
+            if waiting is not None and waiting[0] == sender and not waiting[1].done():
+                waiting[1].set_result(reply)
+            return
+        assert kind is FrameKind.CALL, kind
+        call = decode_call(body)
+        serving = self._serving.setdefault(sender, set())
+        if self._closed or len(serving) >= self._calls_in_flight_max:
+            message = f"{len(serving)} calls of node {sender} in flight"
+            reply = Reply(call.call_id, CallStatus.DROPPED, message=message)
+            self._send(sender, encode_reply(reply))
+            return
+        task = asyncio.get_running_loop().create_task(self._answer(sender, call))
+        serving.add(task)
+        task.add_done_callback(serving.discard)
+
+    async def _answer(self, sender: NodeId, call: Call) -> None:
+        try:
+            command = decode_command(call.command)
+        except MetadataDecodeError as error:
+            result = ApplyResult(ErrorCode.INVALID_REQUEST, f"command: {error}")
+            self._send(sender, encode_reply(Reply(call.call_id, CallStatus.APPLIED, result=result)))
+            return
+        try:
+            result = await self._serve(sender, command, call.timeout_ms / 1000)
+        except NotLeaderError as error:
+            hint = None if error.leader_hint is None else NodeId(error.leader_hint)
+            reply = Reply(call.call_id, CallStatus.NOT_CONTROLLER, leader_hint=hint)
+        except TimeoutError:
+            reply = Reply(call.call_id, CallStatus.TIMED_OUT)
+        except RaftlogError as error:
+            reply = Reply(call.call_id, CallStatus.DROPPED, message=str(error))
+        else:
+            reply = Reply(call.call_id, CallStatus.APPLIED, result=result)
+        self._send(sender, encode_reply(reply))
+
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def close(self) -> None:
+        """Stop serving and fail every call still waiting."""
+        self._closed = True
+        for tasks in self._serving.values():
+            for task in tasks:
+                task.cancel()
+        for _, future in self._waiting.values():
+            if not future.done():
+                future.set_exception(NotControllerError(leader_hint=None))
