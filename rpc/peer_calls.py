@@ -20,9 +20,10 @@ Frames (after the transport's `[u32 length][u8 kind]` header):
 A call is answered once or not at all: a dropped frame, a broken connection or a controller
 that dies leaves the caller to its timeout. A controller that is only slow answers late,
 so silence alone fails no call: failing them when the peer seemed unreachable for a second
-would throw away heartbeats that a controller, its loop stalled, was about to answer. Call ids are never reused by one process; a reply to a call no longer waited for
-is ignored. Both ends are bounded: `calls_in_flight_max` calls waiting for replies, and as
-many served per peer (more are answered DROPPED at once, which the caller may retry).
+would throw away heartbeats that a controller, its loop stalled, was about to answer. Call
+ids are never reused by one process; a reply to a call no longer waited for is ignored.
+Both ends are bounded: `calls_in_flight_max` calls waiting for replies, and as many served
+per peer (more are answered DROPPED at once, which the caller may retry).
 """
 
 from __future__ import annotations

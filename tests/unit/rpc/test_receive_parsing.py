@@ -17,7 +17,7 @@ from loopback import A, B, Inbox, append, heartbeat, node
 
 from raftlog.config import TransportConfig
 from raftlog.rpc import codec
-from raftlog.rpc.peer_transport import _Connection
+from raftlog.rpc.peer_connection import PeerConnection
 from raftlog.types import GroupId
 
 SMALL_BUFFER = TransportConfig(
@@ -50,7 +50,7 @@ class RecordingSocket(asyncio.Transport):
         pass
 
 
-def feed(connection: _Connection, stream: bytes, chunk_sizes: list[int]) -> None:
+def feed(connection: PeerConnection, stream: bytes, chunk_sizes: list[int]) -> None:
     """Deliver `stream` the way asyncio does: into the buffer the protocol hands out."""
     position, turn = 0, 0
     while position < len(stream):
@@ -85,7 +85,7 @@ def test_any_fragmentation_delivers_the_same_frames(
         inbox = Inbox()
         b, _ = await node(B, inbox, config=SMALL_BUFFER)
         b.update_peers({A: ("127.0.0.1", 1)})
-        connection = _Connection(b, expected=None)
+        connection = PeerConnection(b, expected=None)
         socket = RecordingSocket()
         connection.connection_made(socket)
         feed(connection, stream, chunk_sizes)
