@@ -60,9 +60,17 @@ class PartitionLog(Protocol):
 
     def log_start_offset(self) -> int: ...
 
-    def read(self, offset: int, *, bytes_max: int, end_offset: int | None = None) -> bytes:
+    def read(
+        self,
+        offset: int,
+        *,
+        bytes_max: int,
+        end_offset: int | None = None,
+        skip_emptied: bool = False,
+    ) -> bytes:
         """Whole batches from the one containing `offset` (at least one if any, unless it
-        reaches `end_offset`), stopping before the first batch that reaches `end_offset`."""
+        reaches `end_offset`), stopping before the first batch that reaches `end_offset`;
+        with `skip_emptied`, without the batches compaction emptied of every record."""
         ...
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None: ...
@@ -485,23 +493,25 @@ class PartitionReplica:
         wait_ms_max: int,
         bytes_min: int = 1,
         allow_follower: bool = False,
+        skip_emptied: bool = False,
     ) -> FetchResult:
-        """Committed batches from `offset`, long-polling up to `wait_ms_max` for `bytes_min`."""
+        """Committed batches from `offset`, long-polling up to `wait_ms_max` for `bytes_min`
+        (`skip_emptied`: PartitionLog.read)."""
         if not allow_follower:
             self._require_leader()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms_max / 1000
         while True:
-            result = self._fetch_now(offset, bytes_max=bytes_max)
+            result = self._fetch_now(offset, bytes_max=bytes_max, skip_emptied=skip_emptied)
             remaining = deadline - loop.time()
             if len(result.batches) >= bytes_min or remaining <= 0:
                 return result
             try:
                 await asyncio.wait_for(self._hw_advanced.wait(), remaining)
             except TimeoutError:
-                return self._fetch_now(offset, bytes_max=bytes_max)
+                return self._fetch_now(offset, bytes_max=bytes_max, skip_emptied=skip_emptied)
 
-    def _fetch_now(self, offset: int, *, bytes_max: int) -> FetchResult:
+    def _fetch_now(self, offset: int, *, bytes_max: int, skip_emptied: bool) -> FetchResult:
         high_watermark = self.high_watermark
         start = self._log.log_start_offset()
         if offset < start or offset > high_watermark:
@@ -511,7 +521,9 @@ class PartitionReplica:
         data = (
             b""
             if offset == high_watermark
-            else self._log.read(offset, bytes_max=bytes_max, end_offset=high_watermark)
+            else self._log.read(
+                offset, bytes_max=bytes_max, end_offset=high_watermark, skip_emptied=skip_emptied
+            )
         )
         return FetchResult(data, high_watermark, start, int(self.group.node.term))
 

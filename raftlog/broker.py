@@ -691,6 +691,7 @@ class Broker:
         wait_ms_max: int,
         bytes_min: int,
         allow_follower: bool = False,
+        skip_emptied: bool = False,
     ) -> FetchResult:
         replica = self.replica(topic, partition)
         try:
@@ -700,6 +701,7 @@ class Broker:
                 wait_ms_max=wait_ms_max,
                 bytes_min=bytes_min,
                 allow_follower=allow_follower,
+                skip_emptied=skip_emptied,
             )
         except CorruptBatchError as error:
             # No damaged byte is served: the replica is reopened for a repair and the client

@@ -131,6 +131,9 @@ class LogConfig:
     # decodes it (a bound against decompression bombs; the broker path never decompresses).
     decompressed_bytes_max: int = 64 * MIB
     read_bytes_max: int = 64 * MIB
+    # A Kafka fetch reads on past batches compaction emptied of every record for at most
+    # this many bytes (about 275,000 such batches) before it answers with the last of them.
+    emptied_scan_bytes_max: int = 16 * MIB
     # Appends wait in user space until a flush, or until this many bytes are pending, and are
     # then handed to the OS in one writev (durable only after the flush's fdatasync).
     append_buffer_bytes_max: int = 4 * MIB

@@ -100,9 +100,11 @@ class BrokerPort(MetadataReadPort, Protocol):
         wait_ms_max: int,
         bytes_min: int,
         allow_follower: bool = False,
+        skip_emptied: bool = False,
     ) -> FetchResult:
         """Committed batches from `offset` (raw bytes, never decoded), waiting up to
-        `wait_ms_max` for `bytes_min`."""
+        `wait_ms_max` for `bytes_min`; with `skip_emptied`, without the batches compaction
+        emptied of every record (raftlog.storage.raft_log, for Kafka clients)."""
         ...
 
     def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:

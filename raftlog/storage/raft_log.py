@@ -292,22 +292,67 @@ class RaftLogStorage:
     def log_start_offset(self) -> int:
         return int(self.first_offset())
 
-    def read(self, offset: int, *, bytes_max: int, end_offset: int | None = None) -> bytes:
+    def read(
+        self,
+        offset: int,
+        *,
+        bytes_max: int,
+        end_offset: int | None = None,
+        skip_emptied: bool = False,
+    ) -> bytes:
         """Raw whole batches from the one containing `offset`; b"" at the log end.
 
         With `end_offset` (a partition's high watermark) the bytes stop before the first
-        batch that reaches it, cut with the headers the read already parsed and checked."""
+        batch that reaches it, cut with the headers the read already parsed and checked.
+        With `skip_emptied`, see `_read_skipping_emptied`."""
         if offset == self.log.log_end_offset:
             return b""
         result = self.log.read(offset, bytes_max=bytes_max)
-        if end_offset is None:
-            return result.data
         size = 0
         for header in result.headers:
-            if header.last_offset >= end_offset:
+            if end_offset is not None and header.last_offset >= end_offset:
                 return result.data[:size]
+            if skip_emptied and header.record_count == 0:
+                return self._read_skipping_emptied(offset, bytes_max, end_offset)
             size += header.size_bytes
         return result.data
+
+    def _read_skipping_emptied(self, offset: int, bytes_max: int, end_offset: int | None) -> bytes:
+        """`read`, leaving out the batches compaction emptied of every record, and reading on
+        past a run of them (up to `emptied_scan_bytes_max`, across segments) to the next
+        batch that holds a record.
+
+        A Kafka client takes a fetch answer that holds batches but no record as a sign that
+        its size limit cut a record in two: librdkafka doubles its limit each time and,
+        after ten, reports the partition stuck ("might be too large to fetch"). A cleaned
+        prefix can hold whole segments of emptied batches. An answer that finds nothing else
+        holds the run's last batch alone, so the client still moves past the run."""
+        end = (
+            self.log.log_end_offset
+            if end_offset is None
+            else min(end_offset, self.log.log_end_offset)
+        )
+        kept: list[bytes] = []
+        kept_bytes = scanned_bytes = 0
+        last_emptied = b""
+        scan_bytes_max = self.log.config.emptied_scan_bytes_max
+        while offset < end and not kept and scanned_bytes < scan_bytes_max:
+            result = self.log.read(offset, bytes_max=bytes_max)
+            scanned_bytes += len(result.data)
+            view, position = memoryview(result.data), 0
+            for header in result.headers:
+                if header.last_offset >= end:
+                    offset = end
+                    break
+                batch = view[position : position + header.size_bytes]
+                position += header.size_bytes
+                offset = header.last_offset + 1
+                if header.record_count == 0:
+                    last_emptied = bytes(batch)
+                elif kept_bytes < bytes_max or not kept:
+                    kept.append(bytes(batch))
+                    kept_bytes += len(batch)
+        return b"".join(kept) if kept else last_emptied
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
         offset = self.log.offset_for_timestamp(timestamp_ms)

@@ -170,6 +170,43 @@ def test_compacted_topic_on_three_nodes_at_issue_scale(tmp_path: Path) -> None:
     _compacted_topic_on_three_nodes(tmp_path, 1_000_000, 10_000)
 
 
+def test_a_kafka_client_reads_across_segments_of_emptied_batches(tmp_path: Path) -> None:
+    """One key written in single-record batches (a value fills one), so once cleaned every
+    segment but the active one holds only emptied batches. librdkafka takes each fetch
+    answer that holds batches but no record as a sign its size limit was too small, and
+    after ten reports the partition stuck; the Kafka listener answers with the next batch
+    that holds a record instead."""
+    writes = 300
+    cluster = start_cluster(
+        tmp_path, 1, "--set", "cleaner_interval_ms=200", "--set", "cleaner_bytes_per_s=8388608"
+    )
+    try:
+        Admin(cluster.bootstrap).create_topic(TOPIC, partitions=1, replication_factor=1, config={
+            "cleanup.policy": "compact", "segment.bytes": "4096",
+            "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "0",
+        })  # fmt: skip
+        expected: dict[bytes, bytes] = {}
+        with Producer(cluster.bootstrap, acks="all", batch_bytes_max=1024) as producer:
+            futures = [
+                producer.send(TOPIC, key=b"k", value=b"%600d" % i, partition=0)
+                for i in range(writes)
+            ]
+            producer.flush()
+        for future in futures:
+            future.result(timeout=60)
+        expected[b"k"] = b"%600d" % (writes - 1)
+        segments = len(list(_log_dir(cluster, 1).glob("*.log")))
+        assert segments > 20, f"{segments} segments: too few for the client's ten doublings"
+        wait_until(
+            lambda: _consumed_map(cluster)[1] < writes // 20,
+            timeout_s=120,
+            what="the cleaner to empty every closed segment",
+        )
+        assert _kafka_consumed_map(cluster) == expected
+    finally:
+        cluster.stop()
+
+
 def _compacted_topic_on_three_nodes(tmp_path: Path, writes: int, keys: int) -> None:
     # A budget that grows with the run, so the issue-sized run cleans within the waits.
     budget = max(2 * 1024 * 1024, writes * 64)

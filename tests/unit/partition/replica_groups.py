@@ -29,7 +29,14 @@ class NoReads:
     def log_start_offset(self) -> int:
         raise AssertionError("produce does not read the log")
 
-    def read(self, offset: int, *, bytes_max: int, end_offset: int | None = None) -> bytes:
+    def read(
+        self,
+        offset: int,
+        *,
+        bytes_max: int,
+        end_offset: int | None = None,
+        skip_emptied: bool = False,
+    ) -> bytes:
         raise AssertionError("produce does not read the log")
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:

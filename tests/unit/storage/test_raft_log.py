@@ -4,6 +4,7 @@ when lost, snapshots are finished after a crash, partition batches are stored as
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import itertools
 import sys
@@ -21,6 +22,7 @@ from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import DurableLog
 from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
 from raftlog.storage.batch import iter_batches, parse_header
+from raftlog.storage.compaction import clean_batch
 from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.raft_log import CHECKPOINT_FILE_NAME, RaftLogStorage
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
@@ -118,6 +120,57 @@ def test_reads_stop_before_the_first_batch_that_reaches_end_offset() -> None:
         assert kept == [e for e in ends[: len(kept)]] and all(e < end_offset for e in kept)
         assert len(kept) == len(ends) or ends[len(kept)] >= end_offset
         assert everything.startswith(cut)
+
+
+def _emptied_entry(term: int, offset: int, records: int = 2) -> Entry:
+    """A data entry as the cleaner leaves it when every record went: the header stays."""
+    emptied, removed = clean_batch(_data_entry(term, offset, records).data, lambda *_: False)
+    assert removed == records and parse_header(emptied).record_count == 0
+    return Entry(Term(term), Offset(offset), records, EntryKind.DATA, emptied)
+
+
+def _compacted_history(emptied_before: int, emptied_after: int) -> list[Entry]:
+    """A no-op, `emptied_before` emptied batches (several segments of them), one batch with
+    records, then `emptied_after` emptied batches."""
+    entries = [Entry(Term(1), Offset(0), 1, EntryKind.NOOP, b"")]
+    offset = 1
+    for index in range(emptied_before + 1 + emptied_after):
+        make = _data_entry if index == emptied_before else _emptied_entry
+        entries.append(make(1, offset))
+        offset += 2
+    return entries
+
+
+def _read_batches(storage: RaftLogStorage, offset: int, **options: object) -> list[tuple[int, int]]:
+    data = storage.read(offset, bytes_max=1 << 20, **options)  # type: ignore[arg-type]
+    return [(h.base_offset, h.record_count) for _, h in iter_batches(data)]
+
+
+def test_a_skipping_read_steps_over_segments_of_emptied_batches_to_a_record() -> None:
+    storage = _open(SimFileSystem())
+    storage.append(_compacted_history(emptied_before=40, emptied_after=5))
+    assert len(storage.log.segment_base_offsets) > 5, "the emptied run spans segments"
+    # The plain read serves the emptied batches of one segment as they are.
+    plain = _read_batches(storage, 1)
+    assert plain and all(count == 0 for _, count in plain)
+    # Skipping, from anywhere in the run (inside a batch too): the batch with records.
+    for offset in (1, 2, 30, 80):
+        assert _read_batches(storage, offset, skip_emptied=True) == [(81, 2)]
+    # Past the last record only emptied batches remain: the last one alone, so a client
+    # still moves to the end.
+    assert _read_batches(storage, 83, skip_emptied=True) == [(91, 0)]
+    assert _read_batches(storage, 83, skip_emptied=True, end_offset=89) == [(87, 0)]
+    assert storage.read(93, bytes_max=1 << 20, skip_emptied=True) == b""
+
+
+def test_a_skipping_read_gives_up_after_its_scan_budget() -> None:
+    config = dataclasses.replace(CONFIG, emptied_scan_bytes_max=1)
+    storage = RaftLogStorage.open(
+        "/g/log", config=config, files=SimFileSystem(), clock=ManualClock(5)
+    )
+    storage.append(_compacted_history(emptied_before=40, emptied_after=0))
+    first_segment = _read_batches(storage, 1)
+    assert _read_batches(storage, 1, skip_emptied=True) == [first_segment[-1]]
 
 
 def test_a_crash_never_leaves_the_epoch_cache_ahead_of_the_log() -> None:
