@@ -158,6 +158,7 @@ class Broker:
                 peer, reachable=alive
             ),
             on_call_frame=lambda sender, kind, body: self.peer_calls.on_frame(sender, kind, body),
+            on_peer_disconnected=lambda peer: self.peer_calls.peer_disconnected(peer),
         )
         # Metadata commands for the controller travel on the transport too.
         self.peer_calls = PeerCalls(

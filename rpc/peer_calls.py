@@ -17,10 +17,14 @@ Frames (after the transport's `[u32 length][u8 kind]` header):
     REPLY  [u64 call id][u8 status][i64 leader hint][i64 producer id first]
            [u16 code length][code (ErrorCode value, ASCII)][message (UTF-8)]
 
-A call is answered once or not at all: a dropped frame, a broken connection or a controller
-that dies leaves the caller to its timeout. A controller that is only slow answers late,
-so silence alone fails no call: failing them when the peer seemed unreachable for a second
-would throw away heartbeats that a controller, its loop stalled, was about to answer. Call
+A call is answered once or not at all: a dropped frame leaves the caller to its timeout.
+When the connection the controller dialed to the caller closes (the controller's process
+died, or the link broke), the replies it had queued on it are gone: the calls waiting on
+it fail at once (`peer_disconnected`), so a client's admin command moves on to the next
+controller instead of waiting out its timeout. A controller that is only slow answers
+late, so silence alone fails no call: failing them when the peer seemed unreachable for a
+second would throw away heartbeats that a controller, its loop stalled, was about to
+answer. Call
 ids are never reused by one process; a reply to a call no longer waited for is ignored.
 Both ends are bounded: `calls_in_flight_max` calls waiting for replies, and as many served
 per peer (more are answered DROPPED at once, which the caller may retry).
@@ -219,6 +223,13 @@ class PeerCalls:
         if reply.status is CallStatus.TIMED_OUT:
             raise TimeoutError(f"node {peer} did not commit the command in time")
         raise ProposalDroppedError(f"node {peer} dropped the command: {reply.message}")
+
+    def peer_disconnected(self, peer: NodeId) -> None:
+        """The connection `peer` dialed to this node closed: the replies it had queued for
+        us went with it, so the calls waiting on it fail now (retriably)."""
+        for callee, future in self._waiting.values():
+            if callee == peer and not future.done():
+                future.set_exception(NotControllerError(leader_hint=None))
 
     # --- frames from peers ---
 

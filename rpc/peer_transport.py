@@ -26,7 +26,9 @@ as it has dialed us, not after our backoff toward it.
 Metadata calls. `send_call_frame` queues a CALL or REPLY frame (raftlog.rpc.peer_calls)
 ahead of the Raft traffic waiting for the peer (behind only a frame half written): a
 heartbeat to the controller must not wait behind megabytes of appends. Such frames are
-bounded, dropped and faulted like any other; they arrive through `on_call_frame`.
+bounded, dropped and faulted like any other; they arrive through `on_call_frame`. When the
+connection a peer dialed to us closes, `on_peer_disconnected(peer)` says so: whatever the
+peer had queued for us on it (replies included) is gone.
 
 Receiving calls `on_messages(sender, items)` synchronously, once per frame, with every
 (group, message) pair of that frame. An exception it raises closes that connection and goes
@@ -183,6 +185,7 @@ class PeerTransport:
         on_peer_restart: Callable[[NodeId], None] | None = None,
         on_peer_liveness: OnPeerLiveness | None = None,
         on_call_frame: OnCallFrame | None = None,
+        on_peer_disconnected: Callable[[NodeId], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = config.validate()
@@ -204,6 +207,7 @@ class PeerTransport:
         self._counters = TransportCounters()
         self._on_peer_liveness = on_peer_liveness
         self._on_call_frame = on_call_frame
+        self._on_peer_disconnected = on_peer_disconnected
         self._heard_at: dict[NodeId, float] = {}  # loop time of the last frame from a peer
         self._reachable: set[NodeId] = set()
         self._liveness_task: asyncio.Task[None] | None = None
@@ -589,6 +593,8 @@ class PeerTransport:
             del self._inbound[connection.peer_id]
             # The peer's own connection closed: its process died or the link broke.
             self._set_reachable(connection.peer_id, reachable=False)
+            if self._on_peer_disconnected is not None:
+                self._on_peer_disconnected(connection.peer_id)
 
     # --- node liveness ---
 

@@ -129,6 +129,7 @@ async def _calls_pair(
             on_call_frame=lambda sender, kind, body, n=node_id: calls[n].on_frame(
                 sender, kind, body
             ),
+            on_peer_disconnected=lambda peer, n=node_id: calls[n].peer_disconnected(peer),
         )
         transports[node_id] = transport
         calls[node_id] = PeerCalls(
@@ -221,6 +222,23 @@ def test_a_call_that_is_never_answered_times_out() -> None:
         callee.release.set()  # its late reply is ignored
         await asyncio.sleep(0.05)
         await closing(a, b)
+
+    run(scenario)
+
+
+def test_a_controller_that_dies_fails_the_calls_waiting_on_it_at_once() -> None:
+    async def scenario() -> None:
+        callee = Callee()
+        callee.hold = True
+        a, b, calls_a, _, _ = await _calls_pair(callee)
+        waiting = asyncio.create_task(calls_a.call(B, HEARTBEAT, 20.0))
+        while not callee.served:
+            await asyncio.sleep(0.001)
+        await b.close()  # its connections close as a killed process's would
+        with pytest.raises(NotControllerError):
+            await asyncio.wait_for(waiting, 5.0)
+        assert calls_a.waiting() == 0
+        await closing(a)
 
     run(scenario)
 

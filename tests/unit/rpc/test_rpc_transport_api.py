@@ -42,6 +42,7 @@ def test_transport_signatures() -> None:
         "on_peer_restart",
         "on_peer_liveness",
         "on_call_frame",
+        "on_peer_disconnected",
     ]
     send = inspect.signature(peer_transport.PeerTransport.send)
     assert list(send.parameters) == ["self", "peer", "group", "message"]
