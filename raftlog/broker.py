@@ -162,9 +162,9 @@ class Broker:
         )
         # Metadata commands for the controller travel on the transport too.
         self.peer_calls = PeerCalls(
-            node_id=self.node_id,
             send=self.transport.send_call_frame,
             serve=self._serve_call,
+            spawn=self._spawn,
             calls_in_flight_max=self.config.transport.calls_in_flight_max,
         )
         self.host = GroupHost(

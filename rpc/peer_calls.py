@@ -37,8 +37,9 @@ import enum
 import itertools
 import logging
 import struct
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from raftlog.errors import (
     FrameError,
@@ -168,6 +169,8 @@ def decode_reply(body: memoryview) -> Reply:
 Serve = Callable[[NodeId, Command, float], Awaitable[ApplyResult]]
 # Queues one frame for a peer; False when the transport dropped it.
 SendFrame = Callable[[NodeId, bytes], bool]
+# Runs a task the node supervises (one that fails stops the node: Broker._spawn).
+Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 
 
 class PeerCalls:
@@ -175,18 +178,18 @@ class PeerCalls:
     CALLs (through `serve`) and completes calls with their REPLYs."""
 
     def __init__(
-        self, *, node_id: NodeId, send: SendFrame, serve: Serve, calls_in_flight_max: int
+        self, *, send: SendFrame, serve: Serve, spawn: Spawn, calls_in_flight_max: int
     ) -> None:
         assert calls_in_flight_max > 0, calls_in_flight_max
-        self._node_id = node_id
         self._send = send
         self._serve = serve
+        self._spawn = spawn
         self._calls_in_flight_max = calls_in_flight_max
         self._call_ids = itertools.count()
         # Calls waiting for a reply: call id -> (callee, future).
         self._waiting: dict[int, tuple[NodeId, asyncio.Future[Reply]]] = {}
-        # Calls being served, per caller.
-        self._serving: dict[NodeId, set[asyncio.Task[None]]] = {}
+        # How many calls of each caller are being served.
+        self._serving: dict[NodeId, int] = {}
         self._closed = False
 
     # --- the caller's end ---
@@ -243,17 +246,23 @@ class PeerCalls:
             return
         assert kind is FrameKind.CALL, kind
         call = decode_call(body)
-        serving = self._serving.setdefault(sender, set())
-        if self._closed or len(serving) >= self._calls_in_flight_max:
-            message = f"{len(serving)} calls of node {sender} in flight"
+        serving = self._serving.get(sender, 0)
+        if self._closed or serving >= self._calls_in_flight_max:
+            message = f"{serving} calls of node {sender} in flight"
             reply = Reply(call.call_id, CallStatus.DROPPED, message=message)
             self._send(sender, encode_reply(reply))
             return
-        task = asyncio.get_running_loop().create_task(self._answer(sender, call))
-        serving.add(task)
-        task.add_done_callback(serving.discard)
+        self._serving[sender] = serving + 1
+        self._spawn(self._answer(sender, call), f"metadata-call-from-{sender}")
 
     async def _answer(self, sender: NodeId, call: Call) -> None:
+        try:
+            await self._answer_once(sender, call)
+        finally:
+            self._serving[sender] -= 1
+            assert self._serving[sender] >= 0, (sender, self._serving[sender])
+
+    async def _answer_once(self, sender: NodeId, call: Call) -> None:
         try:
             command = decode_command(call.command)
         except MetadataDecodeError as error:
@@ -277,11 +286,9 @@ class PeerCalls:
         return len(self._waiting)
 
     def close(self) -> None:
-        """Stop serving and fail every call still waiting."""
+        """Serve no more calls (those being served are the spawner's to cancel) and fail
+        every call still waiting."""
         self._closed = True
-        for tasks in self._serving.values():
-            for task in tasks:
-                task.cancel()
         for _, future in self._waiting.values():
             if not future.done():
                 future.set_exception(NotControllerError(leader_hint=None))

@@ -30,6 +30,8 @@ from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.types import GroupId, NodeId
 
 HEARTBEAT = NodeHeartbeat(node_id=A, incarnation=7, now_ms=1000)
+# The tasks serving calls (a node supervises them: Broker._spawn).
+_tasks: set[asyncio.Task[None]] = set()
 
 
 def _body(frame: bytes, kind: FrameKind) -> memoryview:
@@ -133,9 +135,9 @@ async def _calls_pair(
         )
         transports[node_id] = transport
         calls[node_id] = PeerCalls(
-            node_id=node_id,
             send=transport.send_call_frame,
             serve=callee,
+            spawn=lambda coroutine, name: _tasks.add(asyncio.create_task(coroutine, name=name)),
             calls_in_flight_max=calls_in_flight_max,
         )
     ports = {n: (await t.start("127.0.0.1", 0))[1] for n, t in transports.items()}
