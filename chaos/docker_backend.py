@@ -2,7 +2,7 @@
 
 Theory of operation. `DockerBackend.start` creates a bridge network with a fixed subnet
 (`172.28.<k>.0/24`, k from the run directory's name) and one container per node from the
-image (default `raftlog:local`, built by the lead's Dockerfile) running
+image (default `raftlog:local`, built by `make image`) running
 `raftlog serve --chaos`, with a fixed address `172.28.<k>.<10+N>`: client API on 9092, Raft on
 9093. On Linux the host routes to a bridge network, so the runner's clients use those
 addresses directly and every node advertises the same ones (no port mapping whose host side
@@ -65,7 +65,7 @@ def unavailable_reason(image: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as error:
         return f"docker did not answer: {error}"
     if found.returncode != 0:
-        return f"no image {image!r} (the lead's Dockerfile builds it: docker build -t {image} .)"
+        return f"no image {image!r} (`make image` builds it)"
     return None
 
 

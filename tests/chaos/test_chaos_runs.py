@@ -20,7 +20,6 @@ import pytest
 
 from raftlog.chaos.cli import main
 from raftlog.chaos.clients import ChaosConsumer, ChaosProducer, FinalRead, LogClients
-from raftlog.chaos.docker_backend import unavailable_reason
 from raftlog.chaos.history import load_history
 from raftlog.chaos.local_backend import LocalBackend
 from raftlog.chaos.runner import RunOptions, run
@@ -370,17 +369,6 @@ def test_observers_need_the_local_backend(tmp_path: Path) -> None:
 def test_the_unsafe_node_is_refused_outside_the_local_backend(tmp_path: Path) -> None:
     argv = ["run", "--backend", "pysyncobj", "--unsafe-skip-fsync", "--out", str(tmp_path)]
     assert main(argv) == 2
-
-
-@pytest.mark.slow
-@pytest.mark.docker
-def test_the_docker_backend_runs_or_skips_cleanly(tmp_path: Path) -> None:
-    reason = unavailable_reason("raftlog:local")
-    if reason is not None:
-        pytest.skip(f"docker backend: {reason}")
-    argv = ["run", "--backend", "docker", "--nemesis", "kill,pause,partition"]
-    argv += ["--duration", "20", "--seed", "9", "--out", str(tmp_path / "run")]
-    assert main(argv) == 0
 
 
 class _Unused:
