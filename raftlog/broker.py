@@ -39,6 +39,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable
+from typing import Any
 
 from raftlog.errors import (
     CorruptBatchError,
@@ -85,6 +86,7 @@ from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
 from raftlog.runtime.leadership import LeadershipMoves
 from raftlog.runtime.leases import ControllerWatch, LoopLagMeter, NodeLease
+from raftlog.runtime.liveness import NodeLiveness
 from raftlog.runtime.metadata_machine import MetadataMachine
 from raftlog.runtime.reassignment_driver import ReassignmentDriver
 from raftlog.runtime.reconcile import Reconciler
@@ -243,6 +245,19 @@ class Broker:
             self.clock, lease_ms=self.config.metadata.node_lease_ms, loop_lag=self._loop_lag
         )
         self._watch = ControllerWatch(self.clock, loop_lag=self._loop_lag)
+        self._liveness = NodeLiveness(
+            node_id=self.node_id,
+            config=self.config.metadata,
+            lease=self._lease,
+            loop_lag=self._loop_lag,
+            registration=self._registration,
+            heartbeat=lambda: NodeHeartbeat(
+                node_id=self.node_id, incarnation=self.incarnation, now_ms=self.wall_clock.now_ms()
+            ),
+            submit=self._submit_liveness,
+            on_decommissioned=self._on_decommissioned,
+            each_pass=self._liveness_pass,
+        )
         self._controller = ControllerDuties(
             node_id=self.node_id,
             config=self.config,
@@ -284,7 +299,9 @@ class Broker:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.failed = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.failed = loop.create_future()
+        loop.set_exception_handler(self._on_loop_exception)
         self.settings.data_dir.mkdir(parents=True, exist_ok=True)
         directory = self.settings.data_dir / "metadata"
         storage, hard_state_store = self._groups.open_storage(directory)
@@ -310,8 +327,8 @@ class Broker:
         self._server = await start_api_server(self, self.groups, self.settings)
         self.forward = self._server.forward
         self.bound_port = self._server.bound_port
-        self._spawn(self._liveness_loop(), "liveness")
-        self._spawn(self._loop_lag_loop(), "loop-lag")
+        self._spawn(self._liveness.run(), "liveness")
+        self._spawn(self._liveness.measure_loop_lag(), "loop-lag")
         self._spawn(self._leadership_loop(), "leadership")
         self._spawn(self._retention_loop(), "retention")
         self._spawn(self.scrubber.run(), "scrubber")
@@ -336,6 +353,17 @@ class Broker:
         for replica in self.replicas.values():
             replica.checkpoint_on_close()  # a clean stop: the next start re-applies nothing
         self._groups.close_all()
+
+    def _on_loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """An exception outside the node's tasks reaches the loop's handler: a transport
+        callback steps Raft groups, and asyncio answers a callback that raised by closing
+        its connection and logging. A failed assertion there also stops the node, which
+        must never limp on past a broken invariant (STYLE)."""
+        loop.default_exception_handler(context)
+        error = context.get("exception")
+        if isinstance(error, AssertionError) and self.failed is not None and not self.failed.done():
+            log.error("node %s: an invariant failed in a callback; stopping the node", self.node_id)
+            self.failed.set_exception(error)
 
     def _spawn(self, coroutine: Awaitable[None], name: str) -> None:
         async def guarded() -> None:
@@ -460,52 +488,19 @@ class Broker:
 
     # -- liveness ------------------------------------------------------------------------------
 
-    async def _liveness_loop(self) -> None:
-        """Register this node, then heartbeat; the controller also runs its duties.
+    async def _liveness_pass(self) -> None:
+        """What runs on every liveness interval besides the heartbeat (NodeLiveness)."""
+        if self.is_controller():
+            await self._controller.run()
+        self._leadership.move_leaders_to_preferred()
+        self._leadership.report_stale_leaders()
+        self._maybe_snapshot_metadata()
+        # Starts the group coordinator's hold-off at the election, not at the first
+        # group request (consumers resume sooner after a controller change).
+        self.groups.coordinating()
 
-        Heartbeats are pipelined: one is sent every interval whether or not the previous
-        one has committed yet (at most `_heartbeats_in_flight_max` at once). A heartbeat's
-        commit waits for the metadata group's passes on the controller and a follower,
-        which a busy node (a thousand groups being created) stretches to seconds; sent one
-        after another, each such delay also delayed the next send, and a node alive and
-        heartbeating had its lease lapse and was fenced for the metadata group's slowness."""
-        interval_s = self.config.metadata.node_heartbeat_interval_ms / 1000
-        lease_s = self.config.metadata.node_lease_ms / 1000
-        in_flight: set[asyncio.Task[None]] = set()
-        try:
-            await self._liveness_turns(interval_s, lease_s, in_flight)
-        finally:
-            for task in in_flight:
-                task.cancel()
-
-    async def _liveness_turns(
-        self, interval_s: float, lease_s: float, in_flight: set[asyncio.Task[None]]
-    ) -> None:
-        registered = False
-        while True:
-            if not registered:
-                registered = await self._register(timeout_s=interval_s * 2)
-            elif len(in_flight) < self._heartbeats_in_flight_max():
-                # A heartbeat older than the lease renews nothing: it gives up then.
-                task = asyncio.create_task(self._heartbeat(timeout_s=lease_s))
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
-            if self.is_controller():
-                await self._controller.run()
-            self._leadership.move_leaders_to_preferred()
-            self._leadership.report_stale_leaders()
-            self._maybe_snapshot_metadata()
-            # Starts the group coordinator's hold-off at the election, not at the first
-            # group request (consumers resume sooner after a controller change).
-            self.groups.coordinating()
-            await asyncio.sleep(interval_s if registered else 0.2)
-
-    def _heartbeats_in_flight_max(self) -> int:
-        metadata = self.config.metadata
-        return -(-metadata.node_lease_ms // metadata.node_heartbeat_interval_ms)
-
-    async def _register(self, *, timeout_s: float) -> bool:
-        command = RegisterNode(
+    def _registration(self) -> RegisterNode:
+        return RegisterNode(
             node_id=self.node_id,
             client_address=self.settings.client_address,
             raft_address=self.settings.raft_address,
@@ -513,46 +508,6 @@ class Broker:
             now_ms=self.wall_clock.now_ms(),
             kafka_address=self.settings.kafka_address,
         )
-        return await self._submit_liveness_once(command, timeout_s=timeout_s, restarted=True)
-
-    async def _heartbeat(self, *, timeout_s: float) -> None:
-        command = NodeHeartbeat(
-            node_id=self.node_id, incarnation=self.incarnation, now_ms=self.wall_clock.now_ms()
-        )
-        await self._submit_liveness_once(command, timeout_s=timeout_s, restarted=False)
-
-    async def _submit_liveness_once(
-        self, command: Command, *, timeout_s: float, restarted: bool
-    ) -> bool:
-        """Submit a registration or heartbeat; renews the lease from its send time when it
-        commits. Whether it committed."""
-        sent_at = self._lease.loop_time()
-        try:
-            result = await self._submit_liveness(command, timeout_s=timeout_s)
-        except (RaftlogError, TimeoutError, OSError) as error:
-            log.debug("node %s: liveness submit failed: %s", self.node_id, error)
-            return False
-        if result.code is ErrorCode.NODE_DECOMMISSIONED:
-            self._on_decommissioned(result.message, restarted=restarted)
-        if result.ok:
-            self._lease.renew(sent_at)
-        return result.ok
-
-    async def _loop_lag_loop(self) -> None:
-        """Measure how late this node's event loop runs timers; the controller's failure
-        detector does not count that lag as the other nodes' silence."""
-        interval_s = self.config.metadata.loop_lag_probe_interval_ms / 1000
-        lease_ms = self.config.metadata.node_lease_ms
-        while True:
-            self._loop_lag.expect(interval_s)
-            await asyncio.sleep(interval_s)
-            lag_s = self._loop_lag.woke()
-            if lag_s * 1000 >= lease_ms / 4:
-                log.info(
-                    "node %s: event loop ran %.0f ms late (timer %.0f ms; lease %s ms): "
-                    "that silence is not held against other nodes",
-                    self.node_id, lag_s * 1000, interval_s * 1000, lease_ms,
-                )  # fmt: skip
 
     def _on_decommissioned(self, message: str, *, restarted: bool) -> None:
         """The controller refused this node's registration or heartbeat: it was

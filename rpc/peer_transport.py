@@ -32,8 +32,9 @@ peer had queued for us on it (replies included) is gone.
 
 Receiving calls `on_messages(sender, items)` synchronously, once per frame, with every
 (group, message) pair of that frame. An exception it raises closes that connection and goes
-to the event loop's exception handler (the node's runtime stops on assertion failures).
-Malformed frames and refused HELLOs close the connection and are counted.
+to the event loop's exception handler (a node stops on a failed assertion there:
+Broker._on_loop_exception). Malformed frames and refused HELLOs close the connection and
+are counted.
 
 Node liveness. Every `node_heartbeat_interval_ms` the node sends each connected peer whose
 queue is empty one heartbeat: an empty MESSAGES frame (a frame carrying Raft traffic says
