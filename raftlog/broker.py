@@ -104,6 +104,10 @@ from raftlog.types import GroupId, NodeId, Offset
 
 __all__ = ["Broker"]
 
+# A stop cancels the node's tasks up to this many times, this long apart (_cancel_all).
+_CANCEL_ROUNDS_MAX = 50
+_CANCEL_ROUND_S = 0.1
+
 log = logging.getLogger(__name__)
 
 
@@ -340,12 +344,7 @@ class Broker:
         self.scrubber.stop()
         self.cleaner.stop()
         self.host.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await _cancel_all(set(self._tasks))
         self.peer_calls.close()
         await self.transport.close()
         for group in list(self.host.groups()):
@@ -762,3 +761,29 @@ class Broker:
         if replica is None or replica.group.node.role is not Role.LEADER:
             return -1
         return replica.high_watermark
+
+
+async def _cancel_all(tasks: set[asyncio.Task[None]]) -> None:
+    """Cancel `tasks` and wait until each has ended, cancelling again those still running.
+
+    Once is not enough on Python 3.11: `asyncio.wait_for` returns its result instead of
+    raising when the future it waits for completes in the same turn as the cancellation
+    (CPython gh-86296), so a loop like the liveness loop can swallow one cancellation and
+    run on, and a stop that awaited it once would wait forever (seen: a node stopped right
+    after its start, while its registration committed, never exited)."""
+    pending = tasks
+    for _ in range(_CANCEL_ROUNDS_MAX):
+        if not pending:
+            break
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=_CANCEL_ROUND_S)
+    for task in tasks - pending:
+        if not task.cancelled():
+            task.exception()  # retrieved: a failure was logged where it happened
+    if not pending:
+        return
+    names = sorted(task.get_name() for task in pending)
+    log.error(
+        "tasks %s did not end after %s cancellations; stopping anyway", names, _CANCEL_ROUNDS_MAX
+    )
