@@ -548,12 +548,18 @@ class PeerTransport:
         if peer is not None and peer.phase is _Phase.DOWN:
             peer.redial.set()  # it is up again: cut our backoff toward it short
 
-    def _deliver(self, sender: NodeId, body: memoryview, frame_bytes: int) -> None:
+    def _admit(self, sender: NodeId, frame_bytes: int) -> bool:
+        """Count a received frame; whether to read it (a chaos fault may block it)."""
         self._counters.frames_received += 1
         self._counters.bytes_received += frame_bytes
         faults = self._faults
         if faults is not None and faults.active and not faults.allow_incoming(sender):
             self._counters.frames_blocked_incoming += 1
+            return False
+        return True
+
+    def _deliver(self, sender: NodeId, body: memoryview, frame_bytes: int) -> None:
+        if not self._admit(sender, frame_bytes):
             return
         items = decode_messages(body, messages_max=self.config.frame_messages_max)
         for _, message in items:
@@ -571,11 +577,7 @@ class PeerTransport:
     def _deliver_call_frame(
         self, sender: NodeId, kind: FrameKind, body: memoryview, frame_bytes: int
     ) -> None:
-        self._counters.frames_received += 1
-        self._counters.bytes_received += frame_bytes
-        faults = self._faults
-        if faults is not None and faults.active and not faults.allow_incoming(sender):
-            self._counters.frames_blocked_incoming += 1
+        if not self._admit(sender, frame_bytes):
             return
         if self._on_call_frame is None:
             raise FrameError(f"{kind.name} frame from node {sender}: this node takes no calls")
