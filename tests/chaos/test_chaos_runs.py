@@ -147,8 +147,16 @@ def test_acks_below_all_lose_acknowledged_writes_when_the_leader_is_cut_off(
 def test_acks_all_keeps_every_acknowledged_write_when_leaders_are_targeted(tmp_path: Path) -> None:
     out = tmp_path / "run"
     argv = ["run", "--backend", "local", "--nemesis", "isolate-leader,kill-leader,pause-leader"]
-    argv += ["--duration", "30", "--seed", "6", "--out", str(out), "--rate", "100"]
+    # Seed 16 plans each of the three within 20 s (the schedule depends on the seed and the
+    # duration only).
+    argv += ["--duration", "20", "--seed", "16", "--out", str(out), "--rate", "100"]
     assert main(argv) == 0, _results(out)["anomalies"]
+    started = {
+        (e.value["fault"], e.value["kind"])
+        for e in load_history(out / "history.jsonl")
+        if e.process == "nemesis" and e.f == "start" and isinstance(e.value, dict)
+    }
+    assert len(started) == 3, started
 
 
 def _nemesis_effects(out: Path) -> list[dict[str, Any]]:
@@ -181,7 +189,7 @@ def test_acks_all_keeps_every_acknowledged_write_when_a_minority_disk_is_damaged
     of nodes, found and repaired, and nothing acknowledged is lost (docs/storage-faults.md)."""
     out = tmp_path / "run"
     argv = ["run", "--backend", "local", "--nemesis", "corrupt,kill-leader,partition"]
-    argv += ["--acks", "all", "--duration", "30", "--seed", "1", "--out", str(out)]
+    argv += ["--acks", "all", "--duration", "20", "--seed", "1", "--out", str(out)]
     code = main(argv)
     results = _results(out)
     assert code == 0, (results["anomaly_counts"], results["unchecked"])
@@ -254,7 +262,7 @@ def test_added_nodes_get_replicas_by_rebalancing_under_load(tmp_path: Path) -> N
     # rebalancing (grace shortened for the run) moves replicas onto them one at a time.
     out = tmp_path / "run"
     argv = ["run", "--backend", "local", "--nodes", "3", "--nemesis", "add-node"]
-    argv += ["--duration", "30", "--seed", "1", "--out", str(out)]
+    argv += ["--duration", "20", "--seed", "1", "--out", str(out)]
     code = main(argv)
     results = _results(out)
     assert code == 0, (results["anomaly_counts"], results["unchecked"])
@@ -274,7 +282,7 @@ def test_removed_nodes_hand_their_replicas_over_under_load(tmp_path: Path) -> No
     # the observer under the load (its replicas move to the voters), then stops it.
     out = tmp_path / "run"
     argv = ["run", "--backend", "local", "--nodes", "3", "--observers", "1"]
-    argv += ["--nemesis", "remove-node", "--duration", "30", "--seed", "1", "--out", str(out)]
+    argv += ["--nemesis", "remove-node", "--duration", "20", "--seed", "1", "--out", str(out)]
     code = main(argv)
     results = _results(out)
     assert code == 0, (results["anomaly_counts"], results["unchecked"])
