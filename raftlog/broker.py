@@ -79,7 +79,7 @@ from raftlog.rpc.security import security_peer_ssl
 from raftlog.rpc.server import ApiServer, start_api_server
 from raftlog.runtime import metrics
 from raftlog.runtime.cleaner import LogCleaner
-from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
+from raftlog.runtime.clock import MonotonicClock, RetentionClock, SystemMonotonicClock
 from raftlog.runtime.controller_duties import ControllerDuties, controller_term_of
 from raftlog.runtime.group import Commitment, RaftGroup
 from raftlog.runtime.group_factory import GroupFactory
@@ -131,10 +131,14 @@ class Broker:
         self.faults = (
             FaultInjector(rng=random.Random(self._rng.getrandbits(64))) if settings.chaos else None
         )
-        # Wall-clock time (heartbeat stamps, timestamps, retention): movable under --chaos.
+        # Wall-clock time (heartbeat stamps, timestamps): movable under --chaos. Deleting by
+        # age reads it through retention_clock, which holds back its forward steps.
         self.wall_clock: Clock = self.faults.clock if self.faults is not None else SystemClock()
         # Durations (leases, silence, grace periods): never compared with another node's.
         self.clock: MonotonicClock = clock if clock is not None else SystemMonotonicClock()
+        self.retention_clock = RetentionClock(
+            self.wall_clock, self.clock, slack_ms=self.config.retention_clock_slack_ms
+        )
         # Under --chaos the file port records what was fsynced, so the chaos suite can cut the
         # files back to it after a kill (raftlog.storage.files.ChaosFileSystem).
         self.files: FileSystem = (
@@ -222,7 +226,7 @@ class Broker:
         self.cleaner = LogCleaner(
             bytes_per_s=self.config.cleaner_bytes_per_s,
             targets=self._reconciler.clean_targets,
-            now_ms=self.wall_clock.now_ms,
+            now_ms=self.retention_clock.now_ms,
             interval_s=self.config.cleaner_interval_ms / 1000,
         )
         self._leadership = LeadershipMoves(
@@ -609,7 +613,7 @@ class Broker:
         interval_s = self.config.retention_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval_s)
-            self._reconciler.apply_retention(self.wall_clock.now_ms())
+            self._reconciler.apply_retention(self.retention_clock.now_ms())
 
     # -- the client API (raftlog.rpc.port.BrokerPort) ------------------------------------------
 

@@ -383,6 +383,11 @@ class NodeConfig:
     campaigns_per_s_max: int = 500
     # How often each partition checks retention (whole segments, by bytes and age).
     retention_check_interval_ms: int = 5000
+    # Retention by age and the cleaner's horizons read a wall clock that may run at most
+    # this far ahead of the monotonic clock since its last trusted reading
+    # (raftlog.runtime.clock.RetentionClock): a forward step of the wall clock beyond it
+    # is held back instead of deleting young segments.
+    retention_clock_slack_ms: int = 1000
     # The scrubber (raftlog.runtime.scrubber) re-reads every closed segment in the background
     # and checks every batch, at most this many bytes a second per node (0: off), in reads of
     # scrub_chunk_bytes, pausing scrub_round_pause_ms between rounds; damage it finds starts
@@ -444,6 +449,11 @@ class NodeConfig:
             self.retention_check_interval_ms > 0,
             "retention_check_interval_ms",
             "must be positive",
+        )
+        _require(
+            self.retention_clock_slack_ms >= 0,
+            "retention_clock_slack_ms",
+            f"must be >= 0, got {self.retention_clock_slack_ms}",
         )
         _require(
             self.replica_creates_per_turn_max > 0,
