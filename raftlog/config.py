@@ -345,6 +345,12 @@ class KafkaConfig:
     # A Fetch's own max_wait_ms and a Produce's timeout_ms are capped at these.
     fetch_wait_ms_max: int = 60_000
     produce_timeout_ms_max: int = 300_000
+    # KIP-848 subscriptions by regex (rpc/kafka/topic_regex.py): members this node keeps a
+    # pattern for while it coordinates, a pattern's length, and the memory RE2 may use for
+    # one compiled pattern (a pattern needing more is refused as invalid).
+    topic_regex_members_max: int = 1024
+    topic_regex_chars_max: int = 1024
+    topic_regex_memory_bytes_max: int = 256 * KIB
 
     def validate(self) -> KafkaConfig:
         _require_positive_ints(self)

@@ -18,9 +18,10 @@ the Kafka wire's shape:
 - The coordinator's answer is the partitions the member may consume now (kept and granted);
   a partition being revoked is left out of it, which is KIP-848's assignment exactly.
 - raftlog has one assignor, sticky and balanced, which Kafka calls `uniform`: a heartbeat
-  naming another gets UNSUPPORTED_ASSIGNOR. Subscriptions by regex are refused
-  (INVALID_REQUEST): Kafka matches them with RE2J, in linear time, and Python's backtracking
-  `re` would let one client's pattern stall the node's event loop. Static membership (an
+  naming another gets UNSUPPORTED_ASSIGNOR. A subscription by regex (RE2 syntax, the whole
+  name must match, as Kafka's RE2/J) is resolved to topic names at every heartbeat
+  (`topic_regex`), so the coordinator sees names only; a bad pattern gets
+  INVALID_REGULAR_EXPRESSION. Static membership (an
   instance id) is served as dynamic membership, as the classic protocol here does, and its
   leave epoch (-2) leaves.
 - A group is either classic (`ClassicGroups`, this listener's JoinGroup/SyncGroup) or run
@@ -36,6 +37,7 @@ import base64
 import datetime
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -51,6 +53,7 @@ from raftlog.metadata.consumer_groups import (
 from raftlog.rpc.kafka.cluster_handlers import topic_uuid
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
+from raftlog.rpc.kafka.topic_regex import RegexSubscription
 from raftlog.rpc.security import Permission
 
 __all__ = [
@@ -138,11 +141,6 @@ async def consumer_group_heartbeat(ctx: KafkaContext, request: Any, version: int
             ErrorCode.unsupported_assignor,
             f"server assignor {assignor!r}: raftlog has only {ASSIGNOR!r} (sticky, balanced)",
         )
-    if getattr(request, "subscribed_topic_regex", None):
-        return refused(
-            ErrorCode.invalid_request,
-            "subscription by regex is not supported: subscribe to topic names",
-        )
     heartbeat = _heartbeat_request(ctx, request, version)
     if isinstance(heartbeat, tuple):
         return refused(*heartbeat)
@@ -173,19 +171,22 @@ def _heartbeat_request(
     group_id, member_id = str(request.group_id), str(request.member_id)
     epoch = int(request.member_epoch)
     if epoch in _LEAVE_EPOCHS:
+        ctx.topic_regexes.forget(group_id, member_id)
         return HeartbeatRequest(group_id, member_id, -1, (), frozenset(), 0)
     if not member_id and version == 0 and epoch == _JOIN_EPOCH:
         # v0: the coordinator names a joining member (v1 on: the client does, KIP-1082).
         member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
     known = service.coordinator.member(group_id, member_id)
-    names = request.subscribed_topic_names
-    if names is not None:
-        topics = tuple(sorted({str(n) for n in names}))
-    elif known is not None and epoch != _JOIN_EPOCH:
-        topics = known.topics
-    elif epoch == _JOIN_EPOCH:
-        return ErrorCode.invalid_request, "a join (epoch 0) must name its subscription", None
-    else:
+    continuing = known is not None and epoch != _JOIN_EPOCH
+    topics = _subscription(
+        ctx, request, group_id, member_id, known.topics if continuing and known else None
+    )
+    if isinstance(topics, _Refusal):
+        return topics.code, topics.message, member_id
+    if topics is None:
+        if epoch == _JOIN_EPOCH:
+            message = "a join (epoch 0) must name its subscription (topic names or a regex)"
+            return ErrorCode.invalid_request, message, None
         message = f"member {member_id!r} is not in group {group_id!r}: rejoin with epoch 0"
         return ErrorCode.unknown_member_id, message, member_id
     if request.topic_partitions is not None:
@@ -201,6 +202,61 @@ def _heartbeat_request(
         limit = service.coordinator.limits.rebalance_timeout_ms_max
         timeout_ms = known.rebalance_timeout_ms if known is not None else limit
     return HeartbeatRequest(group_id, member_id, epoch, topics, owned, timeout_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    code: ErrorCode
+    message: str
+
+
+def _subscription(
+    ctx: KafkaContext,
+    request: Any,
+    group_id: str,
+    member_id: str,
+    continued_topics: tuple[str, ...] | None,
+) -> tuple[str, ...] | _Refusal | None:
+    """The member's subscribed topics: the names it sent (or, left out as unchanged, the
+    ones on record) and the topics its regex matches now, those it may read; None if it
+    sent no subscription and none is on record. `continued_topics` is the coordinator's
+    record of a member continuing its membership (None for a join or an unknown member)."""
+    regexes = ctx.topic_regexes
+    continuing = continued_topics is not None
+    on_record = regexes.get(group_id, member_id) if continuing else None
+    sent_pattern = getattr(request, "subscribed_topic_regex", None)
+    if sent_pattern is not None:
+        pattern = str(sent_pattern) or None  # an empty pattern ends the regex subscription
+        problem = None if pattern is None else regexes.check(pattern)
+        if problem is not None:
+            return _Refusal(ErrorCode.invalid_regular_expression, problem)
+    else:
+        pattern = on_record.pattern if on_record is not None else None
+    sent_names = request.subscribed_topic_names
+    if sent_names is not None:
+        names = tuple(sorted({str(n) for n in sent_names}))
+    elif on_record is not None:
+        names = on_record.names
+    elif continued_topics is not None:
+        names = continued_topics  # subscribed by names only, unchanged
+    elif pattern is not None:
+        names = ()
+    else:
+        return None
+    if pattern is None:
+        regexes.forget(group_id, member_id)
+        return names
+    problem = regexes.put(
+        group_id,
+        member_id,
+        RegexSubscription(pattern, names),
+        is_member=lambda g, m: ctx.consumer_groups.coordinator.member(g, m) is not None,
+    )
+    if problem is not None:
+        return _Refusal(ErrorCode.invalid_request, problem)
+    topics = [t.name for t in ctx.broker.metadata.state.topics()]
+    matched = (t for t in regexes.resolve(pattern, topics) if ctx.allowed(Permission.READ, t))
+    return tuple(sorted({*names, *matched}))
 
 
 def _topic_names(ctx: KafkaContext) -> dict[uuid.UUID, str]:
@@ -319,12 +375,13 @@ def _described(
                 member_epoch=m.member_epoch,
                 client_id="",
                 client_host="",
-                subscribed_topic_names=m.topics,
-                subscribed_topic_regex=None,
+                subscribed_topic_names=m.topics if regex is None else regex.names,
+                subscribed_topic_regex=None if regex is None else regex.pattern,
                 assignment=assignment(m.assignment),
                 target_assignment=assignment(m.target),
                 member_type=1,  # a consumer-protocol member
             )
             for m in description.members
+            for regex in [ctx.topic_regexes.get(group_id, m.member_id)]
         ),
     )

@@ -18,6 +18,7 @@ from raftlog.config import KafkaConfig, NodeConfig
 from raftlog.rpc.consumer_group_servicer import GroupService
 from raftlog.rpc.kafka.auth import Session
 from raftlog.rpc.kafka.classic_groups import ClassicGroups
+from raftlog.rpc.kafka.topic_regex import TopicRegexes
 from raftlog.rpc.port import BrokerPort
 from raftlog.rpc.security import Permission
 from raftlog.types import NodeId
@@ -43,6 +44,8 @@ class KafkaContext:
     groups: ClassicGroups
     # raftlog's group coordinator, shared with the gRPC Groups service (KIP-848 groups).
     consumer_groups: GroupService
+    # The patterns of members subscribed by regex, beside the coordinator's topic names.
+    topic_regexes: TopicRegexes
     session: Session  # the connection's authentication (one context per connection)
     client_id: str = ""  # of the request being handled (the connection's client)
 

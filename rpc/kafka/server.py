@@ -38,6 +38,7 @@ from raftlog.rpc.kafka.frame import (
     response_frame,
 )
 from raftlog.rpc.kafka.schema import Chunks, request_is_flexible, request_reader, response_writer
+from raftlog.rpc.kafka.topic_regex import TopicRegexes
 from raftlog.rpc.port import BrokerPort
 from raftlog.rpc.security import AccessControl
 from raftlog.types import NodeId
@@ -78,6 +79,11 @@ class KafkaListener:
             kafka_address=kafka_address,
             groups=groups,
             consumer_groups=consumer_groups,
+            topic_regexes=TopicRegexes(
+                members_max=config.kafka.topic_regex_members_max,
+                pattern_chars_max=config.kafka.topic_regex_chars_max,
+                memory_bytes_max=config.kafka.topic_regex_memory_bytes_max,
+            ),
             session=Session(access),
         )
         self._server: asyncio.Server | None = None

@@ -150,8 +150,11 @@ def test_bad_heartbeats_get_kafka_errors_and_the_node_serves_on(
     assert code(unknown) == ErrorCode.unknown_member_id and unknown.error_message
     ranged = _heartbeat(address, group, "m", 0, topics, server_assignor="range")
     assert code(ranged) == ErrorCode.unsupported_assignor
-    regex = _heartbeat(address, group, "m", 0, None, subscribed_topic_regex="kip.*")
-    assert code(regex) == ErrorCode.invalid_request and "regex" in regex.error_message
+    regex = _heartbeat(address, group, "m", 0, None, subscribed_topic_regex="kip(")
+    assert code(regex) == ErrorCode.invalid_regular_expression
+    assert "'kip('" in regex.error_message and "missing )" in regex.error_message
+    long = _heartbeat(address, group, "m", 0, None, subscribed_topic_regex="k" * 1025)
+    assert code(long) == ErrorCode.invalid_regular_expression and "1025" in long.error_message
 
     joined = _heartbeat(address, group, "m", 0, topics, server_assignor="uniform")
     assert code(joined) == ErrorCode.none and joined.member_epoch >= 1
@@ -304,3 +307,93 @@ def _fetch(address: str, group: str, member: str | None, epoch: int) -> ErrorCod
     )
     (answer,) = kafka_call(address, request).groups
     return ErrorCode(answer.error_code)
+
+
+# -- subscriptions by regex (rpc/kafka/topic_regex.py) -------------------------------------------
+
+
+def _assigned_topics(response: Any, cluster: LocalCluster) -> set[str]:
+    from raftlog.client import Admin
+    from raftlog.rpc.kafka.cluster_handlers import topic_uuid
+
+    with Admin(cluster.bootstrap) as admin:
+        names = {name: admin.describe_topic(name).topic_id for name in admin.list_topics()}
+    by_id = {topic_uuid(topic_id): name for name, topic_id in names.items()}
+    return {by_id[t.topic_id] for t in response.assignment.topic_partitions}
+
+
+def test_a_regex_subscription_is_resolved_at_every_heartbeat(kafka_cluster: LocalCluster) -> None:
+    """The pattern must match the whole name (RE2, as Kafka's RE2/J); a topic created later
+    that matches is assigned at the next heartbeat; names sent besides are kept; an empty
+    pattern goes back to names; ConsumerGroupDescribe shows the pattern."""
+    for name in ("rx-a", "rx-b", "xrx-c"):
+        create_topic(kafka_cluster, name, partitions=1)
+    address = _coordinator(kafka_cluster)
+    group, member = "kip848-rx", "m"
+    joined = _heartbeat(address, group, member, 0, None, subscribed_topic_regex="rx-.*")
+    assert joined.error_code == ErrorCode.none, joined.error_message
+    epoch = joined.member_epoch
+
+    def heartbeat(**fields: Any) -> set[str]:
+        nonlocal epoch
+        answer = _heartbeat(address, group, member, epoch, **fields)
+        assert answer.error_code == ErrorCode.none, answer.error_message
+        epoch = answer.member_epoch
+        return _assigned_topics(answer, kafka_cluster)
+
+    assert _assigned_topics(joined, kafka_cluster) == {"rx-a", "rx-b"}  # not xrx-c
+    create_topic(kafka_cluster, "rx-d", partitions=1)
+    assert heartbeat() == {"rx-a", "rx-b", "rx-d"}  # the pattern was left out: unchanged
+    described = kafka_call(
+        address,
+        ConsumerGroupDescribeRequest(
+            group_ids=(GroupId(group),), include_authorized_operations=False
+        ),
+    )
+    (described_member,) = described.groups[0].members
+    assert described_member.subscribed_topic_regex == "rx-.*"
+    topics = ("kip848",)
+    assert heartbeat(topics=topics) == {"kip848", "rx-a", "rx-b", "rx-d"}  # names besides
+    assert heartbeat() == {"kip848", "rx-a", "rx-b", "rx-d"}
+    assert heartbeat(topics=topics, subscribed_topic_regex="") == {"kip848"}  # names only
+    assert heartbeat() == {"kip848"}
+    left = _heartbeat(address, group, member, -1)
+    assert left.error_code == ErrorCode.none
+
+
+def test_a_confluent_consumer_subscribed_by_regex_reads_matching_topics_created_later(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """librdkafka sends the pattern to the coordinator under `group.protocol=consumer`."""
+    boot = kafka_cluster.kafka_bootstrap
+    for name in ("orders-eu", "orders-us", "refunds"):
+        create_topic(kafka_cluster, name, partitions=2)
+    producer = kafka.Producer({"bootstrap.servers": boot, "acks": "all"})
+
+    def produce(topic: str) -> None:
+        for i in range(10):
+            producer.produce(topic, value=f"{topic}-{i}".encode())
+        assert producer.flush(30) == 0
+
+    for name in ("orders-eu", "orders-us", "refunds"):
+        produce(name)
+    consumer = _consumer(boot, "kip848-orders")
+    try:
+        consumer.subscribe(["^orders-.*"])
+        seen: set[str] = set()
+
+        def read_until(expected: set[str]) -> None:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not expected <= seen:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    seen.add(message.value().decode())
+            assert expected <= seen, sorted(expected - seen)
+
+        read_until({f"orders-{region}-{i}" for region in ("eu", "us") for i in range(10)})
+        create_topic(kafka_cluster, "orders-apac", partitions=2)
+        produce("orders-apac")
+        read_until({f"orders-apac-{i}" for i in range(10)})
+        assert not any(v.startswith("refunds") for v in seen)
+    finally:
+        consumer.close()
