@@ -38,7 +38,7 @@ import dataclasses
 import logging
 import random
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from raftlog.errors import (
@@ -306,7 +306,14 @@ class Broker:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, *, start_front_ends: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Open the node's state, answer clients, then run its Raft groups.
+
+        The client listeners (gRPC, then `start_front_ends`: the Kafka listener) are bound
+        before any group runs: a group that runs can win an election, and the metadata then
+        names this node its leader, so clients must find it answering (or refusing with a
+        retriable error while it catches up) from that moment, never a refused connection.
+        """
         loop = asyncio.get_running_loop()
         self.failed = loop.create_future()
         loop.set_exception_handler(self._on_loop_exception)
@@ -324,6 +331,12 @@ class Broker:
         )
         self.metadata.listeners.append(self._reconciler.reconcile)
         self.metadata_group.on_leadership_change = self._on_controller_change
+        self._server = await start_api_server(self, self.groups, self.settings)
+        self.forward = self._server.forward
+        self.bound_port = self._server.bound_port
+        if start_front_ends is not None:
+            await start_front_ends()
+        log.info("node %s: client listeners bound; starting its Raft groups", self.node_id)
         await self.transport.start(*self.settings.raft_listen)
         self.transport.update_peers(
             {node: addr for node, addr in self.settings.peers.items() if node != self.node_id}
@@ -332,9 +345,6 @@ class Broker:
         # Partitions this node hosted before a restart (from a snapshot).
         self._reconciler.reconcile()
         self._spawn(self.host.run(), "group-host")
-        self._server = await start_api_server(self, self.groups, self.settings)
-        self.forward = self._server.forward
-        self.bound_port = self._server.bound_port
         self._spawn(self._liveness.run(), "liveness")
         self._spawn(self._liveness.measure_loop_lag(), "loop-lag")
         self._spawn(self._leadership_loop(), "leadership")

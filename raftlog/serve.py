@@ -209,7 +209,13 @@ async def _serve(settings: BrokerSettings) -> int:
     # Before the node starts, so that its first elections and flushes count.
     metrics_listen = settings.metrics_listen
     metrics = None if metrics_listen is None else _metrics_of(broker)
-    await broker.start()
+    kafka = _kafka_listener(broker, settings)
+
+    async def start_kafka() -> None:
+        if kafka is not None:
+            await _start_kafka(kafka, settings)
+
+    await broker.start(start_front_ends=start_kafka)
     if metrics is not None and metrics_listen is not None:
         try:
             await metrics.start(*metrics_listen)
@@ -217,9 +223,10 @@ async def _serve(settings: BrokerSettings) -> int:
             host, port = metrics_listen
             print(f"raftlog serve: --metrics-listen {host}:{port}: {error}", file=sys.stderr)
             await metrics.stop()
+            if kafka is not None:
+                await kafka.close()
             await broker.stop()
             return 2
-    kafka = await _start_kafka(broker, settings)
     # Everything built so far (modules, gRPC and protobuf tables, the recovered state) lives
     # as long as the process: move it out of the collector's generations, so a full
     # collection, triggered by per-request garbage, no longer walks it all and stalls the
@@ -269,7 +276,7 @@ def _kafka_tls(settings: BrokerSettings) -> ssl.SSLContext:
     return context
 
 
-async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListener | None:
+def _kafka_listener(broker: Broker, settings: BrokerSettings) -> KafkaListener | None:
     """The Kafka wire-protocol listener beside the gRPC API, when --kafka-listen is set."""
     if settings.kafka_listen is None:
         return None
@@ -278,9 +285,7 @@ async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListene
 
     # The node's token file (--auth-tokens) also guards Kafka clients (SASL/PLAIN).
     access = None if settings.auth_tokens is None else load_access_control(settings.auth_tokens)
-    # and its certificate (--tls-cert/--tls-key) serves them TLS (SSL, or SASL_SSL with tokens).
-    tls = None if settings.tls_cert is None else _kafka_tls(settings)
-    listener = KafkaListener(
+    return KafkaListener(
         broker,
         consumer_groups=broker.groups,
         config=settings.config,
@@ -288,8 +293,14 @@ async def _start_kafka(broker: Broker, settings: BrokerSettings) -> KafkaListene
         kafka_address=settings.kafka_address,
         access=access,
     )
+
+
+async def _start_kafka(listener: KafkaListener, settings: BrokerSettings) -> None:
+    assert settings.kafka_listen is not None
+    # The node's certificate (--tls-cert/--tls-key) serves Kafka clients TLS (SSL, or
+    # SASL_SSL with tokens).
+    tls = None if settings.tls_cert is None else _kafka_tls(settings)
     await listener.start(*settings.kafka_listen, ssl=tls)
     logging.getLogger("raftlog").info(
         "node %s serving Kafka clients on %s", settings.node_id, settings.kafka_address
     )
-    return listener

@@ -25,9 +25,20 @@ answered DUPLICATE_SEQUENCE with its original offsets.
 Idempotence (as Kafka's idempotent producer): before the first batch the thread asks any node
 for a producer id and epoch (InitProducerId). A batch is encoded once, at its first attempt,
 with the partition's next sequence number; retries resend the same bytes, so a leader that
-already wrote it answers DUPLICATE_SEQUENCE with the original offset, which is a success. If a
-batch fails for good its sequence numbers are lost, so the producer id is dropped and a fresh
-one (with sequences from 0) is fetched for the batches that follow.
+already wrote it answers DUPLICATE_SEQUENCE with the original offset, which is a success.
+
+After a batch fails for good (KIP-360). Its sequence numbers are lost, and whether it was
+written is unknown (its answer may have been lost). The producer keeps its id and bumps its
+epoch, numbering every partition from 0 again (past epoch 32767 it asks for a new id), and
+the accumulator's producer generation moves on. Records of a partition are still written in
+the order sent:
+- a batch not encoded yet leaves only once every batch of its partition encoded under an
+  earlier epoch is resolved (`Accumulator.may_encode`), so the new epoch never races the old;
+- such an old batch is retried with its own bytes; if the leader, with nothing earlier of
+  ours unresolved, answers OUT_OF_ORDER, the batch is certainly not written and is renumbered
+  under the new epoch instead of failing;
+- once the new epoch wrote to a partition, the leader refuses the old one (a fenced epoch),
+  so an old attempt delayed in the network can never land behind newer records.
 
 A producer built with a fixed producer id (`fixed_producer`: a caller-derived id, see
 `Producer`) never asks for one and never drops it: its sequences may start where an earlier
@@ -68,6 +79,7 @@ from raftlog.storage.records import encode_batch, encode_unsigned_varint
 __all__ = ["Sender"]
 
 _SEQUENCE_MODULUS = 2**31  # Kafka's sequence numbers wrap at Integer.MAX_VALUE
+_PRODUCER_EPOCH_MAX = 2**15 - 1  # int16 in the RecordBatch header
 _OUT_OF_ORDER = pb.ErrorCode.Name(pb.OUT_OF_ORDER_SEQUENCE)
 _ACKS = {"all": pb.ACKS_ALL, -1: pb.ACKS_ALL, 1: pb.ACKS_LEADER, 0: pb.ACKS_NONE}
 _CODECS = {
@@ -163,6 +175,8 @@ class Sender:
     # -- sending -----------------------------------------------------------------------------
 
     def _send(self, batch: ProducerBatch) -> None:
+        if batch.encoded is None and not self._may_encode(batch):
+            return
         tp = batch.tp
         try:
             if self.config.enable_idempotence and self.producer_id < 0:
@@ -191,6 +205,17 @@ class Sender:
         batch.attempts += 1
         future.add_done_callback(lambda done: self._on_response(batch, address, done))
 
+    def _may_encode(self, batch: ProducerBatch) -> bool:
+        """Whether `batch` may be numbered now; if not, it goes back to its queue, no attempt
+        counted, to leave once the batches ahead of it are resolved (the identity moved on
+        between its drain and now, or an earlier batch in this round failed to encode)."""
+        with self.accumulator.condition:
+            if self.accumulator.may_encode(batch):
+                return True
+            self.in_flight -= 1
+            self.accumulator.requeue(batch, retry_at=self.clock())
+            return False
+
     def _on_response(self, batch: ProducerBatch, address: str, future: Any) -> None:
         # Runs on a gRPC thread: only hand the answer to the sender thread.
         with self.accumulator.condition:
@@ -203,6 +228,8 @@ class Sender:
             sequence = self.next_sequence.get(batch.tp, 0)
             self.next_sequence[batch.tp] = (sequence + len(batch.records)) % _SEQUENCE_MODULUS
         batch.base_sequence = sequence
+        # Read without the lock: only this thread moves the generation on.
+        batch.producer_generation = self.accumulator.producer_generation
         batch.encoded = encode_batch(
             batch.records,
             compression=_CODECS[self.config.compression],
@@ -290,8 +317,14 @@ class Sender:
         retriable = bool(getattr(error, "retriable", False))
         if getattr(error, "code", None) == _OUT_OF_ORDER:
             # The gap is an earlier batch still in flight or waiting for its retry: this one
-            # goes after it. With none, a sequence was really lost: retrying cannot help.
+            # goes after it. With none, a sequence was really lost: retrying cannot help,
+            # unless the batch was numbered under an epoch given up since (the lost sequence
+            # is that of the batch that failed): it was not written, so it is numbered anew.
             retriable = self.accumulator.may_follow_unresolved(batch)
+            if not retriable and batch.producer_generation != self.accumulator.producer_generation:
+                batch.encoded = None
+                batch.base_sequence = batch.producer_generation = -1
+                retriable = True
         within_attempts = batch.attempts <= self.config.retries
         within_time = (now - batch.created_at) * 1000 < self.config.delivery_timeout_ms
         return retriable and within_attempts and within_time and not self.abort
@@ -305,16 +338,31 @@ class Sender:
                 with contextlib.suppress(InvalidStateError):  # completed already (expiry)
                     batch.future.set_result(offset)
                 continue
-            # This batch's sequence numbers are gone: start over with a new producer id (a
-            # fixed id keeps its numbering: the leader refuses the gap that follows).
             if self.config.enable_idempotence and batch.encoded is not None:
-                self.producer_id = self.fixed_producer[0] if self.fixed_producer else -1
+                self._give_up_identity(batch)
             failure = DeliveryFailedError(
                 batch.tp.topic, batch.tp.partition, str(error), attempts=batch.attempts
             )
             failure.__cause__ = error
             with contextlib.suppress(InvalidStateError):  # completed already (expiry)
                 batch.future.set_exception(failure)
+
+    def _give_up_identity(self, failed: ProducerBatch) -> None:
+        """`failed`'s sequence numbers are gone: bump the epoch (KIP-360), once per identity.
+
+        A fixed id keeps its epoch and numbering: the leader refuses the gap that follows.
+        """
+        if self.fixed_producer is not None:
+            return
+        with self.accumulator.condition:
+            if failed.producer_generation != self.accumulator.producer_generation:
+                return  # an earlier failure already gave that identity up
+            self.accumulator.producer_generation += 1
+            self.next_sequence.clear()
+            if self.producer_epoch < _PRODUCER_EPOCH_MAX:
+                self.producer_epoch += 1
+            else:
+                self.producer_id = -1  # the epoch is exhausted: ask for a new id
 
     # -- expiry and shutdown -----------------------------------------------------------------
 

@@ -89,6 +89,8 @@ class ProducerBatch:
     # Built once at the first attempt so every retry carries the same sequence numbers.
     encoded: bytes | None = None
     base_sequence: int = -1
+    # The accumulator's producer generation when `encoded` was built (-1: not encoded).
+    producer_generation: int = -1
     last_error: Exception | None = None
     # Set when the batch first leaves its queue; orders a partition's unresolved batches.
     drain_order: int = -1
@@ -281,6 +283,10 @@ class Accumulator:
         self._unresolved: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._drained_batches = 0
         self.incomplete: set[ProducerBatch] = set()
+        # Counts the producer's identities (id and epoch); the sender moves it on when one is
+        # given up. A batch never encoded leaves only behind batches encoded under the
+        # current one (see `may_encode`).
+        self.producer_generation = 0
 
     def append(
         self,
@@ -403,6 +409,8 @@ class Accumulator:
                         break  # an older batch of this partition is still unresolved
                 elif not (head.closed or urgent or now - head.created_at >= self.linger_s):
                     break
+                elif not self.may_encode(head):
+                    break  # a batch of an earlier producer identity is unresolved
                 elif (
                     self.linger_s == 0
                     and not (head.closed or urgent)
@@ -441,6 +449,8 @@ class Accumulator:
             if head.drain_order >= 0:
                 if self._unresolved[tp][0] is head:
                     times.append(head.retry_at)
+            elif not self.may_encode(head):
+                continue  # behind an earlier identity's batch: an answer wakes the sender
             elif head.closed:
                 times.append(head.retry_at)
             elif self.linger_s == 0 and self._in_flight.get(tp, 0) > 0:
@@ -448,6 +458,24 @@ class Accumulator:
             else:
                 times.append(max(head.retry_at, head.created_at + self.linger_s))
         return min(times) if times else None
+
+    def may_encode(self, batch: ProducerBatch) -> bool:
+        """Whether `batch` may be numbered under the current producer identity now: every
+        unresolved batch of its partition drained before it was encoded under that identity.
+
+        Records of one partition are written in the order sent (KIP-98). A batch numbered
+        under the old identity may still be written (a retry, or a late attempt); one
+        numbered under the new identity and sent beside it could be written first. So a
+        partition's new batches wait until its old ones are resolved (Kafka's producer
+        drains the same way before it bumps its epoch, KIP-360)."""
+        assert self._is_held()
+        generation = self.producer_generation
+        for earlier in self._unresolved.get(batch.tp, ()):
+            if earlier is batch:
+                break
+            if earlier.producer_generation != generation:
+                return False
+        return True
 
     def may_follow_unresolved(self, batch: ProducerBatch) -> bool:
         """Whether an OUT_OF_ORDER answer to in-flight `batch` may be explained by an earlier

@@ -13,7 +13,9 @@ and a node that does not lead a partition (or the metadata quorum) answers NOT_L
 Fault knobs, all deterministic (no timers): `advertised_leader` (what Metadata claims, to
 make the client's cache stale), `hint_leader`, `fail_next` (error codes to answer the next
 requests of one RPC with), `drop_next_produce_responses` (append, then fail the call as if
-the answer was lost), `produce_gate` (hold produce answers until the test opens it), and
+the answer was lost), `produce_gate` (hold produce answers until the test opens it),
+`produce_holds` (hold the next arriving produce requests one by one, each until its own event
+is set), and
 `high_watermark_lag` (records appended but not yet committed) and one planted server bug,
 `lying_fetch_high_watermark`, that the consumer must catch.
 """
@@ -21,7 +23,7 @@ the answer was lost), `produce_gate` (hold produce answers until the test opens 
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -94,8 +96,13 @@ class FakeClusterState:
     fail_next: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     drop_next_produce_responses: int = 0
     produce_gate: threading.Event = field(default_factory=threading.Event)
+    # Each arriving produce request takes the first event (if any) and waits for it.
+    produce_holds: deque[threading.Event] = field(default_factory=deque)
+    produce_holds_taken: list[threading.Event] = field(default_factory=list)
+    produce_answers: int = 0  # produce requests that reached the log (not refused early)
     requests: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))
     next_producer_id: int = 1000
+    producer_epoch: int = 0  # the epoch InitProducerId hands out
     # A planted server bug for the consumer's check: Fetch reports this high watermark.
     lying_fetch_high_watermark: int | None = None
     condition: threading.Condition = field(default_factory=threading.Condition)
@@ -186,7 +193,12 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
     def Produce(self, request: pb.ProduceRequest, context: Any) -> pb.ProduceResponse:
         with self.state.condition:
             planted = self._count("Produce")  # counted on arrival, before the gate
+            hold = self.state.produce_holds.popleft() if self.state.produce_holds else None
+            if hold is not None:
+                self.state.produce_holds_taken.append(hold)
         self.state.produce_gate.wait()
+        if hold is not None:
+            hold.wait()
         with self.state.condition:
             if planted is not None:
                 return pb.ProduceResponse(
@@ -197,6 +209,7 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
                 return pb.ProduceResponse(error=refusal)
             partition = self.state.topics[request.topic][request.partition]
             response = self._append(partition, list(request.batches))
+            self.state.produce_answers += 1
             self.state.condition.notify_all()
             drop = response.error.code == pb.NONE and self.state.drop_next_produce_responses > 0
             if drop:
@@ -209,25 +222,9 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
         assert len(batches) == 1, "the client sends one batch per request"
         header = verify_batch(batches[0])
         if header.producer_id >= 0:
-            written = partition.producers.get(header.producer_id)
-            last = written[-1] if written else None
-            last_sequence = header.base_sequence + header.record_count - 1
-            # As the real leader (partition/producer_state.py): the last five batches of a
-            # producer are remembered, and a batch equal to one of them is a duplicate.
-            for remembered in (written or [])[-REMEMBERED_BATCHES_MAX:]:
-                if remembered[:2] == (header.base_sequence, last_sequence):
-                    partition.duplicates_answered += 1
-                    return pb.ProduceResponse(
-                        error=error(pb.DUPLICATE_SEQUENCE, "already written"),
-                        base_offset=remembered[2],
-                        last_offset=remembered[3],
-                    )
-            expected = 0 if last is None else last[1] + 1
-            if header.base_sequence != expected:
-                partition.out_of_order_answered += 1
-                return pb.ProduceResponse(
-                    error=error(pb.OUT_OF_ORDER_SEQUENCE, f"expected {expected}")
-                )
+            refusal = self._check_sequence(partition, header)
+            if refusal is not None:
+                return refusal
         base, last_offset = partition.append(batches[0])
         if header.producer_id >= 0:
             last_sequence = header.base_sequence + header.record_count - 1
@@ -240,6 +237,31 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
             log_append_time_ms=-1,
             high_watermark=partition.high_watermark,
         )
+
+    @staticmethod
+    def _check_sequence(partition: FakePartition, header: Any) -> pb.ProduceResponse | None:
+        """As the real leader (partition/producer_state.py): the last five batches of a
+        producer's current epoch are remembered, a batch equal to one of them is a duplicate,
+        an older epoch is fenced and a newer one starts again at sequence 0."""
+        written = partition.producers.get(header.producer_id, [])
+        epoch = written[-1][4] if written else -1
+        if header.producer_epoch < epoch:
+            return pb.ProduceResponse(error=error(pb.INVALID_PRODUCER_EPOCH, f"epoch {epoch}"))
+        written = [batch for batch in written if batch[4] == header.producer_epoch]
+        last_sequence = header.base_sequence + header.record_count - 1
+        for remembered in written[-REMEMBERED_BATCHES_MAX:]:
+            if remembered[:2] == (header.base_sequence, last_sequence):
+                partition.duplicates_answered += 1
+                return pb.ProduceResponse(
+                    error=error(pb.DUPLICATE_SEQUENCE, "already written"),
+                    base_offset=remembered[2],
+                    last_offset=remembered[3],
+                )
+        expected = written[-1][1] + 1 if written else 0
+        if header.base_sequence != expected:
+            partition.out_of_order_answered += 1
+            return pb.ProduceResponse(error=error(pb.OUT_OF_ORDER_SEQUENCE, f"expected {expected}"))
+        return None
 
     def Fetch(self, request: pb.FetchRequest, context: Any) -> pb.FetchResponse:
         with self.state.condition:
@@ -318,7 +340,7 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
             self._count("InitProducerId")
             self.state.next_producer_id += 1
             return pb.InitProducerIdResponse(
-                producer_id=self.state.next_producer_id, producer_epoch=0
+                producer_id=self.state.next_producer_id, producer_epoch=self.state.producer_epoch
             )
 
     def DescribeProducers(
@@ -487,7 +509,13 @@ class FakeCluster:
     def bootstrap(self) -> str:
         return ",".join(self.state.addresses[n] for n in sorted(self.state.addresses))
 
+    def release_produce_holds(self) -> None:
+        with self.state.condition:
+            for hold in [*self.state.produce_holds, *self.state.produce_holds_taken]:
+                hold.set()
+
     def stop(self) -> None:
         self.state.produce_gate.set()
+        self.release_produce_holds()
         for server in self._servers:
             server.stop(grace=None).wait()

@@ -198,7 +198,24 @@ def test_non_retriable_error_fails_at_once_and_later_records_still_go(cluster: F
     with Producer(cluster.bootstrap, retry_backoff_ms=0) as producer:
         with pytest.raises(DeliveryFailedError, match="CORRUPT_BATCH"):
             producer.send("events", value=b"bad").result(TIMEOUT_S)
-        # The failed batch's sequence numbers are gone: a new producer id starts over.
+        # The failed batch's sequence numbers are gone: the producer bumps its epoch
+        # (KIP-360) and numbers from 0 again, under the same id.
+        assert producer.send("events", value=b"good").result(TIMEOUT_S).offset == 1
+    requests = cluster.state.requests
+    assert requests[(1, "InitProducerId")] + requests[(2, "InitProducerId")] == 1
+    [(_, batches)] = cluster.state.partition("events", 0).producers.items()
+    assert [(batch[0], batch[4]) for batch in batches] == [(0, 1)]  # sequence 0, epoch 1
+
+
+def test_a_producer_at_the_last_epoch_asks_for_a_new_id_instead_of_bumping(
+    cluster: FakeCluster,
+) -> None:
+    cluster.state.create_topic("events", 1)
+    cluster.state.producer_epoch = 2**15 - 1  # int16: no epoch follows it
+    cluster.state.fail_next["Produce"] = [pb.CORRUPT_BATCH]
+    with Producer(cluster.bootstrap, retry_backoff_ms=0) as producer:
+        with pytest.raises(DeliveryFailedError, match="CORRUPT_BATCH"):
+            producer.send("events", value=b"bad").result(TIMEOUT_S)
         assert producer.send("events", value=b"good").result(TIMEOUT_S).offset == 1
     requests = cluster.state.requests
     assert requests[(1, "InitProducerId")] + requests[(2, "InitProducerId")] == 2
