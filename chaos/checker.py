@@ -16,7 +16,7 @@ observations it reports each anomaly a commit log must never show:
     read_then_gone       a value a poll returned that the final read no longer has
     hw_backward          a high watermark lower than one seen by an earlier completed read
 
-and, for consumer groups, the four of raftlog.chaos.group_checker (commit_backward,
+and, for consumer groups, the four of raftlog.chaos.consumer_group_checker (commit_backward,
 commit_undelivered, rebalance_skip, revoked_read). A group member's polls of a partition are
 judged for skips and rewinds from each time it is given the partition: a new owner starts at
 the group's committed offset, which may lie anywhere another member left it.
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftlog.chaos.compaction_checker import COMPACTION_ANOMALIES, check_compaction
-from raftlog.chaos.group_checker import GROUP_ANOMALIES, check_groups, group_timeline
+from raftlog.chaos.consumer_group_checker import GROUP_ANOMALIES, check_groups, group_timeline
 from raftlog.chaos.history import Op
 
 __all__ = ["ANOMALIES", "CheckResult", "Observation", "check"]

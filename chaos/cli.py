@@ -209,7 +209,8 @@ def _run(args: argparse.Namespace) -> int:
 def _cut(args: argparse.Namespace) -> int:
     """What `lose-unsynced` does to a killed node, by hand (for a node under any supervisor)."""
     from raftlog.errors import StorageError
-    from raftlog.storage.files import DURABILITY_MANIFEST_NAME, OsFileSystem, cut_to_durable
+    from raftlog.storage.chaos_file_system import DURABILITY_MANIFEST_NAME, cut_to_durable
+    from raftlog.storage.file_system import OsFileSystem
 
     directory: Path = args.data_dir
     if not (directory / DURABILITY_MANIFEST_NAME).is_file():

@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from raftlog.storage.files import DURABILITY_MANIFEST_NAME
+from raftlog.storage.chaos_file_system import DURABILITY_MANIFEST_NAME
 
 __all__ = ["DAMAGE_KINDS", "damage_node_files", "damageable_files", "repairs_in_logs"]
 
 DAMAGE_KINDS = ("flip", "truncate", "delete")
 # Node log lines that say a replica found damage, and that its repair finished
-# (raftlog.broker, raftlog.runtime.group).
+# (raftlog.node.node, raftlog.runtime.group).
 DAMAGE_LINE = "storage damage"
 REPAIRED_LINE = "repair finished"
 _SKIPPED_SUFFIXES = (".tmp", ".pem", ".key", ".crt", ".json", ".lock")

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from raftlog.chaos.clients import LogClients
+from raftlog.chaos.consumer_groups import RaftlogGroupClients
 from raftlog.chaos.corrupt import damage_node_files
-from raftlog.chaos.groups import RaftlogGroupClients
 from raftlog.chaos.local_backend import (
     lookup_controller,
     lookup_leader,

@@ -1,9 +1,9 @@
 """Elections and fences of a run, read from the node logs, against the faults that explain them.
 
 Theory of operation. Every node logs each role change of each of its groups at INFO with its
-cause (`raftlog.runtime.leadership`, `raftlog.broker`), and the controller logs each fence:
+cause (`raftlog.node.leadership`, `raftlog.node.node`), and the controller logs each fence:
 
-    2026-11-26 06:10:01,234 INFO raftlog.runtime.leadership: node 2: t-0 is now pre-candidate
+    2026-11-26 06:10:01,234 INFO raftlog.node.leadership: node 2: t-0 is now pre-candidate
         in term 4 (leader None); cause: election timer: no leader heard for 11 ticks ...
     ... node 1: metadata quorum: now leader in term 3 (controller 1); cause: won the election ...
     ... node 1: fencing node 3: lease timer: silent 6100 ms of loop time, ...

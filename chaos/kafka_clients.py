@@ -34,7 +34,7 @@ from raftlog.chaos.clients import (
     RaftlogClients,
     ReadRecord,
 )
-from raftlog.chaos.groups import AssignmentListener, ChaosGroupConsumer
+from raftlog.chaos.consumer_groups import AssignmentListener, ChaosGroupConsumer
 
 __all__ = ["KafkaClientError", "KafkaClients"]
 

@@ -7,7 +7,7 @@ node's Kafka listener (`client="kafka"`). Crashes are SIGKILL (restart: start th
 on the same data directory), pauses are SIGSTOP/SIGCONT, and network faults are rules sent to
 each node's `Internal.SetFaults`, which also moves a node's wall clock. Loss of unsynced
 writes: after a SIGKILL, `lose_unsynced` cuts the node's files back to what it fsynced, from
-the manifest its --chaos file port keeps (`raftlog.storage.files.cut_to_durable`).
+the manifest its --chaos file port keeps (`raftlog.storage.chaos_file_system.cut_to_durable`).
 `unsafe_skip_fsync` starts every node with --chaos-skip-fsync (the deliberately unsafe node).
 Membership: `observers` nodes outside the metadata quorum's voters start with the cluster,
 `add_node` starts one more under load, `remove_node` decommissions one
@@ -32,8 +32,8 @@ from typing import Any
 import grpc
 
 from raftlog.chaos.clients import LogClients
+from raftlog.chaos.consumer_groups import RaftlogGroupClients
 from raftlog.chaos.corrupt import damage_node_files
-from raftlog.chaos.groups import RaftlogGroupClients
 from raftlog.chaos.nemesis import OBSERVERS_MAX
 from raftlog.client import Admin
 from raftlog.client.errors import ClientError
@@ -41,7 +41,8 @@ from raftlog.cluster_cli import reassign_partition, wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-from raftlog.storage.files import OsFileSystem, cut_to_durable
+from raftlog.storage.chaos_file_system import cut_to_durable
+from raftlog.storage.file_system import OsFileSystem
 
 __all__ = [
     "LocalBackend",

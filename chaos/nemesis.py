@@ -30,7 +30,7 @@ is where acks=1 loses writes.
 Loss of unsynced writes: `lose-unsynced` SIGKILLs nodes (a random one, a partition leader, or
 all at once) and then cuts each one's data files back to what it had fsynced, as a power loss
 would (`ClusterControl.lose_unsynced`; the node's --chaos file port keeps the manifest, see
-`raftlog.storage.files.ChaosFileSystem`); healed by restarting. With every node's fsync
+`raftlog.storage.chaos_file_system.ChaosFileSystem`); healed by restarting. With every node's fsync
 honest, acks=all must lose nothing; a node started with --chaos-skip-fsync loses everything.
 
 Storage damage: `corrupt` SIGKILLs a node of a fixed minority (the highest node ids; its

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftlog.chaos.clients import ChaosConsumer, LogClients, send_outcome
+from raftlog.chaos.consumer_groups import GroupClients, group_member, read_committed
 from raftlog.chaos.generator import RateLimiter
-from raftlog.chaos.groups import GroupClients, group_member, read_committed
 from raftlog.chaos.history import HistoryRecorder
 
 __all__ = ["ProcessIds", "Workers", "WorkloadOptions", "compacted_topic_config", "final_read"]
@@ -50,7 +50,7 @@ class WorkloadOptions:
     close_timeout_s: float = 5.0
     final_read_timeout_s: float = 30.0
     # "assign": each consumer reads every partition from 0; "group": consumers subscribe
-    # through one consumer group (raftlog.chaos.groups).
+    # through one consumer group (raftlog.chaos.consumer_groups).
     consumer_mode: str = "assign"
     member_lifetime_s: tuple[float, float] = (3.0, 8.0)  # group mode: then a new member
     # > 0: the keyed workload, on a compacted topic (each send a key out of this many).

@@ -27,7 +27,7 @@ import struct
 from dataclasses import dataclass
 
 from raftlog.storage.batch import crc32c
-from raftlog.storage.files import FileSystem, write_file_atomically
+from raftlog.storage.file_system import FileSystem, write_file_atomically
 from raftlog.types import Offset, Term
 
 __all__ = ["CHECKPOINT_FILE_NAME", "CheckpointStore", "PartitionCheckpoint", "checkpoint_bytes_max"]

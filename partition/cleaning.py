@@ -30,7 +30,7 @@ from raftlog.storage.compaction import (
     latest_record_keeper,
     write_cleaned_segment,
 )
-from raftlog.storage.files import FileSystem
+from raftlog.storage.file_system import FileSystem
 from raftlog.storage.log import SegmentedLog
 
 __all__ = [

@@ -14,7 +14,7 @@ from raftlog.config import LogConfig
 from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.membership import membership_at
 from raftlog.raft.types import Membership
-from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.types import Offset
 
 __all__ = ["apply_retention", "topic_log_config"]

@@ -153,7 +153,7 @@ def wait_for_controller(
 def node_security(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, Any]]:
     """(flags for every node, options for this command's own client), validated as a node
     validates them. Paths are made absolute so a later restart from elsewhere finds them."""
-    from raftlog.runtime.settings import BrokerSettings
+    from raftlog.settings import BrokerSettings
     from raftlog.tls import TlsFiles
     from raftlog.types import NodeId
 

@@ -262,7 +262,7 @@ class MetadataConfig:
     node_lease_ms: int = 6000
     node_heartbeat_interval_ms: int = 1500
     # How often a node measures its event loop's lag (a timer's lateness): the controller
-    # takes that lag out of the silence it fences for (raftlog.runtime.leases).
+    # takes that lag out of the silence it fences for (raftlog.node.leases).
     loop_lag_probe_interval_ms: int = 100
     # A fenced node hands away at most this many partition leaderships per second, and stops
     # as soon as it is unfenced: a slow node must not add a storm of elections to its load.
@@ -394,14 +394,14 @@ class NodeConfig:
     # (raftlog.runtime.clock.RetentionClock): a forward step of the wall clock beyond it
     # is held back instead of deleting young segments.
     retention_clock_slack_ms: int = 1000
-    # The scrubber (raftlog.runtime.scrubber) re-reads every closed segment in the background
+    # The scrubber (raftlog.node.scrubber) re-reads every closed segment in the background
     # and checks every batch, at most this many bytes a second per node (0: off), in reads of
     # scrub_chunk_bytes, pausing scrub_round_pause_ms between rounds; damage it finds starts
     # the same repair as damage found at open (docs/storage-faults.md).
     scrub_bytes_per_s: int = 4 * MIB
     scrub_chunk_bytes: int = 1 * MIB
     scrub_round_pause_ms: int = 60_000
-    # The log cleaner (raftlog.runtime.cleaner) visits compacted topics' logs every
+    # The log cleaner (raftlog.node.cleaner) visits compacted topics' logs every
     # cleaner_interval_ms and reads at most cleaner_bytes_per_s a second per node, on its own
     # thread (0: off). It costs about 0.075 CPU s per MB read (benchmarks/suites/
     # compaction.py) and shares the interpreter lock with the event loop, so the default
@@ -420,7 +420,7 @@ class NodeConfig:
     # Client connections a node admits from one IP address and in all (rpc/security.py).
     client_connections_per_address_max: int = 256
     client_connections_max: int = 4096
-    # glibc malloc (raftlog.runtime.memory): freed heap kept for reuse up to this many bytes,
+    # glibc malloc (raftlog.node.malloc_tuning): freed heap kept for reuse up to this many bytes,
     # and blocks below this size served from the heap instead of a fresh mmap, so buffers of
     # a batch are reused instead of page-faulted in anew for every request.
     malloc_trim_threshold_bytes: int = 256 * MIB

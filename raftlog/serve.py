@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raftlog.errors import ConfigError
-from raftlog.runtime.memory import tune_malloc
-from raftlog.runtime.settings import (
+from raftlog.node.malloc_tuning import tune_malloc
+from raftlog.settings import (
     BrokerSettings,
     apply_overrides,
     parse_address,
@@ -30,8 +30,8 @@ from raftlog.runtime.settings import (
 from raftlog.types import NodeId
 
 if TYPE_CHECKING:
-    from raftlog.broker import Broker
     from raftlog.metrics import NodeMetrics
+    from raftlog.node.node import Broker
     from raftlog.rpc.kafka import KafkaListener
 
 __all__ = ["add_serve_parser", "run_serve"]
@@ -193,7 +193,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
 
 async def _serve(settings: BrokerSettings) -> int:
-    from raftlog.broker import Broker
+    from raftlog.node.node import Broker
 
     config = settings.config
     if not tune_malloc(

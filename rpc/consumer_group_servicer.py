@@ -13,7 +13,7 @@ clock. `GroupServicer` maps protobuf to it and back.
   may have missed while another node coordinated. Members rebuild it with their next
   heartbeats (they list what they hold). A new controller coordinates only once it has
   applied an entry of its own term (`controller_term`, computed below rpc by
-  `raftlog.runtime.controller_duties.controller_term_of`): before that its state may lack
+  `raftlog.node.controller_duties.controller_term_of`): before that its state may lack
   offsets the previous controller committed, and a fetch would send members back to
   `auto_offset_reset`.
 - Expiry is lazy: every heartbeat first removes the members whose session (or revocation)

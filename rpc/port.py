@@ -1,5 +1,5 @@
 """The broker as the API front ends see it: the one port the gRPC servicers and the Kafka
-listener (`raftlog.rpc.kafka`) depend on, implemented by `raftlog.broker.Broker`.
+listener (`raftlog.rpc.kafka`) depend on, implemented by `raftlog.node.node.Broker`.
 
 Each front end translates its wire protocol to these calls and back; none reaches into the
 node's groups, transport or storage, so a Kafka Produce is the same `produce` call the gRPC
@@ -104,7 +104,7 @@ class BrokerPort(MetadataReadPort, Protocol):
     ) -> FetchResult:
         """Committed batches from `offset` (raw bytes, never decoded), waiting up to
         `wait_ms_max` for `bytes_min`; with `skip_emptied`, without the batches compaction
-        emptied of every record (raftlog.storage.raft_log, for Kafka clients)."""
+        emptied of every record (raftlog.storage.raft_log_storage, for Kafka clients)."""
         ...
 
     def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:

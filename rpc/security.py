@@ -68,7 +68,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from raftlog.errors import ConfigError
-from raftlog.runtime.settings import BrokerSettings
+from raftlog.settings import BrokerSettings
 from raftlog.tls import (
     TlsFiles,
     grpc_channel_credentials,
@@ -592,7 +592,7 @@ def bearer_metadata(token: str | None) -> tuple[tuple[str, str], ...]:
     return () if token is None else ((AUTHORIZATION_KEY, _BEARER + token),)
 
 
-# -- wiring a node (called by raftlog.broker) -----------------------------------------------
+# -- wiring a node (called by raftlog.node.node) -----------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

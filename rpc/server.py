@@ -11,15 +11,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from raftlog.metrics.grpc_requests import request_interceptors
 from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer
 from raftlog.rpc.consumer_group_servicer import GroupService, GroupServicer
 from raftlog.rpc.forwarding import ControllerForwarder
+from raftlog.rpc.log_servicer import LogServicer
 from raftlog.rpc.port import BrokerPort
+from raftlog.rpc.request_metrics import request_interceptors
 from raftlog.rpc.security import security_server_setup
-from raftlog.rpc.servicers import LogServicer
 from raftlog.rpc.v1 import raftlog_pb2, raftlog_pb2_grpc
-from raftlog.runtime.settings import BrokerSettings
+from raftlog.settings import BrokerSettings
 
 __all__ = ["ApiServer", "start_api_server"]
 

@@ -36,7 +36,7 @@ from scale import PARTITIONS, idle_metrics  # noqa: E402
 
 FULL_ONLY_PARTITIONS = 3000
 FENCE_LINE = "fencing node"
-SELF_FENCE_LINE = ": fenced: "  # a node that saw its own lease lapse (raftlog.broker)
+SELF_FENCE_LINE = ": fenced: "  # a node that saw its own lease lapse (raftlog.node.node)
 
 
 @contextmanager

@@ -25,7 +25,7 @@ import statistics
 import time
 
 from raftlog.config import KIB, MIB, LogConfig, NodeConfig
-from raftlog.storage.files import OsFileSystem
+from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.records import RecordInput, encode_batch
 from raftlog.storage.scrub import verify_closed_segment

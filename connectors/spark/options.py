@@ -48,7 +48,7 @@ KIB = 1024
 MIB = 1024 * KIB
 EARLIEST = -2  # Kafka's sentinel for "the log start" in offset JSON
 LATEST = -1  # Kafka's sentinel for "the high watermark"
-# The server refuses fetches above this (raftlog.rpc.servicers.FETCH_BYTES_MAX).
+# The server refuses fetches above this (raftlog.rpc.log_servicer.FETCH_BYTES_MAX).
 FETCH_BYTES_LIMIT = 64 * MIB
 
 # "earliest", "latest", or {topic: {partition: offset or sentinel}}.

@@ -30,7 +30,7 @@ one is raised. OFFSET_OUT_OF_RANGE resets the position per `auto_offset_reset`.
 
 Consumer groups. `subscribe(topics, group_id=...)` (or `group_id=` in the constructor) joins
 a group instead of `assign`: the cluster's controller shares the topics' partitions among the
-group's members and moves them incrementally as members come and go (raftlog.client._group
+group's members and moves them incrementally as members come and go (raftlog.client._consumer_group
 has the member's side, raftlog.metadata.consumer_groups the coordinator's). `poll` drives the
 membership: it heartbeats when due, and applies each new assignment between fetch rounds. A
 revoked partition's position is committed first (with `enable_auto_commit`), then dropped,
@@ -55,8 +55,8 @@ from types import TracebackType
 from typing import Any
 
 from raftlog.client._connection import ConnectionOptions, TopicPartition
+from raftlog.client._consumer_group import GroupMember
 from raftlog.client._fetcher import ConsumerRecord, Fetcher, PartitionState
-from raftlog.client._group import GroupMember
 from raftlog.client.config import AutoOffsetReset, ConsumerConfig
 from raftlog.client.errors import (
     ClientClosedError,

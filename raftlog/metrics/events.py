@@ -10,7 +10,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from raftlog.raft.types import Ready, Role, VoteRequest
-from raftlog.runtime.metrics import Recorder
+from raftlog.runtime.recorder import Recorder
 
 __all__ = ["PrometheusRecorder"]
 

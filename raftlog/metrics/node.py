@@ -1,7 +1,7 @@
 """A node's metrics endpoint: `GET /metrics` in Prometheus's text format on `--metrics-listen`.
 
 Theory of operation. `NodeMetrics` installs a `PrometheusRecorder` as the process's
-recorder (`raftlog.runtime.metrics`: the event counters and histograms), registers a
+recorder (`raftlog.runtime.recorder`: the event counters and histograms), registers a
 `SnapshotCollector` (the state read at scrape time) and the process collector (CPU,
 memory, file descriptors); `start` opens a small asyncio HTTP server and a probe that measures the
 event loop's lag. A scrape takes the snapshot on the loop, where it cannot race the groups,
@@ -31,7 +31,7 @@ from prometheus_client.process_collector import ProcessCollector
 from raftlog.metrics.collector import SnapshotCollector
 from raftlog.metrics.events import PrometheusRecorder
 from raftlog.metrics.snapshot import NodeView, capture
-from raftlog.runtime.metrics import install
+from raftlog.runtime.recorder import install
 
 __all__ = ["NodeMetrics"]
 

@@ -24,7 +24,7 @@ from raftlog.metadata.state import MetadataState
 from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.types import Role
 from raftlog.runtime.group import RaftGroup
-from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.types import NodeId
 
 __all__ = [

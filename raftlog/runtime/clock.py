@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Protocol
 
-from raftlog.storage.files import Clock
+from raftlog.storage.wall_clock import WallClock
 
 __all__ = ["FakeMonotonicClock", "MonotonicClock", "RetentionClock", "SystemMonotonicClock"]
 
@@ -59,7 +59,7 @@ class RetentionClock:
     runs: a node started with its clock already wrong takes that clock as wall time.
     """
 
-    def __init__(self, wall: Clock, monotonic: MonotonicClock, *, slack_ms: int) -> None:
+    def __init__(self, wall: WallClock, monotonic: MonotonicClock, *, slack_ms: int) -> None:
         assert slack_ms >= 0, slack_ms
         self._wall = wall
         self._monotonic = monotonic

@@ -63,7 +63,7 @@ from typing import Protocol, runtime_checkable
 from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import HardStateStore
 from raftlog.raft.types import HardState, Message, Ready
-from raftlog.runtime import metrics
+from raftlog.runtime import recorder as metrics
 from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.rate import TokenBucket
@@ -433,7 +433,7 @@ class GroupHost:
 
 @runtime_checkable
 class SplitSyncLog(Protocol):
-    """A log whose fsync can run off the event loop (raftlog.storage.raft_log)."""
+    """A log whose fsync can run off the event loop (raftlog.storage.raft_log_storage)."""
 
     def prepare_sync(self) -> FlushTicket: ...
 

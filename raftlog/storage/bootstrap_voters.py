@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from raftlog.raft.types import Membership
 from raftlog.storage.batch import crc32c
-from raftlog.storage.files import FileSystem, read_whole_file, write_file_atomically
+from raftlog.storage.file_system import FileSystem, read_whole_file, write_file_atomically
 from raftlog.types import NodeId
 
 __all__ = ["BOOTSTRAP_VOTERS_FILE_NAME", "BootstrapVoters", "load_or_write_bootstrap_voters"]

@@ -50,7 +50,7 @@ from raftlog.storage.batch import (
     parse_header,
 )
 from raftlog.storage.compression import CompressionError, compress
-from raftlog.storage.files import FileSystem
+from raftlog.storage.file_system import FileSystem
 from raftlog.storage.record_decoder import records_section
 from raftlog.storage.record_format import (
     DEFAULT_DECOMPRESSED_BYTES_MAX,

@@ -44,7 +44,12 @@ from dataclasses import dataclass
 
 from raftlog.errors import StorageError
 from raftlog.storage.batch import crc32c
-from raftlog.storage.files import FileHandle, FileSystem, read_whole_file, write_file_atomically
+from raftlog.storage.file_system import (
+    FileHandle,
+    FileSystem,
+    read_whole_file,
+    write_file_atomically,
+)
 
 __all__ = ["DURABLE_MARK_FILE_NAME", "FILE_BYTES", "DurableMark", "MarkRecord", "decode_marks"]
 

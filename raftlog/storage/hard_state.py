@@ -41,7 +41,7 @@ import struct
 from raftlog.errors import StorageError
 from raftlog.raft.types import HardState
 from raftlog.storage.batch import crc32c
-from raftlog.storage.files import (
+from raftlog.storage.file_system import (
     FileHandle,
     FileSystem,
     OsFileSystem,

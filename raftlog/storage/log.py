@@ -80,11 +80,9 @@ from raftlog.storage.batch import (
 )
 from raftlog.storage.compaction import CleanedSegment, discard_leftovers, swap_in_cleaned
 from raftlog.storage.durable_mark import DurableMark, MarkRecord
-from raftlog.storage.files import (
-    Clock,
+from raftlog.storage.file_system import (
     FileSystem,
     OsFileSystem,
-    SystemClock,
     read_whole_file,
     write_file_atomically,
 )
@@ -97,6 +95,7 @@ from raftlog.storage.segment import (
     SegmentSync,
     parse_segment_name,
 )
+from raftlog.storage.wall_clock import SystemWallClock, WallClock
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE_NAME",
@@ -205,7 +204,9 @@ class ReadResult:
 
 
 class SegmentedLog:
-    def __init__(self, directory: str, config: LogConfig, files: FileSystem, clock: Clock) -> None:
+    def __init__(
+        self, directory: str, config: LogConfig, files: FileSystem, clock: WallClock
+    ) -> None:
         # Use SegmentedLog.open(); this only sets fields.
         self.directory = directory
         self.config = config
@@ -231,11 +232,11 @@ class SegmentedLog:
         *,
         config: LogConfig,
         files: FileSystem | None = None,
-        clock: Clock | None = None,
+        clock: WallClock | None = None,
     ) -> SegmentedLog:
         """Open (or create) the log in `directory`, recovering from a crash if needed."""
         config.validate()
-        log = cls(os.fspath(directory), config, files or OsFileSystem(), clock or SystemClock())
+        log = cls(os.fspath(directory), config, files or OsFileSystem(), clock or SystemWallClock())
         log.files.make_directory(log.directory)
         discard_leftovers(log.files, log.directory)
         base_offsets = log._list_segments()
@@ -739,7 +740,8 @@ class SegmentedLog:
 
     def retention_point(self, now_ms: int) -> int | None:
         """The base offset of the first segment retention would keep, if it would delete
-        any: a Raft log records a snapshot there first (raftlog.storage.raft_log.compact)."""
+        any: a Raft log records a snapshot there first
+        (raftlog.storage.raft_log_storage.compact)."""
         count = self._expired_count(now_ms)
         assert count < len(self._segments), "retention never reaches the active segment"
         return self._base_offsets[count] if count else None

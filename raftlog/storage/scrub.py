@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from raftlog.storage.files import FileSystem
+from raftlog.storage.file_system import FileSystem
 from raftlog.storage.segment import announced_bytes, verified_batches
 
 __all__ = ["SegmentProblem", "verify_closed_segment"]

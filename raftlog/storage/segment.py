@@ -44,7 +44,7 @@ from raftlog.storage.batch import (
     crc32c,
     verify_batch,
 )
-from raftlog.storage.files import Buffer, FileHandle, FileSystem, read_whole_file
+from raftlog.storage.file_system import Buffer, FileHandle, FileSystem, read_whole_file
 from raftlog.storage.index import CorruptIndexError, OffsetIndex, TimeIndex
 
 __all__ = [

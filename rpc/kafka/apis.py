@@ -20,10 +20,10 @@ from raftlog.rpc.kafka import (
     cluster_handlers,
     config_handlers,
     consumer_group_handlers,
-    group_handlers,
     log_handlers,
-    producer_handlers,
 )
+from raftlog.rpc.kafka import classic_group_handlers as group_handlers
+from raftlog.rpc.kafka import producer_id_handlers as producer_handlers
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 

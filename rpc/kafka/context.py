@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from raftlog.config import KafkaConfig, NodeConfig
 from raftlog.rpc.consumer_group_servicer import GroupService
 from raftlog.rpc.kafka.auth import Session
-from raftlog.rpc.kafka.classic_groups import ClassicGroups
+from raftlog.rpc.kafka.classic_group_coordinator import ClassicGroups
 from raftlog.rpc.kafka.topic_regex import TopicRegexes
 from raftlog.rpc.port import BrokerPort
 from raftlog.rpc.security import Permission

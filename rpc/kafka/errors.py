@@ -1,6 +1,6 @@
 """raftlog's exception tree onto Kafka's error codes.
 
-The same ideas as the gRPC servicers' mapping (`raftlog.rpc.servicers`): most specific class
+The same ideas as the gRPC servicers' mapping (`raftlog.rpc.log_servicer`): most specific class
 first, every raftlog error becomes a per-partition code, so one bad partition never fails a
 connection, and retriable raftlog errors map onto codes Kafka clients retry (after refreshing
 metadata, which names the new leader).

@@ -163,7 +163,7 @@ async def _fetch_all(
                 wait_ms_max=0,
                 bytes_min=1,
                 # An answer with batches but no record makes a Kafka client suspect its size
-                # limit (raftlog.storage.raft_log.RaftLog.read).
+                # limit (raftlog.storage.raft_log_storage.RaftLog.read).
                 skip_emptied=True,
             )
         except errors.RaftlogError as error:

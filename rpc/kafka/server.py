@@ -27,7 +27,7 @@ from raftlog.config import NodeConfig
 from raftlog.rpc.consumer_group_servicer import GroupService, monotonic_ms
 from raftlog.rpc.kafka.apis import API_VERSIONS, APIS, api_versions_response
 from raftlog.rpc.kafka.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
-from raftlog.rpc.kafka.classic_groups import ClassicGroups
+from raftlog.rpc.kafka.classic_group_coordinator import ClassicGroups
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.frame import (
     FrameDecoder,

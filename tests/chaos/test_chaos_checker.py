@@ -13,7 +13,7 @@ import pytest
 
 from raftlog.chaos.checker import ANOMALIES, check
 from raftlog.chaos.compaction_checker import COMPACTION_ANOMALIES
-from raftlog.chaos.group_checker import GROUP_ANOMALIES
+from raftlog.chaos.consumer_group_checker import GROUP_ANOMALIES
 from raftlog.chaos.history import Event, Op, pair_operations
 
 T = "chaos"

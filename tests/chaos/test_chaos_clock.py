@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from raftlog.broker import Broker
 from raftlog.errors import ConfigError
+from raftlog.node.node import Broker
 from raftlog.rpc.admin_servicer import apply_fault_rules
 from raftlog.rpc.faults import ChaosClock, FaultInjector
-from raftlog.runtime.settings import BrokerSettings
-from raftlog.storage.files import ChaosFileSystem, OsFileSystem, SystemClock
+from raftlog.settings import BrokerSettings
+from raftlog.storage.chaos_file_system import ChaosFileSystem
+from raftlog.storage.file_system import OsFileSystem
+from raftlog.storage.wall_clock import SystemWallClock
 from raftlog.types import NodeId
 
 
@@ -123,7 +125,7 @@ def test_a_chaos_node_reads_the_injectors_clock_and_records_what_it_fsyncs(
 def test_a_node_without_chaos_uses_the_plain_ports(tmp_path: Path) -> None:
     broker = Broker(_settings(tmp_path))
     assert broker.faults is None
-    assert type(broker.wall_clock) is SystemClock and type(broker.files) is OsFileSystem
+    assert type(broker.wall_clock) is SystemWallClock and type(broker.files) is OsFileSystem
 
 
 def test_skipping_fsync_needs_the_chaos_flag(tmp_path: Path) -> None:

@@ -17,18 +17,15 @@ from hypothesis import strategies as st
 
 from raftlog.chaos.cli import main
 from raftlog.errors import StorageError
-from raftlog.storage.files import (
+from raftlog.storage.chaos_file_system import (
     DURABILITY_MANIFEST_NAME,
     UNSAFE_UNSYNCED_DIRECTORY,
     ChaosFileSystem,
-    FileHandle,
-    FileSystem,
-    OsFileSystem,
-    SimFileSystem,
     cut_to_durable,
     load_durability_manifest,
-    write_file_atomically,
 )
+from raftlog.storage.file_system import FileHandle, FileSystem, OsFileSystem, write_file_atomically
+from raftlog.storage.sim_file_system import SimFileSystem
 
 ROOT = "/node"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from raftlog.chaos.checker import check
-from raftlog.chaos.group_checker import GROUP_ANOMALIES
+from raftlog.chaos.consumer_group_checker import GROUP_ANOMALIES
 from tests.chaos.test_chaos_checker import Builder, T
 
 G = "chaos-group"

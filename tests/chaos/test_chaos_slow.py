@@ -79,7 +79,7 @@ def test_a_stall_removes_a_leader_only_past_an_election_timeout_less_a_heartbeat
     assert removes_leader(401, election_timeout_ms=500, heartbeat_interval_ms=100)
 
 
-PREFIX = "2026-11-26 06:00:{second:02d},000 INFO raftlog.runtime.leadership: node {node}: "
+PREFIX = "2026-11-26 06:00:{second:02d},000 INFO raftlog.node.leadership: node {node}: "
 
 
 def _line(second: int, node: int, text: str) -> str:

@@ -26,9 +26,10 @@ with atheris.instrument_imports():
     from raftlog.errors import CorruptBatchError
     from raftlog.storage.batch import iter_batches, verify_batch
     from raftlog.storage.durable_mark import decode_marks
-    from raftlog.storage.files import ManualClock, SimFileSystem
     from raftlog.storage.log import SegmentedLog
     from raftlog.storage.records import RecordInput, decode_batch, encode_batch, validate_records
+    from raftlog.storage.sim_file_system import SimFileSystem
+    from raftlog.storage.wall_clock import ManualWallClock
 
 BATCH_BYTES_MAX = 1 << 20
 DIRECTORY = "/fuzz/log"
@@ -55,7 +56,7 @@ def fuzz_batch(data: bytes) -> None:
 def fuzz_recovery(data: bytes) -> None:
     """Good batches, then the fuzzer's bytes as the tail of the active segment."""
     files = SimFileSystem()
-    log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualWallClock())
     for batch in APPENDED:
         log.append(batch, leader_epoch=1)
     path = f"{DIRECTORY}/{log.segment_base_offsets[-1]:020d}.log"
@@ -64,7 +65,7 @@ def fuzz_recovery(data: bytes) -> None:
     handle.append([data])
     handle.sync()
     handle.close()
-    reopened = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    reopened = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualWallClock())
     end = reopened.log_end_offset
     if end > len(APPENDED):
         # Bytes after the good batches were taken as data: they must at least verify.
@@ -98,7 +99,7 @@ def fuzz_mark(data: bytes) -> None:
     or trusts a valid record, never raises, and never claims the log whole when the mark
     says it reached further than it does."""
     files = SimFileSystem()
-    log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualWallClock())
     for batch in APPENDED:
         log.append(batch, leader_epoch=1)
     log.close()
@@ -108,7 +109,7 @@ def fuzz_mark(data: bytes) -> None:
     handle.sync()
     handle.close()
     found = decode_marks(data, path=log.mark.path)
-    reopened = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    reopened = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualWallClock())
     if isinstance(found, str) or found[1].repairing or found[1].end_offset > len(APPENDED):
         assert reopened.damage is not None and reopened.is_repairing
     else:

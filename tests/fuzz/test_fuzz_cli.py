@@ -20,8 +20,8 @@ from raftlog.client.errors import ClientError
 from raftlog.client_cli import UsageError, _parse_configs, resolve_bootstrap
 from raftlog.config import NodeConfig
 from raftlog.errors import ConfigError
-from raftlog.runtime.settings import apply_overrides, parse_address, parse_peers
 from raftlog.serve import settings_from_args
+from raftlog.settings import apply_overrides, parse_address, parse_peers
 from tests.fuzz.budget import fuzz_settings
 
 SERVE_FLAGS = ["--node-id", "--data-dir", "--listen", "--advertise", "--raft-listen",

@@ -2,7 +2,7 @@
 its index files, reopening succeeds, keeps a prefix of what was appended, byte for byte, and
 accepts new appends right after it (nothing damaged is ever served).
 
-The log lives on the simulated file system (raftlog.storage.files.SimFileSystem), so each
+The log lives on the simulated file system (raftlog.storage.sim_file_system.SimFileSystem), so each
 example is a few milliseconds and touches no disk.
 """
 
@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptBatchError
-from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.log import CLEAN_SHUTDOWN_FILE_NAME, SegmentedLog
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 from tests.fuzz.budget import fuzz_settings
 
 DIRECTORY = "/fuzz/log"
@@ -92,7 +93,7 @@ def test_recovery_keeps_a_verified_prefix_whatever_the_active_segment_holds(
     batch_sizes: list[int], damages: list[tuple[str, int, bytes]], suffix: str
 ) -> None:
     files = SimFileSystem()
-    log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualWallClock())
     for number, records in enumerate(batch_sizes):
         log.append(batch(number, records), leader_epoch=1)
     log.flush()
@@ -109,7 +110,7 @@ def test_recovery_keeps_a_verified_prefix_whatever_the_active_segment_holds(
         for kind, at, noise in damages:
             data = damaged(data, kind, at, noise)
         rewrite(files, path, data)
-    reopened = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    reopened = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualWallClock())
     after = read_all(reopened)
     assert after == before[: len(after)]  # a prefix, byte for byte
     closed = [item for item in before if item[0] < active_base]
@@ -125,7 +126,7 @@ def test_damage_after_a_clean_close_is_never_served() -> None:
     # Was a strict xfail (a finding after 903e937): reads now check that base offsets, which
     # lie outside the CRC, follow one another, so the flipped one is refused.
     files = SimFileSystem()
-    log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualWallClock())
     for number in range(4):
         log.append(batch(number, 1), leader_epoch=1)
     log.flush()
@@ -137,7 +138,7 @@ def test_damage_after_a_clean_close_is_never_served() -> None:
     third = sum(len(batch(number, 1)) for number in range(2))
     data[third] ^= 0x01  # the high byte of batch 2's base offset: outside the CRC
     rewrite(files, path, bytes(data))
-    reopened = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualClock())
+    reopened = SegmentedLog.open(DIRECTORY, config=CONFIG, files=files, clock=ManualWallClock())
     try:
         after = read_all(reopened)
     except CorruptBatchError:

@@ -23,7 +23,7 @@ from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.storage.batch import iter_batches, verify_batch
-from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.records import RecordInput, encode_batch
 from tests.integration.conftest import leader_of, start_cluster, wait_until
 

@@ -6,7 +6,12 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 
-from raftlog.rpc.kafka.classic_groups import ClassicGroups, GroupState, JoinAnswer, JoinRequest
+from raftlog.rpc.kafka.classic_group_coordinator import (
+    ClassicGroups,
+    GroupState,
+    JoinAnswer,
+    JoinRequest,
+)
 
 
 class FakeClock:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from raftlog.errors import ConfigError
-from raftlog.runtime.settings import settings_from_toml
 from raftlog.serve import add_serve_parser, settings_from_args
+from raftlog.settings import settings_from_toml
 
 
 def _args(*argv: str) -> argparse.Namespace:

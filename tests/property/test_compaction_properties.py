@@ -20,10 +20,11 @@ from raftlog.partition.cleaning import (
     plan_cleaning,
     run_cleaning,
 )
-from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
 from raftlog.storage.scrub import verify_closed_segment
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 
 CONFIG = LogConfig(
     segment_bytes_max=1024, index_interval_bytes=128, batch_bytes_max=512,
@@ -60,7 +61,7 @@ def read_all(log: SegmentedLog) -> list[tuple[int, bytes | None, bytes | None, i
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(step, min_size=1, max_size=40), st.integers(0, 2**32))
 def test_compaction_keeps_last_write_of_every_key(steps: list, seed: int) -> None:
-    files, clock = SimFileSystem(seed=seed), ManualClock(1_000)
+    files, clock = SimFileSystem(seed=seed), ManualWallClock(1_000)
     log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=clock)
     written: dict[int, tuple[bytes, bytes | None, int, int]] = {}  # offset -> key, value, ts, term
     expired_below: dict[bytes, int] = {}  # key -> tombstone offset a clean was free to drop

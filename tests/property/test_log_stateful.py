@@ -25,9 +25,10 @@ from hypothesis.stateful import (
 
 from raftlog.config import LogConfig
 from raftlog.storage.batch import parse_header, patch_base_offset_and_epoch
-from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.records import RecordInput, encode_batch
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 
 CONFIG = LogConfig(
     segment_bytes_max=700,
@@ -55,7 +56,7 @@ class ModelBatch:
 class LogMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.clock = ManualClock(10_000)
+        self.clock = ManualWallClock(10_000)
         self.files = SimFileSystem(seed=0)
         self.log = SegmentedLog.open(DIRECTORY, config=CONFIG, files=self.files, clock=self.clock)
         self.batches: list[ModelBatch] = []

@@ -102,7 +102,7 @@ def test_incomplete_tls_flags_are_refused(argv: tuple[str, ...], expected: str) 
 
 
 def test_toml_security_keys(tmp_path: Path, pki: Pki, tokens_file: Path) -> None:
-    from raftlog.runtime.settings import settings_from_toml
+    from raftlog.settings import settings_from_toml
 
     path = tmp_path / "node.toml"
     path.write_text(
@@ -134,7 +134,7 @@ def test_unreadable_pem_names_the_flag_not_the_content(tmp_path: Path) -> None:
 )
 def test_limits_are_validated_with_the_rest_of_the_config(override: str, expected: str) -> None:
     from raftlog.config import NodeConfig
-    from raftlog.runtime.settings import apply_overrides
+    from raftlog.settings import apply_overrides
 
     with pytest.raises(ConfigError, match=expected):
         apply_overrides(NodeConfig(), [override])

@@ -183,7 +183,7 @@ def test_a_client_ca_needs_node_tls_and_an_acl_file(pki: Pki, tmp_path: Path) ->
 
 
 def test_the_toml_key_tls_client_ca(tmp_path: Path, pki: Pki) -> None:
-    from raftlog.runtime.settings import settings_from_toml
+    from raftlog.settings import settings_from_toml
 
     acl = write_acl(tmp_path / "acl.toml")
     path = tmp_path / "node.toml"

@@ -82,7 +82,7 @@ SERVER = (
     "raftlog.partition",
     "raftlog.metadata",
     "raftlog.rpc",
-    "raftlog.broker",
+    "raftlog.node.node",
     "raftlog.serve",
 )
 # The RecordBatch v2 wire format, which clients encode and decode too.
@@ -130,7 +130,7 @@ RULES = [
     Rule(
         "raftlog.client",
         (
-            "raftlog.broker",
+            "raftlog.node.node",
             "raftlog.serve",
             "raftlog.raft",
             "raftlog.runtime",
@@ -151,7 +151,7 @@ RULES = [
     ),
     Rule(
         "raftlog.rpc",
-        ("raftlog.broker",),
+        ("raftlog.node.node",),
         why="servicers depend on the broker port (raftlog.rpc.port), not on the Broker",
     ),
 ]
@@ -165,8 +165,8 @@ def test_layer_imports_nothing_it_must_not(rule: Rule) -> None:
 
 def test_the_scan_sees_imports() -> None:
     """The rules are checked against real import lists: the broker's wiring is visible."""
-    assert "raftlog.rpc.server" in _imports(MODULES["raftlog.broker"])
-    assert "raftlog.raft.node" in _imports(MODULES["raftlog.runtime.group_factory"])
+    assert "raftlog.rpc.server" in _imports(MODULES["raftlog.node.node"])
+    assert "raftlog.raft.node" in _imports(MODULES["raftlog.node.group_factory"])
     assert "raftlog.metadata.commands" in _imports(MODULES["raftlog.metadata.state"])
-    broken = Rule("raftlog.broker", ("raftlog.rpc",))
-    assert "raftlog.broker imports raftlog.rpc.server" in broken.violations()
+    broken = Rule("raftlog.node.node", ("raftlog.rpc",))
+    assert "raftlog.node.node imports raftlog.rpc.server" in broken.violations()

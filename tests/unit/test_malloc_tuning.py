@@ -1,4 +1,4 @@
-"""glibc malloc thresholds for node processes (raftlog.runtime.memory, NodeConfig)."""
+"""glibc malloc thresholds for node processes (raftlog.node.malloc_tuning, NodeConfig)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 
 from raftlog.config import MALLOC_MMAP_THRESHOLD_BYTES_MAX, MIB, NodeConfig
 from raftlog.errors import ConfigError
-from raftlog.runtime.memory import tune_malloc
-from raftlog.runtime.settings import apply_overrides
+from raftlog.node.malloc_tuning import tune_malloc
+from raftlog.settings import apply_overrides
 
 
 def test_the_defaults_are_accepted_by_glibc_and_only_there() -> None:

@@ -20,7 +20,7 @@ from raftlog.metrics.snapshot import (
 )
 from raftlog.metrics.status import NodeFigures, status_lines
 from raftlog.raft.types import Ready, Role, SoftState, VoteRequest
-from raftlog.runtime import metrics
+from raftlog.runtime import recorder as metrics
 from raftlog.types import NodeId, Offset, Term
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from raftlog.errors import ConfigError
-from raftlog.runtime.settings import settings_from_toml
 from raftlog.serve import add_serve_parser, settings_from_args
+from raftlog.settings import settings_from_toml
 
 
 def _toml(tmp_path: Path, extra: str) -> Path:

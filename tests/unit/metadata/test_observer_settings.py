@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from raftlog.errors import ConfigError
-from raftlog.runtime.settings import BrokerSettings, parse_bootstrap, settings_from_toml
 from raftlog.serve import add_serve_parser, settings_from_args
+from raftlog.settings import BrokerSettings, parse_bootstrap, settings_from_toml
 from raftlog.types import NodeId
 
 PEERS = {NodeId(n): ("127.0.0.1", 9100 + n) for n in (1, 2, 3)}

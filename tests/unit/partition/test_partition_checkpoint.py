@@ -25,8 +25,8 @@ from raftlog.partition.checkpoint import (
 from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.types import Entry, EntryKind
 from raftlog.storage.batch import parse_header
-from raftlog.storage.files import OsFileSystem
-from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.file_system import OsFileSystem
+from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.records import RecordInput, encode_batch
 from raftlog.types import Offset, Term
 

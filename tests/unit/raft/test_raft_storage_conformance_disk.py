@@ -1,4 +1,4 @@
-"""The production DurableLog (`raftlog.storage.raft_log.RaftLogStorage`) passes the same
+"""The production DurableLog (`raftlog.storage.raft_log_storage.RaftLogStorage`) passes the same
 conformance checks as MemoryStorage, so the fake the core is tested with never drifts."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import storage_conformance
 
 from raftlog.config import LogConfig
 from raftlog.raft.ports import DurableLog
-from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.raft_log_storage import RaftLogStorage
 
 
 @pytest.mark.parametrize("check", storage_conformance.CHECKS, ids=lambda c: c.__name__)

@@ -9,13 +9,13 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from raftlog.broker import Broker
 from raftlog.config import MetadataConfig, NodeConfig
 from raftlog.metadata import RegisterNode, encode_command
+from raftlog.node.node import Broker
 from raftlog.raft.types import Entry, EntryKind
 from raftlog.rpc.admin_servicer import metadata_read_refusal
 from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.runtime.settings import BrokerSettings
+from raftlog.settings import BrokerSettings
 from raftlog.types import NodeId, Offset, Term
 
 if TYPE_CHECKING:

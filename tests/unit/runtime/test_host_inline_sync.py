@@ -17,8 +17,8 @@ from raftlog.raft.types import Entry, Membership, Message, Role, Snapshot
 from raftlog.runtime.clock import FakeMonotonicClock
 from raftlog.runtime.group import Commitment, RaftGroup
 from raftlog.runtime.host import GroupHost
-from raftlog.storage.files import FileHandle, OsFileSystem
-from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.file_system import FileHandle, OsFileSystem
+from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.types import GroupId, NodeId
 
 NODES = (NodeId(1), NodeId(2), NodeId(3))

@@ -6,19 +6,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from raftlog.runtime.clock import FakeMonotonicClock, RetentionClock
-from raftlog.storage.files import ManualClock
+from raftlog.storage.wall_clock import ManualWallClock
 
 START_MS = 1_800_000_000_000
 SLACK_MS = 1000
 MINUTE_MS = 60_000
 
 
-def _clocks() -> tuple[ManualClock, FakeMonotonicClock, RetentionClock]:
-    wall, monotonic = ManualClock(START_MS), FakeMonotonicClock()
+def _clocks() -> tuple[ManualWallClock, FakeMonotonicClock, RetentionClock]:
+    wall, monotonic = ManualWallClock(START_MS), FakeMonotonicClock()
     return wall, monotonic, RetentionClock(wall, monotonic, slack_ms=SLACK_MS)
 
 
-def _advance(wall: ManualClock, monotonic: FakeMonotonicClock, ms: int) -> None:
+def _advance(wall: ManualWallClock, monotonic: FakeMonotonicClock, ms: int) -> None:
     wall.advance(ms)
     monotonic.advance(ms / 1000)
 

@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from raftlog.config import LogConfig
-from raftlog.storage.files import FileSystem, ManualClock, OsFileSystem, SimFileSystem
+from raftlog.storage.file_system import FileSystem, OsFileSystem
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.records import RecordInput, encode_batch
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 
 BatchFactory = Callable[..., bytes]
 
@@ -54,13 +56,13 @@ def sim() -> SimFileSystem:
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(1_000_000)
+def clock() -> ManualWallClock:
+    return ManualWallClock(1_000_000)
 
 
 @pytest.fixture
 def open_log(
-    tmp_path: Path, small_config: LogConfig, clock: ManualClock
+    tmp_path: Path, small_config: LogConfig, clock: ManualWallClock
 ) -> Iterator[Callable[..., SegmentedLog]]:
     """Open a log on the real file system in tmp_path (reopening the same directory)."""
     opened: list[SegmentedLog] = []

@@ -8,7 +8,8 @@ from raftlog.storage.bootstrap_voters import (
     BOOTSTRAP_VOTERS_FILE_NAME,
     load_or_write_bootstrap_voters,
 )
-from raftlog.storage.files import SimFileSystem, write_file_atomically
+from raftlog.storage.file_system import write_file_atomically
+from raftlog.storage.sim_file_system import SimFileSystem
 from raftlog.types import NodeId
 
 VOTERS = frozenset({NodeId(1), NodeId(2), NodeId(3)})

@@ -19,10 +19,12 @@ from raftlog.partition.cleaning import (
 )
 from raftlog.storage.batch import Compression
 from raftlog.storage.compaction import clean_batch
-from raftlog.storage.files import FileHandle, ManualClock, SimFileSystem
+from raftlog.storage.file_system import FileHandle
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
 from raftlog.storage.scrub import verify_closed_segment
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 
 CONFIG = LogConfig(
     segment_bytes_max=1024, index_interval_bytes=128, batch_bytes_max=512,
@@ -99,7 +101,7 @@ def clean(log: SegmentedLog, now_ms: int = 5000) -> int:
 
 def test_cleaning_keeps_latest_per_key_offsets_and_terms() -> None:
     files = SimFileSystem(seed=3)
-    log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualClock(0))
+    log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualWallClock(0))
     written = fill(log, 300)
     terms_before = [(h.base_offset, h.partition_leader_epoch) for h in headers(log)]
     size_before = log.size_bytes
@@ -156,7 +158,7 @@ def test_a_kill_at_any_step_leaves_old_or_cleaned_segments() -> None:
     assert steps > 5
     for kill_at in range(1, steps + 1):
         files = KillingFileSystem(seed=kill_at)
-        log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualClock(0))
+        log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualWallClock(0))
         written = fill(log, 80)
         before = {path: files.file_bytes(path) for path, _, _ in log.closed_segments()}
         files.calls, files.kill_at = 0, kill_at
@@ -164,7 +166,9 @@ def test_a_kill_at_any_step_leaves_old_or_cleaned_segments() -> None:
             clean(log)
         files.kill_at = None
         files.crash()
-        reopened = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualClock(0))
+        reopened = SegmentedLog.open(
+            "/sim/log", config=CONFIG, files=files, clock=ManualWallClock(0)
+        )
         after_open = {path: files.file_bytes(path) for path, _, _ in reopened.closed_segments()}
         assert after_open.keys() == before.keys(), kill_at
         assert all(written[o] == r for o, r in records(reopened).items()), kill_at
@@ -179,7 +183,7 @@ def test_a_kill_at_any_step_leaves_old_or_cleaned_segments() -> None:
 
 def count_steps() -> int:
     files = KillingFileSystem(seed=0)
-    log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualClock(0))
+    log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualWallClock(0))
     fill(log, 80)
     files.calls = 0
     clean(log)
@@ -190,7 +194,7 @@ def count_steps() -> int:
 
 def test_pass_skips_segments_gone_meanwhile() -> None:
     files = SimFileSystem(seed=5)
-    log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualClock(0))
+    log = SegmentedLog.open("/sim/log", config=CONFIG, files=files, clock=ManualWallClock(0))
     fill(log, 200)
     state = CleanerState()
     plan = plan_cleaning(log, POLICY, state, clean_below=log.log_end_offset, now_ms=5000)

@@ -9,8 +9,9 @@ import pytest
 
 from raftlog.errors import StorageError
 from raftlog.raft.types import HardState
-from raftlog.storage.files import FileSystem, SimFileSystem
+from raftlog.storage.file_system import FileSystem
 from raftlog.storage.hard_state import FileHardStateStore, encode_hard_state
+from raftlog.storage.sim_file_system import SimFileSystem
 from raftlog.types import NodeId, Term
 
 

@@ -7,12 +7,12 @@ import pytest
 
 from raftlog.errors import StorageError
 from raftlog.raft.types import HardState
-from raftlog.storage.files import SimFileSystem
 from raftlog.storage.hard_state import (
     HARD_STATE_RECORDS_MAX,
     FileHardStateStore,
     encode_hard_state,
 )
+from raftlog.storage.sim_file_system import SimFileSystem
 from raftlog.types import NodeId, Term
 
 RECORD_BYTES = len(encode_hard_state(HardState()))

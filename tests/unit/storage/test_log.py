@@ -18,8 +18,8 @@ from raftlog.errors import (
     StorageError,
 )
 from raftlog.storage.batch import parse_header
-from raftlog.storage.files import ManualClock
 from raftlog.storage.log import SegmentedLog
+from raftlog.storage.wall_clock import ManualWallClock
 
 BatchFactory = Callable[..., bytes]
 OpenLog = Callable[..., SegmentedLog]
@@ -113,7 +113,7 @@ def test_rolls_by_size_and_reads_across_segments(open_log: OpenLog, batch: Batch
     assert [reopened.read(b, bytes_max=1).base_offset for b in bases] == bases
 
 
-def test_rolls_by_age(open_log: OpenLog, batch: BatchFactory, clock: ManualClock) -> None:
+def test_rolls_by_age(open_log: OpenLog, batch: BatchFactory, clock: ManualWallClock) -> None:
     log = open_log()
     log.append(batch(timestamp_ms=clock.now_ms()), leader_epoch=1)
     clock.advance(9_999)

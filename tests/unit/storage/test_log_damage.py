@@ -10,19 +10,20 @@ from collections.abc import Callable
 
 from raftlog.config import LogConfig
 from raftlog.storage.durable_mark import DURABLE_MARK_FILE_NAME, SLOT_BYTES, decode_marks
-from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.log import SegmentedLog
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 
 BatchFactory = Callable[..., bytes]
 DIRECTORY = "/l"
 
 
-def _open(sim: SimFileSystem, config: LogConfig, clock: ManualClock) -> SegmentedLog:
+def _open(sim: SimFileSystem, config: LogConfig, clock: ManualWallClock) -> SegmentedLog:
     return SegmentedLog.open(DIRECTORY, config=config, files=sim, clock=clock)
 
 
 def _synced_log(
-    sim: SimFileSystem, config: LogConfig, clock: ManualClock, batch: BatchFactory, count: int
+    sim: SimFileSystem, config: LogConfig, clock: ManualWallClock, batch: BatchFactory, count: int
 ) -> SegmentedLog:
     log = _open(sim, config, clock)
     for _ in range(count):
@@ -35,7 +36,7 @@ def _active_path(log: SegmentedLog) -> str:
     return os.path.join(DIRECTORY, f"{log.segment_base_offsets[-1]:020d}.log")
 
 
-def test_a_fresh_log_is_whole(sim: SimFileSystem, small_config: LogConfig, clock: ManualClock):
+def test_a_fresh_log_is_whole(sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock):
     log = _open(sim, small_config, clock)
     sim.crash()
     reopened = _open(sim, small_config, clock)
@@ -44,7 +45,7 @@ def test_a_fresh_log_is_whole(sim: SimFileSystem, small_config: LogConfig, clock
 
 
 def test_a_torn_unsynced_tail_is_not_damage(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 10)
     for _ in range(5):
@@ -57,7 +58,7 @@ def test_a_torn_unsynced_tail_is_not_damage(
 
 
 def test_a_flipped_byte_in_synced_data_is_damage_until_repaired(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 10)
     end = log.log_end_offset
@@ -83,7 +84,7 @@ def test_a_flipped_byte_in_synced_data_is_damage_until_repaired(
 
 
 def test_a_truncated_segment_is_damage(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 10)
     path = _active_path(log)
@@ -97,7 +98,7 @@ def test_a_truncated_segment_is_damage(
 
 
 def test_a_deleted_active_segment_is_damage(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 60)
     assert len(log.segment_base_offsets) > 2
@@ -110,7 +111,7 @@ def test_a_deleted_active_segment_is_damage(
 
 
 def test_every_segment_deleted_is_damage(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 3)
     sim.crash()
@@ -123,7 +124,7 @@ def test_every_segment_deleted_is_damage(
 
 
 def test_a_lost_or_damaged_mark_is_damage_of_unknown_extent(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 4)
     sim.crash()
@@ -142,7 +143,7 @@ def test_a_lost_or_damaged_mark_is_damage_of_unknown_extent(
 
 
 def test_a_raft_truncation_lowers_the_mark_first(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 10)
     log.truncate_from(8)
@@ -152,7 +153,7 @@ def test_a_raft_truncation_lowers_the_mark_first(
 
 
 def test_a_damaged_read_starts_a_repair_that_survives_a_restart(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 60)
     damage = log.start_repair(40, "CRC failed on read", path=_active_path(log))
@@ -164,7 +165,7 @@ def test_a_damaged_read_starts_a_repair_that_survives_a_restart(
 
 
 def test_flushes_record_the_mark_and_a_torn_slot_leaves_the_other(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     log = _synced_log(sim, small_config, clock, batch, 3)
     log.append(batch(records=2), leader_epoch=1)

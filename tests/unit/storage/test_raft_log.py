@@ -23,9 +23,10 @@ from raftlog.raft.ports import DurableLog
 from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
 from raftlog.storage.batch import iter_batches, parse_header
 from raftlog.storage.compaction import clean_batch
-from raftlog.storage.files import ManualClock, SimFileSystem
-from raftlog.storage.raft_log import CHECKPOINT_FILE_NAME, RaftLogStorage
+from raftlog.storage.raft_log_storage import CHECKPOINT_FILE_NAME, RaftLogStorage
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 from raftlog.types import NodeId, Offset, Term
 
 CONFIG = LogConfig(segment_bytes_max=600, index_interval_bytes=64, batch_bytes_max=400).validate()
@@ -49,7 +50,7 @@ conformance = _conformance()
 
 
 def _open(files: SimFileSystem, directory: str = "/g/log") -> RaftLogStorage:
-    return RaftLogStorage.open(directory, config=CONFIG, files=files, clock=ManualClock(5))
+    return RaftLogStorage.open(directory, config=CONFIG, files=files, clock=ManualWallClock(5))
 
 
 def _fresh() -> DurableLog:
@@ -166,7 +167,7 @@ def test_a_skipping_read_steps_over_segments_of_emptied_batches_to_a_record() ->
 def test_a_skipping_read_gives_up_after_its_scan_budget() -> None:
     config = dataclasses.replace(CONFIG, emptied_scan_bytes_max=1)
     storage = RaftLogStorage.open(
-        "/g/log", config=config, files=SimFileSystem(), clock=ManualClock(5)
+        "/g/log", config=config, files=SimFileSystem(), clock=ManualWallClock(5)
     )
     storage.append(_compacted_history(emptied_before=40, emptied_after=0))
     first_segment = _read_batches(storage, 1)

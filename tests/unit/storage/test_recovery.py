@@ -15,8 +15,10 @@ import pytest
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptBatchError, CrcMismatchError
 from raftlog.storage.batch import crc32c
-from raftlog.storage.files import Buffer, FileHandle, FileSystem, ManualClock, SimFileSystem
+from raftlog.storage.file_system import Buffer, FileHandle, FileSystem
 from raftlog.storage.log import CLEAN_SHUTDOWN_FILE_NAME, SegmentedLog
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 
 BatchFactory = Callable[..., bytes]
 OpenLog = Callable[..., SegmentedLog]
@@ -187,7 +189,7 @@ class _CountingHandle:
 
 
 def test_open_reads_only_the_active_segment(
-    batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+    batch: BatchFactory, small_config: LogConfig, clock: ManualWallClock
 ) -> None:
     sim = SimFileSystem()
     log = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)
@@ -202,7 +204,7 @@ def test_open_reads_only_the_active_segment(
 
 
 def test_open_after_a_clean_close_reads_no_segment(
-    batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+    batch: BatchFactory, small_config: LogConfig, clock: ManualWallClock
 ) -> None:
     sim = SimFileSystem()
     log = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)
@@ -265,7 +267,7 @@ def test_a_marker_that_does_not_match_means_a_scan(
 
 
 def test_unflushed_appends_may_vanish_but_flushed_ones_never(
-    batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+    batch: BatchFactory, small_config: LogConfig, clock: ManualWallClock
 ) -> None:
     for seed in range(30):
         sim = SimFileSystem(seed)
@@ -280,7 +282,7 @@ def test_unflushed_appends_may_vanish_but_flushed_ones_never(
 
 
 def test_an_interrupted_restart_leaves_a_usable_log(
-    batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+    batch: BatchFactory, small_config: LogConfig, clock: ManualWallClock
 ) -> None:
     sim = SimFileSystem()
     log = SegmentedLog.open("/l", config=small_config, files=sim, clock=clock)

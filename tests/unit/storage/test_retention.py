@@ -6,9 +6,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from raftlog.config import LogConfig
-from raftlog.storage.files import ManualClock
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.retention import SegmentSummary, expired_segment_count
+from raftlog.storage.wall_clock import ManualWallClock
 
 BatchFactory = Callable[..., bytes]
 OpenLog = Callable[..., SegmentedLog]
@@ -40,7 +40,7 @@ def test_by_age_deletes_an_old_prefix_only() -> None:
 
 
 def test_log_retention_by_bytes(
-    open_log: OpenLog, batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+    open_log: OpenLog, batch: BatchFactory, small_config: LogConfig, clock: ManualWallClock
 ) -> None:
     log = open_log(replace(small_config, retention_bytes=2048))
     for _ in range(60):
@@ -56,7 +56,7 @@ def test_log_retention_by_bytes(
 
 
 def test_log_retention_by_age_never_the_active_segment(
-    open_log: OpenLog, batch: BatchFactory, small_config: LogConfig, clock: ManualClock
+    open_log: OpenLog, batch: BatchFactory, small_config: LogConfig, clock: ManualWallClock
 ) -> None:
     log = open_log(replace(small_config, retention_ms=1000))
     for i in range(30):

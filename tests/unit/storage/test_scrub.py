@@ -9,15 +9,16 @@ from collections.abc import Callable
 import pytest
 
 from raftlog.config import LogConfig
-from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.scrub import verify_closed_segment
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 
 BatchFactory = Callable[..., bytes]
 
 
 def _closed(
-    sim: SimFileSystem, config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> tuple[SegmentedLog, str, int, int]:
     log = SegmentedLog.open("/l", config=config, files=sim, clock=clock)
     for _ in range(40):
@@ -39,7 +40,7 @@ def _verify(sim: SimFileSystem, path: str, base: int, end: int, chunk_bytes: int
 def test_a_whole_segment_passes_and_every_byte_is_paced(
     sim: SimFileSystem,
     small_config: LogConfig,
-    clock: ManualClock,
+    clock: ManualWallClock,
     batch: BatchFactory,
     chunk_bytes: int,
 ) -> None:
@@ -50,7 +51,7 @@ def test_a_whole_segment_passes_and_every_byte_is_paced(
 
 
 def test_every_flipped_byte_is_found_at_its_batch(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     _, path, base, end = _closed(sim, small_config, clock, batch)
     good = sim.file_bytes(path)
@@ -66,7 +67,7 @@ def test_every_flipped_byte_is_found_at_its_batch(
 
 
 def test_truncation_and_a_missing_file_are_found(
-    sim: SimFileSystem, small_config: LogConfig, clock: ManualClock, batch: BatchFactory
+    sim: SimFileSystem, small_config: LogConfig, clock: ManualWallClock, batch: BatchFactory
 ) -> None:
     _, path, base, end = _closed(sim, small_config, clock, batch)
     handle = sim.open(path)

@@ -4,13 +4,14 @@ prepare (hand appends to the OS) -> ticket.run (fsync, any thread) -> complete (
 from __future__ import annotations
 
 from raftlog.config import LogConfig
-from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.log import FlushTicket, SegmentedLog
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 from tests.unit.storage.conftest import make_batch
 
 
 def _open(sim: SimFileSystem, config: LogConfig) -> SegmentedLog:
-    return SegmentedLog.open("/sim/log", config=config, files=sim, clock=ManualClock(1))
+    return SegmentedLog.open("/sim/log", config=config, files=sim, clock=ManualWallClock(1))
 
 
 def _one_append_prepared(sim: SimFileSystem, config: LogConfig) -> tuple[SegmentedLog, FlushTicket]:

@@ -8,7 +8,7 @@ import inspect
 from raftlog.raft.ports import DurableLog, HardStateStore, LogStorage
 from raftlog.storage.hard_state import FileHardStateStore
 from raftlog.storage.log import AppendInfo, ReadResult, SegmentedLog
-from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.raft_log_storage import RaftLogStorage
 
 
 def _signature(function: object) -> str:
@@ -18,7 +18,7 @@ def _signature(function: object) -> str:
 def test_segmented_log_api() -> None:
     expected = {
         "open": "(directory: 'str | os.PathLike[str]', *, config: 'LogConfig', files: "
-        "'FileSystem | None' = None, clock: 'Clock | None' = None) -> 'SegmentedLog'",
+        "'FileSystem | None' = None, clock: 'WallClock | None' = None) -> 'SegmentedLog'",
         "append": "(self, batch: 'bytes | bytearray | memoryview', *, leader_epoch: 'int', "
         "base_offset: 'int | None' = None) -> 'AppendInfo'",
         "read": "(self, offset: 'int', *, bytes_max: 'int') -> 'ReadResult'",

@@ -176,7 +176,7 @@ def test_a_decompression_bomb_is_refused_within_its_bound() -> None:
 def test_the_node_setting_takes_full_or_crc_and_nothing_else() -> None:
     from raftlog.config import NodeConfig
     from raftlog.errors import ConfigError
-    from raftlog.runtime.settings import apply_overrides
+    from raftlog.settings import apply_overrides
 
     assert NodeConfig().log.produce_record_validation == "full"
     relaxed = apply_overrides(NodeConfig(), ["log.produce_record_validation=crc"])

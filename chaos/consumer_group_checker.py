@@ -3,7 +3,7 @@
 Theory of operation. In `--consumer-mode group` the history has each member's `assign` and
 `revoke` (the partitions its coordinator gave or took, recorded before the records of the
 poll that learned it), its polls (marked with the group), its `commit`s and a reader's
-`committed` reads (raftlog.chaos.groups). Events are taken in completion order; a poll's
+`committed` reads (raftlog.chaos.consumer_groups). Events are taken in completion order; a poll's
 records count as delivered when the poll completed. Four anomalies:
 
     commit_backward     a `committed` read lower than a committed offset that an earlier

@@ -1,5 +1,5 @@
 """Leases and the controller's liveness duties on a fake monotonic clock: no sleeps, every
-duration exact (raftlog.runtime.leases, raftlog.runtime.controller_duties)."""
+duration exact (raftlog.node.leases, raftlog.node.controller_duties)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import dataclasses
 import random
 from pathlib import Path
 
-from raftlog.broker import Broker
 from raftlog.config import MetadataConfig, NodeConfig, RaftConfig
 from raftlog.metadata import (
     ApplyResult,
@@ -24,14 +23,15 @@ from raftlog.metadata import (
     plan_create_topic,
 )
 from raftlog.metadata.commands import encode_command
+from raftlog.node.controller_duties import ControllerDuties
+from raftlog.node.leases import ControllerWatch, LoopLagMeter, NodeLease
+from raftlog.node.node import Broker
 from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Entry, Membership, Role, Snapshot
 from raftlog.runtime.clock import FakeMonotonicClock
-from raftlog.runtime.controller_duties import ControllerDuties
 from raftlog.runtime.group import RaftGroup
-from raftlog.runtime.leases import ControllerWatch, LoopLagMeter, NodeLease
-from raftlog.runtime.settings import BrokerSettings
+from raftlog.settings import BrokerSettings
 from raftlog.types import GroupId, NodeId
 
 LEASE_MS = 1000

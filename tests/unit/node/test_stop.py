@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from raftlog.broker import _cancel_all
+from raftlog.node.node import _cancel_all
 
 
 def test_a_task_that_swallowed_a_cancellation_is_cancelled_again() -> None:

@@ -19,9 +19,10 @@ from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Membership
 from raftlog.runtime.group import RaftGroup, StateMachine
-from raftlog.storage.files import Clock, FileSystem
+from raftlog.storage.file_system import FileSystem
 from raftlog.storage.hard_state import FileHardStateStore
-from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.raft_log_storage import RaftLogStorage
+from raftlog.storage.wall_clock import WallClock
 from raftlog.types import GroupId, NodeId, Offset
 
 __all__ = ["GroupFactory"]
@@ -36,7 +37,7 @@ class GroupFactory:
         node_id: NodeId,
         config: NodeConfig,
         files: FileSystem,
-        wall_clock: Clock,
+        wall_clock: WallClock,
         rng: random.Random,
     ) -> None:
         self._node_id = node_id

@@ -15,7 +15,7 @@ coordinator decide which partitions it reads. What the group checks need is in t
 A member commits, at most every `commit_interval_s`, one past the last offset it delivered
 in each partition it read since; it never commits a partition it was not given. The
 `GroupClients` port is implemented by `RaftlogGroupClients` (raftlog's own client, whose
-consumer groups are raftlog.client._group) and by the Kafka clients
+consumer groups are raftlog.client._consumer_group) and by the Kafka clients
 (raftlog.chaos.kafka_clients).
 """
 

@@ -1,4 +1,4 @@
-"""The node's log cleaner (raftlog.runtime.cleaner): a round plans on the loop, cleans on its
+"""The node's log cleaner (raftlog.node.cleaner): a round plans on the loop, cleans on its
 own thread and swaps on the loop; it never touches what lies at or above `clean_below`, and
 skips a log closed meanwhile or a topic that is not compacted."""
 
@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 
 from raftlog.config import LogConfig
+from raftlog.node.cleaner import CleanTarget, LogCleaner
 from raftlog.partition.cleaning import CompactionSettings
-from raftlog.runtime.cleaner import CleanTarget, LogCleaner
-from raftlog.storage.files import ManualClock, SimFileSystem
 from raftlog.storage.log import SegmentedLog
 from raftlog.storage.records import RecordInput, encode_batch
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock
 from raftlog.types import GroupId
 
 CONFIG = LogConfig(
@@ -22,7 +23,9 @@ SETTINGS = CompactionSettings(compact=True, min_cleanable_dirty_ratio=0.0)
 
 
 def _log() -> SegmentedLog:
-    log = SegmentedLog.open("/sim/log", config=CONFIG, files=SimFileSystem(1), clock=ManualClock(0))
+    log = SegmentedLog.open(
+        "/sim/log", config=CONFIG, files=SimFileSystem(1), clock=ManualWallClock(0)
+    )
     for i in range(100):
         log.append(encode_batch([RecordInput(b"k%d" % (i % 3), b"v" * 40, 0)]), leader_epoch=1)
     log.flush()

@@ -34,24 +34,24 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.metadata import MetadataState
+from raftlog.node.cleaner import CleanTarget
+from raftlog.node.group_factory import GroupFactory
+from raftlog.node.scrubber import ScrubTarget
 from raftlog.partition.checkpoint import CheckpointStore
 from raftlog.partition.cleaning import CompactionSettings, compaction_settings
 from raftlog.partition.policy import apply_retention, topic_log_config
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
 from raftlog.partition.replica import PartitionReplica
-from raftlog.runtime.cleaner import CleanTarget
 from raftlog.runtime.clock import MonotonicClock
 from raftlog.runtime.group import RaftGroup
-from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
-from raftlog.runtime.scrubber import ScrubTarget
-from raftlog.runtime.settings import parse_address
+from raftlog.settings import parse_address
 from raftlog.storage.bootstrap_voters import (
     BOOTSTRAP_VOTERS_FILE_NAME,
     load_or_write_bootstrap_voters,
 )
 from raftlog.storage.log import LogDamage, SegmentedLog
-from raftlog.storage.raft_log import RaftLogStorage
+from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.scrub import SegmentProblem
 from raftlog.storage.segment import LOG_SUFFIX, parse_segment_name
 from raftlog.types import GroupId, NodeId

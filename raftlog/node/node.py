@@ -12,17 +12,17 @@ Theory of operation. One asyncio loop runs everything:
 
 Each concern has its own module; this one only wires them and runs their loops:
 
-- `raftlog.runtime.reconcile`: after every metadata apply, the hosted partition groups and
-  known peers follow the metadata state (groups built by `raftlog.runtime.group_factory`).
-- `raftlog.runtime.leases`: this node's lease and, while controller, each node's silence, on
+- `raftlog.node.reconcile`: after every metadata apply, the hosted partition groups and
+  known peers follow the metadata state (groups built by `raftlog.node.group_factory`).
+- `raftlog.node.leases`: this node's lease and, while controller, each node's silence, on
   an injected monotonic clock (`raftlog.runtime.clock`). A node whose heartbeat was not
   renewed for `node_lease_ms`, or that the metadata shows fenced, hands its partition
   leaderships away and refuses produce with a retriable NotLeader.
-- `raftlog.runtime.controller_duties`: the metadata leader fences expired nodes, makes
+- `raftlog.node.controller_duties`: the metadata leader fences expired nodes, makes
   observers learners of the metadata group, decommissions nodes and rebalances replicas.
-- `raftlog.runtime.leadership`: leader reports, stepping down when fenced, handing
+- `raftlog.node.leadership`: leader reports, stepping down when fenced, handing
   leadership back to the preferred replica.
-- `raftlog.runtime.reassignment_driver`: a partition leader steps its partition's move along.
+- `raftlog.node.reassignment_driver`: a partition leader steps its partition's move along.
 
 An observer (a node not in `--peers`) starts its metadata group with no voters and registers
 through `--bootstrap` (the voters' client addresses) while it knows no controller; a
@@ -67,6 +67,16 @@ from raftlog.metadata import (
     plan_decommission,
 )
 from raftlog.metadata.commands import reject
+from raftlog.metadata.machine import MetadataMachine
+from raftlog.node.cleaner import LogCleaner
+from raftlog.node.controller_duties import ControllerDuties, controller_term_of
+from raftlog.node.group_factory import GroupFactory
+from raftlog.node.leadership import LeadershipMoves
+from raftlog.node.leases import ControllerWatch, LoopLagMeter, NodeLease
+from raftlog.node.liveness import NodeLiveness
+from raftlog.node.reassignment_driver import ReassignmentDriver
+from raftlog.node.reconcile import Reconciler
+from raftlog.node.scrubber import Scrubber
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
 from raftlog.raft.membership import membership_at
 from raftlog.raft.types import Message, Role, Snapshot, SnapshotMeta
@@ -77,29 +87,14 @@ from raftlog.rpc.peer_calls import PeerCalls
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl
 from raftlog.rpc.server import ApiServer, start_api_server
-from raftlog.runtime import metrics
-from raftlog.runtime.cleaner import LogCleaner
+from raftlog.runtime import recorder as metrics
 from raftlog.runtime.clock import MonotonicClock, RetentionClock, SystemMonotonicClock
-from raftlog.runtime.controller_duties import ControllerDuties, controller_term_of
 from raftlog.runtime.group import Commitment, RaftGroup
-from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
-from raftlog.runtime.leadership import LeadershipMoves
-from raftlog.runtime.leases import ControllerWatch, LoopLagMeter, NodeLease
-from raftlog.runtime.liveness import NodeLiveness
-from raftlog.runtime.metadata_machine import MetadataMachine
-from raftlog.runtime.reassignment_driver import ReassignmentDriver
-from raftlog.runtime.reconcile import Reconciler
-from raftlog.runtime.scrubber import Scrubber
-from raftlog.runtime.settings import BrokerSettings
-from raftlog.storage.files import (
-    DATA_DIRECTORY_MODE,
-    ChaosFileSystem,
-    Clock,
-    FileSystem,
-    OsFileSystem,
-    SystemClock,
-)
+from raftlog.settings import BrokerSettings
+from raftlog.storage.chaos_file_system import ChaosFileSystem
+from raftlog.storage.file_system import DATA_DIRECTORY_MODE, FileSystem, OsFileSystem
+from raftlog.storage.wall_clock import SystemWallClock, WallClock
 from raftlog.types import GroupId, NodeId, Offset
 
 __all__ = ["Broker"]
@@ -133,14 +128,16 @@ class Broker:
         )
         # Wall-clock time (heartbeat stamps, timestamps): movable under --chaos. Deleting by
         # age reads it through retention_clock, which holds back its forward steps.
-        self.wall_clock: Clock = self.faults.clock if self.faults is not None else SystemClock()
+        self.wall_clock: WallClock = (
+            self.faults.clock if self.faults is not None else SystemWallClock()
+        )
         # Durations (leases, silence, grace periods): never compared with another node's.
         self.clock: MonotonicClock = clock if clock is not None else SystemMonotonicClock()
         self.retention_clock = RetentionClock(
             self.wall_clock, self.clock, slack_ms=self.config.retention_clock_slack_ms
         )
         # Under --chaos the file port records what was fsynced, so the chaos suite can cut the
-        # files back to it after a kill (raftlog.storage.files.ChaosFileSystem).
+        # files back to it after a kill (raftlog.storage.chaos_file_system.ChaosFileSystem).
         self.files: FileSystem = (
             ChaosFileSystem(
                 OsFileSystem(), str(settings.data_dir), skip_sync=settings.chaos_skip_fsync
@@ -597,7 +594,7 @@ class Broker:
         """Keep the metadata log short: snapshot the state every `metadata_snapshot_offsets`.
 
         The snapshot is taken at the applied offset, which always ends an entry, and written
-        before the log below it is dropped (raftlog.storage.raft_log.compact).
+        before the log below it is dropped (raftlog.storage.raft_log_storage.compact).
         """
         group = self.metadata_group
         assert group is not None

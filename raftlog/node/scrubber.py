@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from raftlog.errors import StorageError
-from raftlog.storage.files import FileSystem
+from raftlog.storage.file_system import FileSystem
 from raftlog.storage.scrub import SegmentProblem, verify_closed_segment
 from raftlog.types import GroupId
 

@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 
 from raftlog.errors import StorageError
-from raftlog.storage.files import (
+from raftlog.storage.file_system import (
     FileSystem,
-    ManualClock,
     OsFileSystem,
-    SimFileSystem,
-    SystemClock,
     read_whole_file,
     write_file_atomically,
 )
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.wall_clock import ManualWallClock, SystemWallClock
 
 
 def test_append_read_size_truncate(files_and_dir: tuple[FileSystem, str]) -> None:
@@ -134,10 +133,10 @@ def test_handles_die_with_the_crash(sim: SimFileSystem) -> None:
 
 
 def test_clocks() -> None:
-    clock = ManualClock(5)
+    clock = ManualWallClock(5)
     clock.advance(7)
     assert clock.now_ms() == 12
-    assert SystemClock().now_ms() > 1_600_000_000_000
+    assert SystemWallClock().now_ms() > 1_600_000_000_000
 
 
 def test_os_errors_name_the_file(tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from typing import Any
 import grpc
 
 from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.runtime.metrics import recorder
-from raftlog.runtime.settings import BrokerSettings
+from raftlog.runtime.recorder import recorder
+from raftlog.settings import BrokerSettings
 
 __all__ = ["RequestMetricsInterceptor", "request_interceptors"]
 

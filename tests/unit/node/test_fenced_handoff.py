@@ -1,5 +1,5 @@
 """A fenced node hands its partition leaderships away at a bounded rate, on a fake clock
-(raftlog.runtime.leadership.LeadershipMoves.step_down_fenced): no mass handoff, and every
+(raftlog.node.leadership.LeadershipMoves.step_down_fenced): no mass handoff, and every
 handoff names its cause in the log. Real Raft groups of three voters, real partition
 replicas; messages are delivered by hand, so transfers stay under way while counted."""
 
@@ -14,10 +14,10 @@ import pytest
 
 from raftlog.metadata import ApplyResult, ErrorCode, MetadataState, RegisterNode
 from raftlog.metadata.commands import encode_command
+from raftlog.node.leadership import LeadershipMoves
 from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.types import Role
 from raftlog.runtime.clock import FakeMonotonicClock
-from raftlog.runtime.leadership import LeadershipMoves
 from tests.unit.partition.replica_groups import LEADER, NODES, ReplicaGroups
 
 FENCED = LEADER
@@ -110,7 +110,7 @@ def test_a_fenced_node_hands_its_leaderships_away_at_a_bounded_rate(
     clock = FakeMonotonicClock()
     moves, replicas = _moves(clock)
     cause = "own lease timer: 120 ms past its 6000 ms lease"
-    with caplog.at_level(logging.INFO, logger="raftlog.runtime.leadership"):
+    with caplog.at_level(logging.INFO, logger="raftlog.node.leadership"):
         moves.step_down_fenced(cause)
     assert _transferring(replicas) == RATE_PER_S  # one second's worth at once, no more
     handoffs = [r.getMessage() for r in caplog.records if "handing" in r.getMessage()]

@@ -24,10 +24,10 @@ from raftlog.metadata import (
     decommission_step,
     fences_by_silence,
 )
+from raftlog.node.leases import ControllerWatch
 from raftlog.raft.types import Membership, Role
 from raftlog.runtime.clock import MonotonicClock
 from raftlog.runtime.group import RaftGroup
-from raftlog.runtime.leases import ControllerWatch
 from raftlog.types import NodeId
 
 __all__ = ["ControllerDuties", "controller_term_of"]

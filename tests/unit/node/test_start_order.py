@@ -13,9 +13,9 @@ import asyncio
 import socket
 from pathlib import Path
 
-from raftlog.broker import Broker
+from raftlog.node.node import Broker
 from raftlog.raft.types import Role
-from raftlog.runtime.settings import BrokerSettings
+from raftlog.settings import BrokerSettings
 from raftlog.types import NodeId
 
 

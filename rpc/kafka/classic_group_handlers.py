@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 from raftlog import errors
 from raftlog.metadata.commands import OFFSETS_PER_COMMIT_MAX, CommitGroupOffsets
 from raftlog.metadata.consumer_groups import GroupErrorCode
-from raftlog.rpc.kafka.classic_groups import JoinAnswer, JoinRequest
+from raftlog.rpc.kafka.classic_group_coordinator import JoinAnswer, JoinRequest
 from raftlog.rpc.kafka.consumer_group_handlers import PROTOCOL_TYPE, commit_error, group_state
 from raftlog.rpc.kafka.context import KafkaContext, split_address
 from raftlog.rpc.kafka.errors import metadata_result_error

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from raftlog.config import MetadataConfig
 from raftlog.errors import RaftlogError
 from raftlog.metadata import ApplyResult, Command, ErrorCode, NodeHeartbeat, RegisterNode
-from raftlog.runtime.leases import LoopLagMeter, NodeLease
+from raftlog.node.leases import LoopLagMeter, NodeLease
 from raftlog.types import NodeId
 
 __all__ = ["NodeLiveness"]

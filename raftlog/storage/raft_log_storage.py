@@ -61,11 +61,9 @@ from raftlog.storage.batch import (
     crc32c,
     parse_header,
 )
-from raftlog.storage.files import (
-    Clock,
+from raftlog.storage.file_system import (
     FileSystem,
     OsFileSystem,
-    SystemClock,
     read_whole_file,
     write_file_atomically,
 )
@@ -76,6 +74,7 @@ from raftlog.storage.records import (
     decode_control_batch,
     encode_control_batch,
 )
+from raftlog.storage.wall_clock import SystemWallClock, WallClock
 from raftlog.types import Offset, Term
 
 __all__ = ["CONTROL_OPAQUE_DATA", "RaftLogStorage"]
@@ -102,7 +101,7 @@ _CRC = struct.Struct(">I")
 class RaftLogStorage:
     """A `raftlog.raft.ports.DurableLog` (and the partition's `PartitionLog`) on disk."""
 
-    def __init__(self, log: SegmentedLog, clock: Clock) -> None:
+    def __init__(self, log: SegmentedLog, clock: WallClock) -> None:
         # Use RaftLogStorage.open().
         self.log = log
         self.clock = clock
@@ -127,9 +126,9 @@ class RaftLogStorage:
         *,
         config: LogConfig,
         files: FileSystem | None = None,
-        clock: Clock | None = None,
+        clock: WallClock | None = None,
     ) -> RaftLogStorage:
-        files, clock = files or OsFileSystem(), clock or SystemClock()
+        files, clock = files or OsFileSystem(), clock or SystemWallClock()
         storage = cls(SegmentedLog.open(directory, config=config, files=files, clock=clock), clock)
         try:
             storage._snapshot = storage._load_snapshot()

@@ -8,12 +8,12 @@ import asyncio
 import random
 from pathlib import Path
 
-from raftlog.broker import Broker
 from raftlog.config import NodeConfig, TransportConfig
+from raftlog.node.node import Broker
 from raftlog.raft.types import HeartbeatRequest
 from raftlog.rpc.codec import Item
 from raftlog.rpc.peer_transport import PeerTransport
-from raftlog.runtime.settings import BrokerSettings
+from raftlog.settings import BrokerSettings
 from raftlog.types import GroupId, NodeId, Offset, Term
 
 A, B = NodeId(1), NodeId(2)

@@ -1,4 +1,4 @@
-"""The reconciler (raftlog.runtime.reconcile.Reconciler): which raft address a node dials for
+"""The reconciler (raftlog.node.reconcile.Reconciler): which raft address a node dials for
 each peer, and how fast it creates the partition groups assigned to it.
 
 The voters' addresses it was started with (`--peers`) win over the registrations its replayed
@@ -26,12 +26,13 @@ from raftlog.metadata import (
 )
 from raftlog.metadata.catch_up import caught_up_since_start
 from raftlog.metadata.commands import encode_command
+from raftlog.node.group_factory import GroupFactory
+from raftlog.node.reconcile import Reconciler
 from raftlog.raft.types import Role
 from raftlog.runtime.clock import FakeMonotonicClock, MonotonicClock
-from raftlog.runtime.group_factory import GroupFactory
 from raftlog.runtime.host import GroupHost
-from raftlog.runtime.reconcile import Reconciler
-from raftlog.storage.files import OsFileSystem, SystemClock
+from raftlog.storage.file_system import OsFileSystem
+from raftlog.storage.wall_clock import SystemWallClock
 from raftlog.types import NodeId
 
 N1, N2, N3, N4 = NodeId(1), NodeId(2), NodeId(3), NodeId(4)
@@ -72,7 +73,7 @@ class _Node1:
                 node_id=N1,
                 config=NodeConfig(),
                 files=OsFileSystem(),
-                wall_clock=SystemClock(),
+                wall_clock=SystemWallClock(),
                 rng=random.Random(1),
             ),
             host=GroupHost(node_id=N1, tick_interval_ms=10, send=lambda *_: None),
