@@ -51,7 +51,7 @@ from raftlog.metadata.controller import (
     rebalance_plan,
 )
 from raftlog.metadata.state import (
-    METADATA_GROUP_ID,
+    METADATA_RAFT_GROUP_ID,
     MetadataState,
     NodeInfo,
     PartitionInfo,
@@ -59,7 +59,7 @@ from raftlog.metadata.state import (
 )
 
 __all__ = [
-    "METADATA_GROUP_ID",
+    "METADATA_RAFT_GROUP_ID",
     "AllocateProducerIds",
     "AlterTopicConfig",
     "ApplyResult",

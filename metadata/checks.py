@@ -15,10 +15,10 @@ from raftlog.metadata.commands import (
     CONFIG_VALUE_CHARS_MAX,
     CONSUMER_GROUP_ID_CHARS_MAX,
     CONSUMER_GROUPS_MAX,
-    GROUP_ID_LIMIT,
     OFFSETS_PER_COMMIT_MAX,
     PARTITIONS_PER_TOPIC_MAX,
     PRODUCER_ID_BLOCK_MAX,
+    RAFT_GROUP_ID_LIMIT,
     REPLICATION_FACTOR_MAX,
     TOPIC_CONFIG_KEYS,
     AllocateProducerIds,
@@ -54,7 +54,7 @@ from raftlog.metadata.model import (
     PartitionInfo,
     TopicInfo,
 )
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
 if TYPE_CHECKING:
     from raftlog.metadata.state import MetadataState
@@ -177,7 +177,7 @@ def check_create_topic(state: MetadataState, command: CreateTopic) -> ApplyResul
             f"{len(command.assignments)} replica lists for {command.partition_count} partitions",
         )
     return check_topic_config(command.config) or _new_partitions(
-        state, command.name, command.replication_factor, command.assignments, command.group_ids
+        state, command.name, command.replication_factor, command.assignments, command.raft_group_ids
     )
 
 
@@ -199,25 +199,29 @@ def _new_partitions(
     topic: str,
     replication_factor: int,
     assignments: tuple[tuple[NodeId, ...], ...],
-    group_ids: tuple[GroupId, ...],
+    raft_group_ids: tuple[RaftGroupId, ...],
 ) -> ApplyResult | None:
-    if len(group_ids) != len(assignments):
+    if len(raft_group_ids) != len(assignments):
         return reject(
             ErrorCode.INVALID_REQUEST,
-            f"{len(group_ids)} group ids for {len(assignments)} new partitions of {topic!r}",
+            f"{len(raft_group_ids)} Raft group ids for {len(assignments)} new partitions of "
+            f"{topic!r}",
         )
     for index, replicas in enumerate(assignments):
         problem = _replicas(state, f"{topic!r} new partition {index}", replication_factor, replicas)
         if problem is not None:
             return problem
-    fresh = all(a < b for a, b in itertools.pairwise(group_ids))
-    assert group_ids, "callers reject an empty list of new partitions first"
-    in_range = group_ids[0] >= state.next_group_id and group_ids[-1] < GROUP_ID_LIMIT
+    fresh = all(a < b for a, b in itertools.pairwise(raft_group_ids))
+    assert raft_group_ids, "callers reject an empty list of new partitions first"
+    in_range = (
+        raft_group_ids[0] >= state.next_raft_group_id and raft_group_ids[-1] < RAFT_GROUP_ID_LIMIT
+    )
     if not fresh or not in_range:
         return reject(
             ErrorCode.INVALID_GROUP_ID,
-            f"group ids {list(group_ids)} must increase from next_group_id="
-            f"{state.next_group_id} and stay below {GROUP_ID_LIMIT} (a stale plan: plan again)",
+            f"Raft group ids {list(raft_group_ids)} must increase from next_raft_group_id="
+            f"{state.next_raft_group_id} and stay below {RAFT_GROUP_ID_LIMIT} "
+            "(a stale plan: plan again)",
         )
     return None
 
@@ -305,7 +309,7 @@ def check_create_partitions(state: MetadataState, command: CreatePartitions) -> 
             "and add at least one",
         )
     return _new_partitions(
-        state, command.name, topic.replication_factor, command.assignments, command.group_ids
+        state, command.name, topic.replication_factor, command.assignments, command.raft_group_ids
     )
 
 
@@ -342,7 +346,7 @@ def check_reassign(state: MetadataState, command: ReassignPartition) -> ApplyRes
 
 
 def _group_of(
-    state: MetadataState, topic: str, partition: int, group_id: int, what: str
+    state: MetadataState, topic: str, partition: int, raft_group_id: int, what: str
 ) -> ApplyResult | None:
     """A partition group's own report (`what`: "report", "completion") about a partition
     that exists and is still that group (not a deleted and re-created namesake)."""
@@ -350,11 +354,11 @@ def _group_of(
     if problem is not None:
         return problem
     current = _partition(state, topic, partition)
-    if current.group_id != group_id:
+    if current.raft_group_id != raft_group_id:
         return reject(
             ErrorCode.UNKNOWN_PARTITION,
-            f"{what} from group {group_id} but {topic!r} partition {partition} is group "
-            f"{current.group_id}",
+            f"{what} from Raft group {raft_group_id} but {topic!r} partition {partition} is group "
+            f"{current.raft_group_id}",
         )
     return None
 
@@ -362,7 +366,9 @@ def _group_of(
 def check_complete_reassignment(
     state: MetadataState, command: CompleteReassignment
 ) -> ApplyResult | None:
-    problem = _group_of(state, command.topic, command.partition, command.group_id, "completion")
+    problem = _group_of(
+        state, command.topic, command.partition, command.raft_group_id, "completion"
+    )
     if problem is not None:
         return problem
     current = _partition(state, command.topic, command.partition)
@@ -377,7 +383,7 @@ def check_complete_reassignment(
 
 
 def check_report_leader(state: MetadataState, command: ReportLeader) -> ApplyResult | None:
-    problem = _group_of(state, command.topic, command.partition, command.group_id, "report")
+    problem = _group_of(state, command.topic, command.partition, command.raft_group_id, "report")
     if problem is not None:
         return problem
     current = _partition(state, command.topic, command.partition)

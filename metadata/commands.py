@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
 from raftlog.errors import RaftlogError
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 __all__ = [
     "COMMAND_BYTES_MAX",
@@ -87,7 +87,7 @@ PRODUCER_ID_BLOCK_MAX = 1 << 20
 ADDRESS_CHARS_MAX = 255
 TOPIC_ID_CHARS_MAX = 64
 CONFIG_VALUE_CHARS_MAX = 255
-GROUP_ID_LIMIT = 1 << 31  # group ids travel as 32-bit values between nodes
+RAFT_GROUP_ID_LIMIT = 1 << 31  # Raft group ids travel as 32-bit values between nodes
 INT_LIMIT = 1 << 63  # every integer field is a non-negative signed 64-bit value
 CONSUMER_GROUP_ID_CHARS_MAX = 255
 OFFSETS_PER_COMMIT_MAX = 10_000
@@ -199,7 +199,7 @@ class CreateTopic:
     replication_factor: int
     config: Mapping[str, str] = field(hash=False)
     assignments: tuple[tuple[NodeId, ...], ...]
-    group_ids: tuple[GroupId, ...]
+    raft_group_ids: tuple[RaftGroupId, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +224,7 @@ class CreatePartitions:
 
     name: str
     assignments: tuple[tuple[NodeId, ...], ...]
-    group_ids: tuple[GroupId, ...]
+    raft_group_ids: tuple[RaftGroupId, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,18 +246,18 @@ class CompleteReassignment:
 
     topic: str
     partition: PartitionId
-    group_id: GroupId
+    raft_group_id: RaftGroupId
     replicas: tuple[NodeId, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class ReportLeader:
-    """A partition leader announcing itself. `group_id` tells a late report from a deleted
-    topic's group apart from the same-named topic that replaced it."""
+    """A partition leader announcing itself. `raft_group_id` tells a late report from a
+    deleted topic's group apart from the same-named topic that replaced it."""
 
     topic: str
     partition: PartitionId
-    group_id: GroupId
+    raft_group_id: RaftGroupId
     leader_id: NodeId
     epoch: int
 
@@ -274,7 +274,7 @@ class CommitGroupOffsets:
     """A consumer group's committed offsets: (topic, partition, next offset to consume).
     The coordinator checked the committing member owns the partitions before proposing."""
 
-    group_id: str  # a consumer group's name (not a Raft GroupId)
+    group_id: str  # a consumer group's name (not a Raft RaftGroupId)
     offsets: tuple[tuple[str, PartitionId, int], ...]
 
 
@@ -338,22 +338,22 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "replication_factor": "int",
         "config": "str_map",
         "assignments": "int_lists",
-        "group_ids": "ints",
+        "raft_group_ids": "ints",
     },
     DeleteTopic: {"name": "str"},
     AlterTopicConfig: {"name": "str", "set_config": "str_map", "delete_keys": "strs"},
-    CreatePartitions: {"name": "str", "assignments": "int_lists", "group_ids": "ints"},
+    CreatePartitions: {"name": "str", "assignments": "int_lists", "raft_group_ids": "ints"},
     ReassignPartition: {"topic": "str", "partition": "int", "replicas": "ints"},
     CompleteReassignment: {
         "topic": "str",
         "partition": "int",
-        "group_id": "int",
+        "raft_group_id": "int",
         "replicas": "ints",
     },
     ReportLeader: {
         "topic": "str",
         "partition": "int",
-        "group_id": "int",
+        "raft_group_id": "int",
         "leader_id": "int",
         "epoch": "int",
     },
@@ -366,6 +366,14 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
 # Fields added after a command was first written: left out while they hold this default, so
 # the bytes of every command written before them (and their meaning) stay as they were.
 _OPTIONAL_FIELDS: dict[type[Any], dict[str, Any]] = {RegisterNode: {"kafka_address": ""}}
+# Fields renamed since they were first written: the wire keeps the old key (the commands in a
+# metadata log written before decode as they always did).
+_WIRE_KEYS: dict[type[Any], dict[str, str]] = {
+    CreateTopic: {"raft_group_ids": "group_ids"},
+    CreatePartitions: {"raft_group_ids": "group_ids"},
+    CompleteReassignment: {"raft_group_id": "group_id"},
+    ReportLeader: {"raft_group_id": "group_id"},
+}
 _TYPES_BY_NAME: dict[str, type[Any]] = {t.__name__: t for t in _FIELD_KINDS}
 assert all(tuple(f.name for f in fields(t)) == tuple(k) for t, k in _FIELD_KINDS.items())
 
@@ -375,6 +383,7 @@ def encode_command(command: Command) -> bytes:
     kinds = _FIELD_KINDS[type(command)]
     body: dict[str, Any] = {"type": type(command).__name__}
     optional = _OPTIONAL_FIELDS.get(type(command), {})
+    wire_keys = _WIRE_KEYS.get(type(command), {})
     for name, kind in kinds.items():
         value = getattr(command, name)
         if name in optional and value == optional[name]:
@@ -385,7 +394,7 @@ def encode_command(command: Command) -> bytes:
             value = [list(item) for item in value] if kind == "offsets" else list(value)
         elif kind == "str_map":
             value = dict(value)
-        body[name] = value
+        body[wire_keys.get(name, name)] = value
     data = bytes([COMMAND_FORMAT_VERSION]) + canonical_json(body)
     assert data[0] == COMMAND_FORMAT_VERSION and len(data) > 1
     return data
@@ -409,12 +418,17 @@ def decode_command(data: bytes) -> Command:
     if command_type is None:
         raise MetadataDecodeError(f"unknown command type {type_name!r}")
     kinds = _FIELD_KINDS[command_type]
+    for name, key in _WIRE_KEYS.get(command_type, {}).items():
+        if key in body:
+            body[name] = body.pop(key)
     for name, default in _OPTIONAL_FIELDS.get(command_type, {}).items():
         body.setdefault(name, default)
     if set(body) != set(kinds):
         raise MetadataDecodeError(f"{type_name} needs fields {sorted(kinds)}, got {sorted(body)}")
+    wire_keys = _WIRE_KEYS.get(command_type, {})
     values = {
-        name: _decode_field(f"{type_name}.{name}", kind, body[name]) for name, kind in kinds.items()
+        name: _decode_field(f"{type_name}.{wire_keys.get(name, name)}", kind, body[name])
+        for name, kind in kinds.items()
     }
     command: Command = command_type(**values)
     return command

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "GROUP_ID_CHARS_MAX",
-    "GroupCoordinator",
+    "ConsumerGroupCoordinator",
     "GroupDescription",
     "GroupErrorCode",
     "GroupLimits",
@@ -162,7 +162,7 @@ class _Group:
         return frozenset(tp for tp, owner in self.owners.items() if owner == member_id)
 
 
-class GroupCoordinator:
+class ConsumerGroupCoordinator:
     """Every consumer group this controller coordinates (module docstring)."""
 
     def __init__(self, limits: GroupLimits) -> None:

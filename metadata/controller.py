@@ -72,7 +72,7 @@ from raftlog.metadata.commands import (
     reject,
 )
 from raftlog.metadata.state import MetadataState
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 __all__ = [
     "CreateTopicRequest",
@@ -104,11 +104,11 @@ class CreateTopicRequest:
 
 @dataclass(frozen=True, slots=True)
 class LeaderMove:
-    """Transfer leadership of `group_id` from `from_leader` to the preferred `to_leader`."""
+    """Transfer leadership of `raft_group_id` from `from_leader` to the preferred `to_leader`."""
 
     topic: str
     partition: PartitionId
-    group_id: GroupId
+    raft_group_id: RaftGroupId
     from_leader: NodeId
     to_leader: NodeId
 
@@ -153,10 +153,10 @@ def plan_create_topic(
     problem = _check_enough_nodes(request.replication_factor, live)
     if problem is not None:
         return problem
-    first_group_id = int(state.next_group_id)
+    first_raft_group_id = int(state.next_raft_group_id)
     command = CreateTopic(
         name=request.name,
-        topic_id=_topic_id(state.cluster_id, request.name, first_group_id),
+        topic_id=_topic_id(state.cluster_id, request.name, first_raft_group_id),
         partition_count=request.partition_count,
         replication_factor=request.replication_factor,
         config=dict(sorted(request.config.items())),
@@ -165,9 +165,11 @@ def plan_create_topic(
             node_loads(state),
             request.partition_count,
             request.replication_factor,
-            first_group_id,
+            first_raft_group_id,
         ),
-        group_ids=tuple(GroupId(first_group_id + i) for i in range(request.partition_count)),
+        raft_group_ids=tuple(
+            RaftGroupId(first_raft_group_id + i) for i in range(request.partition_count)
+        ),
     )
     verdict = state.check(command)
     return command if verdict.ok else verdict
@@ -211,10 +213,10 @@ def _check_enough_nodes(replication_factor: int, live: tuple[NodeId, ...]) -> Ap
     return None
 
 
-def _topic_id(cluster_id: str, name: str, first_group_id: int) -> str:
+def _topic_id(cluster_id: str, name: str, first_raft_group_id: int) -> str:
     """Kafka-style (22 characters of base64url), derived, not drawn: group ids are never
     reused, so a topic re-created under the same name gets a new id."""
-    derived = uuid.uuid5(_TOPIC_ID_NAMESPACE, f"{cluster_id}/{name}/{first_group_id}")
+    derived = uuid.uuid5(_TOPIC_ID_NAMESPACE, f"{cluster_id}/{name}/{first_raft_group_id}")
     topic_id = base64.urlsafe_b64encode(derived.bytes).rstrip(b"=").decode()
     assert len(topic_id) == 22, topic_id
     return topic_id
@@ -244,13 +246,13 @@ def plan_create_partitions(
     if problem is not None:
         return problem
     added = total_count - topic.partition_count
-    first_group_id = int(state.next_group_id)
+    first_raft_group_id = int(state.next_raft_group_id)
     command = CreatePartitions(
         name=name,
         assignments=assign_replicas(
-            live, node_loads(state), added, topic.replication_factor, first_group_id
+            live, node_loads(state), added, topic.replication_factor, first_raft_group_id
         ),
-        group_ids=tuple(GroupId(first_group_id + i) for i in range(added)),
+        raft_group_ids=tuple(RaftGroupId(first_raft_group_id + i) for i in range(added)),
     )
     verdict = state.check(command)
     return command if verdict.ok else verdict
@@ -305,7 +307,7 @@ def preferred_leader_moves(state: MetadataState) -> tuple[LeaderMove, ...]:
         assert preferred is not None, p  # replicas are registered nodes
         if p.leader_id is not None and p.leader_id != p.preferred_leader and preferred.alive:
             moves.append(
-                LeaderMove(p.topic, p.partition, p.group_id, p.leader_id, preferred.node_id)
+                LeaderMove(p.topic, p.partition, p.raft_group_id, p.leader_id, preferred.node_id)
             )
     return tuple(moves)
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from raftlog.types import DERIVED_PRODUCER_ID_MIN, GroupId, NodeId, PartitionId
+from raftlog.types import DERIVED_PRODUCER_ID_MIN, NodeId, PartitionId, RaftGroupId
 
 __all__ = [
     "ALLOCATED_PRODUCER_ID_LIMIT",
-    "FIRST_PARTITION_GROUP_ID",
-    "METADATA_GROUP_ID",
+    "FIRST_PARTITION_RAFT_GROUP_ID",
+    "METADATA_RAFT_GROUP_ID",
     "NODE_ACTIVE",
     "NODE_DECOMMISSIONED",
     "NODE_DECOMMISSIONING",
@@ -22,8 +22,8 @@ __all__ = [
     "TopicInfo",
 ]
 
-METADATA_GROUP_ID = GroupId(0)  # the metadata quorum itself
-FIRST_PARTITION_GROUP_ID = GroupId(1)
+METADATA_RAFT_GROUP_ID = RaftGroupId(0)  # the metadata quorum itself
+FIRST_PARTITION_RAFT_GROUP_ID = RaftGroupId(1)
 NO_EPOCH = -1  # leader_epoch of a partition no leader has reported yet
 # Producer ids from 2**62 up are derived by clients (the Spark sink's per-task ids,
 # raftlog.types.DERIVED_PRODUCER_ID_MIN): the allocator never reaches them.
@@ -69,7 +69,7 @@ class TopicInfo:
 class PartitionInfo:
     topic: str
     partition: PartitionId
-    group_id: GroupId
+    raft_group_id: RaftGroupId
     replicas: tuple[NodeId, ...]  # replicas[0] is the preferred leader
     leader_id: NodeId | None  # last reported leader; None until one reports
     leader_epoch: int  # its epoch (Raft term); NO_EPOCH until one reports

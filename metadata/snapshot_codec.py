@@ -39,7 +39,7 @@ from raftlog.metadata.model import (
     PartitionInfo,
     TopicInfo,
 )
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 if TYPE_CHECKING:
     from raftlog.metadata.state import MetadataState
@@ -53,7 +53,7 @@ class SnapshotContents:
 
     cluster_id: str
     applied_offset: int
-    next_group_id: int
+    next_raft_group_id: int
     next_producer_id: int
     nodes: dict[NodeId, NodeInfo] = field(default_factory=dict)
     topics: dict[str, TopicInfo] = field(default_factory=dict)
@@ -69,7 +69,7 @@ def encode_snapshot(state: MetadataState) -> bytes:
     body = {
         "applied_offset": state.applied_offset,
         "cluster_id": state.cluster_id,
-        "next_group_id": int(state.next_group_id),
+        "next_group_id": int(state.next_raft_group_id),
         "next_producer_id": state.next_producer_id,
         "nodes": [
             {
@@ -109,7 +109,7 @@ def _encode_topic(topic: TopicInfo, partitions: tuple[PartitionInfo, ...]) -> di
 
 def _encode_partition(p: PartitionInfo) -> dict[str, Any]:
     encoded: dict[str, Any] = {
-        "group_id": p.group_id,
+        "group_id": p.raft_group_id,
         "replicas": list(p.replicas),
         "leader_id": NO_EPOCH if p.leader_id is None else p.leader_id,
         "leader_epoch": p.leader_epoch,
@@ -148,7 +148,7 @@ def decode_snapshot(data: bytes) -> SnapshotContents:
     contents = SnapshotContents(
         cluster_id=cluster_id,
         applied_offset=_int_or_none("applied_offset", body["applied_offset"]),
-        next_group_id=decode_int("next_group_id", body["next_group_id"]),
+        next_raft_group_id=decode_int("next_group_id", body["next_group_id"]),
         next_producer_id=decode_int("next_producer_id", body["next_producer_id"]),
     )
     for i, raw in enumerate(decode_list("nodes", body["nodes"])):
@@ -253,7 +253,7 @@ def _decode_partition(where: str, topic: str, index: int, raw: object) -> Partit
     return PartitionInfo(
         topic=topic,
         partition=PartitionId(index),
-        group_id=GroupId(decode_int(f"{where}.group_id", fields_["group_id"])),
+        raft_group_id=RaftGroupId(decode_int(f"{where}.group_id", fields_["group_id"])),
         replicas=tuple(NodeId(decode_int(f"{where}.replicas", n)) for n in replicas),
         leader_id=None if leader_id == NO_EPOCH else NodeId(leader_id),
         leader_epoch=_int_or_none(f"{where}.leader_epoch", fields_["leader_epoch"]),

@@ -70,8 +70,8 @@ from raftlog.metadata.commands import (
 )
 from raftlog.metadata.model import (
     ALLOCATED_PRODUCER_ID_LIMIT,
-    FIRST_PARTITION_GROUP_ID,
-    METADATA_GROUP_ID,
+    FIRST_PARTITION_RAFT_GROUP_ID,
+    METADATA_RAFT_GROUP_ID,
     NO_EPOCH,
     NODE_ACTIVE,
     NODE_DECOMMISSIONED,
@@ -82,14 +82,14 @@ from raftlog.metadata.model import (
     TopicInfo,
 )
 from raftlog.metadata.snapshot_codec import SnapshotContents, decode_snapshot, encode_snapshot
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 # The records and constants live in raftlog.metadata.model; importers of this module keep
 # finding them here.
 __all__ = [
     "ALLOCATED_PRODUCER_ID_LIMIT",
-    "FIRST_PARTITION_GROUP_ID",
-    "METADATA_GROUP_ID",
+    "FIRST_PARTITION_RAFT_GROUP_ID",
+    "METADATA_RAFT_GROUP_ID",
     "NODE_ACTIVE",
     "NODE_DECOMMISSIONED",
     "NODE_DECOMMISSIONING",
@@ -109,7 +109,7 @@ class MetadataState:
         assert cluster_id, "a cluster id is fixed at bootstrap"
         self._cluster_id = cluster_id
         self._applied_offset = -1
-        self._next_group_id = int(FIRST_PARTITION_GROUP_ID)
+        self._next_raft_group_id = int(FIRST_PARTITION_RAFT_GROUP_ID)
         self._next_producer_id = 0
         self._nodes: dict[NodeId, NodeInfo] = {}
         self._topics: dict[str, TopicInfo] = {}
@@ -128,8 +128,8 @@ class MetadataState:
         return self._applied_offset
 
     @property
-    def next_group_id(self) -> GroupId:
-        return GroupId(self._next_group_id)
+    def next_raft_group_id(self) -> RaftGroupId:
+        return RaftGroupId(self._next_raft_group_id)
 
     @property
     def next_producer_id(self) -> int:
@@ -175,8 +175,8 @@ class MetadataState:
         for name in sorted(self._partitions):
             yield from self._partitions[name]
 
-    def partition_by_group(self, group_id: GroupId) -> PartitionInfo | None:
-        return next((p for p in self.all_partitions() if p.group_id == group_id), None)
+    def partition_by_raft_group(self, raft_group_id: RaftGroupId) -> PartitionInfo | None:
+        return next((p for p in self.all_partitions() if p.raft_group_id == raft_group_id), None)
 
     def consumer_group_ids(self) -> tuple[str, ...]:
         """Consumer groups with committed offsets, by name."""
@@ -197,10 +197,10 @@ class MetadataState:
     def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
         return self._group_offsets.get(group_id, {}).get((topic, partition))
 
-    def group_ids_for_node(self, node_id: NodeId) -> frozenset[GroupId]:
+    def raft_group_ids_for_node(self, node_id: NodeId) -> frozenset[RaftGroupId]:
         """The partition groups `node_id` must host (its replicas and the targets of moves
         under way; fenced or not)."""
-        return frozenset(p.group_id for p in self.all_partitions() if node_id in p.hosts)
+        return frozenset(p.raft_group_id for p in self.all_partitions() if node_id in p.hosts)
 
     def moving_partitions(self) -> tuple[PartitionInfo, ...]:
         """Partitions with a move under way, by topic then index."""
@@ -282,7 +282,7 @@ class MetadataState:
             config=dict(sorted(command.config.items())),
         )
         self._partitions[command.name] = ()
-        self._add_partitions(command.name, command.assignments, command.group_ids)
+        self._add_partitions(command.name, command.assignments, command.raft_group_ids)
         assert len(self._partitions[command.name]) == command.partition_count
         return OK
 
@@ -290,23 +290,25 @@ class MetadataState:
         self,
         topic: str,
         assignments: tuple[tuple[NodeId, ...], ...],
-        group_ids: tuple[GroupId, ...],
+        raft_group_ids: tuple[RaftGroupId, ...],
     ) -> None:
         existing = self._partitions[topic]
         added = tuple(
             PartitionInfo(
                 topic=topic,
                 partition=PartitionId(len(existing) + i),
-                group_id=group_id,
+                raft_group_id=raft_group_id,
                 replicas=tuple(replicas),
                 leader_id=None,
                 leader_epoch=NO_EPOCH,
             )
-            for i, (replicas, group_id) in enumerate(zip(assignments, group_ids, strict=True))
+            for i, (replicas, raft_group_id) in enumerate(
+                zip(assignments, raft_group_ids, strict=True)
+            )
         )
-        assert added and added[0].group_id >= self._next_group_id
+        assert added and added[0].raft_group_id >= self._next_raft_group_id
         self._partitions[topic] = existing + added
-        self._next_group_id = added[-1].group_id + 1
+        self._next_raft_group_id = added[-1].raft_group_id + 1
 
     def _alter_topic_config(self, command: AlterTopicConfig) -> ApplyResult:
         topic = self._topics[command.name]
@@ -315,7 +317,7 @@ class MetadataState:
         return OK
 
     def _delete_topic(self, command: DeleteTopic) -> ApplyResult:
-        # Group ids are not handed back: next_group_id only grows.
+        # Raft group ids are not handed back: next_raft_group_id only grows.
         del self._topics[command.name]
         del self._partitions[command.name]
         for group_id, offsets in list(self._group_offsets.items()):
@@ -340,7 +342,7 @@ class MetadataState:
 
     def _create_partitions(self, command: CreatePartitions) -> ApplyResult:
         topic = self._topics[command.name]
-        self._add_partitions(command.name, command.assignments, command.group_ids)
+        self._add_partitions(command.name, command.assignments, command.raft_group_ids)
         count = len(self._partitions[command.name])
         assert count == topic.partition_count + len(command.assignments)
         self._topics[command.name] = replace(topic, partition_count=count)
@@ -348,7 +350,7 @@ class MetadataState:
 
     def _replace_partition(self, updated: PartitionInfo) -> None:
         partitions = list(self._partitions[updated.topic])
-        assert partitions[updated.partition].group_id == updated.group_id
+        assert partitions[updated.partition].raft_group_id == updated.raft_group_id
         partitions[updated.partition] = updated
         self._partitions[updated.topic] = tuple(partitions)
 
@@ -398,7 +400,7 @@ class MetadataState:
     def _from_snapshot(cls, contents: SnapshotContents) -> MetadataState:
         state = cls(contents.cluster_id)
         state._applied_offset = contents.applied_offset
-        state._next_group_id = contents.next_group_id
+        state._next_raft_group_id = contents.next_raft_group_id
         state._next_producer_id = contents.next_producer_id
         state._nodes = contents.nodes
         state._topics = contents.topics
@@ -411,7 +413,7 @@ class MetadataState:
     def invariant_violations(self) -> list[str]:
         """Every broken invariant, in words (empty when the state is sound)."""
         violations: list[str] = []
-        group_ids: set[int] = set()
+        raft_group_ids: set[int] = set()
         for name, topic in self._topics.items():
             partitions = self._partitions.get(name, ())
             if len(partitions) != topic.partition_count:
@@ -420,9 +422,9 @@ class MetadataState:
                 )
             for index, p in enumerate(partitions):
                 violations += _partition_violations(self, topic, index, p)
-                if p.group_id in group_ids:
-                    violations.append(f"group id {p.group_id} used twice")
-                group_ids.add(p.group_id)
+                if p.raft_group_id in raft_group_ids:
+                    violations.append(f"Raft group id {p.raft_group_id} used twice")
+                raft_group_ids.add(p.raft_group_id)
         if set(self._partitions) != set(self._topics):
             violations.append("partitions held for topics that do not exist")
         if len({t.topic_id for t in self._topics.values()}) != len(self._topics):
@@ -452,8 +454,10 @@ def _partition_violations(
     violations = []
     if p.topic != topic.name or p.partition != index:
         violations.append(f"{where} is filed as {p.topic!r} partition {p.partition}")
-    if not FIRST_PARTITION_GROUP_ID <= p.group_id < state.next_group_id:
-        violations.append(f"{where} group id {p.group_id} outside [1, {state.next_group_id})")
+    if not FIRST_PARTITION_RAFT_GROUP_ID <= p.raft_group_id < state.next_raft_group_id:
+        violations.append(
+            f"{where} Raft group id {p.raft_group_id} outside [1, {state.next_raft_group_id})"
+        )
     if len(p.replicas) != topic.replication_factor or len(set(p.replicas)) != len(p.replicas):
         violations.append(
             f"{where} replicas {list(p.replicas)} for replication factor {topic.replication_factor}"

@@ -153,7 +153,7 @@ def wait_for_controller(
 def node_security(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, Any]]:
     """(flags for every node, options for this command's own client), validated as a node
     validates them. Paths are made absolute so a later restart from elsewhere finds them."""
-    from raftlog.settings import BrokerSettings
+    from raftlog.settings import NodeSettings
     from raftlog.tls import TlsFiles
     from raftlog.types import NodeId
 
@@ -162,7 +162,7 @@ def node_security(args: argparse.Namespace) -> tuple[tuple[str, ...], dict[str, 
         for name in ("tls_cert", "tls_key", "tls_ca", "auth_tokens", "tls_client_ca")
     }
     loopback = ("127.0.0.1", 0)
-    BrokerSettings(
+    NodeSettings(
         node_id=NodeId(1), data_dir=args.dir, listen=loopback, raft_listen=loopback,
         peers={NodeId(1): loopback}, peer_tls=args.peer_tls, tls_cert=paths["tls_cert"],
         tls_key=paths["tls_key"], tls_ca=paths["tls_ca"], auth_tokens=paths["auth_tokens"],

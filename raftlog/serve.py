@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from raftlog.errors import ConfigError
 from raftlog.node.malloc_tuning import tune_malloc
 from raftlog.settings import (
-    BrokerSettings,
+    NodeSettings,
     apply_overrides,
     parse_address,
     parse_bootstrap,
@@ -31,7 +31,7 @@ from raftlog.types import NodeId
 
 if TYPE_CHECKING:
     from raftlog.metrics import NodeMetrics
-    from raftlog.node.node import Broker
+    from raftlog.node.node import Node
     from raftlog.rpc.kafka import KafkaListener
 
 __all__ = ["add_serve_parser", "run_serve"]
@@ -99,7 +99,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     parser.set_defaults(func=run_serve)
 
 
-def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
+def settings_from_args(args: argparse.Namespace) -> NodeSettings:
     settings = _base_settings(args)
     # Flags win over the TOML file.
     flags: dict[str, Any] = {
@@ -129,7 +129,7 @@ def settings_from_args(args: argparse.Namespace) -> BrokerSettings:
     return dataclasses.replace(settings, config=config).validate()
 
 
-def _base_settings(args: argparse.Namespace) -> BrokerSettings:
+def _base_settings(args: argparse.Namespace) -> NodeSettings:
     if args.config is not None:
         return settings_from_toml(
             args.config,
@@ -162,7 +162,7 @@ def _base_settings(args: argparse.Namespace) -> BrokerSettings:
         if args.raft_listen
         else (listen[0], listen[1] + 100)
     )
-    return BrokerSettings(
+    return NodeSettings(
         node_id=NodeId(args.node_id),
         data_dir=args.data_dir,
         listen=listen,
@@ -192,8 +192,8 @@ def run_serve(args: argparse.Namespace) -> int:
     return asyncio.run(_serve(settings))
 
 
-async def _serve(settings: BrokerSettings) -> int:
-    from raftlog.node.node import Broker
+async def _serve(settings: NodeSettings) -> int:
+    from raftlog.node.node import Node
 
     config = settings.config
     if not tune_malloc(
@@ -201,21 +201,21 @@ async def _serve(settings: BrokerSettings) -> int:
         mmap_threshold_bytes=config.malloc_mmap_threshold_bytes,
     ):
         logging.getLogger("raftlog").info("no glibc mallopt: malloc thresholds left as they are")
-    broker = Broker(settings)
+    node = Node(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     # Before the node starts, so that its first elections and flushes count.
     metrics_listen = settings.metrics_listen
-    metrics = None if metrics_listen is None else _metrics_of(broker)
-    kafka = _kafka_listener(broker, settings)
+    metrics = None if metrics_listen is None else _metrics_of(node)
+    kafka = _kafka_listener(node, settings)
 
     async def start_kafka() -> None:
         if kafka is not None:
             await _start_kafka(kafka, settings)
 
-    await broker.start(start_front_ends=start_kafka)
+    await node.start(start_front_ends=start_kafka)
     if metrics is not None and metrics_listen is not None:
         try:
             await metrics.start(*metrics_listen)
@@ -225,7 +225,7 @@ async def _serve(settings: BrokerSettings) -> int:
             await metrics.stop()
             if kafka is not None:
                 await kafka.close()
-            await broker.stop()
+            await node.stop()
             return 2
     # Everything built so far (modules, gRPC and protobuf tables, the recovered state) lives
     # as long as the process: move it out of the collector's generations, so a full
@@ -239,30 +239,30 @@ async def _serve(settings: BrokerSettings) -> int:
         settings.client_address,
         settings.raft_address,
     )
-    assert broker.failed is not None
+    assert node.failed is not None
     stopping: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
-    failing: asyncio.Future[object] = broker.failed  # type: ignore[assignment]
+    failing: asyncio.Future[object] = node.failed  # type: ignore[assignment]
     await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
     stopping.cancel()
-    failed = broker.failed.done()
+    failed = node.failed.done()
     if failed:
         # Already logged where it happened; retrieving it keeps asyncio from logging it again.
-        broker.failed.exception()
+        node.failed.exception()
     if metrics is not None:
         await metrics.stop()
     if kafka is not None:
         await kafka.close()
-    await broker.stop()
+    await node.stop()
     return 1 if failed else 0
 
 
-def _metrics_of(broker: Broker) -> NodeMetrics:
+def _metrics_of(node: Node) -> NodeMetrics:
     from raftlog.metrics import NodeMetrics
 
-    return NodeMetrics(broker)
+    return NodeMetrics(node)
 
 
-def _kafka_tls(settings: BrokerSettings) -> ssl.SSLContext:
+def _kafka_tls(settings: NodeSettings) -> ssl.SSLContext:
     assert settings.tls_cert is not None and settings.tls_key is not None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
@@ -276,7 +276,7 @@ def _kafka_tls(settings: BrokerSettings) -> ssl.SSLContext:
     return context
 
 
-def _kafka_listener(broker: Broker, settings: BrokerSettings) -> KafkaListener | None:
+def _kafka_listener(node: Node, settings: NodeSettings) -> KafkaListener | None:
     """The Kafka wire-protocol listener beside the gRPC API, when --kafka-listen is set."""
     if settings.kafka_listen is None:
         return None
@@ -286,8 +286,8 @@ def _kafka_listener(broker: Broker, settings: BrokerSettings) -> KafkaListener |
     # The node's token file (--auth-tokens) also guards Kafka clients (SASL/PLAIN).
     access = None if settings.auth_tokens is None else load_access_control(settings.auth_tokens)
     return KafkaListener(
-        broker,
-        consumer_groups=broker.groups,
+        node,
+        consumer_groups=node.consumer_groups,
         config=settings.config,
         node_id=settings.node_id,
         kafka_address=settings.kafka_address,
@@ -295,7 +295,7 @@ def _kafka_listener(broker: Broker, settings: BrokerSettings) -> KafkaListener |
     )
 
 
-async def _start_kafka(listener: KafkaListener, settings: BrokerSettings) -> None:
+async def _start_kafka(listener: KafkaListener, settings: NodeSettings) -> None:
     assert settings.kafka_listen is not None
     # The node's certificate (--tls-cert/--tls-key) serves Kafka clients TLS (SSL, or
     # SASL_SSL with tokens).

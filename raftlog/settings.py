@@ -23,7 +23,7 @@ from raftlog.types import NodeId
 
 __all__ = [
     "Address",
-    "BrokerSettings",
+    "NodeSettings",
     "apply_overrides",
     "parse_address",
     "parse_bootstrap",
@@ -67,7 +67,7 @@ def parse_bootstrap(text: str, *, setting: str = "--bootstrap") -> tuple[str, ..
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BrokerSettings:
+class NodeSettings:
     node_id: NodeId
     data_dir: Path
     listen: Address
@@ -99,7 +99,7 @@ class BrokerSettings:
     kafka_listen: Address | None = None
     kafka_advertise: Address | None = None
 
-    def validate(self) -> BrokerSettings:
+    def validate(self) -> NodeSettings:
         if self.node_id < 0:
             raise ConfigError(f"node_id: must be >= 0, got {self.node_id}")
         if not self.cluster_id or len(self.cluster_id) > 128:
@@ -185,7 +185,7 @@ def _parse_value(key: str, text: str, current: object) -> object:
         raise ConfigError(f"--set {key}: expected an integer, got {text!r}") from None
 
 
-def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
+def settings_from_toml(path: Path, **overrides: Any) -> NodeSettings:
     """Read `[node]` settings from a TOML file; keyword overrides win (from CLI flags)."""
     try:
         raw = tomllib.loads(path.read_text())
@@ -216,7 +216,7 @@ def settings_from_toml(path: Path, **overrides: Any) -> BrokerSettings:
         if required not in node:
             raise ConfigError(f"--config {path}: [node] {required} is required")
     listen = parse_address(str(node["listen"]), setting="listen")
-    return BrokerSettings(
+    return NodeSettings(
         node_id=NodeId(int(node["node_id"])),
         data_dir=Path(node["data_dir"]),
         listen=listen,

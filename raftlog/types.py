@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import NewType
 
-__all__ = ["DERIVED_PRODUCER_ID_MIN", "GroupId", "NodeId", "Offset", "PartitionId", "Term"]
+__all__ = ["DERIVED_PRODUCER_ID_MIN", "NodeId", "Offset", "PartitionId", "RaftGroupId", "Term"]
 
 NodeId = NewType("NodeId", int)
 Term = NewType("Term", int)
 Offset = NewType("Offset", int)
 PartitionId = NewType("PartitionId", int)
 # A Raft group on a node: the metadata quorum is group 0, partitions get ids from the controller.
-GroupId = NewType("GroupId", int)
+RaftGroupId = NewType("RaftGroupId", int)
 
 # Producer ids split at 2**62: the controller allocates ids below it (InitProducerId), clients
 # that must resume as the same producer (the Spark sink's tasks) derive theirs at or above it

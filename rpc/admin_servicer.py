@@ -38,7 +38,7 @@ from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.types import NodeId
 
 if TYPE_CHECKING:
-    from raftlog.rpc.port import BrokerPort, MetadataReadPort
+    from raftlog.rpc.port import MetadataReadPort, NodePort
 
 __all__ = [
     "AdminServicer",
@@ -72,7 +72,7 @@ def result_error(result: ApplyResult) -> pb.Error | None:
     )
 
 
-def _raftlog_error(error: errors.RaftlogError, broker: MetadataReadPort) -> pb.Error:
+def _raftlog_error(error: errors.RaftlogError, node: MetadataReadPort) -> pb.Error:
     leader = getattr(error, "leader_hint", None)
     if isinstance(error, NotControllerError):
         code = pb.NOT_CONTROLLER
@@ -87,7 +87,7 @@ def _raftlog_error(error: errors.RaftlogError, broker: MetadataReadPort) -> pb.E
         message=str(error),
         retriable=error.retriable,
         leader_id=-1 if leader is None else leader,
-        leader_address="" if leader is None else broker.leader_address(leader),
+        leader_address="" if leader is None else node.leader_address(leader),
     )
 
 
@@ -95,7 +95,7 @@ def _timeout_s(timeout_ms: int) -> float:
     return (timeout_ms if 0 < timeout_ms <= TIMEOUT_MS_MAX else TIMEOUT_MS_DEFAULT) / 1000
 
 
-def topic_proto(broker: MetadataReadPort, state: MetadataState, name: str) -> pb.TopicInfo | None:
+def topic_proto(node: MetadataReadPort, state: MetadataState, name: str) -> pb.TopicInfo | None:
     topic = state.topic(name)
     if topic is None:
         return None
@@ -105,7 +105,7 @@ def topic_proto(broker: MetadataReadPort, state: MetadataState, name: str) -> pb
             leader_id=-1 if p.leader_id is None else int(p.leader_id),
             leader_epoch=p.leader_epoch,
             replicas=[int(r) for r in p.replicas],
-            high_watermark=broker.partition_high_watermark(name, int(p.partition)),
+            high_watermark=node.partition_high_watermark(name, int(p.partition)),
             adding_replicas=[int(r) for r in p.adding],
             removing_replicas=[int(r) for r in p.removing],
         )
@@ -120,65 +120,65 @@ def topic_proto(broker: MetadataReadPort, state: MetadataState, name: str) -> pb
     )
 
 
-def _nodes(broker: MetadataReadPort, state: MetadataState) -> list[pb.Node]:
+def _nodes(node: MetadataReadPort, state: MetadataState) -> list[pb.Node]:
     return [
         pb.Node(
             node_id=int(n.node_id),
             address=n.client_address,
             alive=n.alive,
             state=n.status,
-            metadata_role=broker.metadata_role(n.node_id),
+            metadata_role=node.metadata_role(n.node_id),
         )
         for n in state.nodes()
     ]
 
 
-def _controller(broker: MetadataReadPort) -> int:
-    controller = broker.controller_id
+def _controller(node: MetadataReadPort) -> int:
+    controller = node.controller_id
     return -1 if controller is None else int(controller)
 
 
-async def metadata_read_refusal(broker: MetadataReadPort) -> pb.Error | None:
+async def metadata_read_refusal(node: MetadataReadPort) -> pb.Error | None:
     """None once this node's copy of the metadata has caught up since it started (waiting
     for that up to `metadata.catch_up_wait_ms`); else a retriable NOT_CONTROLLER naming the
     controller, which Admin clients follow and Metadata clients answer by asking another node.
     """
-    if await broker.wait_metadata_caught_up():
+    if await node.wait_metadata_caught_up():
         return None
-    controller = broker.controller_id
+    controller = node.controller_id
     return pb.Error(
         code=pb.NOT_CONTROLLER,
         message=(
-            f"node {broker.node_id} has not caught up with the metadata quorum since it "
+            f"node {node.node_id} has not caught up with the metadata quorum since it "
             f"started (it has not applied its own registration yet); ask the controller"
         ),
         retriable=True,
         leader_id=-1 if controller is None else int(controller),
-        leader_address=broker.leader_address(controller),
+        leader_address=node.leader_address(controller),
     )
 
 
-def metadata_response(broker: MetadataReadPort, request: pb.MetadataRequest) -> pb.MetadataResponse:
-    state = broker.metadata.state
+def metadata_response(node: MetadataReadPort, request: pb.MetadataRequest) -> pb.MetadataResponse:
+    state = node.metadata.state
     names = list(request.topics) or [t.name for t in state.topics()]
-    topics = [t for t in (topic_proto(broker, state, n) for n in names) if t is not None]
+    topics = [t for t in (topic_proto(node, state, n) for n in names) if t is not None]
     return pb.MetadataResponse(
         cluster_id=state.cluster_id,
-        controller_id=_controller(broker),
-        nodes=_nodes(broker, state),
+        controller_id=_controller(node),
+        nodes=_nodes(node, state),
         topics=topics,
     )
 
 
 class AdminServicer(pb_grpc.AdminServicer):
-    def __init__(self, broker: BrokerPort) -> None:
-        self._broker = broker
+    def __init__(self, node: NodePort) -> None:
+        self._node = node
 
     async def CreateTopic(
         self, request: pb.CreateTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreateTopicResponse:
         try:
-            result = await self._broker.create_topic(
+            result = await self._node.create_topic(
                 CreateTopicRequest(
                     name=request.name,
                     partition_count=request.partitions,
@@ -188,7 +188,7 @@ class AdminServicer(pb_grpc.AdminServicer):
                 timeout_s=_timeout_s(request.timeout_ms),
             )
         except errors.RaftlogError as error:
-            return pb.CreateTopicResponse(error=_raftlog_error(error, self._broker))
+            return pb.CreateTopicResponse(error=_raftlog_error(error, self._node))
         except TimeoutError:
             return pb.CreateTopicResponse(
                 error=pb.Error(code=pb.REQUEST_TIMED_OUT, message="create not committed in time")
@@ -196,18 +196,18 @@ class AdminServicer(pb_grpc.AdminServicer):
         error_proto = result_error(result)
         if error_proto is not None:
             return pb.CreateTopicResponse(error=error_proto)
-        topic = topic_proto(self._broker, self._broker.metadata.state, request.name)
+        topic = topic_proto(self._node, self._node.metadata.state, request.name)
         return pb.CreateTopicResponse(topic=topic)
 
     async def DeleteTopic(
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DeleteTopicResponse:
         try:
-            result = await self._broker.delete_topic(
+            result = await self._node.delete_topic(
                 request.name, timeout_s=_timeout_s(request.timeout_ms)
             )
         except errors.RaftlogError as error:
-            return pb.DeleteTopicResponse(error=_raftlog_error(error, self._broker))
+            return pb.DeleteTopicResponse(error=_raftlog_error(error, self._node))
         except TimeoutError:
             return pb.DeleteTopicResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
         return pb.DeleteTopicResponse(error=result_error(result))
@@ -221,26 +221,26 @@ class AdminServicer(pb_grpc.AdminServicer):
             delete_keys=tuple(sorted(set(request.delete))),
         )
         try:
-            result = await self._broker.submit(command, timeout_s=_timeout_s(request.timeout_ms))
+            result = await self._node.submit(command, timeout_s=_timeout_s(request.timeout_ms))
         except errors.RaftlogError as error:
-            return pb.AlterTopicConfigResponse(error=_raftlog_error(error, self._broker))
+            return pb.AlterTopicConfigResponse(error=_raftlog_error(error, self._node))
         except TimeoutError:
             return pb.AlterTopicConfigResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
         error_proto = result_error(result)
         if error_proto is not None:
             return pb.AlterTopicConfigResponse(error=error_proto)
-        topic = topic_proto(self._broker, self._broker.metadata.state, request.name)
+        topic = topic_proto(self._node, self._node.metadata.state, request.name)
         return pb.AlterTopicConfigResponse(topic=topic)
 
     async def CreatePartitions(
         self, request: pb.CreatePartitionsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.CreatePartitionsResponse:
         try:
-            result = await self._broker.create_partitions(
+            result = await self._node.create_partitions(
                 request.name, request.total_count, timeout_s=_timeout_s(request.timeout_ms)
             )
         except errors.RaftlogError as error:
-            return pb.CreatePartitionsResponse(error=_raftlog_error(error, self._broker))
+            return pb.CreatePartitionsResponse(error=_raftlog_error(error, self._node))
         except TimeoutError:
             return pb.CreatePartitionsResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
         return pb.CreatePartitionsResponse(error=result_error(result))
@@ -248,10 +248,10 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def DescribeTopic(
         self, request: pb.DescribeTopicRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeTopicResponse:
-        refusal = await metadata_read_refusal(self._broker)
+        refusal = await metadata_read_refusal(self._node)
         if refusal is not None:
             return pb.DescribeTopicResponse(error=refusal)
-        topic = topic_proto(self._broker, self._broker.metadata.state, request.name)
+        topic = topic_proto(self._node, self._node.metadata.state, request.name)
         if topic is None:
             return pb.DescribeTopicResponse(
                 error=pb.Error(
@@ -263,35 +263,35 @@ class AdminServicer(pb_grpc.AdminServicer):
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ListTopicsResponse:
-        refusal = await metadata_read_refusal(self._broker)
+        refusal = await metadata_read_refusal(self._node)
         if refusal is not None:
             return pb.ListTopicsResponse(error=refusal)
         return pb.ListTopicsResponse(
-            names=sorted(t.name for t in self._broker.metadata.state.topics())
+            names=sorted(t.name for t in self._node.metadata.state.topics())
         )
 
     async def DescribeCluster(
         self, request: pb.DescribeClusterRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DescribeClusterResponse:
-        refusal = await metadata_read_refusal(self._broker)
+        refusal = await metadata_read_refusal(self._node)
         if refusal is not None:
             return pb.DescribeClusterResponse(error=refusal)
-        state = self._broker.metadata.state
+        state = self._node.metadata.state
         return pb.DescribeClusterResponse(
             cluster_id=state.cluster_id,
-            controller_id=_controller(self._broker),
-            nodes=_nodes(self._broker, state),
+            controller_id=_controller(self._node),
+            nodes=_nodes(self._node, state),
         )
 
     async def DecommissionNode(
         self, request: pb.DecommissionNodeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.DecommissionNodeResponse:
         try:
-            result = await self._broker.decommission_node(
+            result = await self._node.decommission_node(
                 NodeId(request.node_id), timeout_s=_timeout_s(request.timeout_ms)
             )
         except errors.RaftlogError as error:
-            return pb.DecommissionNodeResponse(error=_raftlog_error(error, self._broker))
+            return pb.DecommissionNodeResponse(error=_raftlog_error(error, self._node))
         except TimeoutError:
             return pb.DecommissionNodeResponse(
                 error=pb.Error(code=pb.REQUEST_TIMED_OUT, message="decommission not committed")
@@ -300,8 +300,8 @@ class AdminServicer(pb_grpc.AdminServicer):
 
 
 class InternalServicer(pb_grpc.InternalServicer):
-    def __init__(self, broker: BrokerPort) -> None:
-        self._broker = broker
+    def __init__(self, node: NodePort) -> None:
+        self._node = node
 
     async def SubmitMetadata(
         self, request: pb.SubmitMetadataRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -311,15 +311,15 @@ class InternalServicer(pb_grpc.InternalServicer):
         except MetadataDecodeError as error:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"command: {error}")
             raise
-        if not self._broker.is_controller():
-            controller = self._broker.controller_id
+        if not self._node.is_controller():
+            controller = self._node.controller_id
             return pb.SubmitMetadataResponse(
-                error=_raftlog_error(NotControllerError(leader_hint=controller), self._broker)
+                error=_raftlog_error(NotControllerError(leader_hint=controller), self._node)
             )
         try:
-            result = await self._broker.submit(command, timeout_s=_timeout_s(request.timeout_ms))
+            result = await self._node.submit(command, timeout_s=_timeout_s(request.timeout_ms))
         except errors.RaftlogError as error:
-            return pb.SubmitMetadataResponse(error=_raftlog_error(error, self._broker))
+            return pb.SubmitMetadataResponse(error=_raftlog_error(error, self._node))
         except TimeoutError:
             return pb.SubmitMetadataResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
         return pb.SubmitMetadataResponse(
@@ -331,11 +331,11 @@ class InternalServicer(pb_grpc.InternalServicer):
     async def SetFaults(
         self, request: pb.SetFaultsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.SetFaultsResponse:
-        injector = self._broker.faults
+        injector = self._node.faults
         if injector is None:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"node {self._broker.node_id} was not started with --chaos",
+                f"node {self._node.node_id} was not started with --chaos",
             )
             raise AssertionError("unreachable")
         try:

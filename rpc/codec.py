@@ -53,7 +53,7 @@ from raftlog.raft.types import (
     VoteRequest,
     VoteResponse,
 )
-from raftlog.types import GroupId, NodeId, Offset, Term
+from raftlog.types import NodeId, Offset, RaftGroupId, Term
 
 __all__ = [
     "FRAME_HEADER",
@@ -76,7 +76,7 @@ __all__ = [
 PROTOCOL_VERSION = 2  # 2: CALL and REPLY frames
 CLUSTER_ID_BYTES_MAX = 255
 
-Item: TypeAlias = tuple[GroupId, Message]
+Item: TypeAlias = tuple[RaftGroupId, Message]
 
 FRAME_HEADER = struct.Struct("!IB")  # length of (kind + body), frame kind
 _HELLO = struct.Struct("!HqqB")  # version, node id, incarnation, cluster id length
@@ -418,7 +418,7 @@ def decode_messages(body: memoryview, *, messages_max: int) -> list[Item]:
         group, kind = reader.fixed(_ITEM, "message header")
         if group < 0 or kind not in _DECODERS:
             reader.fail(f"message with group {group} and unknown kind {kind}")
-        items.append((GroupId(group), _DECODERS[kind](reader)))
+        items.append((RaftGroupId(group), _DECODERS[kind](reader)))
     if reader.position != len(body):
         reader.fail(f"{len(body) - reader.position} trailing bytes after {count} messages")
     assert len(items) == count

@@ -1,64 +1,37 @@
-"""The Groups service: consumer group heartbeats, offset commits and fetches (raftlog.v1).
+"""The gRPC Groups service: consumer group heartbeats, offset commits and fetches (raftlog.v1).
 
-Theory of operation. The controller (the metadata quorum's leader) coordinates every consumer
-group. `GroupService` wraps the pure `raftlog.metadata.consumer_groups.GroupCoordinator` with the
-node's ports: whether this node is the controller (and in which term), the metadata state
-(partition counts, committed offsets), `submit` (commit a metadata command) and a monotonic
-clock. `GroupServicer` maps protobuf to it and back.
-
-- A node that is not the controller answers NOT_COORDINATOR with the controller's id and
-  address; clients follow the hint (retriable).
-- Membership is soft state: when this node becomes controller, or is controller again in a
-  new term, the coordinator is reset before it answers, so it never acts on membership it
-  may have missed while another node coordinated. Members rebuild it with their next
-  heartbeats (they list what they hold). A new controller coordinates only once it has
-  applied an entry of its own term (`controller_term`, computed below rpc by
-  `raftlog.node.controller_duties.controller_term_of`): before that its state may lack
-  offsets the previous controller committed, and a fetch would send members back to
-  `auto_offset_reset`.
-- Expiry is lazy: every heartbeat first removes the members whose session (or revocation)
-  timed out, in every group. A partition only moves when some member heartbeats, so nothing
-  is lost by not having a timer.
-- Offset commits are checked against ownership (`check_commit`), then replicated through the
-  metadata quorum (`CommitGroupOffsets`) before the answer: a committed offset survives any
-  failure the quorum survives. Offset fetches read the controller's applied state.
+`ConsumerGroupServicer` maps protobuf to the node's `ConsumerGroupService`
+(`raftlog.metadata.consumer_group_service`, the coordinator both front ends use) and back. A
+node that is not the controller answers NOT_COORDINATOR with the controller's id and
+address; clients follow the hint (retriable).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 
 from raftlog import errors
-from raftlog.config import MetadataConfig
 from raftlog.metadata import Command
 from raftlog.metadata.commands import (
     OFFSETS_PER_COMMIT_MAX,
-    ApplyResult,
     CommitGroupOffsets,
     DeleteGroup,
     ErrorCode,
 )
+from raftlog.metadata.consumer_group_service import ConsumerGroupService
 from raftlog.metadata.consumer_groups import (
-    GroupCoordinator,
     GroupErrorCode,
-    GroupLimits,
     HeartbeatRequest,
     TopicPartition,
 )
-from raftlog.metadata.state import MetadataState
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-from raftlog.types import NodeId, PartitionId
+from raftlog.types import PartitionId
 
-__all__ = ["GroupService", "GroupServicer", "monotonic_ms"]
-
-TIMEOUT_MS_DEFAULT = 10_000
-TIMEOUT_MS_MAX = 300_000
+__all__ = ["ConsumerGroupServicer"]
 
 _GROUP_CODES = {
     GroupErrorCode.INVALID_REQUEST: pb.INVALID_REQUEST,
@@ -73,69 +46,6 @@ _RESULT_CODES = {
     ErrorCode.UNKNOWN_PARTITION: pb.UNKNOWN_TOPIC_OR_PARTITION,
     ErrorCode.UNKNOWN_GROUP: pb.UNKNOWN_GROUP,
 }
-
-
-def monotonic_ms() -> int:
-    return int(time.monotonic() * 1000)
-
-
-def group_limits(config: MetadataConfig) -> GroupLimits:
-    return GroupLimits(
-        session_timeout_ms=config.group_session_timeout_ms,
-        heartbeat_interval_ms=config.group_heartbeat_interval_ms,
-        rebalance_timeout_ms_max=config.group_rebalance_timeout_ms_max,
-        groups_max=config.groups_max,
-        members_max=config.group_members_max,
-    )
-
-
-@dataclass(slots=True)
-class GroupService:
-    """The coordinator with the node's ports (module docstring)."""
-
-    coordinator: GroupCoordinator
-    # The metadata term while this node is the controller, else None.
-    controller_term: Callable[[], int | None]
-    controller_id: Callable[[], NodeId | None]
-    metadata: Callable[[], MetadataState]
-    submit: Callable[..., Awaitable[ApplyResult]]
-    clock_ms: Callable[[], int] = monotonic_ms
-    _coordinating_term: int | None = None
-
-    @classmethod
-    def create(
-        cls,
-        config: MetadataConfig,
-        *,
-        controller_term: Callable[[], int | None],
-        controller_id: Callable[[], NodeId | None],
-        metadata: Callable[[], MetadataState],
-        submit: Callable[..., Awaitable[ApplyResult]],
-        clock_ms: Callable[[], int] = monotonic_ms,
-    ) -> GroupService:
-        coordinator = GroupCoordinator(group_limits(config))
-        return cls(coordinator, controller_term, controller_id, metadata, submit, clock_ms)
-
-    def coordinating(self) -> bool:
-        """True when this node coordinates groups now; resets the coordinator on a new term."""
-        term = self.controller_term()
-        if term is None:
-            if self._coordinating_term is not None:
-                self.coordinator.reset(self.clock_ms())  # drop what a later term will rebuild
-                self._coordinating_term = None
-            return False
-        if term != self._coordinating_term:
-            self.coordinator.reset(self.clock_ms())
-            self._coordinating_term = term
-        assert self._coordinating_term == term
-        return True
-
-    def partition_counts(self) -> dict[str, int]:
-        return {t.name: t.partition_count for t in self.metadata().topics()}
-
-    async def submit_command(self, command: Command, timeout_ms: int) -> ApplyResult:
-        timeout_s = (timeout_ms if 0 < timeout_ms <= TIMEOUT_MS_MAX else TIMEOUT_MS_DEFAULT) / 1000
-        return await self.submit(command, timeout_s=timeout_s)
 
 
 def _error(code: int, message: str, *, retriable: bool = False) -> pb.Error:
@@ -159,8 +69,10 @@ def _topic_partitions(partitions: frozenset[TopicPartition]) -> list[pb.TopicPar
     return [pb.TopicPartitions(topic=t, partitions=p) for t, p in by_topic.items()]
 
 
-class GroupServicer(pb_grpc.GroupsServicer):
-    def __init__(self, service: GroupService, leader_address: Callable[[int | None], str]) -> None:
+class ConsumerGroupServicer(pb_grpc.GroupsServicer):
+    def __init__(
+        self, service: ConsumerGroupService, leader_address: Callable[[int | None], str]
+    ) -> None:
         self._service = service
         self._leader_address = leader_address
 

@@ -1,8 +1,8 @@
-"""gRPC servicers of the raftlog.v1 API: requests in, broker calls, responses out.
+"""gRPC servicers of the raftlog.v1 API: requests in, node calls, responses out.
 
 Theory of operation. This module is the only place that knows both protobuf and the broker's
 exception tree. Each handler validates the request eagerly (a malformed request as a whole is
-INVALID_ARGUMENT with a message naming the field), calls the broker, and maps every raftlog
+INVALID_ARGUMENT with a message naming the field), calls the node, and maps every raftlog
 error onto the per-partition `Error` message (code, message, retriable, leader hint), so one
 bad partition never fails a connection and clients always learn where the leader went.
 Unexpected exceptions are not swallowed: gRPC turns them into INTERNAL and the log records them.
@@ -21,7 +21,7 @@ from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.runtime.group import Commitment
 
 if TYPE_CHECKING:
-    from raftlog.rpc.port import BrokerPort, MetadataReadPort
+    from raftlog.rpc.port import MetadataReadPort, NodePort
 
 __all__ = ["LogServicer", "error_proto"]
 
@@ -52,7 +52,7 @@ _CODES: list[tuple[type[errors.RaftlogError], int]] = [
 ]
 
 
-def error_proto(error: errors.RaftlogError, broker: MetadataReadPort) -> pb.Error:
+def error_proto(error: errors.RaftlogError, node: MetadataReadPort) -> pb.Error:
     code = next((c for kind, c in _CODES if isinstance(error, kind)), pb.INVALID_REQUEST)
     leader = getattr(error, "leader_hint", None)
     return pb.Error(
@@ -60,7 +60,7 @@ def error_proto(error: errors.RaftlogError, broker: MetadataReadPort) -> pb.Erro
         message=str(error),
         retriable=error.retriable,
         leader_id=-1 if leader is None else leader,
-        leader_address="" if leader is None else broker.leader_address(leader),
+        leader_address="" if leader is None else node.leader_address(leader),
     )
 
 
@@ -78,8 +78,8 @@ async def _check_partition(
 
 
 class LogServicer(pb_grpc.LogServicer):
-    def __init__(self, broker: BrokerPort) -> None:
-        self._broker = broker
+    def __init__(self, node: NodePort) -> None:
+        self._node = node
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -93,7 +93,7 @@ class LogServicer(pb_grpc.LogServicer):
             await _invalid(context, f"timeout_ms: must be in [0, {TIMEOUT_MS_MAX}]")
         timeout_s = (request.timeout_ms or 30_000) / 1000
         try:
-            result = await self._broker.produce(
+            result = await self._node.produce(
                 request.topic,
                 request.partition,
                 list(request.batches),
@@ -101,7 +101,7 @@ class LogServicer(pb_grpc.LogServicer):
                 timeout_s=timeout_s,
             )
         except errors.RaftlogError as error:
-            return pb.ProduceResponse(error=error_proto(error, self._broker))
+            return pb.ProduceResponse(error=error_proto(error, self._node))
         return pb.ProduceResponse(
             base_offset=result.base_offset,
             last_offset=result.last_offset,
@@ -120,7 +120,7 @@ class LogServicer(pb_grpc.LogServicer):
         if not 0 <= request.max_wait_ms <= WAIT_MS_MAX:
             await _invalid(context, f"max_wait_ms: must be in [0, {WAIT_MS_MAX}]")
         try:
-            result = await self._broker.fetch(
+            result = await self._node.fetch(
                 request.topic,
                 request.partition,
                 request.offset,
@@ -130,7 +130,7 @@ class LogServicer(pb_grpc.LogServicer):
                 allow_follower=request.read_from_follower,
             )
         except errors.RaftlogError as error:
-            return pb.FetchResponse(error=error_proto(error, self._broker))
+            return pb.FetchResponse(error=error_proto(error, self._node))
         return pb.FetchResponse(
             batches=result.batches,
             high_watermark=result.high_watermark,
@@ -145,11 +145,11 @@ class LogServicer(pb_grpc.LogServicer):
         if request.spec not in (pb.EARLIEST, pb.LATEST, pb.TIMESTAMP):
             await _invalid(context, f"spec: unknown value {request.spec}")
         try:
-            offset = self._broker.list_offsets(
+            offset = self._node.list_offsets(
                 request.topic, request.partition, request.spec, request.timestamp_ms
             )
         except errors.RaftlogError as error:
-            return pb.ListOffsetsResponse(error=error_proto(error, self._broker))
+            return pb.ListOffsetsResponse(error=error_proto(error, self._node))
         return pb.ListOffsetsResponse(offset=offset)
 
     async def Metadata(
@@ -157,18 +157,18 @@ class LogServicer(pb_grpc.LogServicer):
     ) -> pb.MetadataResponse:
         from raftlog.rpc.admin_servicer import metadata_read_refusal, metadata_response
 
-        refusal = await metadata_read_refusal(self._broker)
+        refusal = await metadata_read_refusal(self._node)
         if refusal is not None:
             return pb.MetadataResponse(error=refusal)
-        return metadata_response(self._broker, request)
+        return metadata_response(self._node, request)
 
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.InitProducerIdResponse:
         try:
-            producer_id = await self._broker.allocate_producer_id(timeout_s=10.0)
+            producer_id = await self._node.allocate_producer_id(timeout_s=10.0)
         except errors.RaftlogError as error:
-            return pb.InitProducerIdResponse(error=error_proto(error, self._broker))
+            return pb.InitProducerIdResponse(error=error_proto(error, self._node))
         except TimeoutError:
             return pb.InitProducerIdResponse(
                 error=pb.Error(code=pb.REQUEST_TIMED_OUT, message="no producer id in time")
@@ -184,11 +184,11 @@ class LogServicer(pb_grpc.LogServicer):
         if request.producer_id < 0:
             await _invalid(context, f"producer_id: must be >= 0, got {request.producer_id}")
         try:
-            state = self._broker.replica(request.topic, request.partition).describe_producer(
-                request.producer_id
+            state = self._node.describe_producer(
+                request.topic, request.partition, request.producer_id
             )
         except errors.RaftlogError as error:
-            return pb.DescribeProducersResponse(error=error_proto(error, self._broker))
+            return pb.DescribeProducersResponse(error=error_proto(error, self._node))
         if state is None:
             return pb.DescribeProducersResponse(
                 known=False, producer_epoch=-1, last_sequence=-1, last_offset=-1

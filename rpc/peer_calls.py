@@ -169,7 +169,7 @@ def decode_reply(body: memoryview) -> Reply:
 Serve = Callable[[NodeId, Command, float], Awaitable[ApplyResult]]
 # Queues one frame for a peer; False when the transport dropped it.
 SendFrame = Callable[[NodeId, bytes], bool]
-# Runs a task the node supervises (one that fails stops the node: Broker._spawn).
+# Runs a task the node supervises (one that fails stops the node: Node._spawn).
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 
 

@@ -33,7 +33,7 @@ peer had queued for us on it (replies included) is gone.
 Receiving calls `on_messages(sender, items)` synchronously, once per frame, with every
 (group, message) pair of that frame. An exception it raises closes that connection and goes
 to the event loop's exception handler (a node stops on a failed assertion there:
-Broker._on_loop_exception). Malformed frames and refused HELLOs close the connection and
+Node._on_loop_exception). Malformed frames and refused HELLOs close the connection and
 are counted.
 
 Node liveness. Every `node_heartbeat_interval_ms` the node sends each connected peer whose
@@ -81,7 +81,7 @@ from raftlog.rpc.out_frame import (
     OutFrame,
 )
 from raftlog.rpc.peer_connection import PeerConnection
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
 __all__ = ["OnCallFrame", "OnMessages", "PeerTransport", "TransportCounters"]
 
@@ -289,7 +289,7 @@ class PeerTransport:
 
     # --- sending ---
 
-    def send(self, peer: NodeId, group: GroupId, message: Message) -> None:
+    def send(self, peer: NodeId, group: RaftGroupId, message: Message) -> None:
         """Queue `message` for `peer`; never blocks, drops (and counts) when it cannot queue.
 
         Raises FrameError for a message that could never fit in a frame: that is a bug in the

@@ -1,5 +1,5 @@
-"""The broker as the API front ends see it: the one port the gRPC servicers and the Kafka
-listener (`raftlog.rpc.kafka`) depend on, implemented by `raftlog.node.node.Broker`.
+"""The node as the API front ends see it: the one port the gRPC servicers and the Kafka
+listener (`raftlog.rpc.kafka`) depend on, implemented by `raftlog.node.node.Node`.
 
 Each front end translates its wire protocol to these calls and back; none reaches into the
 node's groups, transport or storage, so a Kafka Produce is the same `produce` call the gRPC
@@ -13,12 +13,12 @@ from __future__ import annotations
 from typing import Protocol
 
 from raftlog.metadata import ApplyResult, Command, CreateTopicRequest, MetadataState
-from raftlog.partition.replica import FetchResult, PartitionReplica, ProduceResult
+from raftlog.partition.replica import FetchResult, ProduceResult
 from raftlog.rpc.faults import FaultInjector
 from raftlog.runtime.group import Commitment
 from raftlog.types import NodeId
 
-__all__ = ["BrokerPort", "MetadataCopy", "MetadataReadPort"]
+__all__ = ["MetadataCopy", "MetadataReadPort", "NodePort"]
 
 
 class MetadataCopy(Protocol):
@@ -65,16 +65,24 @@ class MetadataReadPort(Protocol):
         ...
 
 
-class BrokerPort(MetadataReadPort, Protocol):
-    """The data, admin and node-internal calls of a broker (module docstring)."""
+class NodePort(MetadataReadPort, Protocol):
+    """The data, admin and node-internal calls of a node (module docstring)."""
 
     @property
     def faults(self) -> FaultInjector | None:
         """The transport's fault hook; None unless the node was started with --chaos."""
         ...
 
-    def replica(self, topic: str, partition: int) -> PartitionReplica:
-        """The replica hosted here; UnknownTopicOrPartitionError if none."""
+    def describe_producer(
+        self, topic: str, partition: int, producer_id: int
+    ) -> tuple[int, int, int] | None:
+        """(epoch, last sequence, last offset) the producer has *committed* on the partition
+        (KIP-664), answered by its leader; None if none is remembered."""
+        ...
+
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        """Kafka's OffsetForLeaderEpoch, answered by the partition leader: (the largest
+        epoch <= `epoch`, the end offset of that epoch)."""
         ...
 
     async def produce(

@@ -21,7 +21,7 @@ import grpc
 
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.runtime.recorder import recorder
-from raftlog.settings import BrokerSettings
+from raftlog.settings import NodeSettings
 
 __all__ = ["RequestMetricsInterceptor", "request_interceptors"]
 
@@ -29,7 +29,7 @@ Handler = Any  # grpc.RpcMethodHandler: generic in the stubs, not subscriptable 
 Context = Any  # grpc.aio.ServicerContext
 
 
-def request_interceptors(settings: BrokerSettings) -> list[grpc.aio.ServerInterceptor]:
+def request_interceptors(settings: NodeSettings) -> list[grpc.aio.ServerInterceptor]:
     """The interceptor when the node serves metrics (`--metrics-listen`), else none."""
     return [] if settings.metrics_listen is None else [RequestMetricsInterceptor()]
 

@@ -68,7 +68,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from raftlog.errors import ConfigError
-from raftlog.settings import BrokerSettings
+from raftlog.settings import NodeSettings
 from raftlog.tls import (
     TlsFiles,
     grpc_channel_credentials,
@@ -607,7 +607,7 @@ class ServerSecurity:
     node_token: str | None
 
 
-def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
+def security_server_setup(settings: NodeSettings) -> ServerSecurity:
     """TLS credentials, the interceptor and a metadata forwarder that speaks TLS and tokens."""
     config = settings.config
     access = None if settings.auth_tokens is None else load_access_control(settings.auth_tokens)
@@ -652,7 +652,7 @@ def security_server_setup(settings: BrokerSettings) -> ServerSecurity:
 
 
 def security_peer_ssl(
-    settings: BrokerSettings,
+    settings: NodeSettings,
 ) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None]:
     """(server, client) ssl contexts for node-to-node traffic; (None, None) in clear."""
     files = _tls_files(settings)
@@ -661,7 +661,7 @@ def security_peer_ssl(
     return peer_ssl_contexts(files)
 
 
-def _tls_files(settings: BrokerSettings) -> TlsFiles | None:
+def _tls_files(settings: NodeSettings) -> TlsFiles | None:
     if settings.tls_cert is None or settings.tls_key is None:
         return None
     return TlsFiles(cert=settings.tls_cert, key=settings.tls_key, ca=settings.tls_ca).validate()

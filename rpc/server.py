@@ -1,5 +1,5 @@
 """A node's grpc.aio server: the `Log`, `Admin`, `Internal` and `Groups` services over the
-broker port, plus health and reflection, behind the security interceptor (auth,
+node port, plus health and reflection, behind the security interceptor (auth,
 permissions, per-client limits) and, with --tls-cert/--tls-key, TLS.
 """
 
@@ -11,15 +11,16 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from raftlog.metadata.consumer_group_service import ConsumerGroupService
 from raftlog.rpc.admin_servicer import AdminServicer, InternalServicer
-from raftlog.rpc.consumer_group_servicer import GroupService, GroupServicer
+from raftlog.rpc.consumer_group_servicer import ConsumerGroupServicer
 from raftlog.rpc.forwarding import ControllerForwarder
 from raftlog.rpc.log_servicer import LogServicer
-from raftlog.rpc.port import BrokerPort
+from raftlog.rpc.port import NodePort
 from raftlog.rpc.request_metrics import request_interceptors
 from raftlog.rpc.security import security_server_setup
 from raftlog.rpc.v1 import raftlog_pb2, raftlog_pb2_grpc
-from raftlog.settings import BrokerSettings
+from raftlog.settings import NodeSettings
 
 __all__ = ["ApiServer", "start_api_server"]
 
@@ -37,7 +38,7 @@ class ApiServer:
 
 
 async def start_api_server(
-    broker: BrokerPort, groups: GroupService, settings: BrokerSettings
+    node: NodePort, groups: ConsumerGroupService, settings: NodeSettings
 ) -> ApiServer:
     message_bytes_max = 2 * settings.config.log.read_bytes_max
     security = security_server_setup(settings)
@@ -49,10 +50,10 @@ async def start_api_server(
         ],
         interceptors=[*request_interceptors(settings), security.interceptor],
     )
-    raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(broker), server)  # type: ignore[no-untyped-call]
-    raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(broker), server)  # type: ignore[no-untyped-call]
-    raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(broker), server)  # type: ignore[no-untyped-call]
-    consumer_groups = GroupServicer(groups, broker.leader_address)
+    raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(node), server)  # type: ignore[no-untyped-call]
+    raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(node), server)  # type: ignore[no-untyped-call]
+    raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(node), server)  # type: ignore[no-untyped-call]
+    consumer_groups = ConsumerGroupServicer(groups, node.leader_address)
     raftlog_pb2_grpc.add_GroupsServicer_to_server(consumer_groups, server)  # type: ignore[no-untyped-call]
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from raftlog.config import TransportConfig
 from raftlog.raft.types import AppendRequest, AppendResponse, Entry, EntryKind, Message
 from raftlog.rpc.peer_transport import PeerTransport
-from raftlog.types import GroupId, NodeId, Offset, Term
+from raftlog.types import NodeId, Offset, RaftGroupId, Term
 
 SEED = 20261122
 KIB = 1024
@@ -32,7 +32,7 @@ async def serve_raft_append() -> tuple[int, PeerTransport]:
     """A PeerTransport that counts entry bytes and answers an empty append with the count."""
     totals = {"bytes": 0}
 
-    def on_messages(sender: NodeId, items: list[tuple[GroupId, Message]]) -> None:
+    def on_messages(sender: NodeId, items: list[tuple[RaftGroupId, Message]]) -> None:
         for group, message in items:
             if not isinstance(message, AppendRequest):
                 continue
@@ -65,7 +65,7 @@ async def send_raft_append(
     request, end = append_request(entries), append_request(())
     answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
 
-    def on_messages(sender: NodeId, items: list[tuple[GroupId, Message]]) -> None:
+    def on_messages(sender: NodeId, items: list[tuple[RaftGroupId, Message]]) -> None:
         for _, message in items:
             if isinstance(message, AppendResponse) and not answer.done():
                 answer.set_result(message.last_offset)
@@ -81,9 +81,9 @@ async def send_raft_append(
     start = time.perf_counter()
     while sent < volume_bytes:
         await sender.wait_queue_below(RECEIVER, 32 * MIB)
-        sender.send(RECEIVER, GroupId(sent // MIB % 100), request)
+        sender.send(RECEIVER, RaftGroupId(sent // MIB % 100), request)
         sent += MIB
-    sender.send(RECEIVER, GroupId(0), end)
+    sender.send(RECEIVER, RaftGroupId(0), end)
     received = await answer
     elapsed = time.perf_counter() - start
     await sender.close()

@@ -33,7 +33,7 @@ from raftlog.partition.cleaning import (
 )
 from raftlog.storage.compaction import CleanedSegment
 from raftlog.storage.log import SegmentedLog
-from raftlog.types import GroupId
+from raftlog.types import RaftGroupId
 
 __all__ = ["CleanTarget", "LogCleaner"]
 
@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class CleanTarget:
     """A hosted partition log: its settings now, and the first offset not to touch."""
 
-    group_id: GroupId
+    raft_group_id: RaftGroupId
     log: SegmentedLog
     settings: CompactionSettings
     clean_below: int
@@ -66,7 +66,7 @@ class LogCleaner:
         self._interval_s = interval_s
         self._stopping = threading.Event()
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cleaner")
-        self._states: dict[GroupId, CleanerState] = {}
+        self._states: dict[RaftGroupId, CleanerState] = {}
         self.bytes_read = 0
         self.bytes_saved = 0
         self.passes = 0
@@ -89,9 +89,9 @@ class LogCleaner:
         """One pass over every hosted log that needs one; returns the bytes saved."""
         saved = 0
         targets = list(self._targets())
-        live = {target.group_id for target in targets}
-        for group_id in [g for g in self._states if g not in live]:
-            del self._states[group_id]
+        live = {target.raft_group_id for target in targets}
+        for raft_group_id in [g for g in self._states if g not in live]:
+            del self._states[raft_group_id]
         for target in targets:
             if self._stopping.is_set():
                 break
@@ -99,7 +99,7 @@ class LogCleaner:
         return saved
 
     async def clean(self, target: CleanTarget) -> int:
-        state = self._states.setdefault(target.group_id, CleanerState())
+        state = self._states.setdefault(target.raft_group_id, CleanerState())
         plan = plan_cleaning(
             target.log, target.settings, state, clean_below=target.clean_below,
             now_ms=self._now_ms(),
@@ -113,13 +113,13 @@ class LogCleaner:
                 return 0
             saved = finish_cleaning(target.log, plan, cleaned, state)
         except StorageError as error:  # the log changed under the pass; the next one retries
-            log.warning("cleaner: group %s: pass abandoned: %s", target.group_id, error)
+            log.warning("cleaner: group %s: pass abandoned: %s", target.raft_group_id, error)
             return 0
         self.passes += 1
         self.bytes_saved += saved
         log.info(
             "cleaner: group %s: %d segments below offset %d cleaned, %d bytes saved",
-            target.group_id, len(cleaned), plan.dirty_end_offset, saved,
+            target.raft_group_id, len(cleaned), plan.dirty_end_offset, saved,
         )  # fmt: skip
         return saved
 

@@ -23,14 +23,14 @@ from raftlog.storage.file_system import FileSystem
 from raftlog.storage.hard_state import FileHardStateStore
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.wall_clock import WallClock
-from raftlog.types import GroupId, NodeId, Offset
+from raftlog.types import NodeId, Offset, RaftGroupId
 
-__all__ = ["GroupFactory"]
+__all__ = ["RaftGroupFactory"]
 
 log = logging.getLogger(__name__)
 
 
-class GroupFactory:
+class RaftGroupFactory:
     def __init__(
         self,
         *,
@@ -46,7 +46,7 @@ class GroupFactory:
         self._wall_clock = wall_clock
         self._rng = rng
         # The open log of every group this node hosts; closed when the group goes.
-        self.storages: dict[GroupId, RaftLogStorage] = {}
+        self.storages: dict[RaftGroupId, RaftLogStorage] = {}
 
     def open_storage(
         self, directory: Path, log_config: LogConfig | None = None
@@ -62,7 +62,7 @@ class GroupFactory:
 
     def make_group(
         self,
-        group_id: GroupId,
+        raft_group_id: RaftGroupId,
         storage: RaftLogStorage,
         hard_state_store: FileHardStateStore,
         voters: frozenset[NodeId],
@@ -81,7 +81,7 @@ class GroupFactory:
             log.error(
                 "group %s: storage damage: %s; this replica neither votes nor campaigns until "
                 "a leader elected by the other replicas has refilled its log",
-                group_id,
+                raft_group_id,
                 storage.damage.describe(),
             )
         node = RaftNode(
@@ -99,13 +99,13 @@ class GroupFactory:
             # waiting out an election timeout first (etcd campaigns the same way).
             node.campaign()
         bootstrap = Membership(voters=voters)
-        self.storages[group_id] = storage
+        self.storages[raft_group_id] = storage
         snapshot = storage.snapshot()
         if snapshot is not None and snapshot.meta.offset > applied_offset:
             # The core resumes applying after the snapshot; the machine starts from it.
             machine.restore(snapshot)
         return RaftGroup(
-            group_id=group_id,
+            raft_group_id=raft_group_id,
             node=node,
             log=storage,
             hard_state_store=hard_state_store,
@@ -114,8 +114,8 @@ class GroupFactory:
             bootstrap_membership=bootstrap,
         )
 
-    def close(self, group_id: GroupId) -> None:
-        storage = self.storages.pop(group_id, None)
+    def close(self, raft_group_id: RaftGroupId) -> None:
+        storage = self.storages.pop(raft_group_id, None)
         if storage is not None:
             storage.close()
 

@@ -23,7 +23,7 @@ from raftlog.raft.types import Role
 from raftlog.runtime.clock import MonotonicClock
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.rate import TokenBucket
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 __all__ = ["LeadershipMoves"]
 
@@ -40,7 +40,7 @@ class LeadershipMoves:
         node_id: NodeId,
         metadata: Callable[[], MetadataState],
         replicas: Mapping[tuple[str, int], PartitionReplica],
-        replicas_by_group: Mapping[GroupId, PartitionReplica],
+        replicas_by_raft_group: Mapping[RaftGroupId, PartitionReplica],
         rng: random.Random,
         submit: Callable[..., Awaitable[ApplyResult]],
         spawn: Callable[[Awaitable[None], str], None],
@@ -53,17 +53,17 @@ class LeadershipMoves:
         self._transfers = TokenBucket(fenced_transfers_per_s_max, clock)
         self._metadata = metadata
         self._replicas = replicas
-        self._replicas_by_group = replicas_by_group
+        self._replicas_by_group = replicas_by_raft_group
         self._rng = rng
         self._submit = submit
         self._spawn = spawn
         # Partition groups whose leadership report is in flight (one each, a bounded number).
-        self._reporting: set[GroupId] = set()
+        self._reporting: set[RaftGroupId] = set()
         self._reports_in_flight_max = reports_in_flight_max
 
     def on_leadership_change(self, group: RaftGroup, *, quiet: bool = False) -> None:
         """Log a partition group's new role; as its leader, report it to the controller."""
-        replica = self._replicas_by_group.get(group.group_id)
+        replica = self._replicas_by_group.get(group.raft_group_id)
         if replica is None:
             return
         node = group.node
@@ -80,27 +80,29 @@ class LeadershipMoves:
         )
         if node.role is not Role.LEADER:
             return
-        if group.group_id in self._reporting:
+        if group.raft_group_id in self._reporting:
             return  # the report in flight names the group; a newer term is reported later
         if len(self._reporting) >= self._reports_in_flight_max:
             return  # report_stale_leaders reports it on a later liveness turn
         command = ReportLeader(
             topic=replica.topic,
             partition=PartitionId(replica.partition),
-            group_id=group.group_id,
+            raft_group_id=group.raft_group_id,
             leader_id=self._node_id,
             epoch=int(group.node.term),
         )
-        self._reporting.add(group.group_id)
+        self._reporting.add(group.raft_group_id)
         assert len(self._reporting) <= self._reports_in_flight_max
-        self._spawn(self._report(group.group_id, command), f"report-leader-{group.group_id}")
+        self._spawn(
+            self._report(group.raft_group_id, command), f"report-leader-{group.raft_group_id}"
+        )
 
-    async def _report(self, group_id: GroupId, command: Command) -> None:
+    async def _report(self, raft_group_id: RaftGroupId, command: Command) -> None:
         try:
             with contextlib.suppress(RaftlogError, TimeoutError, OSError):
                 await self._submit(command, timeout_s=_REPORT_TIMEOUT_S)
         finally:
-            self._reporting.discard(group_id)
+            self._reporting.discard(raft_group_id)
 
     def report_stale_leaders(self) -> None:
         """Re-report leadership the metadata does not show yet.

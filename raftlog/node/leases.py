@@ -5,7 +5,7 @@ Two views of the same heartbeats, never compared across nodes:
 - `NodeLease`: this node's own lease. It starts full (one `node_lease_ms` from the node's
   start) and is renewed from the moment a heartbeat that then committed was *sent*, so a
   slow commit never extends it. A node whose lease lapsed hands its partition leaderships
-  away and refuses produce (`Broker.is_fenced`). It too runs on this node's loop time: a
+  away and refuses produce (`Node.is_fenced`). It too runs on this node's loop time: a
   node whose own loop is late (creating a thousand groups, starved of CPU) has not read
   the answers to its heartbeats, and handing its leaderships away would only add
   elections to the load that made it late. A node the controller fences stays fenced

@@ -1,10 +1,10 @@
 """A raftlog node ("broker"): wires every Raft group it hosts, its transports and its API
-servers, and exposes the data and admin facade (`raftlog.rpc.port.BrokerPort`) the API front
+servers, and exposes the data and admin facade (`raftlog.rpc.port.NodePort`) the API front
 ends call.
 
 Theory of operation. One asyncio loop runs everything:
 
-- the `GroupHost` drives group 0 (the metadata quorum) and one group per partition replica
+- the `RaftGroupHost` drives group 0 (the metadata quorum) and one group per partition replica
   assigned to this node, with group commit across groups;
 - the `PeerTransport` carries the Raft traffic of all groups, one connection per peer node;
 - a gRPC server (`raftlog.rpc.server`) answers clients (`Log`, `Admin`, `Groups`) and other
@@ -49,7 +49,7 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.metadata import (
-    METADATA_GROUP_ID,
+    METADATA_RAFT_GROUP_ID,
     AllocateProducerIds,
     ApplyResult,
     Command,
@@ -67,10 +67,11 @@ from raftlog.metadata import (
     plan_decommission,
 )
 from raftlog.metadata.commands import reject
+from raftlog.metadata.consumer_group_service import ConsumerGroupService
 from raftlog.metadata.machine import MetadataMachine
 from raftlog.node.cleaner import LogCleaner
 from raftlog.node.controller_duties import ControllerDuties, controller_term_of
-from raftlog.node.group_factory import GroupFactory
+from raftlog.node.group_factory import RaftGroupFactory
 from raftlog.node.leadership import LeadershipMoves
 from raftlog.node.leases import ControllerWatch, LoopLagMeter, NodeLease
 from raftlog.node.liveness import NodeLiveness
@@ -80,7 +81,6 @@ from raftlog.node.scrubber import Scrubber
 from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
 from raftlog.raft.membership import membership_at
 from raftlog.raft.types import Message, Role, Snapshot, SnapshotMeta
-from raftlog.rpc.consumer_group_servicer import GroupService
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.forwarding import ControllerForwarder, Lane
 from raftlog.rpc.peer_calls import PeerCalls
@@ -90,14 +90,14 @@ from raftlog.rpc.server import ApiServer, start_api_server
 from raftlog.runtime import recorder as metrics
 from raftlog.runtime.clock import MonotonicClock, RetentionClock, SystemMonotonicClock
 from raftlog.runtime.group import Commitment, RaftGroup
-from raftlog.runtime.host import GroupHost
-from raftlog.settings import BrokerSettings
+from raftlog.runtime.host import RaftGroupHost
+from raftlog.settings import NodeSettings
 from raftlog.storage.chaos_file_system import ChaosFileSystem
 from raftlog.storage.file_system import DATA_DIRECTORY_MODE, FileSystem, OsFileSystem
 from raftlog.storage.wall_clock import SystemWallClock, WallClock
-from raftlog.types import GroupId, NodeId, Offset
+from raftlog.types import NodeId, Offset, RaftGroupId
 
-__all__ = ["Broker"]
+__all__ = ["Node"]
 
 # A stop cancels the node's tasks up to this many times, this long apart (_cancel_all).
 _CANCEL_ROUNDS_MAX = 50
@@ -106,8 +106,8 @@ _CANCEL_ROUND_S = 0.1
 log = logging.getLogger(__name__)
 
 
-class Broker:
-    def __init__(self, settings: BrokerSettings, *, clock: MonotonicClock | None = None) -> None:
+class Node:
+    def __init__(self, settings: NodeSettings, *, clock: MonotonicClock | None = None) -> None:
         self.settings = settings.validate()
         self.node_id = settings.node_id
         self.config = settings.config
@@ -174,19 +174,19 @@ class Broker:
             spawn=self._spawn,
             calls_in_flight_max=self.config.transport.calls_in_flight_max,
         )
-        self.host = GroupHost(
+        self.host = RaftGroupHost(
             node_id=self.node_id,
             tick_interval_ms=self.config.tick_interval_ms,
             send=self.transport.send,
             sync_on_loop_bytes_max=self.config.sync_on_loop_bytes_max,
             sync_on_loop_slow_ms=self.config.sync_on_loop_slow_ms,
             # The metadata quorum carries every node's lease: its work goes before bulk work.
-            urgent_groups=frozenset({METADATA_GROUP_ID}),
+            urgent_groups=frozenset({METADATA_RAFT_GROUP_ID}),
             campaigns_per_s_max=self.config.campaigns_per_s_max,
             clock=self.clock,
         )
         self.metadata_group: RaftGroup | None = None
-        self._groups = GroupFactory(
+        self._groups = RaftGroupFactory(
             node_id=self.node_id,
             config=self.config,
             files=self.files,
@@ -230,7 +230,7 @@ class Broker:
             node_id=self.node_id,
             metadata=self._metadata_state,
             replicas=self._reconciler.replicas,
-            replicas_by_group=self._reconciler.replicas_by_group,
+            replicas_by_raft_group=self._reconciler.replicas_by_raft_group,
             rng=self._rng,
             submit=self.submit,
             spawn=self._spawn,
@@ -241,7 +241,7 @@ class Broker:
         self._reassignments = ReassignmentDriver(
             node_id=self.node_id,
             metadata=self._metadata_state,
-            replicas_by_group=self._reconciler.replicas_by_group,
+            replicas_by_raft_group=self._reconciler.replicas_by_raft_group,
             submit=self.submit,
             spawn=self._spawn,
         )
@@ -273,7 +273,7 @@ class Broker:
             submit=self.submit,
         )
         # Consumer groups, coordinated by the controller (raftlog.rpc.consumer_group_servicer).
-        self.groups = GroupService.create(
+        self.consumer_groups = ConsumerGroupService.create(
             self.config.metadata,
             controller_term=lambda: controller_term_of(self.metadata_group),
             controller_id=lambda: None if self.metadata_group is None else self.controller_id,
@@ -318,7 +318,7 @@ class Broker:
         directory = self.settings.data_dir / "metadata"
         storage, hard_state_store = self._groups.open_storage(directory)
         self.metadata_group = self._groups.make_group(
-            METADATA_GROUP_ID,
+            METADATA_RAFT_GROUP_ID,
             storage,
             hard_state_store,
             # An observer starts with no voters: it learns the membership (itself a learner)
@@ -328,7 +328,7 @@ class Broker:
         )
         self.metadata.listeners.append(self._reconciler.reconcile)
         self.metadata_group.on_leadership_change = self._on_controller_change
-        self._server = await start_api_server(self, self.groups, self.settings)
+        self._server = await start_api_server(self, self.consumer_groups, self.settings)
         self.forward = self._server.forward
         self.bound_port = self._server.bound_port
         if start_front_ends is not None:
@@ -393,7 +393,7 @@ class Broker:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _on_messages(self, sender: NodeId, items: list[tuple[GroupId, Message]]) -> None:
+    def _on_messages(self, sender: NodeId, items: list[tuple[RaftGroupId, Message]]) -> None:
         self.host.deliver(sender, items)
 
     def _on_peer_restart(self, peer: NodeId) -> None:
@@ -507,7 +507,7 @@ class Broker:
         self._maybe_snapshot_metadata()
         # Starts the group coordinator's hold-off at the election, not at the first
         # group request (consumers resume sooner after a controller change).
-        self.groups.coordinating()
+        self.consumer_groups.coordinating()
 
     def _registration(self) -> RegisterNode:
         return RegisterNode(
@@ -598,7 +598,7 @@ class Broker:
         """
         group = self.metadata_group
         assert group is not None
-        storage = self._groups.storages[METADATA_GROUP_ID]
+        storage = self._groups.storages[METADATA_RAFT_GROUP_ID]
         applied = Offset(self.metadata.state.applied_offset)
         snapshot = storage.snapshot()
         last_snapshot = -1 if snapshot is None else snapshot.meta.offset
@@ -622,9 +622,17 @@ class Broker:
             await asyncio.sleep(interval_s)
             self._reconciler.apply_retention(self.retention_clock.now_ms())
 
-    # -- the client API (raftlog.rpc.port.BrokerPort) ------------------------------------------
+    # -- the client API (raftlog.rpc.port.NodePort) ------------------------------------------
 
-    def replica(self, topic: str, partition: int) -> PartitionReplica:
+    def describe_producer(
+        self, topic: str, partition: int, producer_id: int
+    ) -> tuple[int, int, int] | None:
+        return self._replica(topic, partition).describe_producer(producer_id)
+
+    def end_offset_for_epoch(self, topic: str, partition: int, epoch: int) -> tuple[int, int]:
+        return self._replica(topic, partition).end_offset_for_epoch(epoch)
+
+    def _replica(self, topic: str, partition: int) -> PartitionReplica:
         replica = self.replicas.get((topic, partition))
         if replica is None:
             raise UnknownTopicOrPartitionError(topic, partition)
@@ -639,7 +647,7 @@ class Broker:
         commitment: Commitment,
         timeout_s: float,
     ) -> ProduceResult:
-        replica = self.replica(topic, partition)
+        replica = self._replica(topic, partition)
         if self.is_fenced():
             # A fenced node leads nothing; the client retries at the new leader.
             raise NotLeaderError(leader_hint=None)
@@ -659,7 +667,7 @@ class Broker:
         allow_follower: bool = False,
         skip_emptied: bool = False,
     ) -> FetchResult:
-        replica = self.replica(topic, partition)
+        replica = self._replica(topic, partition)
         try:
             result = await replica.fetch(
                 offset,
@@ -672,15 +680,17 @@ class Broker:
         except CorruptBatchError as error:
             # No damaged byte is served: the replica is reopened for a repair and the client
             # retries (retriable), against the leader the other replicas elect meanwhile.
-            group_id = replica.group.group_id
-            if self._reconciler.replicas_by_group.get(group_id) is replica:
-                self._reconciler.reopen_for_repair(group_id, error.path, str(error), offset=None)
+            raft_group_id = replica.group.raft_group_id
+            if self._reconciler.replicas_by_raft_group.get(raft_group_id) is replica:
+                self._reconciler.reopen_for_repair(
+                    raft_group_id, error.path, str(error), offset=None
+                )
             raise NotLeaderError(leader_hint=None) from error
         metrics.recorder().on_fetch(len(result.batches))
         return result
 
     def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
-        return self.replica(topic, partition).list_offset(OffsetSpec(spec), timestamp_ms)
+        return self._replica(topic, partition).list_offset(OffsetSpec(spec), timestamp_ms)
 
     def leader_address(self, leader_id: int | None) -> str:
         return "" if leader_id is None else self.client_address_of(NodeId(leader_id))

@@ -16,7 +16,7 @@ from raftlog.errors import RaftlogError
 from raftlog.metadata import ApplyResult, CompleteReassignment, MetadataState
 from raftlog.metadata.reassignment import Complete, ProposeMembership, TransferLeadership, next_step
 from raftlog.partition.replica import PartitionReplica
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
 __all__ = ["ReassignmentDriver"]
 
@@ -32,21 +32,21 @@ class ReassignmentDriver:
         *,
         node_id: NodeId,
         metadata: Callable[[], MetadataState],
-        replicas_by_group: Mapping[GroupId, PartitionReplica],
+        replicas_by_raft_group: Mapping[RaftGroupId, PartitionReplica],
         submit: Callable[..., Awaitable[ApplyResult]],
         spawn: Callable[[Awaitable[None], str], None],
     ) -> None:
         self._node_id = node_id
         self._metadata = metadata
-        self._replicas_by_group = replicas_by_group
+        self._replicas_by_group = replicas_by_raft_group
         self._submit = submit
         self._spawn = spawn
-        self._completing: set[GroupId] = set()  # CompleteReassignment reports in flight
+        self._completing: set[RaftGroupId] = set()  # CompleteReassignment reports in flight
 
     def drive(self) -> None:
         """One membership step of each move whose partition this node leads."""
         for info in self._metadata().moving_partitions():
-            replica = self._replicas_by_group.get(info.group_id)
+            replica = self._replicas_by_group.get(info.raft_group_id)
             if replica is None or not replica.is_leader_ready():
                 continue
             node = replica.group.node
@@ -68,12 +68,12 @@ class ReassignmentDriver:
                     if node.lead_transferee is None:
                         node.transfer_leadership(step.to)
                         log.info("node %s: %s leaves: leader -> %s", self._node_id, where, step.to)
-                elif isinstance(step, Complete) and info.group_id not in self._completing:
-                    self._completing.add(info.group_id)
+                elif isinstance(step, Complete) and info.raft_group_id not in self._completing:
+                    self._completing.add(info.raft_group_id)
                     complete = CompleteReassignment(
-                        info.topic, info.partition, info.group_id, info.target
+                        info.topic, info.partition, info.raft_group_id, info.target
                     )
-                    self._spawn(self._report_completion(complete), f"complete-{info.group_id}")
+                    self._spawn(self._report_completion(complete), f"complete-{info.raft_group_id}")
             except RaftlogError as error:  # retriable: not committed yet, lost leadership
                 log.debug("node %s: %s move step %s: %s", self._node_id, where, step, error)
             replica.group.wake()
@@ -82,14 +82,17 @@ class ReassignmentDriver:
         try:
             result = await self._submit(command, timeout_s=_REPORT_TIMEOUT_S)
             log.info(
-                "node %s: move of group %s reported: %s", self._node_id, command.group_id, result
+                "node %s: move of group %s reported: %s",
+                self._node_id,
+                command.raft_group_id,
+                result,
             )
         except (RaftlogError, TimeoutError, OSError) as error:
             log.info(
                 "node %s: move of group %s not reported yet: %s",
                 self._node_id,
-                command.group_id,
+                command.raft_group_id,
                 error,
             )
         finally:
-            self._completing.discard(command.group_id)
+            self._completing.discard(command.raft_group_id)

@@ -35,7 +35,7 @@ from raftlog.errors import (
 )
 from raftlog.metadata import MetadataState
 from raftlog.node.cleaner import CleanTarget
-from raftlog.node.group_factory import GroupFactory
+from raftlog.node.group_factory import RaftGroupFactory
 from raftlog.node.scrubber import ScrubTarget
 from raftlog.partition.checkpoint import CheckpointStore
 from raftlog.partition.cleaning import CompactionSettings, compaction_settings
@@ -44,7 +44,7 @@ from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
 from raftlog.partition.replica import PartitionReplica
 from raftlog.runtime.clock import MonotonicClock
 from raftlog.runtime.group import RaftGroup
-from raftlog.runtime.host import GroupHost
+from raftlog.runtime.host import RaftGroupHost
 from raftlog.settings import parse_address
 from raftlog.storage.bootstrap_voters import (
     BOOTSTRAP_VOTERS_FILE_NAME,
@@ -54,7 +54,7 @@ from raftlog.storage.log import LogDamage, SegmentedLog
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.scrub import SegmentProblem
 from raftlog.storage.segment import LOG_SUFFIX, parse_segment_name
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
 __all__ = ["Reconciler"]
 
@@ -70,8 +70,8 @@ class Reconciler:
         log_config: LogConfig,
         bootstrap_peers: Mapping[NodeId, tuple[str, int]],
         metadata: Callable[[], MetadataState],
-        factory: GroupFactory,
-        host: GroupHost,
+        factory: RaftGroupFactory,
+        host: RaftGroupHost,
         update_peers: Callable[[dict[NodeId, tuple[str, int]]], None],
         on_leadership_change: Callable[[RaftGroup], None],
         caught_up: Callable[[], bool],
@@ -107,7 +107,7 @@ class Reconciler:
         # of one topic) ask for them per record batch and per replica.
         self._topic_settings: dict[str, tuple[dict[str, str], LogConfig, CompactionSettings]] = {}
         self.replicas: dict[tuple[str, int], PartitionReplica] = {}
-        self.replicas_by_group: dict[GroupId, PartitionReplica] = {}
+        self.replicas_by_raft_group: dict[RaftGroupId, PartitionReplica] = {}
 
     def reconcile(self) -> None:
         """Make the hosted partition groups and known peers match the metadata state.
@@ -119,17 +119,19 @@ class Reconciler:
         vote of the groups already running by as much (leases expire, leaders are fenced).
         A time budget holds the turn short whatever one creation costs."""
         state = self._metadata()
-        wanted = state.group_ids_for_node(self._node_id)
-        missing = [] if self._more_scheduled else sorted(wanted - self.replicas_by_group.keys())
+        wanted = state.raft_group_ids_for_node(self._node_id)
+        missing = (
+            [] if self._more_scheduled else sorted(wanted - self.replicas_by_raft_group.keys())
+        )
         # While a follow-up is scheduled, this turn made its share; the follow-up makes more.
         started_s = self._clock.monotonic()
-        for created, group_id in enumerate(missing):
+        for created, raft_group_id in enumerate(missing):
             turn_over = self._clock.monotonic() - started_s >= self._create_turn_s_max
             if created == self._creates_per_turn_max or (created > 0 and turn_over):
                 self._more_scheduled = True
                 self._call_soon(self._reconcile_more)
                 break
-            info = state.partition_by_group(group_id)
+            info = state.partition_by_raft_group(raft_group_id)
             assert info is not None
             # A node joining through a move starts with no voters at all: it must not vote
             # or campaign before the leader's log (or snapshot) tells it the membership.
@@ -137,10 +139,10 @@ class Reconciler:
             voters: frozenset[NodeId] = frozenset() if joining else frozenset(info.replicas)
             preferred = info.preferred_leader == self._node_id and info.target is None
             self._create_replica(
-                info.topic, int(info.partition), group_id, voters, preferred=preferred
+                info.topic, int(info.partition), raft_group_id, voters, preferred=preferred
             )
-        for group_id in sorted(self.replicas_by_group.keys() - wanted):
-            self._remove_replica(group_id)
+        for raft_group_id in sorted(self.replicas_by_raft_group.keys() - wanted):
+            self._remove_replica(raft_group_id)
         for topic in [t for t in self._topic_settings if state.topic(t) is None]:
             del self._topic_settings[topic]
         self._update_peers(self._peer_addresses(state))
@@ -192,17 +194,19 @@ class Reconciler:
         both its high watermark and what its replica applied."""
         storages = self._factory.storages
         targets = []
-        for group_id, replica in sorted(self.replicas_by_group.items()):
+        for raft_group_id, replica in sorted(self.replicas_by_raft_group.items()):
             settings = self.compaction_settings(replica.topic)
-            if settings.compact and group_id in storages:
+            if settings.compact and raft_group_id in storages:
                 clean_below = min(replica.high_watermark, replica.applied_offset + 1)
-                targets.append(CleanTarget(group_id, storages[group_id].log, settings, clean_below))
+                targets.append(
+                    CleanTarget(raft_group_id, storages[raft_group_id].log, settings, clean_below)
+                )
         return targets
 
     def apply_retention(self, now_ms: int) -> None:
         """Drop what each hosted partition's retention settings let go (`policy.py`)."""
-        for group_id, replica in list(self.replicas_by_group.items()):
-            storage = self._factory.storages.get(group_id)
+        for raft_group_id, replica in list(self.replicas_by_raft_group.items()):
+            storage = self._factory.storages.get(raft_group_id)
             if storage is not None:
                 self._refresh_retention(replica.topic, storage.log)
                 bootstrap = replica.group.bootstrap_membership
@@ -227,31 +231,37 @@ class Reconciler:
         """The hosted partition logs, for the scrubber."""
         storages = self._factory.storages
         return [
-            ScrubTarget(group_id, storages[group_id].files, storages[group_id].log.closed_segments)
-            for group_id in sorted(self.replicas_by_group)
-            if group_id in storages
+            ScrubTarget(
+                raft_group_id,
+                storages[raft_group_id].files,
+                storages[raft_group_id].log.closed_segments,
+            )
+            for raft_group_id in sorted(self.replicas_by_raft_group)
+            if raft_group_id in storages
         ]
 
     def on_read_damage(self, group: RaftGroup, error: CorruptBatchError) -> None:
         """The host met damage while stepping `group` (it already took the group off)."""
-        self.reopen_for_repair(group.group_id, error.path, str(error), offset=None)
+        self.reopen_for_repair(group.raft_group_id, error.path, str(error), offset=None)
 
-    def on_scrub_damage(self, group_id: GroupId, problem: SegmentProblem) -> None:
-        self.reopen_for_repair(group_id, problem.path, problem.cause, offset=problem.offset)
+    def on_scrub_damage(self, raft_group_id: RaftGroupId, problem: SegmentProblem) -> None:
+        self.reopen_for_repair(raft_group_id, problem.path, problem.cause, offset=problem.offset)
 
     def reopen_for_repair(
-        self, group_id: GroupId, path: str | None, cause: str, *, offset: int | None
+        self, raft_group_id: RaftGroupId, path: str | None, cause: str, *, offset: int | None
     ) -> None:
         """Synced data of a hosted partition turned out damaged: drop the log from the
         damage on (durably marked as a repair) and reopen the group, which then abstains
         until a leader the other replicas elected has refilled it."""
-        replica = self.replicas_by_group.get(group_id)
-        group = self._host.remove(group_id)
+        replica = self.replicas_by_raft_group.get(raft_group_id)
+        group = self._host.remove(raft_group_id)
         if group is not None:
             group.fail_waiters(NotLeaderError(leader_hint=None))
-        storage = self._factory.storages.pop(group_id)
+        storage = self._factory.storages.pop(raft_group_id)
         damage = _start_repair(storage, path, cause, offset=offset)
-        log.error("group %s: storage damage found while running: %s", group_id, damage.describe())
+        log.error(
+            "group %s: storage damage found while running: %s", raft_group_id, damage.describe()
+        )
         storage.close()
         if replica is None:
             # The metadata state machine cannot be rebuilt under the running broker; the
@@ -261,11 +271,11 @@ class Reconciler:
                 f"metadata log damaged ({cause}); marked for repair from offset "
                 f"{damage.first_offset}: restart the node to repair it from the metadata quorum"
             )
-        del self.replicas_by_group[group_id]
+        del self.replicas_by_raft_group[raft_group_id]
         self.replicas.pop((replica.topic, replica.partition), None)
-        info = self._metadata().partition_by_group(group_id)
+        info = self._metadata().partition_by_raft_group(raft_group_id)
         voters = frozenset(info.replicas) if info is not None else frozenset({self._node_id})
-        self._create_replica(replica.topic, replica.partition, group_id, voters)
+        self._create_replica(replica.topic, replica.partition, raft_group_id, voters)
 
     def _partition_dir(self, topic: str, partition: int) -> Path:
         return self._data_dir / "partitions" / f"{topic}-{partition}"
@@ -274,7 +284,7 @@ class Reconciler:
         self,
         topic: str,
         partition: int,
-        group_id: GroupId,
+        raft_group_id: RaftGroupId,
         voters: frozenset[NodeId],
         *,
         preferred: bool = False,
@@ -309,24 +319,26 @@ class Reconciler:
             checkpoint=checkpoint,
             keys_required=lambda: self.compaction_settings(topic).compact,
         )
-        group = self._factory.make_group(group_id, storage, hard_state_store, voters, replica)
+        group = self._factory.make_group(raft_group_id, storage, hard_state_store, voters, replica)
         replica.attach(group)
         group.on_leadership_change = self._on_leadership_change
         self.replicas[(topic, partition)] = replica
-        self.replicas_by_group[group_id] = replica
+        self.replicas_by_raft_group[raft_group_id] = replica
         self._host.add(group)
-        log.info("node %s: hosting %s-%s (group %s)", self._node_id, topic, partition, group_id)
+        log.info(
+            "node %s: hosting %s-%s (group %s)", self._node_id, topic, partition, raft_group_id
+        )
         brand_new = group.node.term == 0 and storage.last_offset() < 0
         if preferred and brand_new and len(voters) > 1:
             group.node.campaign()
 
-    def _remove_replica(self, group_id: GroupId) -> None:
-        replica = self.replicas_by_group.pop(group_id)
+    def _remove_replica(self, raft_group_id: RaftGroupId) -> None:
+        replica = self.replicas_by_raft_group.pop(raft_group_id)
         self.replicas.pop((replica.topic, replica.partition), None)
-        group = self._host.remove(group_id)
+        group = self._host.remove(raft_group_id)
         if group is not None:
             group.fail_waiters(UnknownTopicOrPartitionError(replica.topic, replica.partition))
-        self._factory.close(group_id)
+        self._factory.close(raft_group_id)
         shutil.rmtree(self._partition_dir(replica.topic, replica.partition), ignore_errors=True)
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from raftlog.errors import StorageError
 from raftlog.storage.file_system import FileSystem
 from raftlog.storage.scrub import SegmentProblem, verify_closed_segment
-from raftlog.types import GroupId
+from raftlog.types import RaftGroupId
 
 __all__ = ["ScrubTarget", "Scrubber"]
 
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 class ScrubTarget:
     """A log to scrub: its group, and how to list its closed segments right now."""
 
-    group_id: GroupId
+    raft_group_id: RaftGroupId
     files: FileSystem
     closed_segments: Callable[[], list[tuple[str, int, int]]]
 
@@ -47,7 +47,7 @@ class Scrubber:
         bytes_per_s: int,
         chunk_bytes: int,
         targets: Callable[[], Sequence[ScrubTarget]],
-        on_damage: Callable[[GroupId, SegmentProblem], None],
+        on_damage: Callable[[RaftGroupId, SegmentProblem], None],
         round_pause_s: float = 10.0,
     ) -> None:
         assert bytes_per_s >= 0 and chunk_bytes > 0 and round_pause_s > 0
@@ -90,8 +90,8 @@ class Scrubber:
                 if problem is not None and (path, base, end) in target.closed_segments():
                     found += 1
                     self.problems_found += 1
-                    log.error("scrubber: group %s: %s", target.group_id, problem.cause)
-                    self._on_damage(target.group_id, problem)
+                    log.error("scrubber: group %s: %s", target.raft_group_id, problem.cause)
+                    self._on_damage(target.raft_group_id, problem)
                     break  # the repair replaces this log's later segments
         return found
 

@@ -2,7 +2,7 @@
 
 Theory of operation. A `RaftGroup` owns a `RaftNode` (pure), the `DurableLog` and
 `HardStateStore` that persist it, and a `StateMachine` that applies committed entries. The
-`GroupHost` drives every group on a node through the shared ready processor; this class only
+`RaftGroupHost` drives every group on a node through the shared ready processor; this class only
 keeps the bookkeeping that turns Raft progress into answers for clients:
 
 - a proposal waiting for *commit* (acks=all) is answered when the entry at its offsets is
@@ -34,7 +34,7 @@ from raftlog.errors import NotLeaderError, ProposalDroppedError
 from raftlog.raft.node import RaftNode
 from raftlog.raft.ports import DurableLog, HardStateStore
 from raftlog.raft.types import Entry, Membership, ReadState, Role, Snapshot
-from raftlog.types import GroupId, Offset, Term
+from raftlog.types import Offset, RaftGroupId, Term
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class RaftGroup:
     def __init__(
         self,
         *,
-        group_id: GroupId,
+        raft_group_id: RaftGroupId,
         node: RaftNode,
         log: DurableLog,
         hard_state_store: HardStateStore,
@@ -81,7 +81,7 @@ class RaftGroup:
         config: RaftConfig,
         bootstrap_membership: Membership,
     ) -> None:
-        self.group_id = group_id
+        self.raft_group_id = raft_group_id
         self.node = node
         self.log = log
         self.hard_state_store = hard_state_store
@@ -100,7 +100,7 @@ class RaftGroup:
         # The core's repair flag as the log last recorded it (raftlog.raft.repair).
         self.repairing = node.repairing
         self.on_leadership_change: Callable[[RaftGroup], None] | None = None
-        # Set by the GroupHost: asks for a processing pass after a proposal or read.
+        # Set by the RaftGroupHost: asks for a processing pass after a proposal or read.
         self.wake: Callable[[], None] = _nothing
 
     # -- proposals ---------------------------------------------------------------------------
@@ -164,7 +164,7 @@ class RaftGroup:
     def _require_waiter_room(self) -> None:
         if len(self._waiters) >= self._config.proposals_max:
             raise ProposalDroppedError(
-                f"group {self.group_id}: {len(self._waiters)} proposals already waiting "
+                f"group {self.raft_group_id}: {len(self._waiters)} proposals already waiting "
                 f"(proposals_max={self._config.proposals_max})"
             )
 
@@ -181,7 +181,7 @@ class RaftGroup:
             if not waiter.future.done():
                 waiter.future.set_exception(
                     ProposalDroppedError(
-                        f"group {self.group_id}: offsets [{waiter.base_offset}, "
+                        f"group {self.raft_group_id}: offsets [{waiter.base_offset}, "
                         f"{waiter.last_offset}] of term {waiter.term} were truncated by a "
                         f"later leader"
                     )
@@ -192,7 +192,7 @@ class RaftGroup:
         if self.node.role is not Role.LEADER:
             raise NotLeaderError(leader_hint=self.node.leader_id)
         if len(self._read_waiters) >= self._config.read_index_requests_max:
-            raise ProposalDroppedError(f"group {self.group_id}: too many reads waiting")
+            raise ProposalDroppedError(f"group {self.raft_group_id}: too many reads waiting")
         request_id = self._next_read_id
         self._next_read_id += 1
         future: asyncio.Future[Offset] = asyncio.get_running_loop().create_future()
@@ -216,7 +216,7 @@ class RaftGroup:
             else:
                 waiter.future.set_exception(
                     ProposalDroppedError(
-                        f"group {self.group_id}: offsets [{waiter.base_offset}, "
+                        f"group {self.raft_group_id}: offsets [{waiter.base_offset}, "
                         f"{waiter.last_offset}] of term {waiter.term} were replaced by a "
                         f"newer leader's entry (term {entry.term})"
                     )
@@ -224,7 +224,7 @@ class RaftGroup:
 
     def restore(self, snapshot: Snapshot) -> None:
         self.state_machine.restore(snapshot)
-        self.fail_waiters(ProposalDroppedError(f"group {self.group_id}: snapshot installed"))
+        self.fail_waiters(ProposalDroppedError(f"group {self.raft_group_id}: snapshot installed"))
 
     def on_read(self, read_state: ReadState) -> None:
         future = self._read_waiters.pop(read_state.request_id, None)
@@ -252,7 +252,7 @@ class RaftGroup:
         log.warning(
             "group %s: repair finished: the log holds every committed entry again, up to "
             "offset %s; it votes again",
-            self.group_id,
+            self.raft_group_id,
             self.node.commit_offset,
         )
 

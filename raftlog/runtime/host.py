@@ -70,13 +70,13 @@ from raftlog.runtime.rate import TokenBucket
 from raftlog.runtime.ready import apply_durable, complete_ready, persist_ready
 from raftlog.storage.hard_state import HardStateWrite
 from raftlog.storage.log import FlushTicket
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
-__all__ = ["GroupHost"]
+__all__ = ["RaftGroupHost"]
 
 log = logging.getLogger(__name__)
 
-SendFn = Callable[[NodeId, GroupId, Message], None]
+SendFn = Callable[[NodeId, RaftGroupId, Message], None]
 
 
 # An on-loop sync slower than `sync_on_loop_slow_ms` (a disk that stalls) sends the syncs of
@@ -89,7 +89,7 @@ INLINE_SYNC_PAUSE_S = 1.0
 INLINE_SYNC_PAUSE_S_MAX = 32.0
 
 
-class GroupHost:
+class RaftGroupHost:
     def __init__(
         self,
         *,
@@ -98,7 +98,7 @@ class GroupHost:
         send: SendFn,
         sync_on_loop_bytes_max: int = 0,
         sync_on_loop_slow_ms: int = 5,
-        urgent_groups: frozenset[GroupId] = frozenset(),
+        urgent_groups: frozenset[RaftGroupId] = frozenset(),
         campaigns_per_s_max: int = 500,
         clock: MonotonicClock | None = None,
     ) -> None:
@@ -118,10 +118,10 @@ class GroupHost:
         self._inline_sync_pause_s = INLINE_SYNC_PAUSE_S
         self.inline_syncs = 0
         self.inline_sync_pauses = 0
-        self._groups: dict[GroupId, RaftGroup] = {}
+        self._groups: dict[RaftGroupId, RaftGroup] = {}
         # Groups a pass must look at, and groups that tick (not quiesced); insertion-ordered.
-        self._dirty: dict[GroupId, RaftGroup] = {}
-        self._awake: dict[GroupId, RaftGroup] = {}
+        self._dirty: dict[RaftGroupId, RaftGroup] = {}
+        self._awake: dict[RaftGroupId, RaftGroup] = {}
         self._reachable: set[NodeId] = set()  # peers the transport reports alive
         self._wake = asyncio.Event()
         self._closed = False
@@ -136,31 +136,31 @@ class GroupHost:
     # -- membership of groups on this node -------------------------------------------------
 
     def add(self, group: RaftGroup) -> None:
-        assert group.group_id not in self._groups, group.group_id
-        self._groups[group.group_id] = group
+        assert group.raft_group_id not in self._groups, group.raft_group_id
+        self._groups[group.raft_group_id] = group
         for peer in sorted(self._reachable):
             group.node.set_peer_reachable(peer, reachable=True)
         group.wake = lambda: self._mark_dirty(group)
-        self._awake[group.group_id] = group
+        self._awake[group.raft_group_id] = group
         self._mark_dirty(group)
 
-    def remove(self, group_id: GroupId) -> RaftGroup | None:
-        self._dirty.pop(group_id, None)
-        self._awake.pop(group_id, None)
-        return self._groups.pop(group_id, None)
+    def remove(self, raft_group_id: RaftGroupId) -> RaftGroup | None:
+        self._dirty.pop(raft_group_id, None)
+        self._awake.pop(raft_group_id, None)
+        return self._groups.pop(raft_group_id, None)
 
-    def get(self, group_id: GroupId) -> RaftGroup | None:
-        return self._groups.get(group_id)
+    def get(self, raft_group_id: RaftGroupId) -> RaftGroup | None:
+        return self._groups.get(raft_group_id)
 
     def groups(self) -> Iterable[RaftGroup]:
         return self._groups.values()
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def deliver(self, sender: NodeId, items: list[tuple[GroupId, Message]]) -> None:
+    def deliver(self, sender: NodeId, items: list[tuple[RaftGroupId, Message]]) -> None:
         """Transport callback: step each message into its group."""
-        for group_id, message in items:
-            group = self._groups.get(group_id)
+        for raft_group_id, message in items:
+            group = self._groups.get(raft_group_id)
             if group is None:
                 self.dropped_for_unknown_group += 1
                 continue
@@ -170,7 +170,7 @@ class GroupHost:
             except CorruptBatchError as error:
                 self._storage_damaged(group, error)
                 continue
-            self._dirty[group_id] = group
+            self._dirty[raft_group_id] = group
         self._wake.set()
 
     def notify(self) -> None:
@@ -194,12 +194,12 @@ class GroupHost:
         group leaves the host at once and its owner reopens it for a repair."""
         if self.on_storage_damage is None:
             raise error
-        self.remove(group.group_id)
+        self.remove(group.raft_group_id)
         self.on_storage_damage(group, error)
 
     def _mark_dirty(self, group: RaftGroup) -> None:
-        if self._groups.get(group.group_id) is group:
-            self._dirty[group.group_id] = group
+        if self._groups.get(group.raft_group_id) is group:
+            self._dirty[group.raft_group_id] = group
         self._wake.set()
 
     def awake_count(self) -> int:
@@ -267,16 +267,18 @@ class GroupHost:
         self.passes += 1
         # The urgent groups' Readys (the metadata quorum's) complete first and alone: their
         # sync is never one with the hard-state saves of hundreds of votes.
-        urgent = [(group, ready) for group, ready in batch if group.group_id in self._urgent_groups]
+        urgent = [
+            (group, ready) for group, ready in batch if group.raft_group_id in self._urgent_groups
+        ]
         liveness = [
             (group, ready)
             for group, ready in batch
-            if group.group_id not in self._urgent_groups and self._is_liveness(ready)
+            if group.raft_group_id not in self._urgent_groups and self._is_liveness(ready)
         ]
         bulk = [
             (group, ready)
             for group, ready in batch
-            if group.group_id not in self._urgent_groups and not self._is_liveness(ready)
+            if group.raft_group_id not in self._urgent_groups and not self._is_liveness(ready)
         ]
         assert len(urgent) + len(liveness) + len(bulk) == len(batch)
         for part in (urgent, liveness, bulk):
@@ -284,10 +286,10 @@ class GroupHost:
                 await self._complete_batch(part)
         # A pass may leave more work (e.g. entries committed by the acks it just sent); a
         # group the pass removed (the metadata's apply deleted it) has none.
-        more = [group for group, _ in batch if self._groups.get(group.group_id) is group]
+        more = [group for group, _ in batch if self._groups.get(group.raft_group_id) is group]
         more = [group for group in more if group.node.has_ready()]
         for group in more:
-            self._dirty[group.group_id] = group
+            self._dirty[group.raft_group_id] = group
         if more:
             self._wake.set()
 
@@ -304,16 +306,16 @@ class GroupHost:
         for group in dirty.values():
             node = group.node
             if node.quiesced:
-                self._awake.pop(group.group_id, None)
+                self._awake.pop(group.raft_group_id, None)
             else:
-                self._awake[group.group_id] = group
+                self._awake[group.raft_group_id] = group
             if not node.ready_pending and node.has_ready():
                 try:
                     batch.append((group, node.ready()))
                 except CorruptBatchError as error:
                     self._storage_damaged(group, error)
             elif node.ready_pending:
-                self._dirty[group.group_id] = group  # stepped mid-pass: look again next pass
+                self._dirty[group.raft_group_id] = group  # stepped mid-pass: look again next pass
         return batch
 
     async def _complete_batch(self, batch: list[tuple[RaftGroup, Ready]]) -> None:
@@ -321,14 +323,16 @@ class GroupHost:
         # Entries durable before this pass are applied first, so their waiting producers are
         # answered while the pass's own writes go to disk, not after that fsync.
         applied_counts = {
-            group.group_id: apply_durable(group.node, ready, apply=group.apply)
+            group.raft_group_id: apply_durable(group.node, ready, apply=group.apply)
             for group, ready in batch
         }
         # Applying may have removed groups (the metadata group's apply reconciles the hosted
         # partitions and closes a removed one's log): a removed group is finished, nothing of
         # its Ready is persisted or completed.
         batch = [
-            (group, ready) for group, ready in batch if self._groups.get(group.group_id) is group
+            (group, ready)
+            for group, ready in batch
+            if self._groups.get(group.raft_group_id) is group
         ]
         saves = _HardStateSaves()
         for group, ready in batch:
@@ -367,7 +371,7 @@ class GroupHost:
                 send=self._sender(group),
                 apply=group.apply,
                 on_read=group.on_read,
-                applied_count=applied_counts[group.group_id],
+                applied_count=applied_counts[group.raft_group_id],
             )
             if group.repairing and not group.node.repairing:
                 group.finish_repair()
@@ -377,7 +381,7 @@ class GroupHost:
                 if group.on_leadership_change is not None:
                     group.on_leadership_change(group)
             if group.node.quiesced:
-                self._awake.pop(group.group_id, None)
+                self._awake.pop(group.raft_group_id, None)
 
     def _may_sync_inline(self, tickets: list[tuple[SplitSyncLog, FlushTicket]]) -> bool:
         """Whether this pass's writes are small enough to sync on the loop.
@@ -423,10 +427,10 @@ class GroupHost:
         return self._inline_sync_pause_s
 
     def _sender(self, group: RaftGroup) -> Callable[[Message], None]:
-        group_id = group.group_id
+        raft_group_id = group.raft_group_id
 
         def send(message: Message) -> None:
-            self._send(message.receiver, group_id, message)
+            self._send(message.receiver, raft_group_id, message)
 
         return send
 

@@ -2,7 +2,7 @@
 
 `KafkaListener` serves one node's Kafka port. Message layouts come from kio (generated from
 Apache Kafka's JSON schemas, chosen over kafka-python's by benchmarks/suites/kafka_codec.py);
-handlers call the broker only through `raftlog.rpc.port.BrokerPort`, the port the gRPC
+handlers call the node only through `raftlog.rpc.port.NodePort`, the port the gRPC
 servicers use, and make the same calls they make, so no Raft or log logic lives here.
 """
 

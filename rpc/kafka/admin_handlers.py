@@ -85,7 +85,7 @@ async def _create_topic(ctx: KafkaContext, request: Any, topic: Any) -> Outcome:
         return ErrorCode.invalid_replica_assignment, "raftlog places replicas itself"
     if not ctx.allowed(Permission.ADMIN, topic.name):
         return ErrorCode.topic_authorization_failed, f"no admin permission on {topic.name}"
-    state = ctx.broker.metadata.state
+    state = ctx.node.metadata.state
     live = sum(1 for n in state.nodes() if n.alive) or 1
     wanted = CreateTopicRequest(
         name=topic.name,
@@ -99,7 +99,7 @@ async def _create_topic(ctx: KafkaContext, request: Any, topic: Any) -> Outcome:
         plan = plan_create_topic(state, wanted, _now_ms(), config=ctx.node_config.metadata)
         return _result(plan) if isinstance(plan, ApplyResult) else (ErrorCode.none, None)
     timeout_s = _timeout_s(ctx, request)
-    return await _admin_call(ctx.broker.create_topic(wanted, timeout_s=timeout_s))
+    return await _admin_call(ctx.node.create_topic(wanted, timeout_s=timeout_s))
 
 
 def _now_ms() -> int:
@@ -109,7 +109,7 @@ def _now_ms() -> int:
 def _created(
     ctx: KafkaContext, module: Any, name: str, code: ErrorCode, message: str | None
 ) -> Any:
-    info = ctx.broker.metadata.state.topic(name) if code is ErrorCode.none else None
+    info = ctx.node.metadata.state.topic(name) if code is ErrorCode.none else None
     config_class = getattr(module, "CreatableTopicConfigs", None)  # v5 and later
     configs = (
         ()
@@ -157,7 +157,7 @@ async def delete_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
         elif not ctx.allowed(Permission.ADMIN, name):
             code, message = ErrorCode.topic_authorization_failed, f"no admin permission on {name}"
         else:
-            code, message = await _admin_call(ctx.broker.delete_topic(name, timeout_s=timeout_s))
+            code, message = await _admin_call(ctx.node.delete_topic(name, timeout_s=timeout_s))
         results.append(
             build(
                 module.DeletableTopicResult,
@@ -184,7 +184,7 @@ async def create_partitions(ctx: KafkaContext, request: Any, version: int) -> An
             message = f"no admin permission on {topic.name}"
         elif request.validate_only:
             plan = plan_create_partitions(
-                ctx.broker.metadata.state,
+                ctx.node.metadata.state,
                 topic.name,
                 topic.count,
                 _now_ms(),
@@ -195,7 +195,7 @@ async def create_partitions(ctx: KafkaContext, request: Any, version: int) -> An
             )
         else:
             code, message = await _admin_call(
-                ctx.broker.create_partitions(topic.name, topic.count, timeout_s=timeout_s)
+                ctx.node.create_partitions(topic.name, topic.count, timeout_s=timeout_s)
             )
         results.append(
             build(

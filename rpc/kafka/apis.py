@@ -17,13 +17,13 @@ from kio.schema.errors import ErrorCode
 from raftlog.rpc.kafka import (
     admin_handlers,
     auth,
+    classic_group_handlers,
     cluster_handlers,
     config_handlers,
     consumer_group_handlers,
     log_handlers,
+    producer_id_handlers,
 )
-from raftlog.rpc.kafka import classic_group_handlers as group_handlers
-from raftlog.rpc.kafka import producer_id_handlers as producer_handlers
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 
@@ -73,7 +73,7 @@ def api_versions_response(version: int, code: ErrorCode) -> Any:
 
 
 def _group_apis() -> list[Api]:
-    g, c = group_handlers, consumer_group_handlers
+    g, c = classic_group_handlers, consumer_group_handlers
     return [
         # v9 of both: the commit names a KIP-848 member and its epoch (KIP-848).
         Api(g.OFFSET_COMMIT, "OffsetCommit", 2, 9, g.offset_commit),
@@ -138,18 +138,18 @@ APIS: dict[int, Api] = {
             config_handlers.incremental_alter_configs,
         ),
         Api(
-            producer_handlers.INIT_PRODUCER_ID,
+            producer_id_handlers.INIT_PRODUCER_ID,
             "InitProducerId",
             0,
             4,
-            producer_handlers.init_producer_id,
+            producer_id_handlers.init_producer_id,
         ),
         Api(
-            producer_handlers.OFFSET_FOR_LEADER_EPOCH,
+            log_handlers.OFFSET_FOR_LEADER_EPOCH,
             "OffsetForLeaderEpoch",
             2,
             4,
-            producer_handlers.offset_for_leader_epoch,
+            log_handlers.offset_for_leader_epoch,
         ),
         Api(
             cluster_handlers.DESCRIBE_CLUSTER,

@@ -90,7 +90,7 @@ def _coordinator(ctx: KafkaContext, key_type: int) -> dict[str, Any]:
             "error_code": ErrorCode.transactional_id_authorization_failed,
             "error_message": message,
         }
-    controller = ctx.broker.controller_id
+    controller = ctx.node.controller_id
     address = "" if controller is None else ctx.kafka_address_of(controller)
     if controller is None or not address:
         return {
@@ -276,7 +276,7 @@ async def _commit(ctx: KafkaContext, request: Any, wanted: list[tuple[str, Any]]
             request.group_id, offsets[start : start + OFFSETS_PER_COMMIT_MAX]
         )
         try:
-            result = await ctx.broker.submit(command, timeout_s=_COMMIT_TIMEOUT_S)
+            result = await ctx.node.submit(command, timeout_s=_COMMIT_TIMEOUT_S)
         except errors.NotLeaderError:
             return ErrorCode.not_coordinator
         except (errors.RaftlogError, TimeoutError):
@@ -325,7 +325,7 @@ def _fetch_group(
         )
         if refusal is not GroupErrorCode.NONE:
             return commit_error(refusal), ()
-    committed = ctx.broker.metadata.state.committed_offsets(group_id)
+    committed = ctx.node.metadata.state.committed_offsets(group_id)
     if topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in committed:
@@ -372,7 +372,7 @@ async def list_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
         )
     states = set(getattr(request, "states_filter", ()) or ())
     consumer = ctx.consumer_groups.coordinator if ctx.consumer_groups.coordinating() else None
-    names = set(ctx.groups.group_ids()) | set(ctx.broker.metadata.state.consumer_group_ids())
+    names = set(ctx.groups.group_ids()) | set(ctx.node.metadata.state.consumer_group_ids())
     names |= set(() if consumer is None else consumer.group_ids())
     listed = []
     for name in sorted(names):

@@ -35,14 +35,14 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
 
 async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
     module = response_module(METADATA, version)
-    caught_up = await ctx.broker.wait_metadata_caught_up()
-    state = ctx.broker.metadata.state
+    caught_up = await ctx.node.wait_metadata_caught_up()
+    state = ctx.node.metadata.state
     if request.topics is None:
         names = [t.name for t in state.topics() if ctx.allowed(Permission.READ, t.name)]
         names = names if caught_up else []
     else:
         names = [_requested_name(state, t) for t in request.topics]
-    controller = ctx.broker.controller_id
+    controller = ctx.node.controller_id
     return build(
         module.MetadataResponse,
         throttle_time=NO_THROTTLE,
@@ -122,15 +122,15 @@ DESCRIBE_CLUSTER = 60
 async def describe_cluster(ctx: KafkaContext, request: Any, version: int) -> Any:
     """The nodes' Kafka listeners and the controller (the metadata quorum's leader)."""
     module = response_module(DESCRIBE_CLUSTER, version)
-    caught_up = await ctx.broker.wait_metadata_caught_up()
-    controller = ctx.broker.controller_id
+    caught_up = await ctx.node.wait_metadata_caught_up()
+    controller = ctx.node.controller_id
     return build(
         module.DescribeClusterResponse,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none if caught_up else ErrorCode.not_controller,
         error_message=None if caught_up else "this node's metadata has not caught up yet",
         endpoint_type=1,  # brokers
-        cluster_id=ctx.broker.metadata.state.cluster_id,
+        cluster_id=ctx.node.metadata.state.cluster_id,
         controller_id=-1 if controller is None else int(controller),
         brokers=tuple(
             build(module.DescribeClusterBroker, broker_id=node, host=host, port=port, rack=None)

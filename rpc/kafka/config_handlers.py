@@ -7,7 +7,7 @@ is refused with INVALID_CONFIG naming the setting). IncrementalAlterConfigs maps
 DELETE onto it (APPEND and SUBTRACT, meant for list settings, are refused); AlterConfigs
 replaces the whole config, so a key it leaves out goes back to its default. `validate_only`
 runs the same check on this node's copy of the metadata and commits nothing. Only topic
-resources are supported: broker settings are the node's own (`raftlog serve --set`).
+resources are supported: node settings are the node's own (`raftlog serve --set`).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def topic_configs(ctx: KafkaContext, config: Mapping[str, str]) -> list[tuple[st
 
 async def describe_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
     module = response_module(DESCRIBE_CONFIGS, version)
-    caught_up = await ctx.broker.wait_metadata_caught_up()
+    caught_up = await ctx.node.wait_metadata_caught_up()
     results = [_describe(ctx, module, resource, caught_up) for resource in request.resources]
     return build(module.DescribeConfigsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
 
@@ -85,7 +85,7 @@ def _describe(ctx: KafkaContext, module: Any, resource: Any, caught_up: bool) ->
     ):
         code, message = ErrorCode.topic_authorization_failed, "no read permission"
     elif resource.resource_type == _TOPIC_RESOURCE:
-        info = ctx.broker.metadata.state.topic(resource.resource_name) if caught_up else None
+        info = ctx.node.metadata.state.topic(resource.resource_name) if caught_up else None
         if info is None:
             code = ErrorCode.unknown_topic_or_partition if caught_up else (
                 ErrorCode.leader_not_available
@@ -151,7 +151,7 @@ async def alter_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
     module = response_module(ALTER_CONFIGS, version)
     responses = []
     for resource in request.resources:
-        info = ctx.broker.metadata.state.topic(resource.resource_name)
+        info = ctx.node.metadata.state.topic(resource.resource_name)
         wanted = {c.name: c.value or "" for c in resource.configs}
         current = info.config if info is not None else {}
         command = AlterTopicConfig(
@@ -172,12 +172,12 @@ async def _alter(
     if not ctx.allowed(Permission.ADMIN, resource.resource_name):
         return ErrorCode.topic_authorization_failed, "no admin permission"
     if validate_only:
-        refused = check_alter_topic_config(ctx.broker.metadata.state, command)
+        refused = check_alter_topic_config(ctx.node.metadata.state, command)
         if refused is None:
             return ErrorCode.none, None
         return metadata_result_error(refused.code), refused.message
     try:
-        result = await ctx.broker.submit(command, timeout_s=_ALTER_TIMEOUT_S)
+        result = await ctx.node.submit(command, timeout_s=_ALTER_TIMEOUT_S)
     except errors.RaftlogError as error:
         return kafka_error(error), str(error)
     except TimeoutError:

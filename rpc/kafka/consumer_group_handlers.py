@@ -1,7 +1,7 @@
 """KIP-848's consumer group protocol: ConsumerGroupHeartbeat and ConsumerGroupDescribe.
 
 A second front end onto raftlog's own group coordinator (`raftlog.rpc.consumer_group_servicer`'s
-`GroupService`, the one the gRPC `Groups` service uses): membership, the server-side sticky
+`ConsumerGroupService`, the one the gRPC `Groups` service uses): membership, the server-side sticky
 assignment, epochs, fencing and expiry are all the coordinator's. What this module adds is
 the Kafka wire's shape:
 
@@ -123,7 +123,7 @@ async def consumer_group_heartbeat(ctx: KafkaContext, request: Any, version: int
         )
 
     if not service.coordinating():
-        controller = ctx.broker.controller_id
+        controller = ctx.node.controller_id
         return refused(
             ErrorCode.not_coordinator,
             f"not the group coordinator (the controller is node {controller})",
@@ -254,13 +254,13 @@ def _subscription(
     )
     if problem is not None:
         return _Refusal(ErrorCode.invalid_request, problem)
-    topics = [t.name for t in ctx.broker.metadata.state.topics()]
+    topics = [t.name for t in ctx.node.metadata.state.topics()]
     matched = (t for t in regexes.resolve(pattern, topics) if ctx.allowed(Permission.READ, t))
     return tuple(sorted({*names, *matched}))
 
 
 def _topic_names(ctx: KafkaContext) -> dict[uuid.UUID, str]:
-    return {topic_uuid(t.topic_id): t.name for t in ctx.broker.metadata.state.topics()}
+    return {topic_uuid(t.topic_id): t.name for t in ctx.node.metadata.state.topics()}
 
 
 def _owned(ctx: KafkaContext, entries: Iterable[Any]) -> frozenset[TopicPartition]:
@@ -282,7 +282,7 @@ def _by_topic(partitions: frozenset[TopicPartition]) -> dict[str, list[int]]:
 
 
 def _answer(ctx: KafkaContext, module: Any, answer: HeartbeatResponse) -> Any:
-    state = ctx.broker.metadata.state
+    state = ctx.node.metadata.state
     assigned = []
     for name, partitions in _by_topic(answer.assignment).items():
         topic = state.topic(name)
@@ -341,7 +341,7 @@ def _described(
             assignor_name="",
             members=(),
         )
-    state = ctx.broker.metadata.state
+    state = ctx.node.metadata.state
 
     def assignment(partitions: frozenset[TopicPartition]) -> Any:
         entries = []

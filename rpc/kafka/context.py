@@ -1,12 +1,13 @@
-"""What every Kafka handler gets: the broker port, the listener's bounds, this node's id and
+"""What every Kafka handler gets: the node port, the listener's bounds, this node's id and
 Kafka address, and where other nodes' Kafka listeners are (from the metadata quorum, where
 each node registers its advertised Kafka address).
 
-The broker is the gRPC servicers' `BrokerPort`; of it the Kafka handlers call the metadata
+The node is the gRPC servicers' `NodePort`; of it the Kafka handlers call the metadata
 reads (`metadata`, `controller_id`, `wait_metadata_caught_up`), the data calls (`produce`,
-`fetch`, `list_offsets`, `replica(...).end_offset_for_epoch`, `allocate_producer_id`) and the
+`fetch`, `list_offsets`, `end_offset_for_epoch`, `allocate_producer_id`) and the
 admin calls (`create_topic`, `delete_topic`, `create_partitions`, `submit` for group offsets).
-KIP-848 groups go to the node's `GroupService`, the coordinator the gRPC Groups service uses.
+KIP-848 groups go to the node's `ConsumerGroupService`, the coordinator the gRPC Groups
+service uses.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from raftlog.config import KafkaConfig, NodeConfig
-from raftlog.rpc.consumer_group_servicer import GroupService
+from raftlog.metadata.consumer_group_service import ConsumerGroupService
 from raftlog.rpc.kafka.auth import Session
 from raftlog.rpc.kafka.classic_group_coordinator import ClassicGroups
 from raftlog.rpc.kafka.topic_regex import TopicRegexes
-from raftlog.rpc.port import BrokerPort
+from raftlog.rpc.port import NodePort
 from raftlog.rpc.security import Permission
 from raftlog.types import NodeId
 
@@ -34,7 +35,7 @@ def split_address(address: str) -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class KafkaContext:
-    broker: BrokerPort
+    node: NodePort
     # The metadata term this node coordinates consumer groups in (None: not the controller,
     # or its term's first entry not applied yet), as raftlog's own group service sees it.
     controller_term: Callable[[], int | None]
@@ -43,7 +44,7 @@ class KafkaContext:
     kafka_address: str
     groups: ClassicGroups
     # raftlog's group coordinator, shared with the gRPC Groups service (KIP-848 groups).
-    consumer_groups: GroupService
+    consumer_groups: ConsumerGroupService
     # The patterns of members subscribed by regex, beside the coordinator's topic names.
     topic_regexes: TopicRegexes
     session: Session  # the connection's authentication (one context per connection)
@@ -58,7 +59,7 @@ class KafkaContext:
 
     def kafka_address_of(self, node_id: NodeId) -> str:
         """The Kafka address `node_id` registered; "" if it has none (or is unknown)."""
-        info = self.broker.metadata.state.node(node_id)
+        info = self.node.metadata.state.node(node_id)
         if info is not None and info.kafka_address:
             return info.kafka_address
         return self.kafka_address if node_id == self.node_id else ""
@@ -67,7 +68,7 @@ class KafkaContext:
         """(node id, host, port) of every live node with a Kafka listener, this one too."""
         found: dict[NodeId, str] = {
             info.node_id: info.kafka_address
-            for info in self.broker.metadata.state.nodes()
+            for info in self.node.metadata.state.nodes()
             if info.kafka_address and info.alive
         }
         found.setdefault(self.node_id, self.kafka_address)

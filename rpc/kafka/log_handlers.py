@@ -1,4 +1,5 @@
-"""Produce, Fetch and ListOffsets: the same broker calls as the gRPC `Log` service.
+"""Produce, Fetch, ListOffsets and OffsetForLeaderEpoch: the node calls the gRPC `Log`
+service makes (OffsetForLeaderEpoch: KIP-320's truncation check, answered by the leader).
 
 Record batches stay opaque: a produced partition's records are handed to `produce` as one
 batch (Kafka's v3+ rule: exactly one RecordBatch v2 per partition), where the leader verifies
@@ -24,9 +25,18 @@ from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timede
 from raftlog.rpc.security import Permission
 from raftlog.runtime.group import Commitment
 
-__all__ = ["FETCH", "LIST_OFFSETS", "PRODUCE", "fetch", "list_offsets", "produce"]
+__all__ = [
+    "FETCH",
+    "LIST_OFFSETS",
+    "OFFSET_FOR_LEADER_EPOCH",
+    "PRODUCE",
+    "fetch",
+    "list_offsets",
+    "offset_for_leader_epoch",
+    "produce",
+]
 
-PRODUCE, FETCH, LIST_OFFSETS = 0, 1, 2
+PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 23
 
 _COMMITMENTS = {0: Commitment.NONE, 1: Commitment.LEADER, -1: Commitment.QUORUM}
 _EARLIEST_TIMESTAMP, _LATEST_TIMESTAMP = -2, -1
@@ -112,7 +122,7 @@ def _produce_one(
 ) -> asyncio.Task[tuple[ErrorCode, int, str | None]]:
     async def call() -> tuple[ErrorCode, int, str | None]:
         try:
-            result = await ctx.broker.produce(
+            result = await ctx.node.produce(
                 topic,
                 int(partition.index),
                 [bytes(partition.records)],
@@ -155,7 +165,7 @@ async def _fetch_all(
             continue
         bytes_max = max(1, min(int(partition.partition_max_bytes), budget))
         try:
-            result = await ctx.broker.fetch(
+            result = await ctx.node.fetch(
                 topic,
                 int(partition.partition),
                 int(partition.fetch_offset),
@@ -184,7 +194,7 @@ async def _wait_for_data(
     """Until any partition that answered has data past its fetch offset, or `wait_ms`."""
     polls = [
         asyncio.ensure_future(
-            ctx.broker.fetch(
+            ctx.node.fetch(
                 topic,
                 int(partition.partition),
                 int(partition.fetch_offset),
@@ -248,7 +258,7 @@ def _fetch_response(
 
 async def list_offsets(ctx: KafkaContext, request: Any, version: int) -> Any:
     module = response_module(LIST_OFFSETS, version)
-    state = ctx.broker.metadata.state
+    state = ctx.node.metadata.state
     topics = []
     for topic in request.topics:
         parts = []
@@ -287,6 +297,46 @@ def _list_offset(
     else:
         return ErrorCode.invalid_request, -1
     try:
-        return ErrorCode.none, ctx.broker.list_offsets(topic, partition, int(spec), timestamp)
+        return ErrorCode.none, ctx.node.list_offsets(topic, partition, int(spec), timestamp)
     except errors.RaftlogError as error:
         return kafka_error(error), -1
+
+
+def _end_offset(ctx: KafkaContext, topic: str, partition: Any) -> tuple[ErrorCode, int, int]:
+    try:
+        epoch, end_offset = ctx.node.end_offset_for_epoch(
+            topic, int(partition.partition), int(partition.leader_epoch)
+        )
+    except errors.RaftlogError as error:
+        return kafka_error(error), -1, -1
+    return ErrorCode.none, epoch, end_offset
+
+
+async def offset_for_leader_epoch(ctx: KafkaContext, request: Any, version: int) -> Any:
+    module = response_module(OFFSET_FOR_LEADER_EPOCH, version)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for partition in topic.partitions:
+            code, epoch, end_offset = ErrorCode.none, -1, -1
+            if not ctx.allowed(Permission.READ, topic.topic):
+                code = ErrorCode.topic_authorization_failed
+            else:
+                code, epoch, end_offset = _end_offset(ctx, topic.topic, partition)
+            partitions.append(
+                build(
+                    module.EpochEndOffset,
+                    error_code=code,
+                    partition=partition.partition,
+                    leader_epoch=epoch,
+                    end_offset=end_offset,
+                )
+            )
+        topics.append(
+            build(
+                module.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(partitions)
+            )
+        )
+    return build(
+        module.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
+    )

@@ -1,4 +1,4 @@
-"""InitProducerId (idempotent producers) and OffsetForLeaderEpoch (KIP-320 truncation checks).
+"""InitProducerId: producer ids for idempotent producers.
 
 Idempotence is raftlog's own: a producer id from the same allocator the gRPC
 `InitProducerId` uses (blocks handed out by the metadata quorum), epoch 0, and every batch
@@ -20,16 +20,10 @@ from raftlog.metadata.state import ALLOCATED_PRODUCER_ID_LIMIT
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
-from raftlog.rpc.security import Permission
 
-__all__ = [
-    "INIT_PRODUCER_ID",
-    "OFFSET_FOR_LEADER_EPOCH",
-    "init_producer_id",
-    "offset_for_leader_epoch",
-]
+__all__ = ["INIT_PRODUCER_ID", "init_producer_id"]
 
-INIT_PRODUCER_ID, OFFSET_FOR_LEADER_EPOCH = 22, 23
+INIT_PRODUCER_ID = 22
 _ALLOCATE_TIMEOUT_S = 10.0
 
 
@@ -40,7 +34,7 @@ async def init_producer_id(ctx: KafkaContext, request: Any, version: int) -> Any
         code = ErrorCode.transactional_id_authorization_failed
     else:
         try:
-            producer_id = await ctx.broker.allocate_producer_id(timeout_s=_ALLOCATE_TIMEOUT_S)
+            producer_id = await ctx.node.allocate_producer_id(timeout_s=_ALLOCATE_TIMEOUT_S)
         except errors.RaftlogError as error:
             code = kafka_error(error)
         except TimeoutError:
@@ -54,43 +48,4 @@ async def init_producer_id(ctx: KafkaContext, request: Any, version: int) -> Any
         error_code=code,
         producer_id=producer_id,
         producer_epoch=0 if code is ErrorCode.none else -1,
-    )
-
-
-def _end_offset(ctx: KafkaContext, topic: str, partition: Any) -> tuple[ErrorCode, int, int]:
-    try:
-        replica = ctx.broker.replica(topic, int(partition.partition))
-        epoch, end_offset = replica.end_offset_for_epoch(int(partition.leader_epoch))
-    except errors.RaftlogError as error:
-        return kafka_error(error), -1, -1
-    return ErrorCode.none, epoch, end_offset
-
-
-async def offset_for_leader_epoch(ctx: KafkaContext, request: Any, version: int) -> Any:
-    module = response_module(OFFSET_FOR_LEADER_EPOCH, version)
-    topics = []
-    for topic in request.topics:
-        partitions = []
-        for partition in topic.partitions:
-            code, epoch, end_offset = ErrorCode.none, -1, -1
-            if not ctx.allowed(Permission.READ, topic.topic):
-                code = ErrorCode.topic_authorization_failed
-            else:
-                code, epoch, end_offset = _end_offset(ctx, topic.topic, partition)
-            partitions.append(
-                build(
-                    module.EpochEndOffset,
-                    error_code=code,
-                    partition=partition.partition,
-                    leader_epoch=epoch,
-                    end_offset=end_offset,
-                )
-            )
-        topics.append(
-            build(
-                module.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(partitions)
-            )
-        )
-    return build(
-        module.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
     )

@@ -24,7 +24,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from raftlog.config import NodeConfig
-from raftlog.rpc.consumer_group_servicer import GroupService, monotonic_ms
+from raftlog.metadata.consumer_group_service import ConsumerGroupService, monotonic_ms
 from raftlog.rpc.kafka.apis import API_VERSIONS, APIS, api_versions_response
 from raftlog.rpc.kafka.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
 from raftlog.rpc.kafka.classic_group_coordinator import ClassicGroups
@@ -39,7 +39,7 @@ from raftlog.rpc.kafka.frame import (
 )
 from raftlog.rpc.kafka.schema import Chunks, request_is_flexible, request_reader, response_writer
 from raftlog.rpc.kafka.topic_regex import TopicRegexes
-from raftlog.rpc.port import BrokerPort
+from raftlog.rpc.port import NodePort
 from raftlog.rpc.security import AccessControl
 from raftlog.types import NodeId
 
@@ -57,9 +57,9 @@ _Pending = tuple[RequestHeader, int, "asyncio.Future[Any | None]"]
 class KafkaListener:
     def __init__(
         self,
-        broker: BrokerPort,
+        node: NodePort,
         *,
-        consumer_groups: GroupService,
+        consumer_groups: ConsumerGroupService,
         config: NodeConfig,
         node_id: NodeId,
         kafka_address: str,
@@ -72,7 +72,7 @@ class KafkaListener:
             members_max=config.metadata.group_members_max,
         )
         self._context = KafkaContext(
-            broker=broker,
+            node=node,
             controller_term=consumer_groups.controller_term,
             node_config=config,
             node_id=node_id,
@@ -239,7 +239,7 @@ class _Connection(asyncio.Protocol):
         body = Chunks()
         response_writer(header.api_key, version)(body, response)
         # ApiVersions answers with header v0 whatever its version, so that a client can
-        # read it before it knows which versions the broker speaks.
+        # read it before it knows which versions the node speaks.
         flexible = header.api_key != API_VERSIONS and request_is_flexible(header.api_key, version)
         assert self._transport is not None
         self._transport.writelines(

@@ -1,6 +1,6 @@
 """Subscriptions by regex (KIP-848's SubscribedTopicRegex), resolved to topic names.
 
-Kafka resolves a member's regex on the broker with RE2/J: the whole topic name must match,
+Kafka resolves a member's regex on the node with RE2/J: the whole topic name must match,
 in time linear in the name. raftlog uses RE2 too (the `google-re2` binding), so a pattern
 means here what it means on Kafka, and a client's pattern cannot stall the event loop the
 way Python's backtracking `re` would (`(a+)+$` against thirty a's and a b).

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from raftlog.errors import ConfigError
-from raftlog.node.node import Broker
+from raftlog.node.node import Node
 from raftlog.rpc.admin_servicer import apply_fault_rules
 from raftlog.rpc.faults import ChaosClock, FaultInjector
-from raftlog.settings import BrokerSettings
+from raftlog.settings import NodeSettings
 from raftlog.storage.chaos_file_system import ChaosFileSystem
 from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.wall_clock import SystemWallClock
@@ -100,9 +100,9 @@ def test_a_malformed_clock_rule_is_refused(clock: object) -> None:
     assert injector.clock.is_clean
 
 
-def _settings(data_dir: Path, **chaos: bool) -> BrokerSettings:
+def _settings(data_dir: Path, **chaos: bool) -> NodeSettings:
     address = ("127.0.0.1", 1)
-    return BrokerSettings(
+    return NodeSettings(
         node_id=NodeId(1),
         data_dir=data_dir,
         listen=address,
@@ -115,17 +115,17 @@ def _settings(data_dir: Path, **chaos: bool) -> BrokerSettings:
 def test_a_chaos_node_reads_the_injectors_clock_and_records_what_it_fsyncs(
     tmp_path: Path,
 ) -> None:
-    broker = Broker(_settings(tmp_path, chaos=True))
-    assert broker.faults is not None and broker.wall_clock is broker.faults.clock
-    assert isinstance(broker.files, ChaosFileSystem) and not broker.files.skip_sync
-    unsafe = Broker(_settings(tmp_path, chaos=True, chaos_skip_fsync=True))
+    node = Node(_settings(tmp_path, chaos=True))
+    assert node.faults is not None and node.wall_clock is node.faults.clock
+    assert isinstance(node.files, ChaosFileSystem) and not node.files.skip_sync
+    unsafe = Node(_settings(tmp_path, chaos=True, chaos_skip_fsync=True))
     assert isinstance(unsafe.files, ChaosFileSystem) and unsafe.files.skip_sync
 
 
 def test_a_node_without_chaos_uses_the_plain_ports(tmp_path: Path) -> None:
-    broker = Broker(_settings(tmp_path))
-    assert broker.faults is None
-    assert type(broker.wall_clock) is SystemWallClock and type(broker.files) is OsFileSystem
+    node = Node(_settings(tmp_path))
+    assert node.faults is None
+    assert type(node.wall_clock) is SystemWallClock and type(node.files) is OsFileSystem
 
 
 def test_skipping_fsync_needs_the_chaos_flag(tmp_path: Path) -> None:

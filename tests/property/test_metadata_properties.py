@@ -66,7 +66,7 @@ from raftlog.metadata.reassignment import (
 from raftlog.metadata.state import MetadataState
 from raftlog.raft.membership import validate_change
 from raftlog.raft.types import Membership
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 NAMES = ["a", "b", "a.b", "a_b", "orders"]
 NODE_IDS = st.integers(0, 4).map(NodeId)
@@ -95,9 +95,9 @@ def _fitting_replicas(draw: st.DrawFn, state: MetadataState, name: str) -> tuple
     return tuple(chosen[: topic.replication_factor])
 
 
-def _group_ids(draw: st.DrawFn, state: MetadataState, count: int) -> tuple[GroupId, ...]:
-    start = state.next_group_id + draw(st.integers(-1, 1))
-    return tuple(GroupId(max(0, start) + i) for i in range(count))
+def _group_ids(draw: st.DrawFn, state: MetadataState, count: int) -> tuple[RaftGroupId, ...]:
+    start = state.next_raft_group_id + draw(st.integers(-1, 1))
+    return tuple(RaftGroupId(max(0, start) + i) for i in range(count))
 
 
 def _node_command(draw: st.DrawFn, state: MetadataState) -> bytes:
@@ -138,7 +138,7 @@ def _topic_command(draw: st.DrawFn, state: MetadataState) -> bytes:
             replication_factor=draw(st.integers(1, 3)),
             config=draw(st.sampled_from([{}, {"segment.bytes": "4096"}, {"bogus": "1"}])),
             assignments=assignments,
-            group_ids=_group_ids(draw, state, len(assignments)),
+            raft_group_ids=_group_ids(draw, state, len(assignments)),
         )
         return encode_command(command)
     if kind == "delete":
@@ -164,13 +164,15 @@ def _partition_command(draw: st.DrawFn, state: MetadataState) -> bytes:
         replicas = partition.target if partition.target is not None else partition.replicas
         if draw(st.integers(0, 3)) == 0:
             replicas = _fitting_replicas(draw, state, name)
-        return encode_command(CompleteReassignment(name, index, partition.group_id, replicas))
-    group_id = partition.group_id if partition is not None else GroupId(draw(st.integers(0, 9)))
+        return encode_command(CompleteReassignment(name, index, partition.raft_group_id, replicas))
+    group_id = (
+        partition.raft_group_id if partition is not None else RaftGroupId(draw(st.integers(0, 9)))
+    )
     leader_id = draw(NODE_IDS)
     if partition is not None and draw(st.booleans()):
         leader_id = draw(st.sampled_from(partition.replicas))
     if draw(st.integers(0, 4)) == 0:
-        group_id = GroupId(group_id + 1)
+        group_id = RaftGroupId(group_id + 1)
     report = ReportLeader(name, index, group_id, leader_id, draw(st.integers(0, 5)))
     return encode_command(report)
 
@@ -184,7 +186,9 @@ def _other_command(draw: st.DrawFn, state: MetadataState) -> bytes:
     if kind == "rebalance":
         plan = rebalance_plan(state)
         return encode_command(plan[0]) if plan else encode_command(AllocateProducerIds(1))
-    data = bytearray(encode_command(ReportLeader("a", PartitionId(0), GroupId(1), NodeId(1), 1)))
+    data = bytearray(
+        encode_command(ReportLeader("a", PartitionId(0), RaftGroupId(1), NodeId(1), 1))
+    )
     position = draw(st.integers(0, len(data) - 1))
     data[position] = draw(st.integers(0, 255))
     return bytes(data)
@@ -205,8 +209,8 @@ def _content(state: MetadataState) -> object:
     return body
 
 
-def _epochs(state: MetadataState) -> dict[GroupId, int]:
-    return {p.group_id: p.leader_epoch for p in state.all_partitions()}
+def _epochs(state: MetadataState) -> dict[RaftGroupId, int]:
+    return {p.raft_group_id: p.leader_epoch for p in state.all_partitions()}
 
 
 def _run(
@@ -334,7 +338,7 @@ def test_rebalance_plans_apply_and_balance_replicas(data: st.DataObject, steps: 
         for moving in state.moving_partitions():  # the leaders complete the moves
             assert moving.target is not None
             done = CompleteReassignment(
-                moving.topic, moving.partition, moving.group_id, moving.target
+                moving.topic, moving.partition, moving.raft_group_id, moving.target
             )
             assert state.apply(state.applied_offset + 1, encode_command(done)).ok
     else:
@@ -447,7 +451,7 @@ class MetadataAgainstModel(RuleBasedStateMachine):
         partition = data.draw(st.sampled_from(list(self.state.all_partitions())))
         name, index = partition.topic, partition.partition
         leader = partition.replicas[0]
-        report = ReportLeader(name, index, partition.group_id, leader, epoch)
+        report = ReportLeader(name, index, partition.raft_group_id, leader, epoch)
         result = self._apply(report)
         highest = self.epochs.get((name, index), -1)
         assert result.ok == (epoch >= highest), result

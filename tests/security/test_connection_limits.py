@@ -194,7 +194,7 @@ def test_a_real_server_refuses_the_connection_over_the_cap_and_serves_the_others
 
 
 def test_a_node_started_with_a_cap_enforces_it_and_stays_up(tmp_path: Path) -> None:
-    """The broker wires the caps from its config (`--set`): end to end on a real node."""
+    """The node wires the caps from its config (`--set`): end to end on a real node."""
     from raftlog.local_cluster import LocalCluster
 
     cluster = LocalCluster.create(tmp_path / "cluster", node_count=1)

@@ -17,7 +17,7 @@ from raftlog.raft.types import AppendRequest, Entry, EntryKind, Message
 from raftlog.rpc import codec
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.tls import TlsFiles, peer_ssl_contexts
-from raftlog.types import GroupId, NodeId, Offset, Term
+from raftlog.types import NodeId, Offset, RaftGroupId, Term
 from tests.security.pki import Pki, RecordingProxy
 
 FAST = TransportConfig(reconnect_backoff_ms_min=1, reconnect_backoff_ms_max=5)
@@ -61,7 +61,7 @@ async def send_through_proxy(contexts: Contexts) -> tuple[bytes, list[Message]]:
     try:
         a.update_peers({B: ("127.0.0.1", proxy.port)})
         b.update_peers({A: ("127.0.0.1", port_a)})
-        a.send(B, GroupId(7), append_with(SECRET))
+        a.send(B, RaftGroupId(7), append_with(SECRET))
         while not inbox_b.messages:
             inbox_b.changed.clear()
             await inbox_b.changed.wait()
@@ -98,7 +98,7 @@ def test_a_node_with_a_foreign_certificate_never_completes_the_hello(pki: Pki) -
         b, port_b = await transport(B, inbox_b, ours)
         a.update_peers({B: ("127.0.0.1", port_b)})
         b.update_peers({A: ("127.0.0.1", 1)})
-        a.send(B, GroupId(1), append_with(b"let me in"))
+        a.send(B, RaftGroupId(1), append_with(b"let me in"))
         while a.counters().connect_failures < 3:
             await asyncio.sleep(0)  # yield to the redial loop
         assert a.counters().connects == 0 and inbox_b.messages == []

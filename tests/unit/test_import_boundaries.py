@@ -152,7 +152,7 @@ RULES = [
     Rule(
         "raftlog.rpc",
         ("raftlog.node.node",),
-        why="servicers depend on the broker port (raftlog.rpc.port), not on the Broker",
+        why="servicers depend on the node port (raftlog.rpc.port), not on the Node",
     ),
 ]
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftlog.metadata.consumer_groups import (
-    GroupCoordinator,
+    ConsumerGroupCoordinator,
     GroupErrorCode,
     GroupLimits,
     HeartbeatRequest,
@@ -38,7 +38,7 @@ EVENTS = ("events",)
 
 
 def beat(
-    coordinator: GroupCoordinator,
+    coordinator: ConsumerGroupCoordinator,
     member: str,
     epoch: int,
     owned: frozenset[TopicPartition] = frozenset(),
@@ -56,7 +56,7 @@ def tps(*partitions: int) -> frozenset[TopicPartition]:
 
 
 def test_a_joining_member_gets_partitions_only_after_the_owner_confirms_the_revocation() -> None:
-    coordinator = GroupCoordinator(LIMITS)
+    coordinator = ConsumerGroupCoordinator(LIMITS)
     first = beat(coordinator, "m1", 0)
     assert first.error is GroupErrorCode.NONE and first.assignment == tps(*range(6))
     assert first.member_epoch == 1
@@ -76,7 +76,7 @@ def test_a_joining_member_gets_partitions_only_after_the_owner_confirms_the_revo
 
 
 def test_a_silent_member_is_removed_after_the_session_timeout_and_its_partitions_move() -> None:
-    coordinator = GroupCoordinator(LIMITS)
+    coordinator = ConsumerGroupCoordinator(LIMITS)
     m1 = beat(coordinator, "m1", 0)
     m2 = beat(coordinator, "m2", 0)
     m1 = beat(coordinator, "m1", m1.member_epoch, m1.assignment)
@@ -96,7 +96,7 @@ def test_a_silent_member_is_removed_after_the_session_timeout_and_its_partitions
 def test_a_member_that_does_not_confirm_a_revocation_is_removed_after_its_rebalance_timeout() -> (
     None
 ):
-    coordinator = GroupCoordinator(LIMITS)
+    coordinator = ConsumerGroupCoordinator(LIMITS)
     m1 = beat(coordinator, "m1", 0)
     beat(coordinator, "m2", 0)
     everything = m1.assignment
@@ -110,7 +110,7 @@ def test_a_member_that_does_not_confirm_a_revocation_is_removed_after_its_rebala
 
 
 def test_an_epoch_from_the_future_or_far_past_is_fenced_and_a_rejoin_frees_everything() -> None:
-    coordinator = GroupCoordinator(LIMITS)
+    coordinator = ConsumerGroupCoordinator(LIMITS)
     m1 = beat(coordinator, "m1", 0)
     assert beat(coordinator, "m1", m1.member_epoch + 1).error is GroupErrorCode.FENCED_MEMBER_EPOCH
     beat(coordinator, "m2", 0)
@@ -124,13 +124,13 @@ def test_an_epoch_from_the_future_or_far_past_is_fenced_and_a_rejoin_frees_every
 
 
 def test_a_new_coordinator_rebuilds_ownership_from_the_members_heartbeats() -> None:
-    old = GroupCoordinator(LIMITS)
+    old = ConsumerGroupCoordinator(LIMITS)
     m1 = beat(old, "m1", 0)
     m2 = beat(old, "m2", 0)
     m1 = beat(old, "m1", m1.member_epoch, m1.assignment)
     m1 = beat(old, "m1", m1.member_epoch, m1.assignment)
     m2 = beat(old, "m2", m2.member_epoch)
-    new = GroupCoordinator(LIMITS)
+    new = ConsumerGroupCoordinator(LIMITS)
     new.reset(now_ms=0)  # the controller changed: it starts empty
     again2 = beat(new, "m2", m2.member_epoch, m2.assignment)
     assert again2.error is GroupErrorCode.NONE and again2.assignment == m2.assignment
@@ -147,7 +147,7 @@ def test_a_new_coordinator_rebuilds_ownership_from_the_members_heartbeats() -> N
 
 
 def test_offset_commits_need_ownership_and_leaving_frees_partitions() -> None:
-    coordinator = GroupCoordinator(LIMITS)
+    coordinator = ConsumerGroupCoordinator(LIMITS)
     assert coordinator.check_commit("g", "", -1, [("events", 0)])[0] is GroupErrorCode.NONE
     m1 = beat(coordinator, "m1", 0)
     owned = sorted(m1.assignment)
@@ -162,7 +162,7 @@ def test_offset_commits_need_ownership_and_leaving_frees_partitions() -> None:
 
 
 def test_bad_requests_and_bounds_are_refused_with_a_reason() -> None:
-    coordinator = GroupCoordinator(LIMITS)
+    coordinator = ConsumerGroupCoordinator(LIMITS)
     bad = HeartbeatRequest("", "m1", 0, EVENTS, frozenset(), 5000)
     refused = coordinator.heartbeat(bad, partition_counts=COUNTS, now_ms=0)
     assert refused.error is GroupErrorCode.INVALID_REQUEST and "group id" in refused.message
@@ -173,7 +173,7 @@ def test_bad_requests_and_bounds_are_refused_with_a_reason() -> None:
 
 
 def test_a_deleted_topic_frees_its_partitions_and_a_new_topic_is_spread() -> None:
-    coordinator = GroupCoordinator(LIMITS)
+    coordinator = ConsumerGroupCoordinator(LIMITS)
     both = ("events", "more")
     m1 = beat(coordinator, "m1", 0, topics=both, counts={"events": 2, "more": 2})
     assert len(m1.assignment) == 4
@@ -241,7 +241,7 @@ class SimClient:
 
 class GroupSim:
     def __init__(self, client_count: int, partition_count: int) -> None:
-        self.coordinator = GroupCoordinator(LIMITS)
+        self.coordinator = ConsumerGroupCoordinator(LIMITS)
         self.clients = [SimClient(f"c{i}") for i in range(client_count)]
         self.counts = {"events": partition_count}
         self.now_ms = 0

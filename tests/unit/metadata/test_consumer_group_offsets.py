@@ -31,7 +31,11 @@ def commit(group: str, *offsets: tuple[str, int, int]) -> CommitGroupOffsets:
 def log() -> Log:
     log = Log()
     log.ok(
-        register(1), register(2), register(3), create("orders"), create("audit", first_group_id=4)
+        register(1),
+        register(2),
+        register(3),
+        create("orders"),
+        create("audit", first_raft_group_id=4),
     )
     return log
 
@@ -63,7 +67,7 @@ def test_delete_group_and_delete_topic_drop_offsets(log: Log) -> None:
     log.ok(DeleteTopic("orders"))
     assert log.state.committed_offsets("g") == {("audit", 0): 3}
     assert log.state.consumer_group_ids() == ("g",), "a group with no offsets left is forgotten"
-    log.ok(create("orders", first_group_id=7))
+    log.ok(create("orders", first_raft_group_id=7))
     assert log.state.committed_offset("g", "orders", 0) is None, "a re-created topic starts over"
     log.ok(DeleteGroup("g"))
     assert log.state.consumer_group_ids() == ()

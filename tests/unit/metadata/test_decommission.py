@@ -96,7 +96,9 @@ class Log:
             )
             info = self.state.partition(step.topic, step.partition)
             assert info is not None
-            self.ok(CompleteReassignment(step.topic, step.partition, info.group_id, step.replicas))
+            self.ok(
+                CompleteReassignment(step.topic, step.partition, info.raft_group_id, step.replicas)
+            )
         raise AssertionError("decommission did not finish")
 
 

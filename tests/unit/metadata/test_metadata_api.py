@@ -6,7 +6,7 @@ from __future__ import annotations
 import raftlog.metadata
 
 PUBLIC = {
-    "METADATA_GROUP_ID",
+    "METADATA_RAFT_GROUP_ID",
     "AllocateProducerIds",
     "ApplyResult",
     "AssignmentError",

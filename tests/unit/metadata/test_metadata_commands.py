@@ -32,7 +32,7 @@ from raftlog.metadata.commands import (
     decode_command,
     encode_command,
 )
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 EVERY_COMMAND: list[Command] = [
     RegisterNode(NodeId(1), "10.0.0.1:9092", "10.0.0.1:9093", 3, 1_000),
@@ -45,13 +45,13 @@ EVERY_COMMAND: list[Command] = [
         replication_factor=2,
         config={"retention.ms": "1000", "cleanup.policy": "delete"},
         assignments=((NodeId(1), NodeId(2)), (NodeId(2), NodeId(1))),
-        group_ids=(GroupId(1), GroupId(2)),
+        raft_group_ids=(RaftGroupId(1), RaftGroupId(2)),
     ),
     DeleteTopic("orders"),
     AlterTopicConfig("orders", {"cleanup.policy": "compact"}, ("retention.ms",)),
-    CreatePartitions("orders", ((NodeId(1), NodeId(2)),), (GroupId(3),)),
+    CreatePartitions("orders", ((NodeId(1), NodeId(2)),), (RaftGroupId(3),)),
     ReassignPartition("orders", PartitionId(0), (NodeId(2), NodeId(3))),
-    ReportLeader("orders", PartitionId(1), GroupId(2), NodeId(2), 7),
+    ReportLeader("orders", PartitionId(1), RaftGroupId(2), NodeId(2), 7),
     AllocateProducerIds(1000),
 ]
 
@@ -74,7 +74,7 @@ def test_encoding_does_not_depend_on_config_order() -> None:
         base.replication_factor,
         dict(reversed(list(base.config.items()))),
         base.assignments,
-        base.group_ids,
+        base.raft_group_ids,
     )
     assert encode_command(reordered) == encode_command(base)
 

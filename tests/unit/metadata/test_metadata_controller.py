@@ -43,7 +43,7 @@ from raftlog.metadata.controller import (
     rebalance_plan,
 )
 from raftlog.metadata.state import MetadataState
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 LEASE_MS = MetadataConfig().node_lease_ms
 
@@ -81,7 +81,7 @@ def _error(plan: object) -> ApplyResult:
 def test_plan_create_topic_balances_leaders_and_replicas() -> None:
     cluster = Cluster(3)
     plan = cluster.create("orders", 6, 3)
-    assert plan.group_ids == (1, 2, 3, 4, 5, 6)
+    assert plan.raft_group_ids == (1, 2, 3, 4, 5, 6)
     assert len(plan.topic_id) == 22
     assert Counter(r[0] for r in plan.assignments) == {1: 2, 2: 2, 3: 2}
     loads = node_loads(cluster.state)
@@ -167,7 +167,7 @@ def test_plan_create_partitions() -> None:
     cluster.create("orders", 3, 2)
     plan = plan_create_partitions(cluster.state, "orders", 6, cluster.now_ms)
     assert isinstance(plan, CreatePartitions)
-    assert plan.group_ids == (4, 5, 6)
+    assert plan.raft_group_ids == (4, 5, 6)
     cluster.apply(plan)
     assert node_loads(cluster.state) == {n: NodeLoad(leaders=2, replicas=4) for n in (1, 2, 3)}
     for name, total, code in [
@@ -247,14 +247,14 @@ def test_preferred_leader_moves() -> None:
     assert [x.preferred_leader for x in p] == [2, 3, 1]  # rotation starts at group id 1
     assert preferred_leader_moves(cluster.state) == ()  # no leader reported yet
     cluster.apply(
-        ReportLeader("orders", PartitionId(0), GroupId(1), NodeId(1), 2),  # not preferred
-        ReportLeader("orders", PartitionId(1), GroupId(2), NodeId(3), 1),  # preferred
-        ReportLeader("orders", PartitionId(2), GroupId(3), NodeId(2), 4),  # not preferred
+        ReportLeader("orders", PartitionId(0), RaftGroupId(1), NodeId(1), 2),  # not preferred
+        ReportLeader("orders", PartitionId(1), RaftGroupId(2), NodeId(3), 1),  # preferred
+        ReportLeader("orders", PartitionId(2), RaftGroupId(3), NodeId(2), 4),  # not preferred
     )
     moves = preferred_leader_moves(cluster.state)
     assert moves == (
-        LeaderMove("orders", PartitionId(0), GroupId(1), NodeId(1), NodeId(2)),
-        LeaderMove("orders", PartitionId(2), GroupId(3), NodeId(2), NodeId(1)),
+        LeaderMove("orders", PartitionId(0), RaftGroupId(1), NodeId(1), NodeId(2)),
+        LeaderMove("orders", PartitionId(2), RaftGroupId(3), NodeId(2), NodeId(1)),
     )
     # A preferred replica that is fenced does not get leadership back.
     cluster.apply(FenceNode(NodeId(2), cluster.now_ms + LEASE_MS, LEASE_MS))
@@ -319,7 +319,7 @@ def test_auto_rebalance_moves_one_replica_at_a_time_onto_a_new_node() -> None:
             (info,) = moving
             assert info.target is not None
             cluster.apply(
-                CompleteReassignment(info.topic, info.partition, info.group_id, info.target)
+                CompleteReassignment(info.topic, info.partition, info.raft_group_id, info.target)
             )
         moves += 1
         assert moves <= 12, "the rebalance does not converge"

@@ -29,7 +29,7 @@ from raftlog.metadata.commands import (
     encode_command,
 )
 from raftlog.metadata.state import MetadataState
-from raftlog.types import GroupId, NodeId, PartitionId
+from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 
 class Log:
@@ -77,7 +77,7 @@ def register(node_id: int, incarnation: int = 1, now_ms: int = 0) -> RegisterNod
 def create(
     name: str = "orders",
     assignments: tuple[tuple[int, ...], ...] = ((1, 2), (2, 3), (3, 1)),
-    first_group_id: int = 1,
+    first_raft_group_id: int = 1,
     **overrides: object,
 ) -> CreateTopic:
     fields: dict[str, object] = {
@@ -87,7 +87,7 @@ def create(
         "replication_factor": len(assignments[0]) if assignments else 2,
         "config": {"retention.ms": "60000"},
         "assignments": tuple(tuple(NodeId(n) for n in r) for r in assignments),
-        "group_ids": tuple(GroupId(first_group_id + i) for i in range(len(assignments))),
+        "raft_group_ids": tuple(RaftGroupId(first_raft_group_id + i) for i in range(len(assignments))),
     }
     fields.update(overrides)
     return CreateTopic(**fields)  # type: ignore[arg-type]
@@ -110,7 +110,7 @@ def test_a_fresh_state() -> None:
     state = MetadataState("c")
     assert state.cluster_id == "c"
     assert state.applied_offset == -1
-    assert state.next_group_id == 1 and state.next_producer_id == 0
+    assert state.next_raft_group_id == 1 and state.next_producer_id == 0
     assert state.nodes() == () and state.topics() == () and state.alive_node_ids() == ()
     assert state.partitions("x") == () and state.partition("x", 0) is None
 
@@ -177,14 +177,14 @@ def test_create_topic(with_topic: Log) -> None:
     assert topic.config == {"retention.ms": "60000"}
     p1 = state.partition("orders", 1)
     assert p1 is not None
-    assert (p1.group_id, p1.replicas, p1.preferred_leader) == (2, (2, 3), 2)
+    assert (p1.raft_group_id, p1.replicas, p1.preferred_leader) == (2, (2, 3), 2)
     assert p1.leader_id is None and p1.leader_epoch == -1
-    assert state.next_group_id == 4
-    assert state.group_ids_for_node(NodeId(1)) == {1, 3}
-    assert state.group_ids_for_node(NodeId(9)) == frozenset()
-    by_group = state.partition_by_group(GroupId(3))
+    assert state.next_raft_group_id == 4
+    assert state.raft_group_ids_for_node(NodeId(1)) == {1, 3}
+    assert state.raft_group_ids_for_node(NodeId(9)) == frozenset()
+    by_group = state.partition_by_raft_group(RaftGroupId(3))
     assert by_group is not None and (by_group.topic, by_group.partition) == ("orders", 2)
-    assert state.partition_by_group(GroupId(4)) is None
+    assert state.partition_by_raft_group(RaftGroupId(4)) is None
     assert [t.name for t in state.topics()] == ["orders"]
 
 
@@ -193,8 +193,16 @@ def test_create_topic(with_topic: Log) -> None:
     [
         (create(name="a b"), ErrorCode.INVALID_TOPIC_NAME, "'a b'"),
         (create(name="orders"), ErrorCode.TOPIC_ALREADY_EXISTS, "'orders' already exists"),
-        (create(name="o", topic_id="id-orders", first_group_id=4), ErrorCode.INVALID_REQUEST, "id"),
-        (create(name="o", topic_id="bad id", first_group_id=4), ErrorCode.INVALID_REQUEST, "id"),
+        (
+            create(name="o", topic_id="id-orders", first_raft_group_id=4),
+            ErrorCode.INVALID_REQUEST,
+            "id",
+        ),
+        (
+            create(name="o", topic_id="bad id", first_raft_group_id=4),
+            ErrorCode.INVALID_REQUEST,
+            "id",
+        ),
         (create(name="o", partition_count=0, assignments=()), ErrorCode.INVALID_PARTITIONS, "0"),
         (create(name="o", partition_count=2), ErrorCode.INVALID_REPLICA_ASSIGNMENT, "3 replica"),
         (create(name="o", replication_factor=16), ErrorCode.INVALID_REPLICATION_FACTOR, "16"),
@@ -202,10 +210,22 @@ def test_create_topic(with_topic: Log) -> None:
         (create(name="o", assignments=((1, 1),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT, "twice"),
         (create(name="o", assignments=((1, 9),)), ErrorCode.INVALID_REPLICA_ASSIGNMENT, "[9]"),
         (create(name="o", config={"x": "1"}), ErrorCode.INVALID_CONFIG, "'x'"),
-        (create(name="o", first_group_id=3), ErrorCode.INVALID_GROUP_ID, "next_group_id=4"),
-        (create(name="o", group_ids=(GroupId(5),) * 3), ErrorCode.INVALID_GROUP_ID, "stale"),
-        (create(name="o", group_ids=(GroupId(5),)), ErrorCode.INVALID_REQUEST, "1 group ids"),
-        (create(name="o", first_group_id=(1 << 31) - 1), ErrorCode.INVALID_GROUP_ID, "below"),
+        (
+            create(name="o", first_raft_group_id=3),
+            ErrorCode.INVALID_GROUP_ID,
+            "next_raft_group_id=4",
+        ),
+        (
+            create(name="o", raft_group_ids=(RaftGroupId(5),) * 3),
+            ErrorCode.INVALID_GROUP_ID,
+            "stale",
+        ),
+        (
+            create(name="o", raft_group_ids=(RaftGroupId(5),)),
+            ErrorCode.INVALID_REQUEST,
+            "1 Raft group ids",
+        ),
+        (create(name="o", first_raft_group_id=(1 << 31) - 1), ErrorCode.INVALID_GROUP_ID, "below"),
     ],
 )
 def test_create_topic_checks(
@@ -215,8 +235,8 @@ def test_create_topic_checks(
 
 
 def test_topic_names_differing_in_dot_and_underscore_collide(with_topic: Log) -> None:
-    with_topic.ok(create("a.b", first_group_id=4))
-    with_topic.rejected(create("a_b", first_group_id=7), ErrorCode.INVALID_TOPIC_NAME, "'a.b'")
+    with_topic.ok(create("a.b", first_raft_group_id=4))
+    with_topic.rejected(create("a_b", first_raft_group_id=7), ErrorCode.INVALID_TOPIC_NAME, "'a.b'")
 
 
 def test_alter_topic_config_sets_and_deletes_keys(with_topic: Log) -> None:
@@ -259,23 +279,23 @@ def test_alter_topic_config_checks(
 def test_delete_topic_keeps_group_ids_unique(with_topic: Log) -> None:
     with_topic.ok(DeleteTopic("orders"))
     assert with_topic.state.topic("orders") is None
-    assert with_topic.state.group_ids_for_node(NodeId(1)) == frozenset()
-    assert with_topic.state.next_group_id == 4
+    assert with_topic.state.raft_group_ids_for_node(NodeId(1)) == frozenset()
+    assert with_topic.state.next_raft_group_id == 4
     with_topic.rejected(DeleteTopic("orders"), ErrorCode.UNKNOWN_TOPIC, "'orders'")
     # Re-created under the same name, the topic gets new groups.
     with_topic.rejected(create(), ErrorCode.INVALID_GROUP_ID)
-    with_topic.ok(create(first_group_id=4))
+    with_topic.ok(create(first_raft_group_id=4))
     p0 = with_topic.state.partition("orders", 0)
-    assert p0 is not None and p0.group_id == 4
+    assert p0 is not None and p0.raft_group_id == 4
 
 
 def test_create_partitions(with_topic: Log) -> None:
-    with_topic.ok(CreatePartitions("orders", ((NodeId(3), NodeId(2)),), (GroupId(4),)))
+    with_topic.ok(CreatePartitions("orders", ((NodeId(3), NodeId(2)),), (RaftGroupId(4),)))
     topic = with_topic.state.topic("orders")
     assert topic is not None and topic.partition_count == 4
     p3 = with_topic.state.partition("orders", 3)
-    assert p3 is not None and (p3.partition, p3.group_id, p3.replicas) == (3, 4, (3, 2))
-    assert with_topic.state.next_group_id == 5
+    assert p3 is not None and (p3.partition, p3.raft_group_id, p3.replicas) == (3, 4, (3, 2))
+    assert with_topic.state.next_raft_group_id == 5
 
 
 @pytest.mark.parametrize(
@@ -285,7 +305,7 @@ def test_create_partitions(with_topic: Log) -> None:
         (CreatePartitions("orders", (), ()), ErrorCode.INVALID_PARTITIONS, "at least one"),
         (CreatePartitions("orders", ((1,),), (4,)), ErrorCode.INVALID_REPLICATION_FACTOR, "1 repl"),
         (CreatePartitions("orders", ((1, 2),), (3,)), ErrorCode.INVALID_GROUP_ID, "[3]"),
-        (CreatePartitions("orders", ((1, 2),), ()), ErrorCode.INVALID_REQUEST, "0 group ids"),
+        (CreatePartitions("orders", ((1, 2),), ()), ErrorCode.INVALID_REQUEST, "0 Raft group ids"),
         (
             CreatePartitions("orders", ((1, 2),) * 9998, tuple(range(4, 10002))),
             ErrorCode.INVALID_PARTITIONS,
@@ -306,8 +326,8 @@ def test_reassign_partition_starts_a_move_that_completion_ends(with_topic: Log) 
     assert p0 is not None and p0.replicas == (1, 2) and p0.target == (3, 1)
     assert (p0.adding, p0.removing, p0.hosts) == ((3,), (2,), (1, 2, 3))
     # During the move node 2 (leaving) and node 3 (joining) both host the group.
-    assert 1 in with_topic.state.group_ids_for_node(NodeId(2))
-    assert 1 in with_topic.state.group_ids_for_node(NodeId(3))
+    assert 1 in with_topic.state.raft_group_ids_for_node(NodeId(2))
+    assert 1 in with_topic.state.raft_group_ids_for_node(NodeId(3))
     assert with_topic.state.moving_partitions() == (p0,)
     # A snapshot taken mid-move restores the move (and equal states give equal bytes).
     restored = MetadataState.restore(with_topic.state.snapshot())
@@ -319,16 +339,16 @@ def test_reassign_partition_starts_a_move_that_completion_ends(with_topic: Log) 
         "already moving to [3, 1]",
     )
     with_topic.ok(
-        CompleteReassignment("orders", PartitionId(0), GroupId(1), (NodeId(3), NodeId(1)))
+        CompleteReassignment("orders", PartitionId(0), RaftGroupId(1), (NodeId(3), NodeId(1)))
     )
     p0 = with_topic.state.partition("orders", 0)
     assert p0 is not None and p0.replicas == (3, 1) and p0.target is None
     assert p0.preferred_leader == 3
-    assert with_topic.state.group_ids_for_node(NodeId(2)) == {2}
+    assert with_topic.state.raft_group_ids_for_node(NodeId(2)) == {2}
     assert with_topic.state.moving_partitions() == ()
     # A second, late completion (a new leader reporting again) changes nothing.
     with_topic.rejected(
-        CompleteReassignment("orders", PartitionId(0), GroupId(1), (NodeId(3), NodeId(1))),
+        CompleteReassignment("orders", PartitionId(0), RaftGroupId(1), (NodeId(3), NodeId(1))),
         ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
         "target is None",
     )
@@ -344,17 +364,17 @@ def test_reassign_to_the_same_nodes_only_reorders(with_topic: Log) -> None:
     ("command", "code", "fragment"),
     [
         (
-            CompleteReassignment("orders", PartitionId(0), GroupId(2), (3, 1)),
+            CompleteReassignment("orders", PartitionId(0), RaftGroupId(2), (3, 1)),
             ErrorCode.UNKNOWN_PARTITION,
             "is group 1",
         ),
         (
-            CompleteReassignment("orders", PartitionId(0), GroupId(1), (1, 3)),
+            CompleteReassignment("orders", PartitionId(0), RaftGroupId(1), (1, 3)),
             ErrorCode.NO_REASSIGNMENT_IN_PROGRESS,
             "target is [3, 1]",
         ),
         (
-            CompleteReassignment("nope", PartitionId(0), GroupId(1), (3, 1)),
+            CompleteReassignment("nope", PartitionId(0), RaftGroupId(1), (3, 1)),
             ErrorCode.UNKNOWN_TOPIC,
             "'nope'",
         ),
@@ -405,37 +425,37 @@ def test_reassign_checks(
 
 
 def test_report_leader_keeps_the_highest_epoch(with_topic: Log) -> None:
-    report = ReportLeader("orders", PartitionId(0), GroupId(1), NodeId(2), 3)
+    report = ReportLeader("orders", PartitionId(0), RaftGroupId(1), NodeId(2), 3)
     with_topic.ok(report, report)  # a repeated report is harmless
     p0 = with_topic.state.partition("orders", 0)
     assert p0 is not None and (p0.leader_id, p0.leader_epoch) == (2, 3)
-    older = ReportLeader("orders", PartitionId(0), GroupId(1), NodeId(1), 2)
+    older = ReportLeader("orders", PartitionId(0), RaftGroupId(1), NodeId(1), 2)
     with_topic.rejected(older, ErrorCode.STALE_LEADER_EPOCH, "epoch 2", "epoch 3")
-    rival = ReportLeader("orders", PartitionId(0), GroupId(1), NodeId(1), 3)
+    rival = ReportLeader("orders", PartitionId(0), RaftGroupId(1), NodeId(1), 3)
     with_topic.rejected(rival, ErrorCode.STALE_LEADER_EPOCH)
-    with_topic.ok(ReportLeader("orders", PartitionId(0), GroupId(1), NodeId(1), 4))
+    with_topic.ok(ReportLeader("orders", PartitionId(0), RaftGroupId(1), NodeId(1), 4))
 
 
 @pytest.mark.parametrize(
     ("command", "code", "fragment"),
     [
         (
-            ReportLeader("nope", PartitionId(0), GroupId(1), NodeId(1), 1),
+            ReportLeader("nope", PartitionId(0), RaftGroupId(1), NodeId(1), 1),
             ErrorCode.UNKNOWN_TOPIC,
             "",
         ),
         (
-            ReportLeader("orders", PartitionId(5), GroupId(1), NodeId(1), 1),
+            ReportLeader("orders", PartitionId(5), RaftGroupId(1), NodeId(1), 1),
             ErrorCode.UNKNOWN_PARTITION,
             "",
         ),
         (
-            ReportLeader("orders", PartitionId(0), GroupId(2), NodeId(1), 1),
+            ReportLeader("orders", PartitionId(0), RaftGroupId(2), NodeId(1), 1),
             ErrorCode.UNKNOWN_PARTITION,
             "group 2",
         ),
         (
-            ReportLeader("orders", PartitionId(0), GroupId(1), NodeId(9), 1),
+            ReportLeader("orders", PartitionId(0), RaftGroupId(1), NodeId(9), 1),
             ErrorCode.UNKNOWN_NODE,
             "9",
         ),
@@ -475,7 +495,7 @@ def test_apply_demands_increasing_offsets(log: Log) -> None:
 
 def test_snapshot_restore_gives_an_equal_state(with_topic: Log) -> None:
     with_topic.ok(
-        ReportLeader("orders", PartitionId(1), GroupId(2), NodeId(3), 9),
+        ReportLeader("orders", PartitionId(1), RaftGroupId(2), NodeId(3), 9),
         FenceNode(NodeId(1), 50_000, 6_000),
         AllocateProducerIds(7),
     )
@@ -486,7 +506,7 @@ def test_snapshot_restore_gives_an_equal_state(with_topic: Log) -> None:
     assert restored.nodes() == with_topic.state.nodes()
     assert restored.topics() == with_topic.state.topics()
     assert list(restored.all_partitions()) == list(with_topic.state.all_partitions())
-    assert restored.next_producer_id == 7 and restored.next_group_id == 4
+    assert restored.next_producer_id == 7 and restored.next_raft_group_id == 4
     restored.check_invariants()
 
 

@@ -9,14 +9,14 @@ import pytest
 
 from raftlog.errors import ConfigError
 from raftlog.serve import add_serve_parser, settings_from_args
-from raftlog.settings import BrokerSettings, parse_bootstrap, settings_from_toml
+from raftlog.settings import NodeSettings, parse_bootstrap, settings_from_toml
 from raftlog.types import NodeId
 
 PEERS = {NodeId(n): ("127.0.0.1", 9100 + n) for n in (1, 2, 3)}
 
 
-def _settings(node_id: int, bootstrap: tuple[str, ...] = ()) -> BrokerSettings:
-    return BrokerSettings(
+def _settings(node_id: int, bootstrap: tuple[str, ...] = ()) -> NodeSettings:
+    return NodeSettings(
         node_id=NodeId(node_id),
         data_dir=Path("d"),
         listen=("127.0.0.1", 9004),

@@ -13,7 +13,7 @@ from raftlog.storage.log import SegmentedLog
 from raftlog.storage.records import RecordInput, encode_batch
 from raftlog.storage.sim_file_system import SimFileSystem
 from raftlog.storage.wall_clock import ManualWallClock
-from raftlog.types import GroupId
+from raftlog.types import RaftGroupId
 
 CONFIG = LogConfig(
     segment_bytes_max=1024, index_interval_bytes=128, batch_bytes_max=512,
@@ -41,7 +41,7 @@ def test_a_round_cleans_only_below_clean_below() -> None:
     bases = log.segment_base_offsets
     below = bases[len(bases) // 2]
     sizes = {path: size for path, _, _, size, _ in log.closed_segment_stats()}
-    cleaner = _cleaner([CleanTarget(GroupId(1), log, SETTINGS, clean_below=below)])
+    cleaner = _cleaner([CleanTarget(RaftGroupId(1), log, SETTINGS, clean_below=below)])
     assert asyncio.run(cleaner.clean_round()) > 0
     assert cleaner.passes == 1 and cleaner.bytes_read > 0 and cleaner.cpu_s > 0
     for path, base, end, size, _ in log.closed_segment_stats():
@@ -54,8 +54,8 @@ def test_a_round_cleans_only_below_clean_below() -> None:
 
 def test_a_closed_log_and_a_policy_without_compact_are_left_alone() -> None:
     log = _log()
-    target = CleanTarget(GroupId(1), log, CompactionSettings(), clean_below=log.log_end_offset)
+    target = CleanTarget(RaftGroupId(1), log, CompactionSettings(), clean_below=log.log_end_offset)
     assert asyncio.run(_cleaner([target]).clean_round()) == 0
     log.close()
-    closed = CleanTarget(GroupId(1), log, SETTINGS, clean_below=log.log_end_offset)
+    closed = CleanTarget(RaftGroupId(1), log, SETTINGS, clean_below=log.log_end_offset)
     assert asyncio.run(_cleaner([closed]).clean_round()) == 0

@@ -58,7 +58,7 @@ def _moves(
         node_id=FENCED,
         metadata=lambda: state,
         replicas={(r.topic, r.partition): r for r in replicas},
-        replicas_by_group={r.group.group_id: r for r in replicas},
+        replicas_by_raft_group={r.group.raft_group_id: r for r in replicas},
         rng=random.Random(7),
         submit=submit,
         spawn=spawn,

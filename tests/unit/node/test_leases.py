@@ -25,14 +25,14 @@ from raftlog.metadata import (
 from raftlog.metadata.commands import encode_command
 from raftlog.node.controller_duties import ControllerDuties
 from raftlog.node.leases import ControllerWatch, LoopLagMeter, NodeLease
-from raftlog.node.node import Broker
+from raftlog.node.node import Node
 from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Entry, Membership, Role, Snapshot
 from raftlog.runtime.clock import FakeMonotonicClock
 from raftlog.runtime.group import RaftGroup
-from raftlog.settings import BrokerSettings
-from raftlog.types import GroupId, NodeId
+from raftlog.settings import NodeSettings
+from raftlog.types import NodeId, RaftGroupId
 
 LEASE_MS = 1000
 N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
@@ -149,7 +149,7 @@ def _leader_group() -> RaftGroup:
     node.campaign()
     assert node.role is Role.LEADER
     return RaftGroup(
-        group_id=GroupId(0),
+        raft_group_id=RaftGroupId(0),
         node=node,
         log=storage,
         hard_state_store=MemoryHardStateStore(),
@@ -270,11 +270,11 @@ def test_a_really_silent_node_is_fenced_within_its_lease() -> None:
     assert fenced_at == [10]  # 1500 ms of wall time, 1000 ms of loop time
 
 
-def _unstarted_broker(data_dir: Path, clock: FakeMonotonicClock) -> Broker:
+def _unstarted_node(data_dir: Path, clock: FakeMonotonicClock) -> Node:
     address = ("127.0.0.1", 1)
     metadata = MetadataConfig(node_lease_ms=LEASE_MS, node_heartbeat_interval_ms=100)
-    return Broker(
-        BrokerSettings(
+    return Node(
+        NodeSettings(
             node_id=N1,
             data_dir=data_dir,
             listen=address,
@@ -287,23 +287,23 @@ def _unstarted_broker(data_dir: Path, clock: FakeMonotonicClock) -> Broker:
 
 
 def test_a_node_cannot_renew_another_nodes_lease_by_a_call(tmp_path: Path) -> None:
-    broker = _unstarted_broker(tmp_path, FakeMonotonicClock())
+    node = _unstarted_node(tmp_path, FakeMonotonicClock())
     for command in (
         NodeHeartbeat(node_id=N3, incarnation=1, now_ms=0),
         RegisterNode(N3, "127.0.0.1:1", "127.0.0.1:2", incarnation=1, now_ms=0),
     ):
-        result = asyncio.run(broker._serve_call(N2, command, 1.0))
+        result = asyncio.run(node._serve_call(N2, command, 1.0))
         assert result.code is ErrorCode.INVALID_REQUEST
         assert result.message == "node 2 sent the liveness of node 3"
 
 
 def test_a_broker_reads_its_lease_on_the_clock_it_was_given(tmp_path: Path) -> None:
     clock = FakeMonotonicClock()
-    broker = _unstarted_broker(tmp_path, clock)
+    node = _unstarted_node(tmp_path, clock)
     clock.advance(0.999)
-    assert not broker.is_fenced()
+    assert not node.is_fenced()
     clock.advance(0.001)
-    assert broker.is_fenced()
+    assert node.is_fenced()
 
 
 def test_the_controller_rebalances_onto_a_new_node_once_it_outlived_the_grace() -> None:

@@ -26,11 +26,11 @@ from raftlog.metadata import (
 )
 from raftlog.metadata.catch_up import caught_up_since_start
 from raftlog.metadata.commands import encode_command
-from raftlog.node.group_factory import GroupFactory
+from raftlog.node.group_factory import RaftGroupFactory
 from raftlog.node.reconcile import Reconciler
 from raftlog.raft.types import Role
 from raftlog.runtime.clock import FakeMonotonicClock, MonotonicClock
-from raftlog.runtime.host import GroupHost
+from raftlog.runtime.host import RaftGroupHost
 from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.wall_clock import SystemWallClock
 from raftlog.types import NodeId
@@ -69,14 +69,14 @@ class _Node1:
             log_config=LogConfig(),
             bootstrap_peers=peers,
             metadata=lambda: self.state,
-            factory=GroupFactory(
+            factory=RaftGroupFactory(
                 node_id=N1,
                 config=NodeConfig(),
                 files=OsFileSystem(),
                 wall_clock=SystemWallClock(),
                 rng=random.Random(1),
             ),
-            host=GroupHost(node_id=N1, tick_interval_ms=10, send=lambda *_: None),
+            host=RaftGroupHost(node_id=N1, tick_interval_ms=10, send=lambda *_: None),
             update_peers=self.dialed.update,
             on_leadership_change=lambda group: None,
             caught_up=lambda: caught_up_since_start(self.state, N1, INCARNATION),
@@ -161,9 +161,9 @@ def test_an_altered_topic_config_reaches_its_replicas_without_a_restart(tmp_path
     alter = AlterTopicConfig("t", {"cleanup.policy": "compact", "retention.ms": "5000"}, ())
     assert node.state.apply(node.state.applied_offset + 1, encode_command(alter)).ok
     assert replica._keys_required()
-    assert [t.group_id for t in node.reconciler.clean_targets()] == [plan.group_ids[0]]
+    assert [t.raft_group_id for t in node.reconciler.clean_targets()] == [plan.raft_group_ids[0]]
     node.reconciler.apply_retention(now_ms=1_000)
-    storage = node.reconciler._factory.storages[plan.group_ids[0]]
+    storage = node.reconciler._factory.storages[plan.raft_group_ids[0]]
     assert storage.log.config.retention_ms == 5000
     node.reconciler._factory.close_all()
 

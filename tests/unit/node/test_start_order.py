@@ -13,9 +13,9 @@ import asyncio
 import socket
 from pathlib import Path
 
-from raftlog.node.node import Broker
+from raftlog.node.node import Node
 from raftlog.raft.types import Role
-from raftlog.settings import BrokerSettings
+from raftlog.settings import NodeSettings
 from raftlog.types import NodeId
 
 
@@ -27,8 +27,8 @@ def _free_port() -> int:
 
 def test_client_listeners_are_bound_before_any_raft_group_runs(tmp_path: Path) -> None:
     raft = ("127.0.0.1", _free_port())
-    broker = Broker(
-        BrokerSettings(
+    node = Node(
+        NodeSettings(
             node_id=NodeId(1),
             data_dir=tmp_path,
             listen=("127.0.0.1", 0),
@@ -42,22 +42,22 @@ def test_client_listeners_are_bound_before_any_raft_group_runs(tmp_path: Path) -
         # The gRPC listener takes connections, and no group has run a pass: nothing the
         # node's groups did (a sole voter's campaign, in memory) has been persisted, sent or
         # reported, so no election could have named this node yet.
-        with socket.create_connection(("127.0.0.1", broker.bound_port), timeout=5):
+        with socket.create_connection(("127.0.0.1", node.bound_port), timeout=5):
             pass
         await asyncio.sleep(0.5)  # a running host passes every tick
-        passes_seen.append(broker.host.passes)
+        passes_seen.append(node.host.passes)
 
     async def scenario() -> None:
-        await broker.start(start_front_ends=front_ends)
+        await node.start(start_front_ends=front_ends)
         try:
-            assert broker.metadata_group is not None
+            assert node.metadata_group is not None
             for _ in range(200):  # then the node runs its groups and elects itself
-                if broker.metadata_group.node.role is Role.LEADER:
+                if node.metadata_group.node.role is Role.LEADER:
                     break
                 await asyncio.sleep(0.05)
-            assert broker.metadata_group.node.role is Role.LEADER
+            assert node.metadata_group.node.role is Role.LEADER
         finally:
-            await broker.stop()
+            await node.stop()
 
     asyncio.run(scenario())
     assert passes_seen == [0]

@@ -14,7 +14,7 @@ from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Membership, Message
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.ready import complete_ready, persist_ready
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
 __all__ = ["CONFIG", "LEADER", "NODES", "NoReads", "ReplicaGroups"]
 
@@ -67,7 +67,7 @@ class ReplicaGroups:
                 bootstrap_membership=membership,
             )
             group = RaftGroup(
-                group_id=GroupId(partition),
+                raft_group_id=RaftGroupId(partition),
                 node=node,
                 log=storage,
                 hard_state_store=MemoryHardStateStore(),

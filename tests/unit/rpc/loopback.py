@@ -12,7 +12,7 @@ from raftlog.raft.types import AppendRequest, Entry, EntryKind, HeartbeatRequest
 from raftlog.rpc import codec
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_transport import PeerTransport
-from raftlog.types import GroupId, NodeId, Offset, Term
+from raftlog.types import NodeId, Offset, RaftGroupId, Term
 
 HANG_GUARD_S = 30
 FAST = TransportConfig(reconnect_backoff_ms_min=1, reconnect_backoff_ms_max=5)
@@ -27,7 +27,7 @@ class Inbox:
     """Collects what a transport delivers; tests wait for a number of messages."""
 
     def __init__(self) -> None:
-        self.items: list[tuple[NodeId, GroupId, Message]] = []
+        self.items: list[tuple[NodeId, RaftGroupId, Message]] = []
         self.frames = 0
         self.changed = asyncio.Event()
 

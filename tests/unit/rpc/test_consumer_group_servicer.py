@@ -16,8 +16,9 @@ from raftlog.metadata.commands import (
     ErrorCode,
     encode_command,
 )
+from raftlog.metadata.consumer_group_service import ConsumerGroupService
 from raftlog.metadata.state import MetadataState
-from raftlog.rpc.consumer_group_servicer import GroupService, GroupServicer
+from raftlog.rpc.consumer_group_servicer import ConsumerGroupServicer
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.types import NodeId
 from tests.unit.metadata.test_metadata_state import Log, create, register
@@ -41,8 +42,8 @@ class Ports:
     def metadata(self) -> MetadataState:
         return self.log.state
 
-    def servicer(self) -> tuple[GroupService, GroupServicer]:
-        service = GroupService.create(
+    def servicer(self) -> tuple[ConsumerGroupService, ConsumerGroupServicer]:
+        service = ConsumerGroupService.create(
             MetadataConfig(group_session_timeout_ms=1000, group_heartbeat_interval_ms=100),
             controller_term=lambda: self.term,
             controller_id=lambda: NodeId(2),
@@ -52,7 +53,7 @@ class Ports:
         )
         # The first request of a term starts a coordinator: it grants after a session timeout.
         assert service.coordinating() == (self.term is not None)
-        return service, GroupServicer(service, lambda node: f"n{node}:9092")
+        return service, ConsumerGroupServicer(service, lambda node: f"n{node}:9092")
 
 
 def call(coroutine: Any) -> Any:
@@ -60,7 +61,7 @@ def call(coroutine: Any) -> Any:
 
 
 def heartbeat(
-    servicer: GroupServicer, member: str, epoch: int, owned: list[int] | None = None
+    servicer: ConsumerGroupServicer, member: str, epoch: int, owned: list[int] | None = None
 ) -> pb.ConsumerGroupHeartbeatResponse:
     request = pb.ConsumerGroupHeartbeatRequest(
         group_id="g",
@@ -73,7 +74,9 @@ def heartbeat(
     return call(servicer.ConsumerGroupHeartbeat(request, None))  # type: ignore[arg-type]
 
 
-def commit(servicer: GroupServicer, member: str, epoch: int, partition: int, offset: int) -> Any:
+def commit(
+    servicer: ConsumerGroupServicer, member: str, epoch: int, partition: int, offset: int
+) -> Any:
     request = pb.OffsetCommitRequest(
         group_id="g",
         member_id=member,

@@ -14,7 +14,7 @@ from raftlog.errors import ConfigError
 from raftlog.raft.types import HeartbeatRequest, Message
 from raftlog.rpc.faults import DELIVER, Direction, FaultInjector, FrameFate, LinkFaults
 from raftlog.rpc.peer_transport import PeerTransport
-from raftlog.types import GroupId, NodeId, Offset, Term
+from raftlog.types import NodeId, Offset, RaftGroupId, Term
 
 
 class CountingInjector(FaultInjector):
@@ -48,7 +48,7 @@ async def faulty_pair(
 async def send_one(a: PeerTransport, n: int) -> Message:
     """Send one heartbeat and yield once so it is sealed into its own frame (and fated)."""
     message = heartbeat(A, B, n)
-    a.send(B, GroupId(n % 3), message)
+    a.send(B, RaftGroupId(n % 3), message)
     await asyncio.sleep(0)
     return message
 

@@ -1,7 +1,7 @@
 """Forwarding to the controller (raftlog.rpc.forwarding): one connection per controller
 address and lane, reused call after call (liveness on a connection of its own); a failed
 call cancels no other; the number of open channels is bounded. A real gRPC server runs the
-real Internal servicer; the broker behind it is a recorder of the commands it is asked to
+real Internal servicer; the node behind it is a recorder of the commands it is asked to
 commit."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from raftlog.types import NodeId
 
 
 class _Controller:
-    """The broker side of Internal.SubmitMetadata: always the controller, commits at once."""
+    """The node side of Internal.SubmitMetadata: always the controller, commits at once."""
 
     controller_id = NodeId(1)
 

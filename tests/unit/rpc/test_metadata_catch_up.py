@@ -1,5 +1,5 @@
 """A node holds metadata reads until its copy has caught up since it started, then refuses
-them retriably (raftlog.metadata.catch_up, Broker.wait_metadata_caught_up and the servicers'
+them retriably (raftlog.metadata.catch_up, Node.wait_metadata_caught_up and the servicers'
 `metadata_read_refusal`)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, cast
 
 from raftlog.config import MetadataConfig, NodeConfig
 from raftlog.metadata import RegisterNode, encode_command
-from raftlog.node.node import Broker
+from raftlog.node.node import Node
 from raftlog.raft.types import Entry, EntryKind
 from raftlog.rpc.admin_servicer import metadata_read_refusal
 from raftlog.rpc.v1 import raftlog_pb2 as pb
-from raftlog.settings import BrokerSettings
+from raftlog.settings import NodeSettings
 from raftlog.types import NodeId, Offset, Term
 
 if TYPE_CHECKING:
@@ -23,13 +23,13 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def _broker(data_dir: Path, *, catch_up_wait_ms: int = 3000) -> Broker:
+def _node(data_dir: Path, *, catch_up_wait_ms: int = 3000) -> Node:
     address = ("127.0.0.1", 1)
     config = dataclasses.replace(
         NodeConfig(), metadata=MetadataConfig(catch_up_wait_ms=catch_up_wait_ms)
     )
-    return Broker(
-        BrokerSettings(
+    return Node(
+        NodeSettings(
             node_id=NodeId(1),
             data_dir=data_dir,
             listen=address,
@@ -40,12 +40,12 @@ def _broker(data_dir: Path, *, catch_up_wait_ms: int = 3000) -> Broker:
     )
 
 
-def _apply_registration(broker: Broker, incarnation: int) -> None:
+def _apply_registration(node: Node, incarnation: int) -> None:
     """Apply node 1's registration of `incarnation` to the broker's copy, as the metadata
     group's apply does."""
     command = RegisterNode(NodeId(1), "127.0.0.1:1", "127.0.0.1:1", incarnation, 0)
-    offset = Offset(broker.metadata.state.applied_offset + 1)
-    broker.metadata.apply(Entry(Term(1), offset, 1, EntryKind.DATA, encode_command(command)))
+    offset = Offset(node.metadata.state.applied_offset + 1)
+    node.metadata.apply(Entry(Term(1), offset, 1, EntryKind.DATA, encode_command(command)))
 
 
 def _run(coroutine: Coroutine[Any, Any, None]) -> None:
@@ -53,32 +53,32 @@ def _run(coroutine: Coroutine[Any, Any, None]) -> None:
 
 
 def test_reads_wait_until_the_copy_shows_this_start_s_registration(tmp_path: Path) -> None:
-    broker = _broker(tmp_path)
+    node = _node(tmp_path)
 
     async def scenario() -> None:
-        waiting = asyncio.ensure_future(broker.wait_metadata_caught_up())
+        waiting = asyncio.ensure_future(node.wait_metadata_caught_up())
         await asyncio.sleep(0)
-        _apply_registration(broker, broker.incarnation - 1)  # the previous start's
+        _apply_registration(node, node.incarnation - 1)  # the previous start's
         await asyncio.sleep(0)
         assert not waiting.done()
-        _apply_registration(broker, broker.incarnation)
+        _apply_registration(node, node.incarnation)
         assert await waiting is True
-        assert await broker.wait_metadata_caught_up() is True  # latched for this start
+        assert await node.wait_metadata_caught_up() is True  # latched for this start
 
     _run(scenario())
 
 
 def test_a_read_that_waited_out_the_bound_is_told_so(tmp_path: Path) -> None:
-    broker = _broker(tmp_path, catch_up_wait_ms=1)
+    node = _node(tmp_path, catch_up_wait_ms=1)
 
     async def scenario() -> None:
-        assert await broker.wait_metadata_caught_up() is False
+        assert await node.wait_metadata_caught_up() is False
 
     _run(scenario())
 
 
 class _Node:
-    """What `metadata_read_refusal` reads of a broker: node 3, not caught up, controller 1."""
+    """What `metadata_read_refusal` reads of a node: node 3, not caught up, controller 1."""
 
     node_id = NodeId(3)
 
@@ -94,7 +94,7 @@ class _Node:
 
 
 def _refusal(node: _Node) -> pb.Error | None:
-    return asyncio.run(metadata_read_refusal(cast(Broker, node)))
+    return asyncio.run(metadata_read_refusal(cast(Node, node)))
 
 
 def test_a_caught_up_node_answers() -> None:

@@ -27,10 +27,10 @@ from raftlog.rpc.peer_calls import (
     encode_reply,
 )
 from raftlog.rpc.peer_transport import PeerTransport
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
 HEARTBEAT = NodeHeartbeat(node_id=A, incarnation=7, now_ms=1000)
-# The tasks serving calls (a node supervises them: Broker._spawn).
+# The tasks serving calls (a node supervises them: Node._spawn).
 _tasks: set[asyncio.Task[None]] = set()
 
 
@@ -267,7 +267,7 @@ def test_a_call_goes_ahead_of_the_raft_traffic_queued_for_the_controller() -> No
         # Not connected yet: three appends of a frame each wait in A's queue, then the call.
         a.update_peers({B: ("127.0.0.1", port_b)})
         for _ in range(3):
-            a.send(B, GroupId(1), append(A, B, FAST.frame_bytes_target))
+            a.send(B, RaftGroupId(1), append(A, B, FAST.frame_bytes_target))
         assert (await calls_a.call(B, HEARTBEAT, 10.0)).ok
         while order.count("raft") < 3:
             await asyncio.sleep(0.001)

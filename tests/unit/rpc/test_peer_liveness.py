@@ -12,7 +12,7 @@ from raftlog.config import TransportConfig
 from raftlog.errors import ConfigError
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_transport import PeerTransport
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
 LIVENESS = TransportConfig(
     reconnect_backoff_ms_min=1,
@@ -89,7 +89,7 @@ def test_a_closed_peer_is_unreachable_at_once_and_reachable_when_back() -> None:
         b2, _ = await _node(B, Inbox(), Changes())
         b2.update_peers({A: ("127.0.0.1", port_a)})
         await changes_a.wait_for((B, True))
-        a.send(B, GroupId(1), heartbeat(A, B, 1))
+        a.send(B, RaftGroupId(1), heartbeat(A, B, 1))
         await closing(a, b2)
 
     run(scenario)

@@ -17,23 +17,23 @@ from raftlog.config import TransportConfig
 from raftlog.errors import FrameError
 from raftlog.raft.types import AppendRequest, Entry, EntryKind, TimeoutNow
 from raftlog.rpc import codec
-from raftlog.types import GroupId, Offset, Term
+from raftlog.types import Offset, RaftGroupId, Term
 
 
 def test_messages_for_many_groups_arrive_in_order_one_frame_per_loop_iteration() -> None:
     async def scenario() -> None:
         a, b, inbox_a, inbox_b = await pair()
-        sent = [(GroupId(group), heartbeat(A, B, n)) for n in range(5) for group in range(20)]
+        sent = [(RaftGroupId(group), heartbeat(A, B, n)) for n in range(5) for group in range(20)]
         for group, message in sent:
             a.send(B, group, message)
-        a.send(B, GroupId(7), append(A, B, 100_000))
-        b.send(A, GroupId(3), TimeoutNow(Term(2), B, A))
+        a.send(B, RaftGroupId(7), append(A, B, 100_000))
+        b.send(A, RaftGroupId(3), TimeoutNow(Term(2), B, A))
         await inbox_b.wait_for(len(sent) + 1)
         await inbox_a.wait_for(1)
         assert [(g, m) for _, g, m in inbox_b.items[:-1]] == sent
         assert inbox_b.messages()[-1] == append(A, B, 100_000)
         assert {sender for sender, _, _ in inbox_b.items} == {A}
-        assert inbox_a.items == [(B, GroupId(3), TimeoutNow(Term(2), B, A))]
+        assert inbox_a.items == [(B, RaftGroupId(3), TimeoutNow(Term(2), B, A))]
         # Everything sent in one loop iteration went out as one frame.
         assert a.counters().frames_sent == 1 and inbox_b.frames == 1
         assert a.counters().messages_sent == b.counters().messages_received == len(sent) + 1
@@ -59,11 +59,11 @@ def test_large_entries_arrive_whole_from_frames_sent_in_parts() -> None:
         large = codec.SCATTER_DATA_BYTES_MIN
         first = request([10, 5 * large, 0, large, 300, 3 * large], fill=1)
         second = request([2 * large, 7], fill=100)
-        a.send(B, GroupId(2), heartbeat(A, B, 1))
-        a.send(B, GroupId(1), first)
-        a.send(B, GroupId(3), heartbeat(A, B, 2))
+        a.send(B, RaftGroupId(2), heartbeat(A, B, 1))
+        a.send(B, RaftGroupId(1), first)
+        a.send(B, RaftGroupId(3), heartbeat(A, B, 2))
         await inbox_b.wait_for(3)
-        a.send(B, GroupId(1), second)
+        a.send(B, RaftGroupId(1), second)
         await inbox_b.wait_for(4)
         assert inbox_b.messages() == [heartbeat(A, B, 1), first, heartbeat(A, B, 2), second]
         assert a.counters().bytes_sent == b.counters().bytes_received
@@ -84,13 +84,13 @@ def test_frames_are_split_at_frame_bytes_max() -> None:
         a, b, _, inbox_b = await pair(config=config)
         messages = [append(A, B, 20_000) for _ in range(10)]
         for message in messages:
-            a.send(B, GroupId(1), message)
+            a.send(B, RaftGroupId(1), message)
         await inbox_b.wait_for(10)
         assert inbox_b.messages() == messages
         # Three 20 kB appends fit in a 64 KiB frame; frames exceed the 4 KiB receive buffer.
         assert a.counters().frames_sent == 4 == inbox_b.frames
         with pytest.raises(FrameError, match="cannot fit in frame_bytes_max=65536"):
-            a.send(B, GroupId(1), append(A, B, 70_000))
+            a.send(B, RaftGroupId(1), append(A, B, 70_000))
         await closing(a, b)
 
     run(scenario)
@@ -120,7 +120,7 @@ def test_a_full_queue_drops_instead_of_blocking() -> None:
         await a.wait_connected(B)
         message = append(A, B, 100_000)
         for _ in range(400):  # 40 MB without yielding: more than kernel buffers can take
-            a.send(B, GroupId(1), message)
+            a.send(B, RaftGroupId(1), message)
         counters = a.counters()
         assert counters.messages_dropped_queue_full > 0
         assert 0 < a.queued_bytes(B) <= config.peer_queue_bytes_max
@@ -150,7 +150,7 @@ def test_a_peer_that_is_down_gets_nothing_queued() -> None:
         a.update_peers({B: ("127.0.0.1", port)})
         while a.counters().connect_failures < 1:
             await asyncio.sleep(0)  # yield until the first dial has failed
-        a.send(B, GroupId(1), heartbeat(A, B, 1))  # backing off for a minute: dropped at once
+        a.send(B, RaftGroupId(1), heartbeat(A, B, 1))  # backing off for a minute: dropped at once
         assert a.counters().messages_dropped_peer_down == 1 and a.queued_bytes(B) == 0
         await closing(a)
 
@@ -160,7 +160,7 @@ def test_a_peer_that_is_down_gets_nothing_queued() -> None:
 def test_reconnects_after_the_peer_restarts() -> None:
     async def scenario() -> None:
         a, b, _, inbox_b = await pair()
-        a.send(B, GroupId(1), heartbeat(A, B, 1))
+        a.send(B, RaftGroupId(1), heartbeat(A, B, 1))
         await inbox_b.wait_for(1)
         port_b = b._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         await b.close()
@@ -171,7 +171,7 @@ def test_reconnects_after_the_peer_restarts() -> None:
         while a.counters().connects < 2:
             await asyncio.sleep(0)  # yield to the redial loop; it needs a few iterations
         await a.wait_connected(B)
-        a.send(B, GroupId(1), heartbeat(A, B, 2))
+        a.send(B, RaftGroupId(1), heartbeat(A, B, 2))
         await inbox_b2.wait_for(1)
         assert inbox_b2.messages() == [heartbeat(A, B, 2)]
         await closing(a, b2)
@@ -193,7 +193,7 @@ def test_a_hello_from_a_peer_ends_the_backoff_toward_it() -> None:
         b, _ = await node(B, inbox_b, port=port_b)
         b.update_peers({A: ("127.0.0.1", port_a)})
         await a.wait_connected(B)  # without the reset: only after 60 s (the hang guard fails)
-        a.send(B, GroupId(1), heartbeat(A, B, 1))
+        a.send(B, RaftGroupId(1), heartbeat(A, B, 1))
         await inbox_b.wait_for(1)
         assert a.counters().connect_failures == 1 and a.counters().connects == 1
         await closing(a, b)
@@ -210,15 +210,15 @@ def test_peers_can_be_added_removed_and_moved() -> None:
         port_b = b._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         a.update_peers({B: ("127.0.0.1", port_b), C: ("127.0.0.1", port_c)})
         await a.wait_connected(C)
-        a.send(C, GroupId(5), heartbeat(A, C, 1))
+        a.send(C, RaftGroupId(5), heartbeat(A, C, 1))
         await inbox_c.wait_for(1)
         # C learns a new address for A: the connection A dialed to C stays up.
         c.update_peers({A: ("127.0.0.1", 2)})
-        a.send(C, GroupId(5), heartbeat(A, C, 2))
+        a.send(C, RaftGroupId(5), heartbeat(A, C, 2))
         await inbox_c.wait_for(2)
         a.update_peers({C: ("127.0.0.1", port_c)})
         assert not a.is_connected(B)
-        a.send(B, GroupId(1), heartbeat(A, B, 1))
+        a.send(B, RaftGroupId(1), heartbeat(A, B, 1))
         assert a.counters().messages_dropped_unknown_peer == 1
         await closing(a, b, c)
 
@@ -251,7 +251,7 @@ def test_hello_from_a_stranger_is_refused(hello: codec.Hello, reason: str) -> No
         b, port_b = await node(B, inbox_b)
         b.update_peers({A: ("127.0.0.1", 1)})
         reader, writer = await raw_connection(port_b)
-        frame = codec.encode_messages([(GroupId(1), heartbeat(hello.node_id, B, 1))])
+        frame = codec.encode_messages([(RaftGroupId(1), heartbeat(hello.node_id, B, 1))])
         writer.write(codec.encode_hello(hello) + bytes(frame))
         assert await refused(reader) == b"", reason
         assert b.counters().handshakes_refused == 1
@@ -276,7 +276,7 @@ def test_dialer_refuses_a_listener_that_is_not_the_peer_it_dialed(answer: codec.
         server = await asyncio.start_server(impostor, "127.0.0.1", 0)
         a, _ = await node(A, Inbox())
         a.update_peers({B: ("127.0.0.1", server.sockets[0].getsockname()[1])})
-        a.send(B, GroupId(1), heartbeat(A, B, 1))  # queued while connecting, never sent
+        a.send(B, RaftGroupId(1), heartbeat(A, B, 1))  # queued while connecting, never sent
         while a.counters().connect_failures < 2:
             await asyncio.sleep(0)  # yield: each refused redial takes a few loop iterations
         counters = a.counters()
@@ -334,7 +334,7 @@ def test_messages_must_name_the_sender_of_the_connection() -> None:
         b, port_b = await node(B, inbox_b)
         b.update_peers({A: ("127.0.0.1", 1), C: ("127.0.0.1", 1)})
         reader, writer = await raw_connection(port_b)
-        forged = codec.encode_messages([(GroupId(1), heartbeat(C, B, 1))])
+        forged = codec.encode_messages([(RaftGroupId(1), heartbeat(C, B, 1))])
         writer.write(codec.encode_hello(codec.Hello("test", A)) + bytes(forged))
         await reader.readexactly(len(codec.encode_hello(codec.Hello("test", B))))
         assert await refused(reader) == b""

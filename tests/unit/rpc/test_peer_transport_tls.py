@@ -17,7 +17,7 @@ import pytest
 from loopback import FAST, A, B, Inbox, closing, heartbeat, run
 
 from raftlog.rpc.peer_transport import PeerTransport
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 
@@ -75,9 +75,9 @@ def test_messages_flow_over_mutual_tls(pki: Path) -> None:
         b, port_b = await tls_node(pki, B, inbox_b)
         a.update_peers({B: ("127.0.0.1", port_b)})
         b.update_peers({A: ("127.0.0.1", port_a)})
-        a.send(B, GroupId(1), heartbeat(A, B, 1))
-        a.send(B, GroupId(2), heartbeat(A, B, 2))
-        b.send(A, GroupId(1), heartbeat(B, A, 3))
+        a.send(B, RaftGroupId(1), heartbeat(A, B, 1))
+        a.send(B, RaftGroupId(2), heartbeat(A, B, 2))
+        b.send(A, RaftGroupId(1), heartbeat(B, A, 3))
         await inbox_b.wait_for(2)
         await inbox_a.wait_for(1)
         assert inbox_b.messages() == [heartbeat(A, B, 1), heartbeat(A, B, 2)]
@@ -94,7 +94,7 @@ def test_a_dialer_without_a_certificate_is_refused(pki: Path) -> None:
         b, port_b = await tls_node(pki, B, inbox_b)
         b.update_peers({A: ("127.0.0.1", 1)})
         a.update_peers({B: ("127.0.0.1", port_b)})
-        a.send(B, GroupId(1), heartbeat(A, B, 1))
+        a.send(B, RaftGroupId(1), heartbeat(A, B, 1))
         while a.counters().connect_failures < 2:
             await asyncio.sleep(0)  # yield to the redial loop
         assert a.counters().connects == 0 and inbox_b.items == []

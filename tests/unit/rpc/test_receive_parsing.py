@@ -18,7 +18,7 @@ from loopback import A, B, Inbox, append, heartbeat, node
 from raftlog.config import TransportConfig
 from raftlog.rpc import codec
 from raftlog.rpc.peer_connection import PeerConnection
-from raftlog.types import GroupId
+from raftlog.types import RaftGroupId
 
 SMALL_BUFFER = TransportConfig(
     receive_buffer_bytes=512,
@@ -74,8 +74,8 @@ def test_any_fragmentation_delivers_the_same_frames(
 ) -> None:
     frames: list[list[codec.Item]] = []
     for heartbeats, data_bytes in specs:
-        items: list[codec.Item] = [(GroupId(n), heartbeat(A, B, n)) for n in range(heartbeats)]
-        items.append((GroupId(9), append(A, B, data_bytes)))
+        items: list[codec.Item] = [(RaftGroupId(n), heartbeat(A, B, n)) for n in range(heartbeats)]
+        items.append((RaftGroupId(9), append(A, B, data_bytes)))
         frames.append(items)
     stream = codec.encode_hello(codec.Hello("test", A)) + b"".join(
         bytes(codec.encode_messages(items)) for items in frames

@@ -27,13 +27,13 @@ from raftlog.raft.types import (
     VoteResponse,
 )
 from raftlog.rpc import codec
-from raftlog.types import GroupId, NodeId, Offset, Term
+from raftlog.types import NodeId, Offset, RaftGroupId, Term
 
 I64_MAX = 2**63 - 1
 terms = st.integers(0, 2**40).map(Term)
 nodes = st.integers(0, 2**31).map(NodeId)
 offsets = st.integers(-1, 2**50).map(Offset)
-groups = st.integers(0, I64_MAX).map(GroupId)
+groups = st.integers(0, I64_MAX).map(RaftGroupId)
 
 
 @st.composite
@@ -133,7 +133,7 @@ def sample_append() -> AppendRequest:
 
 
 def test_truncated_frames_are_rejected_at_every_cut() -> None:
-    frame = codec.encode_messages([(GroupId(1), sample_append())])
+    frame = codec.encode_messages([(RaftGroupId(1), sample_append())])
     body = bytes(body_of(frame))
     for cut in range(len(body)):
         with pytest.raises(FrameError, match=r"truncated|trailing|cannot fit"):
@@ -141,7 +141,7 @@ def test_truncated_frames_are_rejected_at_every_cut() -> None:
 
 
 def test_trailing_bytes_are_rejected() -> None:
-    frame = codec.encode_messages([(GroupId(1), sample_append())])
+    frame = codec.encode_messages([(RaftGroupId(1), sample_append())])
     with pytest.raises(FrameError, match="1 trailing bytes after 1 messages"):
         codec.decode_messages(memoryview(bytes(body_of(frame)) + b"\0"), messages_max=10)
 
@@ -176,7 +176,7 @@ ENTRY = FIXED + 52
     ],
 )
 def test_malformed_fields_are_named(position: int, layout: str, value: int, reason: str) -> None:
-    frame = codec.encode_messages([(GroupId(1), sample_append())])
+    frame = codec.encode_messages([(RaftGroupId(1), sample_append())])
     body = patched(frame, codec.FRAME_HEADER.size + position, layout, value)
     with pytest.raises(FrameError, match=reason) as error:
         codec.decode_messages(body, messages_max=10)
@@ -184,7 +184,7 @@ def test_malformed_fields_are_named(position: int, layout: str, value: int, reas
 
 
 def test_entry_terms_never_decrease() -> None:
-    frame = codec.encode_messages([(GroupId(1), sample_append())])
+    frame = codec.encode_messages([(RaftGroupId(1), sample_append())])
     second_entry = ENTRY + 29 + 3
     body = patched(frame, codec.FRAME_HEADER.size + second_entry, "!q", 1)
     with pytest.raises(FrameError, match=r"entry term 1 outside \[2, 3\]"):
@@ -193,14 +193,14 @@ def test_entry_terms_never_decrease() -> None:
 
 def test_bad_flag_bits_and_overlapping_membership_are_rejected() -> None:
     vote = VoteResponse(Term(1), NodeId(1), NodeId(2), True)
-    frame = codec.encode_messages([(GroupId(0), vote)])
+    frame = codec.encode_messages([(RaftGroupId(0), vote)])
     with pytest.raises(FrameError, match="unknown flag bits 0x4"):
         codec.decode_messages(patched(frame, 5 + FIXED + 24, "!B", 4), messages_max=1)
     meta = SnapshotMeta(
         Offset(5), Term(1), Membership(frozenset({NodeId(1)}), frozenset({NodeId(2)}))
     )
     snapshot = SnapshotRequest(Term(1), NodeId(1), NodeId(2), Snapshot(meta))
-    frame = codec.encode_messages([(GroupId(0), snapshot)])
+    frame = codec.encode_messages([(RaftGroupId(0), snapshot)])
     learner = 5 + FIXED + 64
     with pytest.raises(FrameError, match=r"nodes \[1\] both voter and learner"):
         codec.decode_messages(patched(frame, learner, "!q", 1), messages_max=1)
@@ -245,7 +245,7 @@ LARGE = codec.SCATTER_DATA_BYTES_MIN
 def test_frame_parts_hold_the_frame_bytes_and_large_data_uncopied(
     batch: list[codec.Item], sizes: list[int]
 ) -> None:
-    batch = [*batch, (GroupId(9), _large_append(sizes))] if sizes else batch
+    batch = [*batch, (RaftGroupId(9), _large_append(sizes))] if sizes else batch
     size_bytes = sum(codec.item_size_bytes(message) for _, message in batch)
     parts = codec.encode_message_parts(batch, size_bytes=size_bytes)
     assert b"".join(parts) == codec.encode_messages(batch)

@@ -1,4 +1,4 @@
-"""GroupHost bounds the campaigns its groups' election timers start: at most
+"""RaftGroupHost bounds the campaigns its groups' election timers start: at most
 `campaigns_per_s_max` a second, a second's worth at once, on a fake clock (no sleeps).
 Twenty follower groups that never hear a leader all time out together; the host lets five
 campaign, and five more each second after."""
@@ -15,8 +15,8 @@ from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Membership, Role, Snapshot
 from raftlog.runtime.clock import FakeMonotonicClock
 from raftlog.runtime.group import RaftGroup
-from raftlog.runtime.host import GroupHost
-from raftlog.types import GroupId, NodeId
+from raftlog.runtime.host import RaftGroupHost
+from raftlog.types import NodeId, RaftGroupId
 
 ME = NodeId(1)
 GROUPS = 20
@@ -33,8 +33,8 @@ class _Nothing:
         raise AssertionError("no snapshots here")
 
 
-def _host(clock: FakeMonotonicClock) -> GroupHost:
-    host = GroupHost(
+def _host(clock: FakeMonotonicClock) -> RaftGroupHost:
+    host = RaftGroupHost(
         node_id=ME,
         tick_interval_ms=50,
         send=lambda *_: None,
@@ -53,7 +53,7 @@ def _host(clock: FakeMonotonicClock) -> GroupHost:
         )
         host.add(
             RaftGroup(
-                group_id=GroupId(index),
+                raft_group_id=RaftGroupId(index),
                 node=node,
                 log=storage,
                 hard_state_store=MemoryHardStateStore(),
@@ -65,7 +65,7 @@ def _host(clock: FakeMonotonicClock) -> GroupHost:
     return host
 
 
-def _campaigning(host: GroupHost) -> int:
+def _campaigning(host: RaftGroupHost) -> int:
     return sum(1 for group in host.groups() if group.node.role is not Role.FOLLOWER)
 
 

@@ -1,4 +1,4 @@
-"""GroupHost syncs small writes on the event loop and falls back to the disk thread while the
+"""RaftGroupHost syncs small writes on the event loop and falls back to the disk thread while the
 disk is slow (raftlog.runtime.host: `_may_sync_inline`). Three in-process hosts, one group,
 real segment logs on a file system whose fsyncs take as long as the test says."""
 
@@ -16,13 +16,13 @@ from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Entry, Membership, Message, Role, Snapshot
 from raftlog.runtime.clock import FakeMonotonicClock
 from raftlog.runtime.group import Commitment, RaftGroup
-from raftlog.runtime.host import GroupHost
+from raftlog.runtime.host import RaftGroupHost
 from raftlog.storage.file_system import FileHandle, OsFileSystem
 from raftlog.storage.raft_log_storage import RaftLogStorage
-from raftlog.types import GroupId, NodeId
+from raftlog.types import NodeId, RaftGroupId
 
 NODES = (NodeId(1), NodeId(2), NodeId(3))
-GROUP = GroupId(1)
+GROUP = RaftGroupId(1)
 CONFIG = RaftConfig(election_timeout_ticks=10, heartbeat_interval_ticks=2)
 # The host's slow-sync threshold here: far above a sync that only writes to the page cache,
 # while the stall injected below (twice this, on the hosts' fake clock) takes no real time.
@@ -95,11 +95,11 @@ class _Applied:
         raise AssertionError("no snapshots here")
 
 
-def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, GroupHost]:
-    hosts: dict[NodeId, GroupHost] = {}
+def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, RaftGroupHost]:
+    hosts: dict[NodeId, RaftGroupHost] = {}
 
-    def sender(source: NodeId) -> Callable[[NodeId, GroupId, Message], None]:
-        def send(receiver: NodeId, group: GroupId, message: Message) -> None:
+    def sender(source: NodeId) -> Callable[[NodeId, RaftGroupId, Message], None]:
+        def send(receiver: NodeId, group: RaftGroupId, message: Message) -> None:
             loop = asyncio.get_running_loop()
             loop.call_soon(hosts[receiver].deliver, source, [(group, message)])
 
@@ -107,7 +107,7 @@ def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, GroupHost]:
 
     membership = Membership(voters=frozenset(NODES))
     for node_id in NODES:
-        host = GroupHost(
+        host = RaftGroupHost(
             node_id=node_id,
             tick_interval_ms=10,
             send=sender(node_id),
@@ -126,7 +126,7 @@ def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, GroupHost]:
         )
         host.add(
             RaftGroup(
-                group_id=GROUP,
+                raft_group_id=GROUP,
                 node=node,
                 log=storage,
                 hard_state_store=MemoryHardStateStore(),
@@ -141,7 +141,7 @@ def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, GroupHost]:
     return hosts
 
 
-async def _leader(hosts: dict[NodeId, GroupHost]) -> RaftGroup:
+async def _leader(hosts: dict[NodeId, RaftGroupHost]) -> RaftGroup:
     while True:
         for host in hosts.values():
             group = host.get(GROUP)
@@ -155,7 +155,7 @@ async def _commit(group: RaftGroup, data: bytes) -> None:
     await committed
 
 
-Scenario = Callable[[dict[NodeId, GroupHost], _SlowSyncFiles, RaftGroup], Awaitable[None]]
+Scenario = Callable[[dict[NodeId, RaftGroupHost], _SlowSyncFiles, RaftGroup], Awaitable[None]]
 
 
 def _run(tmp_path: Path, scenario: Scenario) -> None:
@@ -177,7 +177,7 @@ def _run(tmp_path: Path, scenario: Scenario) -> None:
 
 def test_small_syncs_run_on_the_loop_until_one_is_slow(tmp_path: Path) -> None:
     async def scenario(
-        hosts: dict[NodeId, GroupHost], files: _SlowSyncFiles, leader: RaftGroup
+        hosts: dict[NodeId, RaftGroupHost], files: _SlowSyncFiles, leader: RaftGroup
     ) -> None:
         for index in range(20):
             await _commit(leader, b"small %d" % index)
@@ -203,7 +203,7 @@ def test_small_syncs_run_on_the_loop_until_one_is_slow(tmp_path: Path) -> None:
 
 def test_large_writes_keep_the_disk_thread(tmp_path: Path) -> None:
     async def scenario(
-        hosts: dict[NodeId, GroupHost], files: _SlowSyncFiles, leader: RaftGroup
+        hosts: dict[NodeId, RaftGroupHost], files: _SlowSyncFiles, leader: RaftGroup
     ) -> None:
         await _commit(leader, b"warm")
         files.sync_threads.clear()
@@ -231,7 +231,7 @@ def test_slow_syncs_in_a_row_double_the_pause_and_a_fast_one_resets_it() -> None
     clock, readings = _ScriptedClock(), []
     for took_s in (slow_s, slow_s, slow_s, fast_s, slow_s):
         readings += [100.0, 100.0 + took_s]
-    host = GroupHost(
+    host = RaftGroupHost(
         node_id=NodeId(1),
         tick_interval_ms=50,
         send=lambda *_: None,

@@ -1,4 +1,4 @@
-"""GroupHost: liveness work before bulk work within a pass. One pass holds a vote for the
+"""RaftGroupHost: liveness work before bulk work within a pass. One pass holds a vote for the
 metadata group, a vote for a partition group, and a partition append with a commit to
 apply; the trace of what the host did (sends, writes, syncs, applies) must show both
 votes durable and sent, and the metadata group's entry applied, before the partition's
@@ -24,18 +24,18 @@ from raftlog.raft.types import (
     VoteRequest,
 )
 from raftlog.runtime.group import RaftGroup
-from raftlog.runtime.host import GroupHost
-from raftlog.types import GroupId, NodeId, Offset, Term
+from raftlog.runtime.host import RaftGroupHost
+from raftlog.types import NodeId, Offset, RaftGroupId, Term
 
 ME, LEADER, CANDIDATE = NodeId(1), NodeId(2), NodeId(3)
-METADATA, VOTING, APPENDING = GroupId(0), GroupId(7), GroupId(8)
+METADATA, VOTING, APPENDING = RaftGroupId(0), RaftGroupId(7), RaftGroupId(8)
 CONFIG = RaftConfig(election_timeout_ticks=10, heartbeat_interval_ticks=2)
 MEMBERSHIP = Membership(voters=frozenset({ME, LEADER, CANDIDATE}))
-Trace = list[tuple[str, GroupId]]
+Trace = list[tuple[str, RaftGroupId]]
 
 
 class TracedStorage(MemoryStorage):
-    def __init__(self, trace: Trace, group: GroupId) -> None:
+    def __init__(self, trace: Trace, group: RaftGroupId) -> None:
         super().__init__()
         self._trace, self._group = trace, group
 
@@ -49,7 +49,7 @@ class TracedStorage(MemoryStorage):
 
 
 class TracedHardState(MemoryHardStateStore):
-    def __init__(self, trace: Trace, group: GroupId) -> None:
+    def __init__(self, trace: Trace, group: RaftGroupId) -> None:
         super().__init__()
         self._trace, self._group = trace, group
 
@@ -59,7 +59,7 @@ class TracedHardState(MemoryHardStateStore):
 
 
 class TracedMachine:
-    def __init__(self, trace: Trace, group: GroupId) -> None:
+    def __init__(self, trace: Trace, group: RaftGroupId) -> None:
         self._trace, self._group = trace, group
 
     def apply(self, entry: Entry) -> None:
@@ -69,22 +69,22 @@ class TracedMachine:
         raise AssertionError("no snapshots here")
 
 
-def _add_group(host: GroupHost, trace: Trace, group_id: GroupId) -> RaftGroup:
-    storage = TracedStorage(trace, group_id)
+def _add_group(host: RaftGroupHost, trace: Trace, raft_group_id: RaftGroupId) -> RaftGroup:
+    storage = TracedStorage(trace, raft_group_id)
     node = RaftNode(
         node_id=ME,
         config=CONFIG,
         storage=storage,
         hard_state=MemoryHardStateStore().load(),
-        rng=random.Random(group_id),
+        rng=random.Random(raft_group_id),
         bootstrap_membership=MEMBERSHIP,
     )
     group = RaftGroup(
-        group_id=group_id,
+        raft_group_id=raft_group_id,
         node=node,
         log=storage,
-        hard_state_store=TracedHardState(trace, group_id),
-        state_machine=TracedMachine(trace, group_id),
+        hard_state_store=TracedHardState(trace, raft_group_id),
+        state_machine=TracedMachine(trace, raft_group_id),
         config=CONFIG,
         bootstrap_membership=MEMBERSHIP,
     )
@@ -105,24 +105,24 @@ def _vote(term: int) -> VoteRequest:
     return VoteRequest(Term(term), CANDIDATE, ME, Offset(-1), Term(0))
 
 
-async def _one_pass(host: GroupHost, items: list[tuple[NodeId, GroupId, Message]]) -> None:
-    for sender, group_id, message in items:
-        host.deliver(sender, [(group_id, message)])
+async def _one_pass(host: RaftGroupHost, items: list[tuple[NodeId, RaftGroupId, Message]]) -> None:
+    for sender, raft_group_id, message in items:
+        host.deliver(sender, [(raft_group_id, message)])
     await host.process_pass()
 
 
 def test_votes_and_the_metadata_group_go_before_partition_appends_and_applies() -> None:
     trace: Trace = []
 
-    def send(receiver: NodeId, group_id: GroupId, message: Message) -> None:
-        trace.append((type(message).__name__, group_id))
+    def send(receiver: NodeId, raft_group_id: RaftGroupId, message: Message) -> None:
+        trace.append((type(message).__name__, raft_group_id))
 
     async def scenario() -> None:
-        host = GroupHost(
+        host = RaftGroupHost(
             node_id=ME, tick_interval_ms=50, send=send, urgent_groups=frozenset({METADATA})
         )
-        for group_id in (METADATA, VOTING, APPENDING):
-            _add_group(host, trace, group_id)
+        for raft_group_id in (METADATA, VOTING, APPENDING):
+            _add_group(host, trace, raft_group_id)
         await host.process_pass()  # the groups' first Readys (nothing to do yet)
         # The metadata group and the appending group each hold entry 0 from leader 2.
         await _one_pass(host, [(LEADER, g, _append(1, 0, -1)) for g in (METADATA, APPENDING)])
@@ -156,9 +156,9 @@ def test_a_pass_of_one_kind_is_one_sync_as_before() -> None:
     trace: Trace = []
 
     async def scenario() -> None:
-        host = GroupHost(node_id=ME, tick_interval_ms=50, send=lambda *_: None)
-        for group_id in (VOTING, APPENDING):
-            _add_group(host, trace, group_id)
+        host = RaftGroupHost(node_id=ME, tick_interval_ms=50, send=lambda *_: None)
+        for raft_group_id in (VOTING, APPENDING):
+            _add_group(host, trace, raft_group_id)
         await host.process_pass()
         trace.clear()
         await _one_pass(host, [(LEADER, g, _append(1, 0, -1)) for g in (VOTING, APPENDING)])

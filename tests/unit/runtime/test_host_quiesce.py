@@ -1,4 +1,4 @@
-"""GroupHost with quiescence: three in-process hosts of many groups on one loop, the core's
+"""RaftGroupHost with quiescence: three in-process hosts of many groups on one loop, the core's
 messages passed between them. Idle groups stop ticking and passing; a proposal wakes its
 group; a leader node reported unreachable is replaced. (The asyncio host drives the same core
 the unit tests drive by hand: raftlog.runtime.host.)"""
@@ -14,8 +14,8 @@ from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Entry, Membership, Message, Role, Snapshot
 from raftlog.runtime.group import Commitment, RaftGroup
-from raftlog.runtime.host import GroupHost
-from raftlog.types import GroupId, NodeId
+from raftlog.runtime.host import RaftGroupHost
+from raftlog.types import NodeId, RaftGroupId
 
 NODES = (NodeId(1), NodeId(2), NodeId(3))
 GROUPS = 12
@@ -37,8 +37,8 @@ class _Applied:
 class _Cluster:
     def __init__(self) -> None:
         self.cut: set[NodeId] = set()  # nodes whose traffic is dropped both ways
-        self.hosts: dict[NodeId, GroupHost] = {
-            node_id: GroupHost(node_id=node_id, tick_interval_ms=2, send=self._sender(node_id))
+        self.hosts: dict[NodeId, RaftGroupHost] = {
+            node_id: RaftGroupHost(node_id=node_id, tick_interval_ms=2, send=self._sender(node_id))
             for node_id in NODES
         }
         membership = Membership(voters=frozenset(NODES))
@@ -55,7 +55,7 @@ class _Cluster:
                 )
                 host.add(
                     RaftGroup(
-                        group_id=GroupId(index),
+                        raft_group_id=RaftGroupId(index),
                         node=node,
                         log=storage,
                         hard_state_store=MemoryHardStateStore(),
@@ -67,8 +67,8 @@ class _Cluster:
             for peer in NODES:
                 host.set_peer_reachable(peer, reachable=peer != node_id)
 
-    def _sender(self, sender: NodeId) -> Callable[[NodeId, GroupId, Message], None]:
-        def send(receiver: NodeId, group: GroupId, message: Message) -> None:
+    def _sender(self, sender: NodeId) -> Callable[[NodeId, RaftGroupId, Message], None]:
+        def send(receiver: NodeId, group: RaftGroupId, message: Message) -> None:
             if sender in self.cut or receiver in self.cut:
                 return
             host = self.hosts[receiver]
@@ -76,14 +76,14 @@ class _Cluster:
 
         return send
 
-    def leaders(self) -> dict[GroupId, NodeId]:
-        result: dict[GroupId, NodeId] = {}
+    def leaders(self) -> dict[RaftGroupId, NodeId]:
+        result: dict[RaftGroupId, NodeId] = {}
         for node_id, host in self.hosts.items():
             if node_id in self.cut:
                 continue
             for group in host.groups():
                 if group.node.role is Role.LEADER:
-                    result[group.group_id] = node_id
+                    result[group.raft_group_id] = node_id
         return result
 
     def all_quiet(self) -> bool:
@@ -116,14 +116,14 @@ def test_idle_groups_quiesce_stop_ticking_and_wake_on_a_proposal() -> None:
         ticks, passes, rounds = host.ticks, host.passes, host.tick_rounds
         await _wait(lambda: host.tick_rounds >= rounds + 50)
         assert (host.ticks, host.passes) == (ticks, passes), "quiet groups cost no tick or pass"
-        leader_id = cluster.leaders()[GroupId(3)]
-        group = cluster.hosts[leader_id].get(GroupId(3))
+        leader_id = cluster.leaders()[RaftGroupId(3)]
+        group = cluster.hosts[leader_id].get(RaftGroupId(3))
         assert group is not None
         _, committed = group.propose(b"hello", offset_count=1, commitment=Commitment.QUORUM)
         await committed
         assert cluster.hosts[leader_id].awake_count() >= 1
         await _wait(cluster.all_quiet)
-        assert cluster.leaders()[GroupId(3)] == leader_id
+        assert cluster.leaders()[RaftGroupId(3)] == leader_id
 
     _run(scenario)
 
@@ -133,7 +133,7 @@ def test_a_leader_node_reported_unreachable_is_replaced_in_every_group() -> None
         await _wait(lambda: len(cluster.leaders()) == GROUPS and cluster.all_quiet())
         gone = NodeId(1)
         led_by_gone = {g for g, n in cluster.leaders().items() if n == gone}
-        terms = {g.group_id: g.node.term for g in cluster.hosts[NodeId(2)].groups()}
+        terms = {g.raft_group_id: g.node.term for g in cluster.hosts[NodeId(2)].groups()}
         cluster.cut.add(gone)
         for node_id in (NodeId(2), NodeId(3)):
             cluster.hosts[node_id].set_peer_reachable(gone, reachable=False)
@@ -141,7 +141,7 @@ def test_a_leader_node_reported_unreachable_is_replaced_in_every_group() -> None
         leaders = cluster.leaders()
         assert gone not in leaders.values()
         for group in cluster.hosts[NodeId(2)].groups():
-            moved = group.group_id in led_by_gone
-            assert (group.node.term > terms[group.group_id]) == moved, group.group_id
+            moved = group.raft_group_id in led_by_gone
+            assert (group.node.term > terms[group.raft_group_id]) == moved, group.raft_group_id
 
     _run(scenario)
