@@ -80,9 +80,12 @@ class CheckResult:
 
     @property
     def valid(self) -> bool:
+        """True when no anomaly was counted (unchecked partitions are the caller's to judge)."""
         return not any(self.counts.values())
 
     def add(self, name: str, example: dict[str, Any]) -> None:
+        """Count one anomaly `name` (one of ANOMALIES) and keep `example` while fewer than
+        `examples_max` are kept for it."""
         assert name in ANOMALIES, name
         self.counts[name] = self.counts.get(name, 0) + 1
         examples = self.anomalies.setdefault(name, [])
@@ -126,6 +129,8 @@ class _Facts:
 
     @staticmethod
     def gather(ops: Sequence[Op]) -> _Facts:
+        """Index `ops` once: sends by value, every sighting of a value, and the final read's values
+        and offsets per partition it read."""
         sends = {str(op.invoke.value["value"]): op for op in ops if op.f == "send"}
         observations = _observations(ops)
         final: dict[TopicPartition, dict[str, list[int]]] = {}

@@ -35,6 +35,8 @@ def _nemeses(text: str) -> tuple[str, ...]:
 
 
 def add_chaos_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the `chaos` command, with its `run` and `cut` subcommands, to `subparsers`; each sets
+    `func`, which takes the parsed arguments and returns the exit code."""
     parser = subparsers.add_parser("chaos", help="Jepsen-style fault-injection runs")
     commands = parser.add_subparsers(dest="chaos_command", metavar="SUBCOMMAND", required=True)
     run_parser = commands.add_parser("run", help="run a workload under faults and check it")
@@ -135,6 +137,9 @@ def _jetstream_module() -> ModuleType:
 
 
 def options_from_args(args: argparse.Namespace) -> RunOptions:
+    """The run's options from the parsed `run` arguments, with a random seed when none was given;
+    raises ValueError for a combination the backend cannot run (a nemesis needing hooks it lacks, a
+    flag for another backend)."""
     hooked = set(NODE_HOOK_NEMESES) & set(args.nemesis)
     if args.backend == "pysyncobj" and hooked:
         raise ValueError(f"--backend pysyncobj has no node fault hooks: drop {sorted(hooked)}")
@@ -234,6 +239,9 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m raftlog.chaos`: parse `argv` (default: sys.argv) as a chaos subcommand and run it;
+    the exit code: 0 valid, 1 invalid, 2 bad usage or a run that could not start (argparse itself
+    exits 2 on bad arguments)."""
     parser = argparse.ArgumentParser(prog="python -m raftlog.chaos")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     add_chaos_parser(subparsers)

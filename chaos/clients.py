@@ -73,13 +73,19 @@ class ChaosProducer(Protocol):
         `key` only for logs that keep keys (the keyed workload on a compacted topic)."""
         ...
 
-    def close(self, timeout_s: float) -> None: ...
+    def close(self, timeout_s: float) -> None:
+        """Deliver what is queued for up to `timeout_s`, then release the producer."""
+        ...
 
 
 class ChaosConsumer(Protocol):
-    def poll(self, timeout_ms: int) -> list[ReadRecord]: ...
+    def poll(self, timeout_ms: int) -> list[ReadRecord]:
+        """The records that arrived within `timeout_ms` on the assigned partitions (maybe none)."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the consumer."""
+        ...
 
 
 class LogClients(Protocol):
@@ -91,15 +97,27 @@ class LogClients(Protocol):
         partitions: int,
         replication_factor: int,
         config: Mapping[str, str] | None = None,
-    ) -> None: ...
+    ) -> None:
+        """Create `topic` with `partitions`, `replication_factor` and the topic `config`; raises if
+        the log refuses or does not answer."""
+        ...
 
-    def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer: ...
+    def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer:
+        """A new producer with `acks` ("all", "1" or "0") and idempotence as asked."""
+        ...
 
-    def consumer(self, topic: str, partitions: Sequence[int]) -> ChaosConsumer: ...
+    def consumer(self, topic: str, partitions: Sequence[int]) -> ChaosConsumer:
+        """A new consumer assigned `partitions` of `topic`, each read from offset 0."""
+        ...
 
-    def high_watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]: ...
+    def high_watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """The high watermark of each of `partitions`; raises when the log cannot answer."""
+        ...
 
-    def final_read(self, topic: str, partition: int, *, timeout_s: float) -> FinalRead: ...
+    def final_read(self, topic: str, partition: int, *, timeout_s: float) -> FinalRead:
+        """Every record of the partition from offset 0 up to its high watermark read first; raises
+        TimeoutError past `timeout_s`."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +139,8 @@ class _RaftlogProducer:
         self._producer = producer
 
     def send(self, topic: str, partition: int, value: str, key: str | None = None) -> Future[int]:
+        """Queue the record on the raftlog Producer; the future gives its offset or the delivery
+        error."""
         offset: Future[int] = Future()
         encoded_key = None if key is None else key.encode()
         sent = self._producer.send(
@@ -128,6 +148,7 @@ class _RaftlogProducer:
         )
 
         def done(meta: Future[RecordMetadata]) -> None:
+            """Hand the delivery's offset, or its error, to `offset`."""
             error = meta.exception()
             if error is not None:
                 offset.set_exception(error)
@@ -138,6 +159,7 @@ class _RaftlogProducer:
         return offset
 
     def close(self, timeout_s: float) -> None:
+        """Close the raftlog Producer, waiting up to `timeout_s` for queued records."""
         self._producer.close(timeout_ms=int(timeout_s * 1000))
 
 
@@ -149,12 +171,15 @@ class _RaftlogConsumer:
             consumer.seek((topic, p), 0)  # every consumer reads each partition from the start
 
     def poll(self, timeout_ms: int) -> list[ReadRecord]:
+        """The records the raftlog Consumer fetched within `timeout_ms`, values and keys decoded as
+        UTF-8 (bad bytes replaced)."""
         return [
             ReadRecord(r.partition, r.offset, _text(r.value), _key(r.key))
             for r in self._consumer.poll(timeout_ms=timeout_ms)
         ]
 
     def close(self) -> None:
+        """Close the raftlog Consumer."""
         self._consumer.close()
 
 
@@ -173,12 +198,16 @@ class RaftlogClients:
         replication_factor: int,
         config: Mapping[str, str] | None = None,
     ) -> None:
+        """Create the topic through raftlog's Admin (10 s request timeout); raises the client's
+        error if refused."""
         with Admin(self.bootstrap, request_timeout_ms=10_000) as admin:
             admin.create_topic(
                 topic, partitions=partitions, replication_factor=replication_factor, config=config
             )
 
     def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer:
+        """A raftlog Producer with a 2 ms linger and the short request timeout (delivery timeout
+        five times it); raises ValueError for unknown `acks`."""
         producer = Producer(
             self.bootstrap,
             acks=_acks(acks),
@@ -199,9 +228,13 @@ class RaftlogClients:
         )
 
     def consumer(self, topic: str, partitions: Sequence[int]) -> ChaosConsumer:
+        """A raftlog Consumer assigned `partitions` from offset 0, with auto_offset_reset="error" so
+        that a skip or a rewind shows."""
         return _RaftlogConsumer(self._consumer(), topic, partitions)
 
     def high_watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """The end offsets of `partitions` from a short-lived Consumer; raises the client's error
+        when they cannot be read."""
         consumer = self._consumer()
         try:
             consumer.assign([(topic, p) for p in partitions])
@@ -211,6 +244,8 @@ class RaftlogClients:
         return {tp.partition: offset for tp, offset in ends.items()}
 
     def final_read(self, topic: str, partition: int, *, timeout_s: float) -> FinalRead:
+        """Read the partition from offset 0 to its end offset with a fresh Consumer; raises
+        TimeoutError past `timeout_s`."""
         return _read_partition(self._consumer(), topic, partition, timeout_s=timeout_s)
 
 

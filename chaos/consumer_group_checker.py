@@ -65,6 +65,8 @@ def group_timeline(ops: Sequence[Op]) -> list[Op]:
 def check_groups(
     ops: Sequence[Op], final_offsets: dict[TopicPartition, list[int]], result: CheckResult
 ) -> None:
+    """Add to `result` every commit_backward, commit_undelivered, rebalance_skip and revoked_read
+    that `ops` show; `final_offsets` are the final read's data offsets per partition, sorted."""
     timeline = group_timeline(ops)
     _check_revoked_reads(timeline, result)
     _check_commit_order(ops, result)
@@ -182,6 +184,8 @@ class _CommitBound:
             self._highest[tp] = list(itertools.accumulate((o for _, o in commits), max))
 
     def before(self, tp: TopicPartition, time: int) -> int:
+        """The highest offset that the commits of `tp` (ok or unknown) invoked before `time` could
+        have set; 0 if there were none."""
         index = bisect.bisect_left(self._times.get(tp, []), time)
         return self._highest[tp][index - 1] if index else 0
 

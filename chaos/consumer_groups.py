@@ -48,14 +48,19 @@ class ChaosGroupConsumer(Protocol):
         """Commit next-offsets per partition durably; raises when not (known to be) done."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Leave the group and release the consumer."""
+        ...
 
 
 @runtime_checkable
 class GroupClients(Protocol):
     def group_consumer(
         self, topic: str, group: str, listener: AssignmentListener
-    ) -> ChaosGroupConsumer: ...
+    ) -> ChaosGroupConsumer:
+        """A new member of `group` subscribed to `topic`, which reports every assignment change to
+        `listener`."""
+        ...
 
     def committed(self, topic: str, group: str, partitions: Sequence[int]) -> dict[int, int]:
         """The group's committed offsets (partitions with none are left out)."""
@@ -94,6 +99,8 @@ class _RaftlogGroupConsumer:
             self._listener("revoke", revoked)
 
     def poll(self, timeout_ms: int) -> list[ReadRecord]:
+        """Poll raftlog's consumer; partitions it dropped were reported as revoked as they went, and
+        those added are reported as assigned before the records are returned."""
         records = self._consumer.poll(timeout_ms)
         # Additions happen in place (no drop), so they are found by a diff at the end; no
         # record is returned after a change within the same poll, see Consumer.poll.
@@ -105,9 +112,13 @@ class _RaftlogGroupConsumer:
         return [ReadRecord(r.partition, r.offset, (r.value or b"").decode()) for r in records]
 
     def commit(self, offsets: Mapping[int, int]) -> None:
+        """Commit the next offsets per partition of the topic; raises the client's error when the
+        commit is not known to be done."""
         self._consumer.commit({(self._topic, p): o for p, o in offsets.items()})
 
     def close(self) -> None:
+        """Close raftlog's consumer without reporting its last partitions as revoked: leaving is not
+        a revocation the history needs."""
         self._consumer.on_dropped = None  # leaving is not a revocation the history needs
         self._consumer.close()
 
@@ -128,9 +139,13 @@ class RaftlogGroupClients(RaftlogClients):
     def group_consumer(
         self, topic: str, group: str, listener: AssignmentListener
     ) -> ChaosGroupConsumer:
+        """A raftlog consumer-group member of `group` subscribed to `topic`, with manual commits and
+        auto_offset_reset="earliest"."""
         return _RaftlogGroupConsumer(self._group_consumer(group), topic, listener)
 
     def committed(self, topic: str, group: str, partitions: Sequence[int]) -> dict[int, int]:
+        """The group's committed offsets of `partitions`, read with a short-lived consumer
+        (partitions with none are left out); raises the client's error."""
         consumer = self._group_consumer(group)
         try:
             found = {p: consumer.committed((topic, p)) for p in partitions}
@@ -180,6 +195,8 @@ def group_member(
         def changed(
             kind: str, partitions: Sequence[int], process: int = process, held: set[int] = held
         ) -> None:
+            """Record an assign or revoke of `partitions` (an invoke and an ok at once) and keep
+            `held` up to date."""
             value = {"topic": topic, "group": GROUP, "partitions": list(partitions)}
             recorder.record(process, "invoke", kind, value)
             recorder.record(process, "ok", kind, value)

@@ -104,6 +104,7 @@ class DockerBackend:
 
     @property
     def log_paths(self) -> list[str]:
+        """Where `stop` writes each container's log, in the run directory."""
         return [str(self._log_dir / f"{self._container(n)}.log") for n in self.node_ids]
 
     def _serve_command(self, node: int) -> list[str]:
@@ -117,6 +118,9 @@ class DockerBackend:
         ]  # fmt: skip
 
     def start(self, *, timeout_s: float = 60.0) -> LogClients:
+        """Create the network and one container per node, wait for a controller and return the
+        clients; raises RuntimeError when docker, its engine or the image is missing or a
+        container will not start, TimeoutError without a controller in `timeout_s`."""
         reason = unavailable_reason(self._image)
         if reason is not None:
             raise RuntimeError(f"docker backend: {reason}")
@@ -136,6 +140,8 @@ class DockerBackend:
         return RaftlogGroupClients(",".join(self._bootstrap))
 
     def stop(self) -> None:
+        """Save every container's log to `log_paths`, then remove the containers and the network;
+        also clears leftovers of an earlier run."""
         for node in self.node_ids:
             logs = _docker("logs", self._container(node))
             if logs.returncode == 0:
@@ -144,18 +150,25 @@ class DockerBackend:
         _docker("network", "rm", self._name)
 
     def kill(self, node: int) -> bool:
+        """`docker kill --signal KILL` the node's container; False if docker failed."""
         return _docker("kill", "--signal", "KILL", self._container(node)).returncode == 0
 
     def restart(self, node: int) -> bool:
+        """`docker start` the node's container, its data kept; False if docker failed."""
         return _docker("start", self._container(node)).returncode == 0
 
     def pause(self, node: int) -> bool:
+        """`docker pause` (the cgroup freezer) the node's container; False if docker failed."""
         return _docker("pause", self._container(node)).returncode == 0
 
     def resume(self, node: int) -> bool:
+        """`docker unpause` the node's container; False if docker failed."""
         return _docker("unpause", self._container(node)).returncode == 0
 
     def set_faults(self, node: int, rules: dict[str, Any]) -> bool:
+        """Apply `rules` to the node: cutting every outgoing link disconnects its container from the
+        network, heal reconnects it, anything else goes to its Internal.SetFaults hook. False if the
+        hook did not answer."""
         if rules.get("heal") and node in self._disconnected:
             self._disconnected.discard(node)
             _docker("network", "connect", "--ip", self._ip(node), self._name, self._container(node))
@@ -190,29 +203,38 @@ class DockerBackend:
             return report
 
     def lose_unsynced(self, node: int) -> dict[str, Any] | None:
+        """Always None: cutting files inside a stopped container is not supported, so the kill
+        stands alone."""
         # The data lives in the stopped container's own file system: cutting it would need the
         # cut run inside a helper container sharing it. Not done: the kill stands alone.
         return None
 
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
+        """Ask the controller to move `partition` to `replicas`; None once taken, else why not."""
         return reassign(",".join(self._bootstrap), self.topic, partition, replicas)
 
     def add_node(self) -> int | str:
+        """Always refused: containers are fixed at start; the reason."""
         return "docker: containers are fixed at start (add-node needs --backend local)"
 
     def remove_node(self, node: int, timeout_s: float) -> str | None:
+        """Always refused (remove-node needs the local backend); the reason."""
         return "docker: remove-node needs --backend local"
 
     def observers(self) -> tuple[int, ...]:
+        """Always empty: every container is a metadata voter."""
         return ()
 
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
+        """The partition's replicas, preferred leader first; None without an answer."""
         return lookup_replicas(self._bootstrap, self.topic, partition, self._timeout_s)
 
     def partition_leader(self, partition: int) -> int | None:
+        """The partition's leader as the nodes report it; None without an answer."""
         leader = lookup_leader(self._bootstrap, self.topic, partition, self._timeout_s)
         return leader if leader in self.node_ids else None
 
     def controller(self) -> int | None:
+        """The controller as the nodes report it; None without an answer."""
         controller = lookup_controller(self._bootstrap, self._timeout_s)
         return controller if controller in self.node_ids else None

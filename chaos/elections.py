@@ -179,6 +179,7 @@ def election_stats(
     roles, fences = read_lines(log_paths)
 
     def inside(at_s: float) -> bool:
+        """Whether `at_s` falls in the load window, or within TAIL_S after it."""
         return start_s <= at_s <= end_s + TAIL_S
 
     wins = [(line, by_timer) for line, by_timer in _wins(roles) if inside(line.time_s)]

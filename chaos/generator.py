@@ -66,6 +66,8 @@ class RateLimiter:
         self._next_s = clock()
 
     def wait(self) -> None:
+        """Sleep until the next slot, at least one interval after the previous one; a caller that
+        fell behind gets no burst to catch up."""
         now = self._clock()
         if self._next_s > now:
             self._sleep(self._next_s - now)

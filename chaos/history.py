@@ -48,6 +48,7 @@ class Event:
     time: int  # nanoseconds since the run started
 
     def to_json(self) -> str:
+        """The event as one compact JSON object (no newline), as history.jsonl holds it."""
         return json.dumps(
             {
                 "process": self.process,
@@ -61,6 +62,8 @@ class Event:
 
     @staticmethod
     def from_json(line: str, *, line_number: int = 0) -> Event:
+        """The event one history line holds; raises HistoryError, naming `line_number`, for bad
+        JSON, a missing field, an unknown type or a non-integer time."""
         try:
             raw = json.loads(line)
             event = Event(raw["process"], raw["type"], raw["f"], raw.get("value"), raw["time"])
@@ -88,14 +91,17 @@ class Op:
 
     @property
     def type(self) -> EventType:
+        """The completion's type; "info" for an operation that never completed."""
         return "info" if self.completion is None else self.completion.type
 
     @property
     def value(self) -> Any:
+        """The completion's value (what the operation saw), or the invoke's if none came."""
         return self.invoke.value if self.completion is None else self.completion.value
 
     @property
     def latency_ns(self) -> int | None:
+        """Nanoseconds from invoke to completion; None if it never completed."""
         if self.completion is None:
             return None
         return self.completion.time - self.invoke.time
@@ -113,9 +119,12 @@ class HistoryRecorder:
         self.events: list[Event] = []
 
     def now_ns(self) -> int:
+        """Nanoseconds since the recorder was created, on its clock."""
         return self._clock_ns() - self._start_ns
 
     def record(self, process: int | str, type: EventType, f: str, value: Any) -> Event:
+        """Append an event stamped now, in time order, to memory and the sink, and return it; after
+        `close` the event is returned but not kept. Safe from any thread."""
         assert type in EVENT_TYPES, type
         with self._lock:
             # The time is taken under the lock so the file is in time order.
@@ -138,12 +147,15 @@ class HistoryRecorder:
 
 
 def dump_history(events: Iterable[Event], path: Path) -> None:
+    """Write `events` to `path` as JSON lines, one event a line, replacing the file."""
     with path.open("w") as out:
         for event in events:
             out.write(event.to_json() + "\n")
 
 
 def load_history(path: Path) -> list[Event]:
+    """The events of a history.jsonl file, blank lines skipped; raises HistoryError naming the first
+    line that is not an event."""
     with path.open() as lines:
         return [
             Event.from_json(line, line_number=number)

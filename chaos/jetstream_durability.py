@@ -53,6 +53,7 @@ class FileState:
     durable: int
 
     def check(self) -> None:
+        """Assert 0 <= durable <= size."""
         assert 0 <= self.durable <= self.size, (self.durable, self.size)
 
 
@@ -75,6 +76,8 @@ class DurabilityTracker:
         self._pending: dict[str, str] = {}  # pid -> the first half of an interrupted call
 
     def feed(self, lines: Iterable[str]) -> None:
+        """Replay strace lines (`strace -f -y` output) over the files' sizes, joining calls strace
+        split into unfinished and resumed halves; lines it does not know are skipped."""
         for line in lines:
             matched = _LINE.match(line.rstrip("\n"))
             if matched is None:

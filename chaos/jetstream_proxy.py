@@ -38,6 +38,8 @@ class RouteProxies:
         self._connections: set[socket.socket] = set()
 
     def start(self) -> None:
+        """Listen on every route's proxy port and start forwarding; raises OSError if a port is
+        taken."""
         for (dialer, target), (listen_port, target_port) in self._routes.items():
             listener = socket.create_server(("127.0.0.1", listen_port), reuse_port=False)
             listener.settimeout(_POLL_S * 4)
@@ -48,6 +50,7 @@ class RouteProxies:
             ).start()  # fmt: skip
 
     def stop(self) -> None:
+        """Close every listener and connection; the pump threads end on their own."""
         self._stopping.set()
         with self._lock:
             sockets = [*self._listeners, *self._connections]
@@ -56,6 +59,8 @@ class RouteProxies:
                 sock.close()
 
     def cut(self, links: Iterable[Link]) -> None:
+        """Stall the directed `links` (src, dst): src's bytes to dst are held, not dropped, until
+        healed."""
         with self._lock:
             self._cut |= set(links)
 
@@ -65,11 +70,13 @@ class RouteProxies:
             self._cut = {link for link in self._cut if node not in link}
 
     def is_cut(self, link: Link) -> bool:
+        """Whether the directed `link` is cut now."""
         with self._lock:
             return link in self._cut
 
     @property
     def cut_links(self) -> frozenset[Link]:
+        """The directed links cut now."""
         with self._lock:
             return frozenset(self._cut)
 

@@ -17,10 +17,11 @@ what the log holds, instead of being read back the same wrong way. Every deliver
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 import confluent_kafka as kafka
@@ -65,13 +66,20 @@ class _KafkaProducer:
             self._producer.poll(POLL_INTERVAL_S)  # runs the delivery callbacks
 
     def send(self, topic: str, partition: int, value: str, key: str | None = None) -> Future[int]:
+        """Queue the record on librdkafka; the future gives its offset (-1 under acks=0) or a
+        KafkaClientError. BufferError or KafkaException is raised when it cannot be queued."""
         offset: Future[int] = Future()
 
         def delivered(error: Any, message: Any) -> None:
-            if error is not None:
-                offset.set_exception(KafkaClientError(error))
-            else:
-                offset.set_result(max(-1, message.offset()))  # acks=0: librdkafka says -1001
+            """librdkafka's delivery report: resolve `offset` with the record's offset, or fail it
+            with the error."""
+            # Never raise here: confluent-kafka turns an exception in a callback into a
+            # SystemError at the next poll or flush, on whichever thread makes it.
+            with contextlib.suppress(InvalidStateError):
+                if error is not None:
+                    offset.set_exception(KafkaClientError(error))
+                else:
+                    offset.set_result(max(-1, message.offset()))  # acks=0: librdkafka: -1001
 
         # BufferError or KafkaException here: refused before it was queued (the workload's
         # `fail`).
@@ -81,9 +89,14 @@ class _KafkaProducer:
         return offset
 
     def close(self, timeout_s: float) -> None:
-        self._producer.flush(timeout_s)
+        """Stop the delivery-report thread, then flush queued records for up to `timeout_s`.
+
+        One thread at a time calls into librdkafka: a flush beside the thread's poll ran the
+        delivery callbacks on both, and confluent-kafka crashed the poll with a SystemError
+        (seed 15 of a loaded sweep, at the end of the run)."""
         self._closed.set()
         self._poller.join(timeout_s)
+        self._producer.flush(timeout_s)
 
 
 def _records(messages: list[Any]) -> list[ReadRecord]:
@@ -101,9 +114,12 @@ class _KafkaConsumer:
         self._consumer = consumer
 
     def poll(self, timeout_ms: int) -> list[ReadRecord]:
+        """Up to 500 records consumed within `timeout_ms`; raises KafkaClientError for a message
+        that carries an error."""
         return _records(self._consumer.consume(RECORDS_PER_POLL_MAX, timeout_ms / 1000))
 
     def close(self) -> None:
+        """Close the librdkafka consumer (leaving its group, if any)."""
         self._consumer.close()
 
 
@@ -125,6 +141,8 @@ class _KafkaGroupConsumer(_KafkaConsumer):
             self._listener("revoke", sorted(p.partition for p in partitions))
 
     def commit(self, offsets: Mapping[int, int]) -> None:
+        """Commit the next offsets per partition synchronously; raises KafkaClientError for the
+        first partition the coordinator refused."""
         chosen = [kafka.TopicPartition(self._topic, p, o) for p, o in sorted(offsets.items())]
         answered = self._consumer.commit(offsets=chosen, asynchronous=False)
         for tp in answered or []:
@@ -132,6 +150,8 @@ class _KafkaGroupConsumer(_KafkaConsumer):
                 raise KafkaClientError(tp.error)
 
     def close(self) -> None:
+        """Close without reporting the last partitions as revoked: leaving is not a revocation the
+        history needs."""
         self._closing = True  # leaving is not a revocation the history needs
         super().close()
 
@@ -159,12 +179,16 @@ class KafkaClients:
         replication_factor: int,
         config: Mapping[str, str] | None = None,
     ) -> None:
+        """Create the topic through the Kafka AdminClient; raises its KafkaException if refused or
+        not answered within 15 s."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         new = NewTopic(topic, partitions, replication_factor, config=dict(config or {}))
         (future,) = admin.create_topics([new], request_timeout=10).values()
         future.result(timeout=15)
 
     def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer:
+        """A librdkafka producer with `acks` and idempotence as asked, a 2 ms linger and the short
+        request timeout (message timeout five times it)."""
         return _KafkaProducer(
             {
                 **self._common,
@@ -188,6 +212,8 @@ class KafkaClients:
         )
 
     def consumer(self, topic: str, partitions: Sequence[int]) -> ChaosConsumer:
+        """A librdkafka consumer assigned `partitions` from offset 0, with auto.offset.reset=error
+        so that a skip or a rewind shows."""
         consumer = self._consumer(**{"group.id": "chaos-assign", "auto.offset.reset": "error"})
         consumer.assign([kafka.TopicPartition(topic, p, 0) for p in partitions])
         return _KafkaConsumer(consumer)
@@ -195,6 +221,8 @@ class KafkaClients:
     def group_consumer(
         self, topic: str, group: str, listener: AssignmentListener
     ) -> ChaosGroupConsumer:
+        """A classic consumer-group member of `group` subscribed to `topic`, whose rebalance
+        callbacks report assignments and revocations to `listener`."""
         consumer = self._consumer(
             **{
                 "group.id": group,
@@ -206,6 +234,8 @@ class KafkaClients:
         return _KafkaGroupConsumer(consumer, topic, listener)
 
     def committed(self, topic: str, group: str, partitions: Sequence[int]) -> dict[int, int]:
+        """The group's committed offsets of `partitions` (those with none left out); raises
+        KafkaClientError for a partition the coordinator answered with an error."""
         consumer = self._consumer(**{"group.id": group})
         try:
             wanted = [kafka.TopicPartition(topic, p) for p in partitions]
@@ -218,6 +248,8 @@ class KafkaClients:
         return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
 
     def high_watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """Each partition's high watermark, asked of its leader (ListOffsets) through the Kafka
+        listener; raises KafkaException when not answered in time."""
         consumer = self._consumer(**{"group.id": "chaos-watermarks"})
         try:
             return {
@@ -230,4 +262,6 @@ class KafkaClients:
             consumer.close()
 
     def final_read(self, topic: str, partition: int, *, timeout_s: float) -> FinalRead:
+        """The judge's read of the partition, through raftlog's gRPC client on purpose so a Kafka
+        front-end bug cannot hide itself; raises TimeoutError past `timeout_s`."""
         return self._judge.final_read(topic, partition, timeout_s=timeout_s)

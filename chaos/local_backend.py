@@ -110,9 +110,13 @@ class LocalBackend:
 
     @property
     def log_paths(self) -> list[str]:
+        """Every node's log file, read after the run for elections and repairs."""
         return [node.log_file for node in self._cluster.nodes.values()]
 
     def start(self, *, timeout_s: float = 60.0) -> LogClients:
+        """Start every node with the run's flags and wait for a controller and every observer;
+        returns the clients the backend was made for. Raises TimeoutError after `timeout_s`, with
+        the cluster stopped."""
         self._cluster.start(*self._serve_flags)
         try:
             wait_for_controller(self._cluster.bootstrap, timeout_s=timeout_s)
@@ -141,6 +145,7 @@ class LocalBackend:
                 time.sleep(0.2)
 
     def stop(self) -> None:
+        """Resume paused nodes, then stop every node."""
         for node in list(self._paused):
             self.resume(node)
         self._cluster.stop()
@@ -148,11 +153,14 @@ class LocalBackend:
     # -- process faults ---------------------------------------------------------------------
 
     def kill(self, node: int) -> bool:
+        """SIGKILL `node`; always True."""
         self._paused.discard(node)
         self._cluster.kill_node(node, sig=signal.SIGKILL)
         return True
 
     def restart(self, node: int) -> bool:
+        """Start `node` again on its data directory unless it runs; False for a decommissioned node,
+        which would refuse to rejoin."""
         if node in self._removed:
             return False  # decommissioned: it would refuse to rejoin
         if self._cluster.is_running(node):
@@ -161,12 +169,16 @@ class LocalBackend:
         return True
 
     def lose_unsynced(self, node: int) -> dict[str, Any] | None:
+        """Cut the dead `node`'s files back to what it fsynced; the cut's report, or None while it
+        still runs (the kill may have failed)."""
         if self._cluster.is_running(node):
             return None  # only a dead node's files may be cut (the kill may have failed)
         report = cut_to_durable(OsFileSystem(), self._cluster.nodes[node].data_dir)
         return report.describe()
 
     def corrupt(self, node: int, rng: random.Random) -> dict[str, Any] | None:
+        """Damage one data file of the dead `node` (`damage_node_files`); what was done, or None
+        while it still runs or has no file to damage."""
         if self._cluster.is_running(node):
             return None  # only a dead node's files may be damaged (the kill may have failed)
         return damage_node_files(self._cluster.nodes[node].data_dir, rng)
@@ -181,16 +193,20 @@ class LocalBackend:
         return False
 
     def pause(self, node: int) -> bool:
+        """SIGSTOP `node`; False if it is not running."""
         self._paused.add(node)
         return self._signal(node, signal.SIGSTOP)
 
     def resume(self, node: int) -> bool:
+        """SIGCONT `node`; False if it is not running."""
         self._paused.discard(node)
         return self._signal(node, signal.SIGCONT)
 
     # -- network faults and lookups ---------------------------------------------------------
 
     def set_faults(self, node: int, rules: dict[str, Any]) -> bool:
+        """Send `rules` to the node's Internal.SetFaults; False if it is paused, down or did not
+        answer within `control_timeout_s`."""
         if node in self._paused or not self._cluster.is_running(node):
             return False
         return send_fault_rules(self._cluster.nodes[node].client_address, rules, self._timeout_s)
@@ -206,11 +222,15 @@ class LocalBackend:
         return running or self._cluster.bootstrap.split(",")
 
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
+        """Ask the controller, through the nodes that answer, to move `partition` to `replicas`;
+        None once taken, else why not."""
         return reassign(",".join(self._answering()), self.topic, partition, replicas)
 
     # -- membership -------------------------------------------------------------------------
 
     def add_node(self) -> int | str:
+        """Create and start a new observer node; its id, or why it could not be created (its ports
+        are taken)."""
         try:
             node = self._cluster.add_observer()
         except RuntimeError as error:  # its ports are taken (by another program)
@@ -220,6 +240,7 @@ class LocalBackend:
         return node.node_id
 
     def observers(self) -> tuple[int, ...]:
+        """The observer nodes not decommissioned by `remove_node`."""
         return tuple(
             n.node_id
             for n in self._cluster.nodes.values()
@@ -227,6 +248,9 @@ class LocalBackend:
         )
 
     def remove_node(self, node: int, timeout_s: float) -> str | None:
+        """Decommission observer `node`, wait up to `timeout_s` until it is, then SIGTERM it for
+        good and drop it from `node_ids`; None when done, else why not (the node then keeps
+        running)."""
         if node not in self.observers():
             return f"node {node} is not an observer (metadata voters cannot be decommissioned)"
         deadline = time.monotonic() + timeout_s
@@ -252,13 +276,19 @@ class LocalBackend:
         return None
 
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
+        """The partition's replicas, preferred leader first, as the nodes that answer report them;
+        None without an answer."""
         return lookup_replicas(self._answering(), self.topic, partition, self._timeout_s)
 
     def partition_leader(self, partition: int) -> int | None:
+        """The partition's leader as the nodes that answer report it; None without an answer or for
+        a node this run no longer has."""
         leader = lookup_leader(self._answering(), self.topic, partition, self._timeout_s)
         return leader if leader in self.node_ids else None
 
     def controller(self) -> int | None:
+        """The controller as the nodes that answer report it; None without an answer or for a node
+        this run no longer has."""
         controller = lookup_controller(self._answering(), self._timeout_s)
         return controller if controller in self.node_ids else None
 
@@ -310,6 +340,8 @@ def reassign(bootstrap: str, topic: str, partition: int, replicas: Sequence[int]
 
 
 def lookup_controller(addresses: list[str], timeout_s: float) -> int | None:
+    """The controller's node id as the nodes at `addresses` report it; None when none answered
+    within `timeout_s` (never raises)."""
     try:
         with Admin(addresses, request_timeout_ms=int(timeout_s * 1000)) as admin:
             return admin.describe_cluster().controller_id

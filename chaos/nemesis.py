@@ -146,15 +146,27 @@ class ClusterControl(Protocol):
 
     node_ids: Sequence[int]
 
-    def kill(self, node: int) -> bool: ...
+    def kill(self, node: int) -> bool:
+        """SIGKILL `node` (or the backend's equivalent); False if that could not be done."""
+        ...
 
-    def restart(self, node: int) -> bool: ...
+    def restart(self, node: int) -> bool:
+        """Start `node` again on its own data if it is down (True if it runs already); False if it
+        cannot be."""
+        ...
 
-    def pause(self, node: int) -> bool: ...
+    def pause(self, node: int) -> bool:
+        """Freeze `node`'s process (SIGSTOP or the like); False if it is not running."""
+        ...
 
-    def resume(self, node: int) -> bool: ...
+    def resume(self, node: int) -> bool:
+        """Let a frozen `node` run again; False if it is not running."""
+        ...
 
-    def set_faults(self, node: int, rules: dict[str, Any]) -> bool: ...
+    def set_faults(self, node: int, rules: dict[str, Any]) -> bool:
+        """Send fault `rules` (Internal.SetFaults JSON: block, link, clock or heal) to `node`; False
+        if it did not take them."""
+        ...
 
     def lose_unsynced(self, node: int) -> dict[str, Any] | None:
         """Cut the files of `node`, already killed, back to what it fsynced; what was cut,
@@ -171,7 +183,9 @@ class ClusterControl(Protocol):
         else why not (refused, no controller in time)."""
         ...
 
-    def partition_replicas(self, partition: int) -> tuple[int, ...] | None: ...
+    def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
+        """The partition's replicas, preferred leader first; None when unknown."""
+        ...
 
     def add_node(self) -> int | str:
         """Start a new observer node: its id, or why not."""
@@ -186,9 +200,13 @@ class ClusterControl(Protocol):
         """Running nodes outside the metadata quorum's voters (remove-node's candidates)."""
         ...
 
-    def partition_leader(self, partition: int) -> int | None: ...
+    def partition_leader(self, partition: int) -> int | None:
+        """The partition's leader now; None when unknown or not answered in time."""
+        ...
 
-    def controller(self) -> int | None: ...
+    def controller(self) -> int | None:
+        """The metadata quorum's leader now; None when unknown or not answered in time."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +222,8 @@ class Fault:
     stalls_seed: int = 0  # slow: the lengths of stalls and gaps are drawn from this
 
     def describe(self) -> dict[str, Any]:
+        """The fault as JSON-ready data for the history: nemesis, kind, nodes and links, plus the
+        clock offsets or the move when it has them."""
         described: dict[str, Any] = {
             "fault": self.nemesis,
             "kind": self.kind,

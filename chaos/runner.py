@@ -46,11 +46,18 @@ __all__ = ["Backend", "RunOptions", "run"]
 
 class Backend(ClusterControl, Protocol):
     @property
-    def log_paths(self) -> list[str]: ...
+    def log_paths(self) -> list[str]:
+        """Each node's log file, read after the load for elections, fences and repairs."""
+        ...
 
-    def start(self, *, timeout_s: float = 60.0) -> LogClients: ...
+    def start(self, *, timeout_s: float = 60.0) -> LogClients:
+        """Start the cluster and return clients for it; raises (TimeoutError and the like) when it
+        is not up within `timeout_s`."""
+        ...
 
-    def stop(self) -> None: ...
+    def stop(self) -> None:
+        """Stop every node; called once at the end, also after a failed run."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +106,8 @@ class _Progress:
         self.active: list[str] = []
 
     def maybe_report(self, *, force: bool = False) -> None:
+        """Print the progress line if `interval_s` has passed since the last one, or at once with
+        `force`."""
         if not force and time.monotonic() < self._next_s:
             return
         self._next_s = time.monotonic() + self._interval_s

@@ -33,9 +33,13 @@ STALLS_MAX = 1000
 
 
 class PauseControl(Protocol):
-    def pause(self, node: int) -> bool: ...
+    def pause(self, node: int) -> bool:
+        """Freeze `node`'s process; whether it was running to be frozen."""
+        ...
 
-    def resume(self, node: int) -> bool: ...
+    def resume(self, node: int) -> bool:
+        """Let `node`'s process run again; whether it was running."""
+        ...
 
 
 def removes_leader(
@@ -72,6 +76,7 @@ class Staller:
         self.stalls: list[tuple[float, float]] = []  # (start, epoch seconds; length, ms)
 
     def start(self) -> None:
+        """Start stalling on the staller's own thread; call once."""
         self._thread.start()
 
     def stop(self) -> dict[str, Any]:

@@ -41,6 +41,8 @@ def percentile(sorted_values: Sequence[float], fraction: float) -> float:
 
 
 def latency_percentiles(ops: Sequence[Op]) -> dict[str, dict[str, float]]:
+    """Per kind of operation, the count, p50, p90, p99 and maximum latency in milliseconds of the
+    successful ones (nearest rank)."""
     by_f: dict[str, list[float]] = {}
     for op in ops:
         latency = op.latency_ns
@@ -58,6 +60,9 @@ def latency_percentiles(ops: Sequence[Op]) -> dict[str, dict[str, float]]:
 
 
 def availability(ops: Sequence[Op], *, end_ns: int) -> dict[str, Any]:
+    """Per kind of operation, the count of each outcome and the fraction ok; and the longest time
+    without a successful send, between the first send's invoke and `end_ns` (or the last ok send,
+    if later), so a cluster that never recovers scores the whole tail."""
     counts: dict[str, dict[str, int]] = {}
     for op in ops:
         per_type = counts.setdefault(op.f, {"ok": 0, "fail": 0, "info": 0})
@@ -95,6 +100,8 @@ def error_summary(ops: Sequence[Op], *, kinds_max: int = 10) -> dict[str, dict[s
 
 
 def fault_windows(events: Sequence[Event], *, end_ns: int) -> list[FaultWindow]:
+    """The faults of the nemesis events, each from its start to its stop (to `end_ns` if never
+    stopped), in start order."""
     opened: dict[Any, Event] = {}
     windows: list[FaultWindow] = []
     for event in events:

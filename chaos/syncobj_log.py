@@ -53,6 +53,7 @@ class _LogState(SyncObj):  # type: ignore[misc]  # pysyncobj has no type informa
 
     @replicated  # type: ignore[untyped-decorator]
     def append(self, partition: int, value: str) -> int:
+        """Replicated: append `value` to the partition's list; its index there is the offset."""
         log = self.partitions.setdefault(partition, [])
         log.append(value)
         return len(log) - 1
@@ -69,6 +70,7 @@ class _Node:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Create the node's SyncObj over its journal and start ticking it (the node is down)."""
         assert self.state is None
         conf = SyncObjConf(
             autoTick=False, journalFile=str(self._journal), dynamicMembershipChange=False
@@ -91,6 +93,7 @@ class _Node:
         state.destroy()  # autoTick=False: closes the transport on this (the ticking) thread
 
     def kill(self) -> None:
+        """Stop ticking and close the node's sockets, its journal kept; a no-op when it is down."""
         if self.state is None:
             return
         self._stop.set()
@@ -100,6 +103,7 @@ class _Node:
         self.paused = False
 
     def leading(self) -> _LogState | None:
+        """The node's state if it runs, is not paused and believes it leads; else None."""
         state = self.state
         return state if state is not None and not self.paused and state._isLeader() else None
 
@@ -115,6 +119,9 @@ class _Producer:
         threading.Thread(target=self._expire, name="syncobj-expiry", daemon=True).start()
 
     def send(self, topic: str, partition: int, value: str, key: str | None = None) -> Future[int]:
+        """Append through the leader, or any live node, which forwards; the future gives the offset,
+        or DefiniteSendFailure (refused), RuntimeError (unknown) or TimeoutError after
+        `send_timeout_s`. Raises DefiniteSendFailure with no live node, ValueError for a key."""
         if key is not None:
             raise ValueError("keyed sends need a log that keeps keys (the raftlog backends)")
         future: Future[int] = Future()
@@ -123,6 +130,8 @@ class _Producer:
             raise DefiniteSendFailure("no live node to send to")
 
         def callback(result: Any, error: int) -> None:
+            """pysyncobj's answer: resolve the future with the offset, or fail it definitely or as
+            unknown by the reason code; ignored once the future timed out."""
             if future.done():
                 return
             if error == FAIL_REASON.SUCCESS:
@@ -149,6 +158,7 @@ class _Producer:
                         future.set_exception(TimeoutError(f"no answer in {self._timeout_s}s"))
 
     def close(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for outstanding sends to complete, then stop expiring them."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and any(
             not f.done() for _, _, f in list(self._deadlines)
@@ -177,6 +187,7 @@ class _Consumer:
             time.sleep(_TICK_S)
 
     def close(self) -> None:
+        """Forget the positions."""
         self._positions.clear()
 
 
@@ -201,68 +212,88 @@ class SyncObjBackend:
 
     @property
     def log_paths(self) -> list[str]:
+        """Always empty: the nodes live in this process and write no logs."""
         return []
 
     def start(self, *, timeout_s: float = 60.0) -> SyncObjBackend:
+        """Start every node and wait up to `timeout_s` for a leader (TimeoutError if none); the
+        backend is its own clients."""
         for node in self._nodes.values():
             node.start()
         self.leader_state(timeout_s=timeout_s)
         return self
 
     def stop(self) -> None:
+        """Kill every node."""
         for node in self._nodes.values():
             node.kill()
 
     def kill(self, node: int) -> bool:
+        """Stop the node's ticker and close its sockets; always True."""
         self._nodes[node].kill()
         return True
 
     def restart(self, node: int) -> bool:
+        """Start the node again over its journal if it is down; always True."""
         if self._nodes[node].state is None:
             self._nodes[node].start()
         return True
 
     def pause(self, node: int) -> bool:
+        """Stop ticking the node, its sockets left open like a SIGSTOPped process; always True."""
         self._nodes[node].paused = True
         return True
 
     def resume(self, node: int) -> bool:
+        """Tick the node again; always True."""
         self._nodes[node].paused = False
         return True
 
     def set_faults(self, node: int, rules: dict[str, Any]) -> bool:
+        """Always False: pysyncobj has no network fault hook."""
         return False  # pysyncobj has no network fault hook (see the module docstring)
 
     def lose_unsynced(self, node: int) -> dict[str, Any] | None:
+        """Always None: there is no durability manifest to cut back to."""
         return None  # no durability manifest (see the module docstring)
 
     def corrupt(self, node: int, rng: random.Random) -> dict[str, Any] | None:
+        """Always None: this backend damages no file."""
         return None  # pysyncobj keeps its log in memory: there is no file to damage
 
     def reassign(self, partition: int, replicas: Sequence[int]) -> str | None:
+        """Always refused: one fixed group; the reason."""
         return "pysyncobj: one fixed group, no reassignment"
 
     def add_node(self) -> int | str:
+        """Always refused: one fixed group; the reason."""
         return "pysyncobj: one fixed group"
 
     def remove_node(self, node: int, timeout_s: float) -> str | None:
+        """Always refused: one fixed group; the reason."""
         return "pysyncobj: one fixed group, no decommission"
 
     def observers(self) -> tuple[int, ...]:
+        """Always empty: every node is a voter of the one group."""
         return ()
 
     def partition_replicas(self, partition: int) -> tuple[int, ...] | None:
+        """Always None: there are no per-partition replica sets."""
         return None
 
     def partition_leader(self, partition: int) -> int | None:
+        """The node that believes it leads the one group (every partition); None if none does."""
         return next((i for i, n in self._nodes.items() if n.leading() is not None), None)
 
     def controller(self) -> int | None:
+        """The leader of the one group, as for every partition."""
         return self.partition_leader(0)
 
     # -- LogClients ---------------------------------------------------------------------------
 
     def some_node(self) -> _LogState | None:
+        """The state of the node that believes it leads, else a random live, unpaused node's; None
+        if there is none."""
         leader = next((n.leading() for n in self._nodes.values() if n.leading() is not None), None)
         if leader is not None:
             return leader
@@ -270,6 +301,9 @@ class SyncObjBackend:
         return self._rng.choice(alive) if alive else None
 
     def leader_state(self, *, timeout_s: float) -> _LogState:
+        """The state of the node that believes it leads, waiting up to `timeout_s` for one; raises
+        TimeoutError. A deposed leader that has not noticed yet counts: pysyncobj has no read index.
+        """
         deadline = time.monotonic() + timeout_s
         while True:
             for node in self._nodes.values():
@@ -287,19 +321,28 @@ class SyncObjBackend:
         replication_factor: int,
         config: Mapping[str, str] | None = None,
     ) -> None:
+        """Nothing to create: a partition's log begins at its first append (the topic name is not
+        used)."""
         assert partitions > 0  # partitions are created on first append
 
     def producer(self, *, acks: str, idempotence: bool) -> ChaosProducer:
+        """A producer that sends through the nodes with a 5 s timeout; `acks` and `idempotence` are
+        ignored (every append is replicated)."""
         return _Producer(self, send_timeout_s=5.0)
 
     def consumer(self, topic: str, partitions: Sequence[int]) -> ChaosConsumer:
+        """A consumer of `partitions`, each read from offset 0 out of the leader's state."""
         return _Consumer(self, partitions)
 
     def high_watermarks(self, topic: str, partitions: Sequence[int]) -> dict[int, int]:
+        """The length of each partition's log in the leader's state; raises TimeoutError without a
+        leader within 2 s."""
         state = self.leader_state(timeout_s=2.0)
         return {p: len(state.partitions.get(p, [])) for p in partitions}
 
     def final_read(self, topic: str, partition: int, *, timeout_s: float) -> FinalRead:
+        """The whole partition log from the leader's state; raises TimeoutError without a leader
+        within `timeout_s`."""
         state = self.leader_state(timeout_s=timeout_s)
         log = list(state.partitions.get(partition, []))
         return FinalRead(tuple(ReadRecord(partition, i, v) for i, v in enumerate(log)), len(log))

@@ -89,6 +89,7 @@ class ProcessIds:
         self._lock = threading.Lock()
 
     def take(self) -> int:
+        """The next process id, never handed out before (0, 1, 2...)."""
         with self._lock:
             return next(self._next)
 
@@ -110,6 +111,8 @@ def _producer(
     limiter = RateLimiter(options.send_rate_per_s, clock=time.monotonic, sleep=stop.wait)
 
     def completed(invoke: dict[str, Any], future: Future[int]) -> None:
+        """Record the send's completion (ok with its offset, else `send_outcome`'s fail or info with
+        the error) and free its in-flight slot."""
         error = future.exception()
         if error is None:
             recorder.record(process, "ok", "send", {**invoke, "offset": future.result()})
@@ -267,6 +270,8 @@ class Workers:
             self.stop_event.set()
 
     def start(self) -> None:
+        """Start every worker thread; call once. A worker that raises is listed in `crashes` and
+        stops the others."""
         for thread in self._threads:
             thread.start()
 

@@ -45,10 +45,10 @@ from raftlog.errors import (
 from raftlog.partition.checkpoint import CheckpointStore, PartitionCheckpoint
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT, ProducerStateTable, Verdict
 from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
-from raftlog.runtime.group import Commitment, RaftGroup
+from raftlog.runtime.group import RaftGroup
 from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
 from raftlog.storage.records import validate_records
-from raftlog.types import Offset, Term
+from raftlog.types import Commitment, Offset, Term
 
 __all__ = ["FetchResult", "OffsetSpec", "PartitionLog", "PartitionReplica", "ProduceResult"]
 

@@ -9,16 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import gc
 import logging
-import signal
-import ssl
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from raftlog.errors import ConfigError
-from raftlog.node.malloc_tuning import tune_malloc
 from raftlog.settings import (
     NodeSettings,
     apply_overrides,
@@ -28,11 +24,6 @@ from raftlog.settings import (
     settings_from_toml,
 )
 from raftlog.types import NodeId
-
-if TYPE_CHECKING:
-    from raftlog.metrics import NodeMetrics
-    from raftlog.node.node import Node
-    from raftlog.rpc.kafka import KafkaListener
 
 __all__ = ["add_serve_parser", "run_serve"]
 
@@ -189,118 +180,6 @@ def run_serve(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"raftlog serve: {error}", file=sys.stderr)
         return 2
-    return asyncio.run(_serve(settings))
+    from raftlog.node.process import run_node
 
-
-async def _serve(settings: NodeSettings) -> int:
-    from raftlog.node.node import Node
-
-    config = settings.config
-    if not tune_malloc(
-        trim_threshold_bytes=config.malloc_trim_threshold_bytes,
-        mmap_threshold_bytes=config.malloc_mmap_threshold_bytes,
-    ):
-        logging.getLogger("raftlog").info("no glibc mallopt: malloc thresholds left as they are")
-    node = Node(settings)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    # Before the node starts, so that its first elections and flushes count.
-    metrics_listen = settings.metrics_listen
-    metrics = None if metrics_listen is None else _metrics_of(node)
-    kafka = _kafka_listener(node, settings)
-
-    async def start_kafka() -> None:
-        if kafka is not None:
-            await _start_kafka(kafka, settings)
-
-    await node.start(start_front_ends=start_kafka)
-    if metrics is not None and metrics_listen is not None:
-        try:
-            await metrics.start(*metrics_listen)
-        except OSError as error:
-            host, port = metrics_listen
-            print(f"raftlog serve: --metrics-listen {host}:{port}: {error}", file=sys.stderr)
-            await metrics.stop()
-            if kafka is not None:
-                await kafka.close()
-            await node.stop()
-            return 2
-    # Everything built so far (modules, gRPC and protobuf tables, the recovered state) lives
-    # as long as the process: move it out of the collector's generations, so a full
-    # collection, triggered by per-request garbage, no longer walks it all and stalls the
-    # loop for tens of milliseconds (gc.freeze, as CPython's docs advise for servers).
-    gc.collect()
-    gc.freeze()
-    logging.getLogger("raftlog").info(
-        "node %s serving clients on %s, peers on %s",
-        settings.node_id,
-        settings.client_address,
-        settings.raft_address,
-    )
-    assert node.failed is not None
-    stopping: asyncio.Future[object] = asyncio.ensure_future(stop.wait())
-    failing: asyncio.Future[object] = node.failed  # type: ignore[assignment]
-    await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
-    failed = node.failed.done()
-    if failed:
-        # Already logged where it happened; retrieving it keeps asyncio from logging it again.
-        node.failed.exception()
-    if metrics is not None:
-        await metrics.stop()
-    if kafka is not None:
-        await kafka.close()
-    await node.stop()
-    return 1 if failed else 0
-
-
-def _metrics_of(node: Node) -> NodeMetrics:
-    from raftlog.metrics import NodeMetrics
-
-    return NodeMetrics(node)
-
-
-def _kafka_tls(settings: NodeSettings) -> ssl.SSLContext:
-    assert settings.tls_cert is not None and settings.tls_key is not None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        context.load_cert_chain(str(settings.tls_cert), str(settings.tls_key))
-    except (ssl.SSLError, OSError) as error:
-        raise ConfigError(
-            f"--tls-cert {settings.tls_cert} / --tls-key {settings.tls_key}: not a usable "
-            f"certificate and key for the Kafka listener: {error}"
-        ) from None
-    return context
-
-
-def _kafka_listener(node: Node, settings: NodeSettings) -> KafkaListener | None:
-    """The Kafka wire-protocol listener beside the gRPC API, when --kafka-listen is set."""
-    if settings.kafka_listen is None:
-        return None
-    from raftlog.rpc.kafka import KafkaListener
-    from raftlog.rpc.security import load_access_control
-
-    # The node's token file (--auth-tokens) also guards Kafka clients (SASL/PLAIN).
-    access = None if settings.auth_tokens is None else load_access_control(settings.auth_tokens)
-    return KafkaListener(
-        node,
-        consumer_groups=node.consumer_groups,
-        config=settings.config,
-        node_id=settings.node_id,
-        kafka_address=settings.kafka_address,
-        access=access,
-    )
-
-
-async def _start_kafka(listener: KafkaListener, settings: NodeSettings) -> None:
-    assert settings.kafka_listen is not None
-    # The node's certificate (--tls-cert/--tls-key) serves Kafka clients TLS (SSL, or
-    # SASL_SSL with tokens).
-    tls = None if settings.tls_cert is None else _kafka_tls(settings)
-    await listener.start(*settings.kafka_listen, ssl=tls)
-    logging.getLogger("raftlog").info(
-        "node %s serving Kafka clients on %s", settings.node_id, settings.kafka_address
-    )
+    return asyncio.run(run_node(settings))

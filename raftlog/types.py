@@ -8,9 +8,18 @@ server. Counts and sizes stay plain `int` with a unit suffix in their names.
 
 from __future__ import annotations
 
+import enum
 from typing import NewType
 
-__all__ = ["DERIVED_PRODUCER_ID_MIN", "NodeId", "Offset", "PartitionId", "RaftGroupId", "Term"]
+__all__ = [
+    "DERIVED_PRODUCER_ID_MIN",
+    "Commitment",
+    "NodeId",
+    "Offset",
+    "PartitionId",
+    "RaftGroupId",
+    "Term",
+]
 
 NodeId = NewType("NodeId", int)
 Term = NewType("Term", int)
@@ -23,3 +32,11 @@ RaftGroupId = NewType("RaftGroupId", int)
 # that must resume as the same producer (the Spark sink's tasks) derive theirs at or above it
 # (`raftlog.client.producer.derived_producer_id`), so the two kinds never meet.
 DERIVED_PRODUCER_ID_MIN = 1 << 62
+
+
+class Commitment(enum.Enum):
+    """What a proposer waits for (Kafka's acks)."""
+
+    NONE = "0"  # answered as soon as the leader appended it to its (unsynced) log
+    LEADER = "1"  # durable on the leader
+    QUORUM = "all"  # committed: durable on a majority, applied here

@@ -18,7 +18,7 @@ from raftlog import errors
 from raftlog.metadata.state import ALLOCATED_PRODUCER_ID_LIMIT
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-from raftlog.runtime.group import Commitment
+from raftlog.types import Commitment
 
 if TYPE_CHECKING:
     from raftlog.rpc.port import MetadataReadPort, NodePort

@@ -15,8 +15,7 @@ from typing import Protocol
 from raftlog.metadata import ApplyResult, Command, CreateTopicRequest, MetadataState
 from raftlog.partition.replica import FetchResult, ProduceResult
 from raftlog.rpc.faults import FaultInjector
-from raftlog.runtime.group import Commitment
-from raftlog.types import NodeId
+from raftlog.types import Commitment, NodeId
 
 __all__ = ["MetadataCopy", "MetadataReadPort", "NodePort"]
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import enum
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -34,7 +33,7 @@ from raftlog.errors import NotLeaderError, ProposalDroppedError
 from raftlog.raft.node import RaftNode
 from raftlog.raft.ports import DurableLog, HardStateStore
 from raftlog.raft.types import Entry, Membership, ReadState, Role, Snapshot
-from raftlog.types import Offset, RaftGroupId, Term
+from raftlog.types import Commitment, Offset, RaftGroupId, Term
 
 log = logging.getLogger(__name__)
 
@@ -50,14 +49,6 @@ class StateMachine(Protocol):
     def restore(self, snapshot: Snapshot) -> None:
         """Replace the state with a snapshot received from the leader."""
         ...
-
-
-class Commitment(enum.Enum):
-    """What a proposer waits for (Kafka's acks)."""
-
-    NONE = "0"  # answered as soon as the leader appended it to its (unsynced) log
-    LEADER = "1"  # durable on the leader
-    QUORUM = "all"  # committed: durable on a majority, applied here
 
 
 @dataclass(slots=True)

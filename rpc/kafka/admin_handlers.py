@@ -72,6 +72,12 @@ def _timeout_s(ctx: KafkaContext, request: Any) -> float:
 
 
 async def create_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """CreateTopics v2 to v7: creates each topic through the node port's `create_topic` (the
+    controller), defaulting -1 partitions to 1 and a -1 replication factor to the live nodes, at
+    most 3; `validate_only` only plans. Per topic it answers INVALID_REPLICA_ASSIGNMENT for manual
+    assignments, TOPIC_AUTHORIZATION_FAILED without admin permission, NOT_CONTROLLER off the
+    controller, REQUEST_TIMED_OUT, or the metadata result's code (TOPIC_ALREADY_EXISTS,
+    INVALID_PARTITIONS, INVALID_CONFIG...)."""
     module = response_module(CREATE_TOPICS, version)
     results = []
     for topic in request.topics:
@@ -140,6 +146,10 @@ def _created(
 
 
 async def delete_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """DeleteTopics v1 to v6: deletes each named topic through the node port's `delete_topic` (the
+    controller). Per topic it answers UNKNOWN_TOPIC_ID for a topic named only by id,
+    TOPIC_AUTHORIZATION_FAILED without admin permission, NOT_CONTROLLER off the controller,
+    REQUEST_TIMED_OUT, or UNKNOWN_TOPIC_OR_PARTITION."""
     module = response_module(DELETE_TOPICS, version)
     # A -1 array length decodes to None (the fuzz tests send one): no topics, not a crash.
     names = (
@@ -171,6 +181,11 @@ async def delete_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 async def create_partitions(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """CreatePartitions v0 to v3: grows each topic to `count` partitions through the node port's
+    `create_partitions` (the controller); `validate_only` only plans. Per topic it answers
+    INVALID_REPLICA_ASSIGNMENT for manual assignments, TOPIC_AUTHORIZATION_FAILED without admin
+    permission, NOT_CONTROLLER off the controller, REQUEST_TIMED_OUT, or the metadata result's code
+    (INVALID_PARTITIONS, UNKNOWN_TOPIC_OR_PARTITION)."""
     module = response_module(CREATE_PARTITIONS, version)
     timeout_s = _timeout_s(ctx, request)
     results = []

@@ -43,14 +43,19 @@ class Api:
     handler: Handler
 
     def supports(self, version: int) -> bool:
+        """Whether this listener serves `version` of the API (both bounds inclusive)."""
         return self.version_min <= version <= self.version_max
 
 
 async def api_versions(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """ApiVersions (v0 to v3): the table of every API and version this listener serves, with error
+    code NONE; never reaches the node port."""
     return api_versions_response(version, ErrorCode.none)
 
 
 def api_versions_response(version: int, code: ErrorCode) -> Any:
+    """An ApiVersions response in `version`'s layout with error `code` and the full API table; also
+    used in the v0 layout to answer UNSUPPORTED_VERSION (KIP-511)."""
     module = response_module(API_VERSIONS, version)
     return build(
         module.ApiVersionsResponse,

@@ -50,12 +50,17 @@ class Session:
             self.principal = ANONYMOUS
 
     def allowed(self, permission: Permission, topic: str) -> bool:
+        """Whether the session may use `permission` on `topic`: always without a token file, never
+        before authenticating, else as the token file grants the principal."""
         if self.access is None:
             return True
         return self.principal is not None and self.access.allowed(self.principal, permission, topic)
 
 
 async def sasl_handshake(ctx: Any, request: Any, version: int) -> Any:
+    """SaslHandshake v1: picks PLAIN for the connection's next SaslAuthenticate. Answers
+    UNSUPPORTED_SASL_MECHANISM for any other mechanism or when the listener has no token file (then
+    listing no mechanisms); never reaches the node port."""
     module = response_module(SASL_HANDSHAKE, version)
     session: Session = ctx.session
     known = request.mechanism == _MECHANISM and session.access is not None

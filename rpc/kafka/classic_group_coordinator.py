@@ -138,9 +138,13 @@ class ClassicGroups:
     # -- queries ---------------------------------------------------------------------------
 
     def group_ids(self) -> tuple[str, ...]:
+        """The ids of every group this node holds, sorted (members or handed-out ids pending)."""
         return tuple(sorted(self._groups))
 
     def describe(self, group_id: str) -> tuple[GroupState, str, str | None, list[MemberView]]:
+        """(state, protocol type, chosen protocol, members) of `group_id` once silent members are
+        expired; each member's metadata is for the chosen protocol. An unknown group reads as Empty
+        with no members."""
         group = self._groups.get(group_id)
         if group is None:
             return GroupState.EMPTY, "", None, []
@@ -154,6 +158,7 @@ class ClassicGroups:
         return group.state, group.protocol_type, group.protocol_name, members
 
     def has_members(self, group_id: str) -> bool:
+        """Whether `group_id` has members once those past their session timeout are expired."""
         group = self._groups.get(group_id)
         if group is not None:
             self._expire(group)
@@ -182,6 +187,12 @@ class ClassicGroups:
     # -- the protocol ------------------------------------------------------------------------
 
     async def join(self, request: JoinRequest) -> JoinAnswer:
+        """JoinGroup for `request`. A member without an id gets MEMBER_ID_REQUIRED and a fresh id
+        (KIP-394); a follower rejoining a settled generation unchanged gets it back at once;
+        otherwise it waits for the rebalance to end and gets the new generation (the leader also
+        every member's metadata). Refuses with COORDINATOR_NOT_AVAILABLE past `groups_max`,
+        INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID, GROUP_MAX_SIZE_REACHED; a superseded join
+        gets REBALANCE_IN_PROGRESS and a reset NOT_COORDINATOR."""
         group = self._groups.get(request.group_id)
         if group is None:
             if len(self._groups) >= self._groups_max:
@@ -319,6 +330,10 @@ class ClassicGroups:
     async def sync(
         self, group_id: str, member_id: str, generation_id: int, assignments: dict[str, bytes]
     ) -> SyncAnswer:
+        """SyncGroup: the leader's `assignments` (member id to bytes) make the group Stable and
+        answer every waiting member; a follower waits for them, or gets its own at once if
+        Stable. Answers UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS (also to
+        waiters when a new rebalance starts) and NOT_COORDINATOR on a reset."""
         group = self._groups.get(group_id)
         if group is not None:
             self._expire(group)
@@ -348,6 +363,9 @@ class ClassicGroups:
         )
 
     def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
+        """Record the member as alive; UNKNOWN_MEMBER_ID if it is not in the group,
+        REBALANCE_IN_PROGRESS while the group waits for rejoins (so it rejoins), ILLEGAL_GENERATION
+        for another generation, else NONE."""
         group = self._groups.get(group_id)
         if group is not None:
             self._expire(group)
@@ -361,6 +379,8 @@ class ClassicGroups:
         return ErrorCode.none
 
     def leave(self, group_id: str, member_id: str) -> ErrorCode:
+        """Remove `member_id` (the group rebalances if others remain); UNKNOWN_MEMBER_ID if it is
+        not a member, else NONE."""
         group = self._groups.get(group_id)
         if group is None or member_id not in group.members:
             return ErrorCode.unknown_member_id

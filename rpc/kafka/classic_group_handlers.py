@@ -66,6 +66,10 @@ def _consumer_group(ctx: KafkaContext, group_id: str) -> bool:
 
 
 async def find_coordinator(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """FindCoordinator v0 to v4 (v4: several keys): every group's coordinator is the controller,
+    read from the node port (`controller_id`) with its registered Kafka address. Answers
+    COORDINATOR_NOT_AVAILABLE while no controller, or none with a Kafka address, is known, and
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED for a transaction key (transactions are not supported)."""
     module = response_module(FIND_COORDINATOR, version)
     keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
     answers = [_coordinator(ctx, int(getattr(request, "key_type", _GROUP_KEY))) for _ in keys]
@@ -109,6 +113,11 @@ def _coordinator(ctx: KafkaContext, key_type: int) -> dict[str, Any]:
 
 
 async def join_group(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """JoinGroup v2 to v9, run by `ClassicGroups` in this node's memory (the node port is not
+    called). Answers NOT_COORDINATOR off the controller, INVALID_SESSION_TIMEOUT for a session
+    timeout not in (0, group_rebalance_timeout_ms_max], INCONSISTENT_GROUP_PROTOCOL for a group
+    with KIP-848 members, else what `ClassicGroups.join` answers; the rebalance timeout is
+    clamped to the same bound."""
     module = response_module(JOIN_GROUP, version)
     if not _coordinating(ctx):
         return _join_response(module, JoinAnswer(ErrorCode.not_coordinator, request.member_id))
@@ -160,6 +169,10 @@ def _join_response(module: Any, answer: JoinAnswer) -> Any:
 
 
 async def sync_group(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """SyncGroup v0 to v5: the leader hands out assignments, followers get theirs
+    (`ClassicGroups.sync`, in memory; the node port is not called). Answers NOT_COORDINATOR off the
+    controller, else UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS for a member
+    that must rejoin."""
     module = response_module(SYNC_GROUP, version)
     if not _coordinating(ctx):
         return build(
@@ -185,6 +198,8 @@ async def sync_group(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 async def heartbeat(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """Heartbeat v0 to v4 (`ClassicGroups.heartbeat`, in memory): NOT_COORDINATOR off the
+    controller, else UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS (rejoin) or ILLEGAL_GENERATION."""
     module = response_module(HEARTBEAT, version)
     code = (
         ctx.groups.heartbeat(request.group_id, request.member_id, int(request.generation_id))
@@ -195,6 +210,9 @@ async def heartbeat(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 async def leave_group(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """LeaveGroup v0 to v5 (`ClassicGroups.leave`, in memory); v3 on name several members, each
+    answered on its own with a top-level NONE. Answers NOT_COORDINATOR off the controller,
+    UNKNOWN_MEMBER_ID for a member not in the group."""
     module = response_module(LEAVE_GROUP, version)
     members = (
         [m.member_id for m in request.members]
@@ -222,6 +240,12 @@ async def leave_group(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 async def offset_commit(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """OffsetCommit v2 to v9: checks the member (the classic generation, or for a KIP-848 group the
+    coordinator's epoch and ownership), then commits the offsets through the node port (`submit` of
+    CommitGroupOffsets), answering once committed. Per partition: TOPIC_AUTHORIZATION_FAILED without
+    read permission, INVALID_COMMIT_OFFSET_SIZE for a negative offset, else one code for the
+    request: NOT_COORDINATOR, UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS,
+    STALE_MEMBER_EPOCH, REQUEST_TIMED_OUT."""
     module = response_module(OFFSET_COMMIT, version)
     wanted = [(t.name, p) for t in request.topics for p in t.partitions]
     permitted = [(name, p) for name, p in wanted if ctx.allowed(Permission.READ, name)]
@@ -287,6 +311,11 @@ async def _commit(ctx: KafkaContext, request: Any, wanted: list[tuple[str, Any]]
 
 
 async def offset_fetch(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """OffsetFetch v1 to v9 (v8 on: several groups; v9: a KIP-848 member, whose epoch is checked):
+    committed offsets of the partitions asked, or every committed one, read from the node port's
+    metadata copy; -1 where none is committed. Answers NOT_COORDINATOR off the controller, the
+    commit check's code (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) for a refused member,
+    TOPIC_AUTHORIZATION_FAILED per partition without read permission."""
     module = response_module(OFFSET_FETCH, version)
     if not hasattr(request, "groups"):  # v1-v7: one group
         code, topics = _fetch_group(ctx, module, request.group_id, request.topics, None, -1)
@@ -362,6 +391,9 @@ def _fetch_group(
 
 
 async def list_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """ListGroups v0 to v4: every classic group, KIP-848 group and group with committed offsets
+    (from the node port's metadata copy), with state and protocol type, filtered by
+    `states_filter` (v4). Answers NOT_COORDINATOR off the controller."""
     module = response_module(LIST_GROUPS, version)
     if not _coordinating(ctx):
         return build(
@@ -401,6 +433,9 @@ async def list_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 async def describe_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """DescribeGroups v0 to v5: each classic group's state, protocol and members from
+    `ClassicGroups` (in memory); an unknown group, or a KIP-848 one, reads as Empty with no
+    members. Answers NOT_COORDINATOR off the controller."""
     module = response_module(DESCRIBE_GROUPS, version)
     coordinating = _coordinating(ctx)
     described = []

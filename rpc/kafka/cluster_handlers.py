@@ -34,6 +34,11 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
 
 
 async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """Metadata v1 to v12: the live brokers, the controller and the topics asked for by name or
+    (v10+) id, or every topic the principal may read when none are named. Reads the node port's
+    metadata copy after `wait_metadata_caught_up`; answers UNKNOWN_TOPIC_OR_PARTITION for unknown
+    topics (never creates them), TOPIC_AUTHORIZATION_FAILED without read permission,
+    LEADER_NOT_AVAILABLE per topic before catch-up and per partition without a leader."""
     module = response_module(METADATA, version)
     caught_up = await ctx.node.wait_metadata_caught_up()
     state = ctx.node.metadata.state

@@ -72,6 +72,11 @@ def topic_configs(ctx: KafkaContext, config: Mapping[str, str]) -> list[tuple[st
 
 
 async def describe_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """DescribeConfigs v1 to v4: every setting of each topic resource (or the keys asked), the
+    topic's own value or the node's default, from the node port's metadata copy after
+    `wait_metadata_caught_up`. Per topic it answers TOPIC_AUTHORIZATION_FAILED without read
+    permission, UNKNOWN_TOPIC_OR_PARTITION for an unknown topic (LEADER_NOT_AVAILABLE before
+    catch-up); other resource types get no entries and no error."""
     module = response_module(DESCRIBE_CONFIGS, version)
     caught_up = await ctx.node.wait_metadata_caught_up()
     results = [_describe(ctx, module, resource, caught_up) for resource in request.resources]
@@ -117,6 +122,12 @@ def _describe(ctx: KafkaContext, module: Any, resource: Any, caught_up: bool) ->
 
 
 async def incremental_alter_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """IncrementalAlterConfigs v0 to v1: the SET and DELETE operations of each topic resource as one
+    `AlterTopicConfig` submitted through the node port (`ctx.node.submit`, the controller);
+    `validate_only` checks this node's copy and commits nothing. Answers INVALID_CONFIG for APPEND
+    or SUBTRACT and for a bad value, INVALID_REQUEST for a non-topic resource,
+    TOPIC_AUTHORIZATION_FAILED without admin permission, NOT_CONTROLLER off the controller,
+    REQUEST_TIMED_OUT."""
     module = response_module(INCREMENTAL_ALTER_CONFIGS, version)
     responses = []
     for resource in request.resources:
@@ -148,6 +159,11 @@ async def incremental_alter_configs(ctx: KafkaContext, request: Any, version: in
 
 
 async def alter_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """AlterConfigs v0 to v2: replaces each topic's whole config through the node port
+    (`ctx.node.submit`, the controller), so a key left out goes back to its default; `validate_only`
+    checks this node's copy and commits nothing. Answers INVALID_CONFIG for a bad value,
+    INVALID_REQUEST for a non-topic resource, TOPIC_AUTHORIZATION_FAILED without admin permission,
+    NOT_CONTROLLER off the controller, REQUEST_TIMED_OUT."""
     module = response_module(ALTER_CONFIGS, version)
     responses = []
     for resource in request.resources:

@@ -107,10 +107,18 @@ def _ms(value: int) -> i32Timedelta:
 
 
 async def consumer_group_heartbeat(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """ConsumerGroupHeartbeat v0 to v1 (KIP-848), served by `ctx.consumer_groups`' coordinator; the
+    node port gives the controller id and the topic ids and names. Answers NOT_COORDINATOR off the
+    controller, GROUP_ID_NOT_FOUND for a group with classic members, UNSUPPORTED_ASSIGNOR,
+    INVALID_REGULAR_EXPRESSION, INVALID_REQUEST for a join without subscription, UNKNOWN_MEMBER_ID,
+    TOPIC_AUTHORIZATION_FAILED for a subscribed topic it may not read, and the coordinator's
+    refusals (FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED...); a refusal carries member epoch -1 and
+    no assignment."""
     module = response_module(CONSUMER_GROUP_HEARTBEAT, version)
     service = ctx.consumer_groups
 
     def refused(code: ErrorCode, message: str, member_id: str | None = None) -> Any:
+        """A heartbeat response refusing with `code` and `message`: epoch -1, no assignment."""
         return build(
             module.ConsumerGroupHeartbeatResponse,
             throttle_time=NO_THROTTLE,
@@ -308,6 +316,11 @@ def _answer(ctx: KafkaContext, module: Any, answer: HeartbeatResponse) -> Any:
 
 
 async def consumer_group_describe(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """ConsumerGroupDescribe v0 to v1: each group's state, epoch and members with their
+    subscriptions and current and target assignments, from `ctx.consumer_groups`' coordinator
+    (topic ids from the node port's metadata copy). Answers NOT_COORDINATOR off the controller
+    and GROUP_ID_NOT_FOUND for a group the coordinator does not run (clients then try
+    DescribeGroups); no permission is checked."""
     module = response_module(CONSUMER_GROUP_DESCRIBE, version)
     coordinating = ctx.consumer_groups.coordinating()
     described = []
@@ -344,6 +357,8 @@ def _described(
     state = ctx.node.metadata.state
 
     def assignment(partitions: frozenset[TopicPartition]) -> Any:
+        """`partitions` as a KIP-848 Assignment grouped by topic, with each topic's name and id (the
+        nil UUID for a topic deleted since)."""
         entries = []
         for name, indexes in _by_topic(partitions).items():
             topic = state.topic(name)

@@ -28,6 +28,8 @@ __all__ = ["KafkaContext", "split_address"]
 
 
 def split_address(address: str) -> tuple[str, int]:
+    """`address` ("host:port", split at the last colon) as (host, port); asserts it has a host and a
+    numeric port."""
     host, _, port = address.rpartition(":")
     assert host and port.isdigit(), address
     return host, int(port)
@@ -51,6 +53,8 @@ class KafkaContext:
     client_id: str = ""  # of the request being handled (the connection's client)
 
     def allowed(self, permission: Permission, topic: str) -> bool:
+        """Whether this connection's principal holds `permission` on `topic` (always True without a
+        token file)."""
         return self.session.allowed(permission, topic)
 
     @property

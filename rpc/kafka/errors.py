@@ -42,6 +42,8 @@ _RESULT_CODES = {
 
 
 def kafka_error(error: errors.RaftlogError) -> ErrorCode:
+    """The Kafka error code for `error`: the code of its most specific known class, else
+    REQUEST_TIMED_OUT if it is retriable (so clients retry it) or UNKNOWN_SERVER_ERROR."""
     return next((code for kind, code in _CODES if isinstance(error, kind)), _fallback(error))
 
 
@@ -51,4 +53,6 @@ def _fallback(error: errors.RaftlogError) -> ErrorCode:
 
 
 def metadata_result_error(code: MetadataErrorCode) -> ErrorCode:
+    """The Kafka error code for a metadata command's result `code`; INVALID_REQUEST for codes with
+    no Kafka counterpart."""
     return _RESULT_CODES.get(code, ErrorCode.invalid_request)

@@ -70,9 +70,11 @@ class FrameDecoder:
         self._frame_bytes_max = frame_bytes_max
 
     def receive_data(self, data: bytes) -> None:
+        """Append `data` to the buffer; `next_frame` hands out what it completes."""
         self._buffer += data
 
     def buffered_bytes(self) -> int:
+        """How many received bytes no frame has taken yet."""
         return len(self._buffer)
 
     def next_frame(self) -> bytes | None:

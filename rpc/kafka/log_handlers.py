@@ -23,7 +23,7 @@ from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
 from raftlog.rpc.security import Permission
-from raftlog.runtime.group import Commitment
+from raftlog.types import Commitment
 
 __all__ = [
     "FETCH",
@@ -121,6 +121,8 @@ def _produce_one(
     ctx: KafkaContext, topic: str, partition: Any, commitment: Commitment, timeout_ms: int
 ) -> asyncio.Task[tuple[ErrorCode, int, str | None]]:
     async def call() -> tuple[ErrorCode, int, str | None]:
+        """Produce the partition's batch through the node port; a raftlog error becomes (its Kafka
+        code, -1, its message)."""
         try:
             result = await ctx.node.produce(
                 topic,
@@ -257,6 +259,11 @@ def _fetch_response(
 
 
 async def list_offsets(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """ListOffsets v1 to v6: per partition, the log start (timestamp -2), the high watermark (-1)
+    or the first committed offset of a batch at or after a timestamp (-1 if none), from the node
+    port's `list_offsets` (the partition leader). Answers INVALID_REQUEST for any other negative
+    timestamp, TOPIC_AUTHORIZATION_FAILED without read permission, and `kafka_error`'s code
+    (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION...) for a raftlog error."""
     module = response_module(LIST_OFFSETS, version)
     state = ctx.node.metadata.state
     topics = []
@@ -313,6 +320,10 @@ def _end_offset(ctx: KafkaContext, topic: str, partition: Any) -> tuple[ErrorCod
 
 
 async def offset_for_leader_epoch(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """OffsetForLeaderEpoch v2 to v4 (KIP-320): per partition, the largest epoch at most the one
+    asked and that epoch's end offset, from the node port's `end_offset_for_epoch` (the partition
+    leader). Answers TOPIC_AUTHORIZATION_FAILED without read permission and `kafka_error`'s code
+    for a raftlog error, with epoch and offset -1."""
     module = response_module(OFFSET_FOR_LEADER_EPOCH, version)
     topics = []
     for topic in request.topics:

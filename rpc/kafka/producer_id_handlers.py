@@ -28,6 +28,11 @@ _ALLOCATE_TIMEOUT_S = 10.0
 
 
 async def init_producer_id(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """InitProducerId v0 to v4: a fresh producer id at epoch 0 from the node's allocator
+    (`ctx.node.allocate_producer_id`). Answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for a
+    transactional id (transactions are not supported), REQUEST_TIMED_OUT if allocation takes over
+    ten seconds, and `kafka_error`'s code for a raftlog error; producer id and epoch are -1 on any
+    error."""
     module = response_module(INIT_PRODUCER_ID, version)
     code, producer_id = ErrorCode.none, -1
     if request.transactional_id is not None:

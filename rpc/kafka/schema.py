@@ -47,30 +47,39 @@ def build(cls: type[T], **values: Any) -> T:
 
 @functools.cache
 def request_class(api_key: int, version: int) -> type[Any]:
+    """kio's request class for `api_key` at `version` (cached); raises kio's UnknownAPIKey or
+    UnknownEntity for an API or version kio does not know."""
     return load_request_schema(api_key, version)
 
 
 @functools.cache
 def request_reader(api_key: int, version: int) -> Any:
+    """A cached kio reader that parses the body of an `api_key` request at `version`."""
     return entity_reader(request_class(api_key, version))
 
 
 @functools.cache
 def request_is_flexible(api_key: int, version: int) -> bool:
+    """Whether `api_key` at `version` uses the flexible (tagged-field, KIP-482) encoding, which
+    decides the layout of its request and response headers."""
     return bool(request_class(api_key, version).__flexible__)
 
 
 @functools.cache
 def response_module(api_key: int, version: int) -> ModuleType:
+    """The kio module holding `api_key`'s response classes at `version` (cached), for `build` to
+    construct responses and their nested entities from."""
     return sys.modules[load_response_schema(api_key, version).__module__]
 
 
 @functools.cache
 def response_writer(api_key: int, version: int) -> Any:
+    """A cached kio writer that serialises an `api_key` response at `version`."""
     return entity_writer(load_response_schema(api_key, version))
 
 
 def timedelta_ms(value: datetime.timedelta) -> int:
+    """`value` as a whole number of milliseconds (truncated toward zero)."""
     return int(value.total_seconds() * 1000)
 
 
@@ -84,5 +93,7 @@ class Chunks:
         self.pieces: list[bytes] = []
 
     def write(self, data: bytes) -> int:
+        """Keep `data` as the next piece (as `bytes`, copied only if it is another buffer type) and
+        return its length, as a file's `write` does."""
         self.pieces.append(bytes(data) if not isinstance(data, bytes) else data)
         return len(data)

@@ -103,6 +103,8 @@ class KafkaListener:
         return _Connection(context, self._connections)
 
     async def close(self) -> None:
+        """Stop accepting, abort every open connection (their pending requests are cancelled,
+        unanswered) and wait until the server has closed."""
         if self._server is not None:
             self._server.close()
         for connection in list(self._connections):
@@ -127,6 +129,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        """Register the connection, or abort it at once when `kafka.connections_max` connections are
+        already open."""
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
         self._peer = str(transport.get_extra_info("peername"))
@@ -137,6 +141,8 @@ class _Connection(asyncio.Protocol):
         self._registry.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        """Forget the connection and cancel its pending handlers; their responses have nowhere to
+        go."""
         self._registry.discard(self)
         self._transport = None
         self._writable.set()
@@ -145,12 +151,17 @@ class _Connection(asyncio.Protocol):
         self._pending.clear()
 
     def pause_writing(self) -> None:
+        """Transport buffer full: the response writer waits until `resume_writing`."""
         self._writable.clear()
 
     def resume_writing(self) -> None:
+        """Transport buffer drained: let the response writer go on."""
         self._writable.set()
 
     def data_received(self, data: bytes) -> None:
+        """Buffer `data` and start a handler for every whole frame, unless reading is paused at
+        `kafka.requests_in_flight_max`; a frame that does not decode (FrameError) aborts the
+        connection."""
         self._decoder.receive_data(data)
         try:
             while self._transport is not None and not self._reading_paused:
@@ -261,6 +272,7 @@ class _Connection(asyncio.Protocol):
             self.data_received(b"")  # frames that arrived while paused
 
     def abort(self, reason: str) -> None:
+        """Close the connection at once, unflushed, logging `reason`; a no-op once it is closed."""
         if self._transport is not None:
             log.info("kafka: closing connection from %s: %s", self._peer, reason)
             self._transport.abort()

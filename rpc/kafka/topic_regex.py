@@ -55,6 +55,7 @@ class TopicRegexes:
         return len(self._members)
 
     def get(self, group_id: str, member_id: str) -> RegexSubscription | None:
+        """The member's recorded regex subscription, or None if it has none."""
         return self._members.get((group_id, member_id))
 
     def check(self, pattern: str) -> str | None:
@@ -96,6 +97,8 @@ class TopicRegexes:
         return None
 
     def forget(self, group_id: str, member_id: str) -> None:
+        """Drop the member's subscription (and patterns no member uses any more); a no-op for an
+        unknown member."""
         if self._members.pop((group_id, member_id), None) is not None:
             self._drop_unused_patterns()
 

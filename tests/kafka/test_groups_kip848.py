@@ -14,7 +14,7 @@ import pytest
 from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
-from kio.schema.types import RaftGroupId, TopicName
+from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
 
 from raftlog.local_cluster import LocalCluster
@@ -121,7 +121,7 @@ def _heartbeat(
     **fields: Any,
 ) -> Any:
     request = ConsumerGroupHeartbeatRequest(
-        group_id=RaftGroupId(group),
+        group_id=GroupId(group),
         member_id=member,
         member_epoch=i32(epoch),
         rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
@@ -176,7 +176,7 @@ def test_bad_heartbeats_get_kafka_errors_and_the_node_serves_on(
     described = kafka_call(
         address,
         ConsumerGroupDescribeRequest(
-            group_ids=(RaftGroupId(group), RaftGroupId("no-such-group")),
+            group_ids=(GroupId(group), GroupId("no-such-group")),
             include_authorized_operations=False,
         ),
     )
@@ -209,7 +209,7 @@ def test_v0_names_a_joining_member_and_describe_v1_types_it(kafka_cluster: Local
     joined = kafka_call(
         address,
         HeartbeatV0(
-            group_id=RaftGroupId(group),
+            group_id=GroupId(group),
             member_id="",  # v0: the coordinator names the member
             member_epoch=i32(0),
             rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=30)),
@@ -219,7 +219,7 @@ def test_v0_names_a_joining_member_and_describe_v1_types_it(kafka_cluster: Local
     )
     assert joined.error_code == ErrorCode.none and joined.member_id and joined.member_epoch >= 1
     (described,) = kafka_call(
-        address, DescribeV1(group_ids=(RaftGroupId(group),), include_authorized_operations=False)
+        address, DescribeV1(group_ids=(GroupId(group),), include_authorized_operations=False)
     ).groups
     (member,) = described.members
     assert member.member_id == joined.member_id and member.member_type == 1
@@ -257,7 +257,7 @@ def _join_request(group: str, member_id: str = "") -> Any:
     from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
 
     return JoinGroupRequest(
-        group_id=RaftGroupId(group),
+        group_id=GroupId(group),
         session_timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
         rebalance_timeout=i32Timedelta.parse(datetime.timedelta(seconds=1)),
         member_id=member_id,
@@ -271,7 +271,7 @@ def _commit(address: str, group: str, member: str, epoch: int, topic: str, parti
     from kio.schema.offset_commit.v9 import request as commit
 
     request = commit.OffsetCommitRequest(
-        group_id=RaftGroupId(group),
+        group_id=GroupId(group),
         generation_id_or_member_epoch=i32(epoch),
         member_id=member,
         group_instance_id=None,
@@ -300,7 +300,7 @@ def _fetch(address: str, group: str, member: str | None, epoch: int) -> ErrorCod
     request = fetch.OffsetFetchRequest(
         groups=(
             fetch.OffsetFetchRequestGroup(
-                group_id=RaftGroupId(group), member_id=member, member_epoch=i32(epoch), topics=None
+                group_id=GroupId(group), member_id=member, member_epoch=i32(epoch), topics=None
             ),
         ),
         require_stable=False,
@@ -347,7 +347,7 @@ def test_a_regex_subscription_is_resolved_at_every_heartbeat(kafka_cluster: Loca
     described = kafka_call(
         address,
         ConsumerGroupDescribeRequest(
-            group_ids=(RaftGroupId(group),), include_authorized_operations=False
+            group_ids=(GroupId(group),), include_authorized_operations=False
         ),
     )
     (described_member,) = described.groups[0].members

@@ -87,7 +87,9 @@ def create(
         "replication_factor": len(assignments[0]) if assignments else 2,
         "config": {"retention.ms": "60000"},
         "assignments": tuple(tuple(NodeId(n) for n in r) for r in assignments),
-        "raft_group_ids": tuple(RaftGroupId(first_raft_group_id + i) for i in range(len(assignments))),
+        "raft_group_ids": tuple(
+            RaftGroupId(first_raft_group_id + i) for i in range(len(assignments))
+        ),
     }
     fields.update(overrides)
     return CreateTopic(**fields)  # type: ignore[arg-type]

@@ -292,7 +292,7 @@ def test_a_node_cannot_renew_another_nodes_lease_by_a_call(tmp_path: Path) -> No
         NodeHeartbeat(node_id=N3, incarnation=1, now_ms=0),
         RegisterNode(N3, "127.0.0.1:1", "127.0.0.1:2", incarnation=1, now_ms=0),
     ):
-        result = asyncio.run(node._serve_call(N2, command, 1.0))
+        result = asyncio.run(node.metadata_calls.serve_call(N2, command, 1.0))
         assert result.code is ErrorCode.INVALID_REQUEST
         assert result.message == "node 2 sent the liveness of node 3"
 

@@ -9,9 +9,9 @@ import asyncio
 import pytest
 
 from raftlog.errors import CorruptBatchError, InvalidRecordError
-from raftlog.runtime.group import Commitment
 from raftlog.storage.batch import CRC_START, Compression, crc32c, verify_batch
 from raftlog.storage.records import RecordInput, encode_batch, validate_records
+from raftlog.types import Commitment
 from tests.unit.partition.replica_groups import ReplicaGroups
 
 

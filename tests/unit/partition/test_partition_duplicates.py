@@ -17,9 +17,8 @@ import pytest
 from raftlog.errors import ProposalDroppedError, RequestTimedOutError
 from raftlog.partition.replica import ProduceResult
 from raftlog.raft.types import Role
-from raftlog.runtime.group import Commitment
 from raftlog.storage.records import RecordInput, encode_batch
-from raftlog.types import NodeId
+from raftlog.types import Commitment, NodeId
 from tests.unit.partition.replica_groups import CONFIG, LEADER, ReplicaGroups
 
 TIMEOUT_S = 60.0  # never reached: the tests resolve every wait by driving the groups

@@ -56,14 +56,14 @@ def test_reads_wait_until_the_copy_shows_this_start_s_registration(tmp_path: Pat
     node = _node(tmp_path)
 
     async def scenario() -> None:
-        waiting = asyncio.ensure_future(node.wait_metadata_caught_up())
+        waiting = asyncio.ensure_future(node.api.wait_metadata_caught_up())
         await asyncio.sleep(0)
         _apply_registration(node, node.incarnation - 1)  # the previous start's
         await asyncio.sleep(0)
         assert not waiting.done()
         _apply_registration(node, node.incarnation)
         assert await waiting is True
-        assert await node.wait_metadata_caught_up() is True  # latched for this start
+        assert await node.api.wait_metadata_caught_up() is True  # latched for this start
 
     _run(scenario())
 
@@ -72,7 +72,7 @@ def test_a_read_that_waited_out_the_bound_is_told_so(tmp_path: Path) -> None:
     node = _node(tmp_path, catch_up_wait_ms=1)
 
     async def scenario() -> None:
-        assert await node.wait_metadata_caught_up() is False
+        assert await node.api.wait_metadata_caught_up() is False
 
     _run(scenario())
 

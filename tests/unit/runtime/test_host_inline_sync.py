@@ -15,11 +15,11 @@ from raftlog.raft.memory import MemoryHardStateStore
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Entry, Membership, Message, Role, Snapshot
 from raftlog.runtime.clock import FakeMonotonicClock
-from raftlog.runtime.group import Commitment, RaftGroup
+from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.host import RaftGroupHost
 from raftlog.storage.file_system import FileHandle, OsFileSystem
 from raftlog.storage.raft_log_storage import RaftLogStorage
-from raftlog.types import NodeId, RaftGroupId
+from raftlog.types import Commitment, NodeId, RaftGroupId
 
 NODES = (NodeId(1), NodeId(2), NodeId(3))
 GROUP = RaftGroupId(1)

@@ -13,9 +13,9 @@ from raftlog.config import RaftConfig
 from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Entry, Membership, Message, Role, Snapshot
-from raftlog.runtime.group import Commitment, RaftGroup
+from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.host import RaftGroupHost
-from raftlog.types import NodeId, RaftGroupId
+from raftlog.types import Commitment, NodeId, RaftGroupId
 
 NODES = (NodeId(1), NodeId(2), NodeId(3))
 GROUPS = 12
