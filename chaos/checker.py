@@ -23,9 +23,11 @@ the group's committed offset, which may lie anywhere another member left it.
 
 Unknown outcomes (`info`) are never held against the system: an `info` send may or may not be
 in the log. A partition whose final read failed cannot be judged for losses; it is counted in
-`unchecked` rather than silently passed. Gaps in offsets are normal (a leader's no-op and
-membership changes are control batches that occupy offsets), which is why `poll_skip` asks the
-final read whether a skipped offset held a record rather than demanding contiguous offsets.
+`unchecked` rather than silently passed. Offsets are the Kafka offsets every client sees
+(docs/offsets.md: Raft's own entries take none), yet gaps remain possible (records compaction
+removed, Kafka control batches such as transaction markers), which is why `poll_skip` asks
+the final read whether a skipped offset held a record rather than demanding contiguous
+offsets.
 """
 
 from __future__ import annotations

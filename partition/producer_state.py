@@ -6,11 +6,17 @@ covers sequences `[base_sequence, base_sequence + record_count - 1]`. For each p
 table keeps its epoch, the last sequence written and the last few batches (sequence range ->
 offsets). A new batch is then exactly one of:
 
-    NEW           base_sequence == last_sequence + 1 (or 0 for a new producer / new epoch)
+    NEW           base_sequence == last_sequence + 1; 0 for a new epoch of a known producer;
+                  any sequence for a producer the table does not know
     DUPLICATE     its sequence range equals one of the remembered batches: answer with the
                   offsets that batch was written at, write nothing
     OUT_OF_ORDER  anything else (a gap: an earlier batch was lost; the producer must fail it)
     FENCED        an epoch older than the one on record
+
+A producer the table does not know (its topic was recreated, or its state was evicted or
+deleted with the log) may continue any sequence, as Kafka accepts (ProducerAppendInfo: "there
+is no current producer epoch ... accept writes with any sequence number"): refusing it
+OUT_OF_ORDER_SEQUENCE is fatal to librdkafka's idempotent producer (librdkafka test 0107).
 
 The table is a pure value: it is rebuilt deterministically by applying committed batches in
 offset order (on every replica), saved in partition snapshots and checkpoints, and the leader
@@ -84,7 +90,9 @@ class ProducerStateTable:
     ) -> SequenceVerdict:
         assert producer_id >= 0 and record_count > 0
         producer = self._producers.get(producer_id)
-        if producer is None or epoch > producer.epoch:
+        if producer is None:
+            return SequenceVerdict(Verdict.NEW)
+        if epoch > producer.epoch:
             if base_sequence == 0:
                 return SequenceVerdict(Verdict.NEW)
             return SequenceVerdict(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -56,9 +57,34 @@ _logger = logging.getLogger(__name__)
 
 
 class PartitionLog(Protocol):
-    """What a replica reads besides the Raft view: raw batches for consumers."""
+    """What a replica reads besides the Raft view: batches for consumers, in Kafka offsets
+    (raftlog.storage.kafka_offsets: Raft's own entries take none)."""
 
     def log_start_offset(self) -> int: ...
+
+    def kafka_offset(self, offset: int) -> int:
+        """The Kafka offset of Raft offset `offset` (first offset to log end)."""
+        ...
+
+    def raft_offset(self, kafka_offset: int) -> int:
+        """The Raft offset holding Kafka offset `kafka_offset`."""
+        ...
+
+    def set_kafka_start(self, kafka_offset: int) -> None:
+        """The Kafka offset of the log's first offset (from the partition's snapshot)."""
+        ...
+
+    def read_kafka(
+        self,
+        kafka_offset: int,
+        *,
+        bytes_max: int,
+        end_offset: int | None = None,
+        skip_emptied: bool = False,
+    ) -> bytes:
+        """`read` from the batch holding `kafka_offset`, as clients see it: Raft's own
+        batches left out, base offsets in Kafka offsets; `end_offset` is a Raft offset."""
+        ...
 
     def read(
         self,
@@ -151,8 +177,14 @@ class PartitionReplica:
         return self._group
 
     @property
-    def high_watermark(self) -> int:
+    def raft_high_watermark(self) -> int:
+        """The commit offset + 1, in Raft offsets: what readers may see stops before it."""
         return self.group.node.commit_offset + 1
+
+    @property
+    def high_watermark(self) -> int:
+        """The high watermark clients see, in Kafka offsets."""
+        return self._log.kafka_offset(self.raft_high_watermark)
 
     @property
     def applied_offset(self) -> int:
@@ -236,6 +268,10 @@ class PartitionReplica:
         offset in the same term: otherwise applying from the start rebuilds the same state.
         """
         assert self._applied_offset == -1, "recover runs once, before anything is applied"
+        if (found := log.snapshot()) is not None:
+            # The snapshot says where Kafka offsets stand at the log's first offset, whether
+            # or not it is restored below (a newer checkpoint resumes after it).
+            self._log.set_kafka_start(decode_snapshot_data(found)[0])
         checkpoint = None if self._checkpoint is None else self._checkpoint.load()
         if checkpoint is None:
             return Offset(-1)
@@ -265,24 +301,31 @@ class PartitionReplica:
         self._applied_offset = snapshot.meta.offset
         self._applied_term = snapshot.meta.term
         self._applied_bytes_since_checkpoint = 0  # the snapshot file holds this state
+        kafka_start, producers = decode_snapshot_data(snapshot)
+        self._log.set_kafka_start(kafka_start)
         self._committed_producers = ProducerStateTable.decode(
-            snapshot.data, producers_max=self._producers_max
+            producers, producers_max=self._producers_max
         )
         self._leader_producers = None
 
     def compaction_snapshot(self, offset: Offset, term: Term, membership: Membership) -> Snapshot:
         """The snapshot a partition records before retention drops the log below `offset`.
 
-        A partition's state *is* its log, so the snapshot carries only the producer table
-        (for idempotence across the cut); a follower that installs it starts its log empty
-        at `offset + 1`. The table is the applied one, which may be slightly ahead of
-        `offset`: entries re-applied after it only repeat what it already remembers.
+        A partition's state *is* its log, so the snapshot carries only the Kafka offset at
+        `offset + 1` (Raft's own entries below the cut take none) and the producer table (for
+        idempotence across the cut); a follower that installs it starts its log empty at
+        `offset + 1`. The table is the applied one, which may be slightly ahead of `offset`:
+        entries re-applied after it only repeat what it already remembers.
         """
         assert offset <= self.group.node.commit_offset, (offset, self.group.node.commit_offset)
-        return Snapshot(SnapshotMeta(offset, term, membership), self.snapshot_data())
+        kafka_start = self._log.kafka_offset(offset + 1)
+        return Snapshot(
+            SnapshotMeta(offset, term, membership),
+            encode_snapshot_data(kafka_start, self.snapshot_data()),
+        )
 
     def snapshot_data(self) -> bytes:
-        """What a partition snapshot carries: the producer table (the log holds the rest)."""
+        """The producer table a snapshot carries (the log holds the rest)."""
         return self._committed_producers.encode()
 
     # -- produce -------------------------------------------------------------------------------
@@ -330,11 +373,12 @@ class PartitionReplica:
                 ) from None
         if (
             duplicate_last is not None
-            and duplicate_last.last_offset >= self.high_watermark
+            and duplicate_last.last_offset >= self.raft_high_watermark
             and commitment is not Commitment.NONE
         ):
             await self._await_original(duplicate_last, term, commitment, deadline, timeout_s)
-        return ProduceResult(first, last, self.high_watermark, duplicate=not futures)
+        kafka = self._log.kafka_offset
+        return ProduceResult(kafka(first), kafka(last), self.high_watermark, duplicate=not futures)
 
     async def _await_original(
         self,
@@ -453,7 +497,11 @@ class PartitionReplica:
         writer resuming after the answer must never skip a record that may still be lost.
         """
         self._require_leader()
-        return self._committed_producers.describe(producer_id)
+        described = self._committed_producers.describe(producer_id)
+        if described is None:
+            return None
+        epoch, last_sequence, last_offset = described
+        return epoch, last_sequence, self._log.kafka_offset(last_offset)
 
     # -- offsets -------------------------------------------------------------------------------
 
@@ -461,13 +509,13 @@ class PartitionReplica:
         """Earliest, latest (the high watermark) or the first committed offset whose batch
         has a timestamp >= `timestamp_ms` (-1 when none)."""
         self._require_leader()
-        high_watermark = self.high_watermark
+        high_watermark = self.raft_high_watermark
         if spec is OffsetSpec.EARLIEST:
-            return self._log.log_start_offset()
+            return self._log.kafka_offset(self._log.log_start_offset())
         if spec is OffsetSpec.LATEST:
-            return high_watermark
+            return self._log.kafka_offset(high_watermark)
         offset = self._log.offset_for_timestamp(timestamp_ms)
-        return -1 if offset is None or offset >= high_watermark else offset
+        return -1 if offset is None or offset >= high_watermark else self._log.kafka_offset(offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """Kafka's OffsetForLeaderEpoch, answered by the leader: the largest term <= `epoch`
@@ -477,11 +525,11 @@ class PartitionReplica:
         no such term (retention removed it)."""
         self._require_leader()
         log = self.group.node.log
-        end = min(int(log.first_offset_of_term_at_least(Term(epoch + 1))), self.high_watermark)
+        end = min(int(log.first_offset_of_term_at_least(Term(epoch + 1))), self.raft_high_watermark)
         term = log.term_at(Offset(end - 1)) if end - 1 >= log.first_offset() - 1 else None
         if term is None or term > epoch:
             return -1, -1
-        return int(term), end
+        return int(term), self._log.kafka_offset(end)
 
     # -- fetch ---------------------------------------------------------------------------------
 
@@ -512,8 +560,11 @@ class PartitionReplica:
                 return self._fetch_now(offset, bytes_max=bytes_max, skip_emptied=skip_emptied)
 
     def _fetch_now(self, offset: int, *, bytes_max: int, skip_emptied: bool) -> FetchResult:
-        high_watermark = self.high_watermark
-        start = self._log.log_start_offset()
+        """`offset` and the answer in Kafka offsets; the read stops below the Raft high
+        watermark."""
+        raft_high_watermark = self.raft_high_watermark
+        high_watermark = self._log.kafka_offset(raft_high_watermark)
+        start = self._log.kafka_offset(self._log.log_start_offset())
         if offset < start or offset > high_watermark:
             raise OffsetOutOfRangeError(
                 offset, log_start_offset=start, log_end_offset=high_watermark
@@ -521,8 +572,11 @@ class PartitionReplica:
         data = (
             b""
             if offset == high_watermark
-            else self._log.read(
-                offset, bytes_max=bytes_max, end_offset=high_watermark, skip_emptied=skip_emptied
+            else self._log.read_kafka(
+                offset,
+                bytes_max=bytes_max,
+                end_offset=raft_high_watermark,
+                skip_emptied=skip_emptied,
             )
         )
         return FetchResult(data, high_watermark, start, int(self.group.node.term))
@@ -532,3 +586,26 @@ class PartitionReplica:
 class _Duplicate:
     base_offset: int
     last_offset: int
+
+
+# A partition snapshot's data: this prefix, the Kafka offset at the snapshot's offset + 1, then
+# the producer table. Data without the prefix was written before Kafka offsets left out Raft's
+# own entries: offsets above the cut kept their Raft numbers then, so they start there.
+_SNAPSHOT_PREFIX = b"\x00K"
+_KAFKA_START = struct.Struct(">q")
+
+
+def encode_snapshot_data(kafka_start: int, producers: bytes) -> bytes:
+    """A partition snapshot's data (see `_SNAPSHOT_PREFIX`)."""
+    assert kafka_start >= 0, kafka_start
+    return _SNAPSHOT_PREFIX + _KAFKA_START.pack(kafka_start) + producers
+
+
+def decode_snapshot_data(snapshot: Snapshot) -> tuple[int, bytes]:
+    """(Kafka offset at the snapshot's offset + 1, the producer table's bytes)."""
+    data = snapshot.data
+    if not data.startswith(_SNAPSHOT_PREFIX):
+        return snapshot.meta.offset + 1, data
+    start = len(_SNAPSHOT_PREFIX)
+    (kafka_start,) = _KAFKA_START.unpack_from(data, start)
+    return kafka_start, data[start + _KAFKA_START.size :]

@@ -6,7 +6,7 @@ whose offsets lie in `[offset_from, offset_to)` into one `pyarrow.RecordBatch` w
 Kafka schema, in three steps:
 
 1. Batches, in Python, one step per *batch*: `iter_batches` checks bounds, magic and CRC32C;
-   control batches (a leader's no-op, membership changes) are skipped but their offsets are
+   control batches (Kafka's own, such as transaction markers) are skipped but their offsets are
    consumed; a compressed batch is decompressed (bounded by `decompressed_bytes_max`) and its
    records appended to a side buffer so every record section lies in one buffer.
 2. Record starts, in Python, the only step per *record*: a record begins with its length

@@ -12,9 +12,9 @@ driver observed, so every record it names is committed and a replayed batch read
 records. `limit_offsets` caps how far `end` moves (`maxOffsetsPerTrigger`): the limit is
 shared in proportion to each partition's backlog, rounded down, and the remainder handed out
 one offset at a time in partition order, so the total moved is exactly min(limit, backlog).
-Offsets, not records, are counted (a leader's no-op occupies an offset), as in Spark's Kafka
-source. `split_ranges` cuts ranges into at least `minPartitions` Spark partitions when there is
-enough data, in proportion to their sizes.
+Offsets, not records, are counted (a compacted record or a control batch leaves an offset
+without a record), as in Spark's Kafka source. `split_ranges` cuts ranges into at least
+`minPartitions` Spark partitions when there is enough data, in proportion to their sizes.
 """
 
 from __future__ import annotations

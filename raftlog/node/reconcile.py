@@ -197,7 +197,7 @@ class Reconciler:
         for raft_group_id, replica in sorted(self.replicas_by_raft_group.items()):
             settings = self.compaction_settings(replica.topic)
             if settings.compact and raft_group_id in storages:
-                clean_below = min(replica.high_watermark, replica.applied_offset + 1)
+                clean_below = min(replica.raft_high_watermark, replica.applied_offset + 1)
                 targets.append(
                     CleanTarget(raft_group_id, storages[raft_group_id].log, settings, clean_below)
                 )

@@ -644,13 +644,16 @@ class SegmentedLog:
         assert position == len(view)
         return batches
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+    def offset_for_timestamp(
+        self, timestamp_ms: int, *, skip: Callable[[int], bool] | None = None
+    ) -> int | None:
         """Base offset of the first batch whose max_timestamp >= `timestamp_ms` (batch
-        granularity, as the broker never decodes records), or None when there is none."""
+        granularity, as the node never decodes records) and whose base offset `skip` does
+        not leave out (Raft's own entries), or None when there is none."""
         self._check_open()
         for segment in self._segments:
             if segment.size_bytes and segment.max_timestamp_ms >= timestamp_ms:
-                offset = segment.offset_for_timestamp(timestamp_ms)
+                offset = segment.offset_for_timestamp(timestamp_ms, skip=skip)
                 if offset is not None:
                     return offset
         return None

@@ -54,6 +54,7 @@ from collections.abc import Sequence
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptBatchError, StorageError
 from raftlog.raft.types import NO_OFFSET, Entry, EntryKind, Membership, Snapshot, SnapshotMeta
+from raftlog.storage import kafka_offsets
 from raftlog.storage.batch import (
     CRC_FIELD,
     CRC_START,
@@ -111,6 +112,12 @@ class RaftLogStorage:
         self._epoch_terms: list[int] = []
         self._epoch_starts: list[int] = []
         self._config_offsets: list[int] = []
+        # Raft's own entries besides CONFIG: each term's no-op. With the CONFIG entries they
+        # are what Kafka offsets leave out (raftlog.storage.kafka_offsets).
+        self._noop_offsets: list[int] = []
+        self._internal: list[int] | None = None  # the two merged, from the first offset
+        # The Kafka offset of the first offset: 0 unless the partition's snapshot says more.
+        self.kafka_start = 0
         # Checkpoint versions: the latest encoded, the latest on disk, and the one waiting for
         # the next sync. A disk thread and the loop may both write (a ticket's prelude, a
         # compaction), so writes are serialized and never replace a newer version by an older.
@@ -223,6 +230,7 @@ class RaftLogStorage:
             self.log.truncate_from(self.log.log_start_offset)
         self.log.delete_segments_before(offset + 1)
         self._epoch_terms, self._epoch_starts, self._config_offsets = [], [], []
+        self._noop_offsets, self._internal = [], None
         self._save_checkpoint()
         assert self.last_offset() == offset
 
@@ -238,9 +246,15 @@ class RaftLogStorage:
         if offset < self.last_offset():
             following = self.log.read(offset + 1, bytes_max=1).base_offset
             assert following == offset + 1, f"snapshot offset {offset} must end an entry"
+        # What the cut leaves must keep its Kafka offsets (the snapshot's data carries the
+        # same number for followers and restarts; raftlog.partition.replica).
+        kafka_start = self.kafka_offset(offset + 1)
         self._save_snapshot(snapshot)
         self.log.delete_segments_before(offset + 1)
         self._config_offsets = [o for o in self._config_offsets if o > offset]
+        self._noop_offsets = [o for o in self._noop_offsets if o > offset]
+        self._internal = None
+        self.kafka_start = kafka_start
         self._save_checkpoint()
         assert self.first_offset() == offset + 1 and self.log.log_start_offset <= offset + 1
 
@@ -298,12 +312,14 @@ class RaftLogStorage:
         bytes_max: int,
         end_offset: int | None = None,
         skip_emptied: bool = False,
+        internal: frozenset[int] = frozenset(),
     ) -> bytes:
         """Raw whole batches from the one containing `offset`; b"" at the log end.
 
         With `end_offset` (a partition's high watermark) the bytes stop before the first
         batch that reaches it, cut with the headers the read already parsed and checked.
-        With `skip_emptied`, see `_read_skipping_emptied`."""
+        With `skip_emptied`, see `_read_skipping_emptied` (which also steps over the batches
+        at `internal` offsets: they hold no record a client sees)."""
         if offset == self.log.log_end_offset:
             return b""
         result = self.log.read(offset, bytes_max=bytes_max)
@@ -312,14 +328,17 @@ class RaftLogStorage:
             if end_offset is not None and header.last_offset >= end_offset:
                 return result.data[:size]
             if skip_emptied and header.record_count == 0:
-                return self._read_skipping_emptied(offset, bytes_max, end_offset)
+                return self._read_skipping_emptied(offset, bytes_max, end_offset, internal)
             size += header.size_bytes
         return result.data
 
-    def _read_skipping_emptied(self, offset: int, bytes_max: int, end_offset: int | None) -> bytes:
+    def _read_skipping_emptied(
+        self, offset: int, bytes_max: int, end_offset: int | None, internal: frozenset[int]
+    ) -> bytes:
         """`read`, leaving out the batches compaction emptied of every record, and reading on
         past a run of them (up to `emptied_scan_bytes_max`, across segments) to the next
-        batch that holds a record.
+        batch that holds a record; Raft's own batches (`internal`) count as empty here, or a
+        run that ends in a no-op would give a client nothing to move past.
 
         A Kafka client takes a fetch answer that holds batches but no record as a sign that
         its size limit cut a record in two: librdkafka doubles its limit each time and,
@@ -346,6 +365,8 @@ class RaftLogStorage:
                 batch = view[position : position + header.size_bytes]
                 position += header.size_bytes
                 offset = header.last_offset + 1
+                if header.base_offset in internal:
+                    continue
                 if header.record_count == 0:
                     last_emptied = bytes(batch)
                 elif kept_bytes < bytes_max or not kept:
@@ -354,8 +375,68 @@ class RaftLogStorage:
         return b"".join(kept) if kept else last_emptied
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        offset = self.log.offset_for_timestamp(timestamp_ms)
+        """The first data batch at or after `timestamp_ms`: Raft's own entries carry the
+        wall-clock time of their append, never a record's, so they are stepped over."""
+        internal = frozenset(self.internal_offsets())
+        offset = self.log.offset_for_timestamp(timestamp_ms, skip=internal.__contains__)
         return None if offset is None else max(offset, int(self.first_offset()))
+
+    # --- Kafka offsets (raftlog.storage.kafka_offsets) ---------------------------------
+
+    def internal_offsets(self) -> list[int]:
+        """The offsets of Raft's own entries from the first offset on (no-ops, CONFIG)."""
+        if self._internal is None:
+            first = int(self.first_offset())
+            merged = sorted(o for o in (*self._noop_offsets, *self._config_offsets) if o >= first)
+            self._internal = merged
+        return self._internal
+
+    def set_kafka_start(self, kafka_offset: int) -> None:
+        """The Kafka offset of the first offset, as the partition's snapshot records it."""
+        assert kafka_offset >= 0, kafka_offset
+        self.kafka_start = kafka_offset
+
+    def kafka_offset(self, offset: int) -> int:
+        """The Kafka offset of Raft offset `offset` (from the first offset to the log end)."""
+        return kafka_offsets.kafka_offset(
+            max(offset, int(self.first_offset())),
+            first=int(self.first_offset()),
+            kafka_start=self.kafka_start,
+            internal=self.internal_offsets(),
+        )
+
+    def raft_offset(self, kafka_offset: int) -> int:
+        """The Raft offset that holds Kafka offset `kafka_offset` (>= the Kafka log start)."""
+        return kafka_offsets.raft_offset(
+            kafka_offset,
+            first=int(self.first_offset()),
+            kafka_start=self.kafka_start,
+            internal=self.internal_offsets(),
+        )
+
+    def read_kafka(
+        self,
+        kafka_offset: int,
+        *,
+        bytes_max: int,
+        end_offset: int | None = None,
+        skip_emptied: bool = False,
+    ) -> bytes:
+        """`read` from the batch holding Kafka offset `kafka_offset`, as clients see it:
+        Raft's own batches left out, base offsets rewritten to Kafka offsets. `end_offset`
+        is a Raft offset (the high watermark)."""
+        offset = self.raft_offset(kafka_offset)
+        internal = self.internal_offsets()
+        data = self.read(
+            offset,
+            bytes_max=bytes_max,
+            end_offset=end_offset,
+            skip_emptied=skip_emptied,
+            internal=frozenset(internal) if skip_emptied else frozenset(),
+        )
+        return kafka_offsets.to_kafka_batches(
+            data, first=int(self.first_offset()), kafka_start=self.kafka_start, internal=internal
+        )
 
     # --- entries <-> batches ------------------------------------------------------------
 
@@ -404,6 +485,11 @@ class RaftLogStorage:
             if entry.kind is EntryKind.CONFIG:
                 self._config_offsets.append(entry.offset)
                 changed = True
+            elif entry.kind is EntryKind.NOOP:
+                self._noop_offsets.append(entry.offset)
+                changed = True
+        if changed:
+            self._internal = None
         return changed
 
     def _forget_from(self, offset: int) -> None:
@@ -412,6 +498,8 @@ class RaftLogStorage:
         del self._epoch_terms[kept:], self._epoch_starts[kept:]
         assert not self._epoch_starts or self._epoch_starts[-1] < offset
         self._config_offsets = [o for o in self._config_offsets if o < offset]
+        self._noop_offsets = [o for o in self._noop_offsets if o < offset]
+        self._internal = None
         self._save_checkpoint()
 
     def _checkpoint_path(self) -> str:
@@ -422,6 +510,7 @@ class RaftLogStorage:
             {
                 "epochs": list(zip(self._epoch_terms, self._epoch_starts, strict=True)),
                 "configs": self._config_offsets,
+                "noops": self._noop_offsets,
             },
             separators=(",", ":"),
         ).encode()
@@ -456,14 +545,22 @@ class RaftLogStorage:
             log.warning("%s fails its CRC32C: rebuilding it from the log", path)
             return False
         raw = json.loads(data[_CRC.size :])
+        if "noops" not in raw:
+            return False  # written before no-ops were listed: the scan lists them
         pairs = [(t, s) for t, s in raw["epochs"] if s < self.log.log_end_offset]
         self._epoch_terms = [t for t, _ in pairs]
         self._epoch_starts = [s for _, s in pairs]
         first, end = self.first_offset(), self.log.log_end_offset
         self._config_offsets = [o for o in raw["configs"] if first <= o < end]
+        self._noop_offsets = [o for o in raw["noops"] if first <= o < end]
+        self._internal = None
         if not self._checkpoint_matches_log():
             return False
-        if len(pairs) != len(raw["epochs"]) or len(self._config_offsets) != len(raw["configs"]):
+        if (
+            len(pairs) != len(raw["epochs"])
+            or len(self._config_offsets) != len(raw["configs"])
+            or len(self._noop_offsets) != len(raw["noops"])
+        ):
             # Persist the cut at once: a later append in the same term writes no checkpoint,
             # and the dropped entries must not come back when the log grows past them again.
             self._save_checkpoint()
@@ -480,6 +577,7 @@ class RaftLogStorage:
     def _rebuild_checkpoint(self) -> None:
         """Scan every batch header from the first offset (rare: the file was lost)."""
         self._epoch_terms, self._epoch_starts, self._config_offsets = [], [], []
+        self._noop_offsets, self._internal = [], None
         offset = self.log.log_start_offset
         while offset < self.log.log_end_offset:
             for header, view in self.log.batches(offset, bytes_max=self.log.config.read_bytes_max):
@@ -490,6 +588,8 @@ class RaftLogStorage:
                 self._note_appends([stub])
                 offset = header.last_offset + 1
         self._config_offsets = [o for o in self._config_offsets if o >= self.first_offset()]
+        self._noop_offsets = [o for o in self._noop_offsets if o >= self.first_offset()]
+        self._internal = None
         self._save_checkpoint()
 
     # --- the snapshot file --------------------------------------------------------------

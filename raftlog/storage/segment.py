@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from raftlog.config import LogConfig
@@ -537,12 +537,17 @@ class Segment:
             self._max_timestamp_ms = self._require_time_index().max_timestamp_ms
         return self._max_timestamp_ms
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        """Base offset of the first batch with `max_timestamp >= timestamp_ms`, or None."""
+    def offset_for_timestamp(
+        self, timestamp_ms: int, *, skip: Callable[[int], bool] | None = None
+    ) -> int | None:
+        """Base offset of the first batch with `max_timestamp >= timestamp_ms` whose base
+        offset `skip` does not leave out, or None."""
         if self.max_timestamp_ms < timestamp_ms:
             return None
         position, header = self.locate(self._require_time_index().lookup(timestamp_ms))
-        while header.max_timestamp < timestamp_ms:
+        while header.max_timestamp < timestamp_ms or (
+            skip is not None and skip(header.base_offset)
+        ):
             position += header.size_bytes
             next_header = self._peek_header(position)
             if next_header is None:

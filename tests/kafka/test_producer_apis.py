@@ -182,3 +182,48 @@ def test_a_retried_batch_answers_its_first_offsets_and_is_written_once(
     finally:
         consumer.close()
     assert high == first.base_offset + 1  # the record once, nothing after it
+
+
+def test_an_idempotent_producer_continues_into_a_recreated_topic(
+    kafka_cluster: LocalCluster,
+) -> None:
+    # The recreated partition knows nothing of the producer, whose next batch continues its
+    # sequence: Kafka accepts it (librdkafka test 0107). Refused OUT_OF_ORDER_SEQUENCE, the
+    # producer raised a fatal error and produced nothing more.
+    create_topic(kafka_cluster, "recreated", partitions=1)
+    fatal: list[object] = []
+    producer = kafka.Producer(
+        {"bootstrap.servers": kafka_cluster.kafka_bootstrap, "enable.idempotence": True,
+         "linger.ms": 2, "error_cb": lambda error: fatal.append(error) if error.fatal() else None}
+    )  # fmt: skip
+    for i in range(10):
+        producer.produce("recreated", value=b"before-%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    admin = Admin(kafka_cluster.bootstrap)
+    admin.delete_topic("recreated")
+    create_topic(kafka_cluster, "recreated", partitions=1)
+    admin.close()
+    failures: list[object] = []
+    for i in range(10):
+        producer.produce(
+            "recreated",
+            value=b"after-%d" % i,
+            partition=0,
+            on_delivery=lambda error, message: failures.append(error) if error else None,
+        )
+    assert producer.flush(60) == 0
+    assert fatal == [] and failures == []
+    consumer = kafka.Consumer(
+        {"bootstrap.servers": kafka_cluster.kafka_bootstrap, "group.id": "unused",
+         "enable.auto.commit": False}
+    )  # fmt: skip
+    consumer.assign([kafka.TopicPartition("recreated", 0, kafka.OFFSET_BEGINNING)])
+    values: list[bytes] = []
+    try:
+        while len(values) < 10:
+            message = consumer.poll(10)
+            assert message is not None and message.error() is None
+            values.append(message.value())
+    finally:
+        consumer.close()
+    assert values == [b"after-%d" % i for i in range(10)]

@@ -4,8 +4,10 @@ This is a simulated implementation of the server side of the raftlog.v1 API, not
 client code: each fake node is a real gRPC server on a loopback port, and the nodes share one
 `FakeClusterState` (topics, partitions with their batches, leaders, the controller). It keeps
 the server's promises the client relies on: batches are CRC-checked and patched with their
-base offset and leader epoch (never decoded), every partition starts with the leader's no-op
-control batch at offset 0, fetches return whole batches below the high watermark only, an
+base offset and leader epoch (never decoded), a partition's first record is at offset 0
+(Raft's own entries take no offset clients see), fetches return whole batches below the high
+watermark only, a control batch (a Kafka control batch such as a transaction marker, put
+there by `append_control`) takes an offset the consumer steps over, an
 idempotent producer's retried batch is answered DUPLICATE_SEQUENCE with its original offset,
 and a node that does not lead a partition (or the metadata quorum) answers NOT_LEADER
 (NOT_CONTROLLER) with a hint, unless told to leave the hint out.
@@ -116,7 +118,6 @@ class FakeClusterState:
             for index in range(partitions):
                 replicas = [nodes[(index + r) % len(nodes)] for r in range(replication_factor)]
                 partition = FakePartition(leader_id=replicas[0], replicas=replicas)
-                partition.append(leader_change_batch())
                 self.topics.setdefault(name, []).append(partition)
 
     def partition(self, topic: str, index: int) -> FakePartition:

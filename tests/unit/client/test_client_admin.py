@@ -31,7 +31,7 @@ def test_topic_lifecycle(cluster: FakeCluster) -> None:
             (2, (2, 1)),
             (1, (1, 2)),
         ]
-        assert all(p.high_watermark == 1 for p in described.partitions)  # the leader's no-op
+        assert all(p.high_watermark == 0 for p in described.partitions)  # nothing written yet
         admin.create_partitions("events", 5)
         assert len(admin.describe_topic("events").partitions) == 5
         admin.delete_topic("events")
@@ -44,7 +44,7 @@ def test_describe_topic_reports_the_high_watermark(cluster: FakeCluster) -> None
         producer.send("events", value=b"a").result(10)
     with Admin(cluster.bootstrap) as admin:
         (partition,) = admin.describe_topic("events").partitions
-        assert (partition.high_watermark, partition.epoch) == (2, 1)
+        assert (partition.high_watermark, partition.epoch) == (1, 1)
 
 
 def test_requests_follow_the_not_controller_hint(cluster: FakeCluster) -> None:

@@ -3,7 +3,8 @@
 These tests use only the public client API (no fake-cluster knobs), so the same file checks
 the fake against the real servers: set RAFTLOG_TEST_BOOTSTRAP=host:port,... to run them
 against a running cluster (topics get unique names). Offsets are never assumed absolute: a
-real partition's log holds a leader no-op per election, so only order and density are checked.
+real partition may hold control batches (transaction markers) that take offsets, so only order
+and density are checked.
 """
 
 from __future__ import annotations

@@ -45,22 +45,22 @@ def poll_values(c: Consumer, count: int) -> list[tuple[int, bytes | None]]:
 
 def test_seek_and_position_semantics(cluster: FakeCluster) -> None:
     cluster.state.create_topic("events", 1)
-    produce(cluster, [b"a", b"b", b"c", b"d"])  # offsets 1..4 after the no-op at 0
+    produce(cluster, [b"a", b"b", b"c", b"d"])  # offsets 0..3
     c = consumer(cluster, auto_offset_reset="earliest")
     c.assign([TP])
-    assert c.position(TP) == 0  # earliest: the log start, where the no-op lies
-    c.seek(TP, 3)
-    assert c.position(TP) == 3
-    assert poll_values(c, 2) == [(3, b"c"), (4, b"d")]
-    assert c.position(TP) == 5
-    assert c.highwater(TP) == 5
+    assert c.position(TP) == 0  # earliest: the log start
+    c.seek(TP, 2)
+    assert c.position(TP) == 2
+    assert poll_values(c, 2) == [(2, b"c"), (3, b"d")]
+    assert c.position(TP) == 4
+    assert c.highwater(TP) == 4
     c.seek_to_beginning()
-    assert poll_values(c, 4) == [(1, b"a"), (2, b"b"), (3, b"c"), (4, b"d")]
+    assert poll_values(c, 4) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"d")]
     c.seek_to_end(TP)
-    assert c.position(TP) == 5
+    assert c.position(TP) == 4
     assert c.poll(timeout_ms=0) == []
     produce(cluster, [b"e"])
-    assert poll_values(c, 1) == [(5, b"e")]
+    assert poll_values(c, 1) == [(4, b"e")]
     c.close()
 
 
@@ -69,9 +69,9 @@ def test_latest_reset_starts_at_the_high_watermark(cluster: FakeCluster) -> None
     produce(cluster, [b"old"])
     c = consumer(cluster)  # Kafka's default: latest
     c.assign([TP])
-    assert c.position(TP) == 2
+    assert c.position(TP) == 1
     produce(cluster, [b"new"])
-    assert poll_values(c, 1) == [(2, b"new")]
+    assert poll_values(c, 1) == [(1, b"new")]
     c.close()
 
 
@@ -80,18 +80,21 @@ def test_seek_into_a_batch_skips_its_earlier_records(cluster: FakeCluster) -> No
     with Producer(cluster.bootstrap, linger_ms=60_000) as producer:
         for value in (b"a", b"b", b"c"):
             producer.send("events", value=value)
-    assert len(cluster.state.stored_batches("events", 0)) == 2  # no-op + one batch of 3
+    assert len(cluster.state.stored_batches("events", 0)) == 1  # one batch of 3, at 0..2
     c = consumer(cluster)
     c.assign([TP])
-    c.seek(TP, 2)
-    assert poll_values(c, 2) == [(2, b"b"), (3, b"c")]
+    c.seek(TP, 1)
+    assert poll_values(c, 2) == [(1, b"b"), (2, b"c")]
     c.close()
 
 
 def test_control_batches_are_skipped_but_advance_the_position(cluster: FakeCluster) -> None:
     cluster.state.create_topic("events", 1)
+    # A control batch first in the log (this was the leader's no-op, which no longer takes
+    # an offset): the consumer must step over one at the log start too.
+    cluster.state.append_control("events", 0)  # offset 0
     produce(cluster, [b"a"])
-    cluster.state.append_control("events", 0)  # offset 2: a new leader's no-op
+    cluster.state.append_control("events", 0)  # offset 2: a transaction marker, say
     produce(cluster, [b"b"])
     cluster.state.append_control("events", 0)  # offset 4, last in the log
     c = consumer(cluster, auto_offset_reset="earliest")
@@ -109,11 +112,11 @@ def test_records_above_the_high_watermark_are_not_returned(cluster: FakeCluster)
     cluster.state.partition("events", 0).high_watermark_lag = 1  # b not committed yet
     c = consumer(cluster, auto_offset_reset="earliest")
     c.assign([TP])
-    assert poll_values(c, 1) == [(1, b"a")]
+    assert poll_values(c, 1) == [(0, b"a")]
     assert c.poll(timeout_ms=0) == []
-    assert c.position(TP) == 2
+    assert c.position(TP) == 1
     cluster.state.commit_all("events", 0)
-    assert poll_values(c, 1) == [(2, b"b")]
+    assert poll_values(c, 1) == [(1, b"b")]
     c.close()
 
 
@@ -121,11 +124,11 @@ def test_a_batch_at_or_above_the_high_watermark_is_refused(cluster: FakeCluster)
     cluster.state.create_topic("events", 1)
     produce(cluster, [b"a"])
     # A planted server bug: Fetch reports a high watermark below the batch it returns.
-    cluster.state.lying_fetch_high_watermark = 1
+    cluster.state.lying_fetch_high_watermark = 0
     c = consumer(cluster)
     c.assign([TP])
-    c.seek(TP, 1)
-    with pytest.raises(ClientError, match="ending at offset 1 is not below the high watermark 1"):
+    c.seek(TP, 0)
+    with pytest.raises(ClientError, match="ending at offset 0 is not below the high watermark 0"):
         c.poll(timeout_ms=100)
     c.close()
 
@@ -136,7 +139,7 @@ def test_offset_out_of_range_resets_per_policy(cluster: FakeCluster) -> None:
     c = consumer(cluster, auto_offset_reset="earliest")
     c.assign([TP])
     c.seek(TP, 100)
-    assert poll_values(c, 1) == [(1, b"a")]
+    assert poll_values(c, 1) == [(0, b"a")]
     c.close()
     strict = consumer(cluster, auto_offset_reset="error")
     strict.assign([TP])
@@ -156,8 +159,8 @@ def test_fetch_follows_not_leader_hint(cluster: FakeCluster) -> None:
     partition.advertised_leader = 1
     c = consumer(cluster, retry_backoff_ms=0)
     c.assign([TP])
-    c.seek(TP, 1)
-    assert poll_values(c, 1) == [(1, b"a")]
+    c.seek(TP, 0)
+    assert poll_values(c, 1) == [(0, b"a")]
     assert cluster.state.requests[(1, "Fetch")] == 1
     c.close()
 
@@ -169,7 +172,7 @@ def test_planted_retriable_fetch_errors_are_retried(cluster: FakeCluster) -> Non
     c = consumer(cluster, retry_backoff_ms=0)
     c.assign([TP])
     c.seek(TP, 0)
-    assert poll_values(c, 1) == [(1, b"a")]
+    assert poll_values(c, 1) == [(0, b"a")]
     c.close()
 
 
@@ -194,7 +197,7 @@ def test_max_poll_records_and_several_partitions(cluster: FakeCluster) -> None:
     records = [record for batch in batches for record in batch]
     for partition in (0, 1):
         offsets = [r.offset for r in records if r.partition == partition]
-        assert offsets == [1, 2, 3, 4, 5]
+        assert offsets == [0, 1, 2, 3, 4]
     assert c.assignment() == {("events", 0), ("events", 1)}
     c.close()
 
@@ -238,7 +241,7 @@ def test_partition_discovery_and_offset_lookups(cluster: FakeCluster) -> None:
     assert c.partitions_for_topic("events") == {0, 1}
     tps = [("events", 0), ("events", 1)]
     assert c.beginning_offsets(tps) == {("events", 0): 0, ("events", 1): 0}
-    assert c.end_offsets(tps) == {("events", 0): 1, ("events", 1): 3}
+    assert c.end_offsets(tps) == {("events", 0): 0, ("events", 1): 2}
     c.close()
 
 
@@ -248,7 +251,7 @@ def test_position_lookup_rides_out_an_election(cluster: FakeCluster) -> None:
     cluster.state.fail_next["ListOffsets"] = [pb.NOT_LEADER, pb.REQUEST_TIMED_OUT, pb.FENCED]
     c = consumer(cluster, retry_backoff_ms=0)
     c.assign([TP])
-    assert c.position(TP) == 2
+    assert c.position(TP) == 1
     assert cluster.state.requests[(1, "ListOffsets")] == 4
     cluster.state.fail_next["ListOffsets"] = [pb.UNKNOWN_PRODUCER_ID]  # not retriable
     with pytest.raises(ServerError, match="UNKNOWN_PRODUCER_ID"):
@@ -267,8 +270,8 @@ def test_next_yields_one_record_and_position_follows(cluster: FakeCluster) -> No
     ) as c:
         c.assign([TP])
         assert next(c).value == b"a"
-        assert c.position(TP) == 2  # b is fetched but not yet returned
-        c.seek(TP, 1)
-        assert [record.offset for record in c] == [1, 2, 3]
+        assert c.position(TP) == 1  # b is fetched but not yet returned
+        c.seek(TP, 0)
+        assert [record.offset for record in c] == [0, 1, 2]
         with pytest.raises(StopIteration):
             next(c)

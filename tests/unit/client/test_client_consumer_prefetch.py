@@ -67,17 +67,17 @@ def test_the_next_fetch_is_sent_as_soon_as_an_answer_is_decoded(
     cluster: FakeCluster, connection: Cluster
 ) -> None:
     cluster.state.create_topic("events", 1)
-    produce(cluster, [b"a", b"b"])  # offsets 1 and 2, one batch after the no-op at 0
+    produce(cluster, [b"a", b"b"])  # offsets 0 and 1, one batch
     fetch = fetcher(connection)
-    partitions = {TP: PartitionState(fetch_offset=1)}
+    partitions = {TP: PartitionState(fetch_offset=0)}
     assert fetch.send(partitions, now_s=0.0) == []
     state = partitions[TP]
-    assert state.in_flight is not None and state.in_flight.offset == 1
+    assert state.in_flight is not None and state.in_flight.offset == 0
     wait_answered(fetch, partitions)
-    # Records 1 and 2 are buffered and none returned yet: the Fetch for 3 is already out.
-    assert state.position() == 1 and state.buffered_bytes > 0
-    assert state.in_flight is not None and state.in_flight.offset == state.fetch_offset == 3
-    assert [r.offset for r in fetch.drain(partitions.values(), limit=10)] == [1, 2]
+    # Records 0 and 1 are buffered and none returned yet: the Fetch for 2 is already out.
+    assert state.position() == 0 and state.buffered_bytes > 0
+    assert state.in_flight is not None and state.in_flight.offset == state.fetch_offset == 2
+    assert [r.offset for r in fetch.drain(partitions.values(), limit=10)] == [0, 1]
     assert state.buffered_bytes == 0
 
 
@@ -88,18 +88,18 @@ def test_no_prefetch_while_the_buffer_bound_is_reached(
     produce(cluster, [b"a", b"b"])
     produce(cluster, [b"c"])
     fetch = fetcher(connection, fetch_buffer_bytes_max=0)  # fetch only once drained
-    partitions = {TP: PartitionState(fetch_offset=1)}
+    partitions = {TP: PartitionState(fetch_offset=0)}
     fetch.send(partitions, now_s=0.0)
     wait_answered(fetch, partitions)
     state = partitions[TP]
-    assert state.in_flight is None and state.fetch_offset == 3  # 1 and 2 wait in the buffer
+    assert state.in_flight is None and state.fetch_offset == 2  # 0 and 1 wait in the buffer
     assert fetch.send(partitions, now_s=0.0) == [] and state.in_flight is None
+    assert [r.offset for r in fetch.drain(partitions.values(), limit=1)] == [0]
+    fetch.send(partitions, now_s=0.0)
+    assert state.in_flight is None, "record 1 is still buffered"
     assert [r.offset for r in fetch.drain(partitions.values(), limit=1)] == [1]
     fetch.send(partitions, now_s=0.0)
-    assert state.in_flight is None, "record 2 is still buffered"
-    assert [r.offset for r in fetch.drain(partitions.values(), limit=1)] == [2]
-    fetch.send(partitions, now_s=0.0)
-    assert state.in_flight is not None and state.in_flight.offset == 3
+    assert state.in_flight is not None and state.in_flight.offset == 2
 
 
 def test_a_partition_in_retry_backoff_is_not_fetched(
@@ -119,23 +119,23 @@ def test_an_answer_for_a_moved_partition_is_dropped(
 ) -> None:
     cluster.state.create_topic("events", 1)
     produce(cluster, [b"a"])
-    produce(cluster, [b"b"])  # a batch of its own, at 2
+    produce(cluster, [b"b"])  # a batch of its own, at 1
     fetch = fetcher(connection)
-    partitions = {TP: PartitionState(fetch_offset=2)}
+    partitions = {TP: PartitionState(fetch_offset=1)}
     fetch.send(partitions, now_s=0.0)
     state = partitions[TP]
-    state.move_to(1, None)  # a seek back while the Fetch for 2 is in flight
+    state.move_to(0, None)  # a seek back while the Fetch for 1 is in flight
     assert state.in_flight is None
     fetch.send(partitions, now_s=0.0)
-    # Delivering record 2 first would break the offset order (and the fetch offset).
+    # Delivering record 1 first would break the offset order (and the fetch offset).
     wait_answered(fetch, partitions)
-    assert drained_from(fetch, partitions) == 1
+    assert drained_from(fetch, partitions) == 0
     # A state replaced wholesale (a revocation, then the partition given back) drops too.
-    assert state.in_flight is not None or state.fetch_offset == 3
-    partitions[TP] = PartitionState(fetch_offset=1)
+    assert state.in_flight is not None or state.fetch_offset == 2
+    partitions[TP] = PartitionState(fetch_offset=0)
     fetch.send(partitions, now_s=0.0)
     wait_answered(fetch, partitions)
-    assert drained_from(fetch, partitions) == 1
+    assert drained_from(fetch, partitions) == 0
 
 
 def consumer(cluster: FakeCluster) -> Consumer:
@@ -164,12 +164,12 @@ def test_seek_back_while_a_long_poll_is_in_flight(cluster: FakeCluster) -> None:
     produce(cluster, [b"a", b"b"])
     with consumer(cluster) as c:
         c.assign([TP])
-        assert poll_offsets(c, 2) == [(0, 1), (0, 2)]
-        wait_fetch_requests(cluster, 2)  # at 0 (answered with all), then the long poll at 3
-        c.seek(TP, 1)
-        produce(cluster, [b"c"])  # the long poll at 3 would answer with record 3 now
-        assert poll_offsets(c, 3) == [(0, 1), (0, 2), (0, 3)]
-        assert c.position(TP) == 4
+        assert poll_offsets(c, 2) == [(0, 0), (0, 1)]
+        wait_fetch_requests(cluster, 2)  # at 0 (answered with all), then the long poll at 2
+        c.seek(TP, 0)
+        produce(cluster, [b"c"])  # the long poll at 2 would answer with record 2 now
+        assert poll_offsets(c, 3) == [(0, 0), (0, 1), (0, 2)]
+        assert c.position(TP) == 3
 
 
 def test_a_partition_dropped_and_assigned_again_starts_afresh(cluster: FakeCluster) -> None:
@@ -179,12 +179,12 @@ def test_a_partition_dropped_and_assigned_again_starts_afresh(cluster: FakeClust
     other = TopicPartition("events", 1)
     with consumer(cluster) as c:
         c.assign([TP, other])
-        assert sorted(poll_offsets(c, 2)) == [(0, 1), (1, 1)]
-        wait_fetch_requests(cluster, 4)  # each: at 0 (answered with all), then a long poll at 2
+        assert sorted(poll_offsets(c, 2)) == [(0, 0), (1, 0)]
+        wait_fetch_requests(cluster, 4)  # each: at 0 (answered with all), then a long poll at 1
         c.assign([TP])
         produce(cluster, [b"c"], partition=1)  # would answer the dropped long poll
         c.assign([TP, other])  # a fresh position: earliest
-        assert poll_offsets(c, 2) == [(1, 1), (1, 2)]
+        assert poll_offsets(c, 2) == [(1, 0), (1, 1)]
 
 
 def test_a_bad_buffer_bound_is_refused(cluster: FakeCluster) -> None:

@@ -76,7 +76,7 @@ def send_and_check(
         assert produce_requests(cluster) == in_flight + 1
     cluster.state.produce_gate.set()
     offsets = [future.result(TIMEOUT_S).offset for future in futures]
-    assert wake.result(TIMEOUT_S).offset == 1
+    assert wake.result(TIMEOUT_S).offset == 0
     return offsets
 
 
@@ -87,8 +87,8 @@ def test_batches_in_flight_are_bounded_and_land_once_in_send_order(
     with producer(cluster) as client:
         assert client.config.in_flight_per_partition_max == 5
         offsets = send_and_check(cluster, client, 12, in_flight=5)
-    assert offsets == list(range(1, 13))
-    assert stored_values(cluster, "events", 0) == [(1 + i, value(i)) for i in range(12)]
+    assert offsets == list(range(12))
+    assert stored_values(cluster, "events", 0) == [(i, value(i)) for i in range(12)]
 
 
 def test_a_failed_batch_and_those_after_it_are_retried_in_order(cluster: FakeCluster) -> None:
@@ -99,8 +99,8 @@ def test_a_failed_batch_and_those_after_it_are_retried_in_order(cluster: FakeClu
     cluster.state.fail_next["Produce"] = [pb.NOT_LEADER]
     with producer(cluster) as client:
         offsets = send_and_check(cluster, client, 6, in_flight=5)
-    assert offsets == list(range(1, 7))
-    assert stored_values(cluster, "events", 0) == [(1 + i, value(i)) for i in range(6)]
+    assert offsets == list(range(6))
+    assert stored_values(cluster, "events", 0) == [(i, value(i)) for i in range(6)]
 
 
 def test_lost_answers_are_answered_as_duplicates_with_their_offsets(cluster: FakeCluster) -> None:
@@ -111,8 +111,8 @@ def test_lost_answers_are_answered_as_duplicates_with_their_offsets(cluster: Fak
     with producer(cluster) as client:
         futures = [client.send("events", value=value(i), partition=0) for i in range(10)]
         offsets = [future.result(TIMEOUT_S).offset for future in futures]
-    assert offsets == list(range(1, 11))
-    assert stored_values(cluster, "events", 0) == [(1 + i, value(i)) for i in range(10)]
+    assert offsets == list(range(10))
+    assert stored_values(cluster, "events", 0) == [(i, value(i)) for i in range(10)]
     assert cluster.state.partition("events", 0).duplicates_answered >= 3
 
 
@@ -135,7 +135,7 @@ def test_reordered_arrivals_and_faults_keep_each_partition_in_order(cluster: Fak
             for _, future in futures:
                 future.result(TIMEOUT_S)
     for partition in (0, 1):
-        assert stored_values(cluster, "events", partition) == [(1 + i, value(i)) for i in range(32)]
+        assert stored_values(cluster, "events", partition) == [(i, value(i)) for i in range(32)]
 
 
 def test_out_of_order_with_no_earlier_batch_unresolved_is_fatal(cluster: FakeCluster) -> None:
@@ -156,7 +156,7 @@ def test_non_idempotent_producers_keep_one_batch_in_flight_unless_asked(
     cluster.state.create_topic("events", 2)
     with producer(cluster, acks=1, enable_idempotence=False) as client:
         assert client.config.in_flight_per_partition_max == 1
-        assert send_and_check(cluster, client, 3, in_flight=1) == [1, 2, 3]
+        assert send_and_check(cluster, client, 3, in_flight=1) == [0, 1, 2]
 
 
 @pytest.mark.parametrize("bad", [0, 6, -1, True, 2.5, "5"])
@@ -182,8 +182,8 @@ def test_with_linger_0_a_batch_with_room_waits_for_the_one_in_flight(
         with cluster.state.condition:
             assert produce_requests(cluster) == 2  # the three records were not sent yet
         cluster.state.produce_gate.set()
-        assert first.result(TIMEOUT_S).offset == 1
-        assert [future.result(TIMEOUT_S).offset for future in gathered] == [2, 3, 4]
-        assert wake.result(TIMEOUT_S).offset == 1
-    # The no-op, "first", then one batch of three.
-    assert len(cluster.state.stored_batches("events", 0)) == 3
+        assert first.result(TIMEOUT_S).offset == 0
+        assert [future.result(TIMEOUT_S).offset for future in gathered] == [1, 2, 3]
+        assert wake.result(TIMEOUT_S).offset == 0
+    # "first", then one batch of three.
+    assert len(cluster.state.stored_batches("events", 0)) == 2

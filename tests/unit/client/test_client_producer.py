@@ -66,9 +66,9 @@ def test_round_trip_with_each_acks(
     if acks == 0:
         assert {meta.offset for meta in metadata} == {-1}  # nobody waited for an offset
     else:
-        # Offset 0 is the leader's no-op: records follow it in send order.
-        assert [meta.offset for meta in metadata] == list(range(1, 51))
-    assert read_all(cluster, "events", 0) == [(1 + i, b"v%d" % i) for i in range(50)]
+        # A fresh partition's first record is at offset 0: records follow in send order.
+        assert [meta.offset for meta in metadata] == list(range(50))
+    assert read_all(cluster, "events", 0) == [(i, b"v%d" % i) for i in range(50)]
 
 
 @pytest.mark.parametrize(
@@ -82,7 +82,7 @@ def test_compressed_batches_round_trip(
     with Producer(cluster.bootstrap, compression=codec, linger_ms=60_000) as producer:  # type: ignore[arg-type]
         for value in values:
             producer.send("events", value=value, headers=[("h", b"x")])
-    stored = cluster.state.stored_batches("events", 0)[1:]
+    stored = cluster.state.stored_batches("events", 0)
     assert stored and all(parse_header(batch).compression is expected for batch in stored)
     assert sum(len(batch) for batch in stored) < sum(map(len, values)) // 4
     assert [value for _, value in read_all(cluster, "events", 0)] == values
@@ -128,7 +128,7 @@ def test_not_leader_hint_is_followed_and_remembered(cluster: FakeCluster) -> Non
     with Producer(cluster.bootstrap, retry_backoff_ms=0) as producer:
         first = producer.send("events", value=b"a").result(TIMEOUT_S)
         second = producer.send("events", value=b"b").result(TIMEOUT_S)
-    assert (first.offset, second.offset) == (1, 2)
+    assert (first.offset, second.offset) == (0, 1)
     # One NOT_LEADER from node 1, then straight to node 2 thanks to the hint.
     assert cluster.state.requests[(1, "Produce")] == 1
     assert cluster.state.requests[(2, "Produce")] == 2
@@ -148,7 +148,7 @@ def test_not_leader_without_hint_refreshes_metadata(cluster: FakeCluster) -> Non
                 lambda: cluster.state.requests[(1, "Produce")] > 0, TIMEOUT_S
             )
             partition.advertised_leader = None
-        assert future.result(TIMEOUT_S).offset == 1
+        assert future.result(TIMEOUT_S).offset == 0
     assert cluster.state.requests[(2, "Produce")] == 1
 
 
@@ -156,7 +156,7 @@ def test_first_requests_refused_with_not_leader_then_delivered(cluster: FakeClus
     cluster.state.create_topic("events", 1)
     cluster.state.fail_next["Produce"] = [pb.NOT_LEADER] * 3
     with Producer(cluster.bootstrap, retry_backoff_ms=0) as producer:
-        assert producer.send("events", value=b"a").result(TIMEOUT_S).offset == 1
+        assert producer.send("events", value=b"a").result(TIMEOUT_S).offset == 0
     assert cluster.state.requests[(1, "Produce")] == 4
 
 
@@ -170,11 +170,11 @@ def test_idempotent_retry_after_a_lost_response_writes_once(cluster: FakeCluster
         producer.flush()
         later = after.result(TIMEOUT_S)
     # The retry was answered DUPLICATE_SEQUENCE with the first attempt's offsets.
-    assert [future.result(TIMEOUT_S).offset for future in futures] == [1, 2, 3]
-    assert later.offset == 4
+    assert [future.result(TIMEOUT_S).offset for future in futures] == [0, 1, 2]
+    assert later.offset == 3
     assert cluster.state.requests[(1, "Produce")] == 3
-    assert read_all(cluster, "events", 0) == [(1, b"v0"), (2, b"v1"), (3, b"v2"), (4, b"after")]
-    user_batches = [decode_batch(b) for b in cluster.state.stored_batches("events", 0)[1:]]
+    assert read_all(cluster, "events", 0) == [(0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"after")]
+    user_batches = [decode_batch(b) for b in cluster.state.stored_batches("events", 0)]
     assert [(b.header.base_sequence, b.header.record_count) for b in user_batches] == [
         (0, 3),
         (3, 1),
@@ -200,7 +200,7 @@ def test_non_retriable_error_fails_at_once_and_later_records_still_go(cluster: F
             producer.send("events", value=b"bad").result(TIMEOUT_S)
         # The failed batch's sequence numbers are gone: the producer bumps its epoch
         # (KIP-360) and numbers from 0 again, under the same id.
-        assert producer.send("events", value=b"good").result(TIMEOUT_S).offset == 1
+        assert producer.send("events", value=b"good").result(TIMEOUT_S).offset == 0
     requests = cluster.state.requests
     assert requests[(1, "InitProducerId")] + requests[(2, "InitProducerId")] == 1
     [(_, batches)] = cluster.state.partition("events", 0).producers.items()
@@ -216,7 +216,7 @@ def test_a_producer_at_the_last_epoch_asks_for_a_new_id_instead_of_bumping(
     with Producer(cluster.bootstrap, retry_backoff_ms=0) as producer:
         with pytest.raises(DeliveryFailedError, match="CORRUPT_BATCH"):
             producer.send("events", value=b"bad").result(TIMEOUT_S)
-        assert producer.send("events", value=b"good").result(TIMEOUT_S).offset == 1
+        assert producer.send("events", value=b"good").result(TIMEOUT_S).offset == 0
     requests = cluster.state.requests
     assert requests[(1, "InitProducerId")] + requests[(2, "InitProducerId")] == 2
 
@@ -235,7 +235,7 @@ def test_buffer_bound_blocks_send_then_frees_space(cluster: FakeCluster) -> None
         assert 4 <= len(accepted) <= 8  # about 4096 / 521 bytes
         cluster.state.produce_gate.set()
         producer.flush(timeout_ms=TIMEOUT_S * 1000)
-        assert all(future.result(0).offset > 0 for future in accepted)
+        assert all(future.result(0).offset >= 0 for future in accepted)
         producer.send("events", value=b"x" * 500).result(TIMEOUT_S)
     finally:
         producer.close()
@@ -280,8 +280,8 @@ def test_explicit_partition_headers_and_timestamp_are_kept(cluster: FakeCluster)
             headers=[("a", b"1"), ("b", None)],
             timestamp_ms=1234,
         ).result(TIMEOUT_S)
-    assert meta == RecordMetadata("events", 1, 1, 1234)
-    batch = decode_batch(cluster.state.stored_batches("events", 1)[1])
+    assert meta == RecordMetadata("events", 1, 0, 1234)
+    batch = decode_batch(cluster.state.stored_batches("events", 1)[0])
     record = batch.records[0]
     assert (record.key, record.value, record.headers, record.timestamp_ms) == (
         b"k",
@@ -307,7 +307,7 @@ def test_callbacks_may_send_again_without_deadlock(cluster: FakeCluster) -> None
         producer.flush()
         assert done.wait(TIMEOUT_S)
         producer.flush()
-        assert chained[0].result(TIMEOUT_S).offset == 2
+        assert chained[0].result(TIMEOUT_S).offset == 1
 
 
 def test_close_delivers_buffered_records_and_refuses_more(cluster: FakeCluster) -> None:
@@ -315,7 +315,7 @@ def test_close_delivers_buffered_records_and_refuses_more(cluster: FakeCluster) 
     producer = Producer(cluster.bootstrap, linger_ms=60_000)
     futures = [producer.send("events", value=b"v") for _ in range(5)]
     producer.close()
-    assert [future.result(0).offset for future in futures] == [1, 2, 3, 4, 5]
+    assert [future.result(0).offset for future in futures] == [0, 1, 2, 3, 4]
     with pytest.raises(ClientClosedError):
         producer.send("events", value=b"late")
     producer.close()  # idempotent
@@ -376,7 +376,7 @@ def test_queued_batch_expires_after_delivery_timeout(cluster: FakeCluster) -> No
         with pytest.raises(DeliveryFailedError, match="delivery_timeout_ms=120000 expired"):
             queued.result(TIMEOUT_S)
         cluster.state.produce_gate.set()
-        assert first.result(TIMEOUT_S).offset == 1  # an answer that arrives still counts
+        assert first.result(TIMEOUT_S).offset == 0  # an answer that arrives still counts
 
 
 def test_expiry_behind_a_batch_in_flight_keeps_one_batch_in_flight(cluster: FakeCluster) -> None:
@@ -402,7 +402,7 @@ def test_expiry_behind_a_batch_in_flight_keeps_one_batch_in_flight(cluster: Fake
         # The partition is still muted by the first batch: "later" must not overtake it.
         assert cluster.state.requests[(1, "Produce")] == 1
         cluster.state.produce_gate.set()
-        assert (first.result(TIMEOUT_S).offset, later.result(TIMEOUT_S).offset) == (1, 2)
+        assert (first.result(TIMEOUT_S).offset, later.result(TIMEOUT_S).offset) == (0, 1)
 
 
 def test_a_crash_of_the_sender_thread_fails_futures_instead_of_hanging(
@@ -479,7 +479,7 @@ def test_send_blocks_on_a_full_buffer_until_space_frees(cluster: FakeCluster) ->
         futures = [producer.send("events", value=b"x" * 500) for _ in range(20)]
         producer.flush()
     opener.join()
-    assert [future.result(0).offset for future in futures] == list(range(1, 21))
+    assert [future.result(0).offset for future in futures] == list(range(20))
 
 
 @pytest.mark.parametrize("value_bytes", [0, 300, 200_000])

@@ -103,7 +103,7 @@ def fail_b_while_c_is_in_flight(
     after B failed, its batch closed by record 4). Returns the futures of 0..4 and the event
     that releases C's attempt, which the leader answers REQUEST_TIMED_OUT (retriable)."""
     first = send(client, 0)
-    assert first.result(TIMEOUT_S).offset == 1  # the leader's no-op is at 0
+    assert first.result(TIMEOUT_S).offset == 0  # a fresh partition's first record
     release_b = hold_next_request(cluster)
     with cluster.state.condition:
         if b_written:  # B's attempt is appended, its answer lost
@@ -169,7 +169,7 @@ def test_a_batch_behind_an_unwritten_failure_is_renumbered_not_failed(
     # expired batch (KIP-360), the client renumbers it under its next epoch instead of
     # failing it, and D follows it.
     futures, release_c = fail_b_while_c_is_in_flight(cluster, client, clock, b_written=False)
-    assert finish(client, clock, release_c, futures) == [1, 2, 3, 4]
+    assert finish(client, clock, release_c, futures) == [0, 1, 2, 3]
     assert stored_values(cluster) == [value(i) for i in (0, 2, 3, 4)]
 
 
@@ -198,7 +198,7 @@ def test_a_late_attempt_of_an_old_epoch_is_fenced_once_the_new_epoch_wrote(
             with pytest.raises(Exception, match=r"DEADLINE_EXCEEDED|timed out"):
                 b.result(TIMEOUT_S)
             later = [send(client, 3), send(client, 4)]
-            assert [future.result(TIMEOUT_S).offset for future in later] == [2, 3]
+            assert [future.result(TIMEOUT_S).offset for future in later] == [1, 2]
             with cluster.state.condition:
                 answers = cluster.state.produce_answers
             release_b.set()  # B's attempt reaches the leader now

@@ -24,7 +24,27 @@ CONFIG = RaftConfig()
 
 
 class NoReads:
-    """The consumer side of a partition log; produce never reads it."""
+    """The consumer side of a partition log; produce never reads it. Offsets are not
+    translated: this log holds no Raft entries of its own to leave out."""
+
+    def kafka_offset(self, offset: int) -> int:
+        return offset
+
+    def raft_offset(self, kafka_offset: int) -> int:
+        return kafka_offset
+
+    def set_kafka_start(self, kafka_offset: int) -> None:
+        raise AssertionError("no snapshot is restored here")
+
+    def read_kafka(
+        self,
+        kafka_offset: int,
+        *,
+        bytes_max: int,
+        end_offset: int | None = None,
+        skip_emptied: bool = False,
+    ) -> bytes:
+        raise AssertionError("produce does not read the log")
 
     def log_start_offset(self) -> int:
         raise AssertionError("produce does not read the log")

@@ -26,7 +26,8 @@ def test_segmented_log_api() -> None:
         "'list[tuple[BatchHeader, memoryview]]'",
         "truncate_from": "(self, offset: 'int') -> 'None'",
         "delete_segments_before": "(self, offset: 'int') -> 'int'",
-        "offset_for_timestamp": "(self, timestamp_ms: 'int') -> 'int | None'",
+        "offset_for_timestamp": "(self, timestamp_ms: 'int', *, skip: 'Callable[[int], bool] | "
+        "None' = None) -> 'int | None'",
         "flush": "(self) -> 'int'",
         "apply_retention": "(self, now_ms: 'int') -> 'int'",
         "retention_point": "(self, now_ms: 'int') -> 'int | None'",
