@@ -603,7 +603,8 @@ _REFUSED_CONFIG_KEYS = {
 
 
 def check_topic_config(config: Mapping[str, str]) -> ApplyResult | None:
-    """Known keys with typed values; a batch must fit in a segment when both are set."""
+    """Known keys with typed values (max.message.bytes may exceed segment.bytes, as on Kafka:
+    each bounds a produced batch on its own)."""
     for key in sorted(config):
         value = config[key]
         if len(value) > CONFIG_VALUE_CHARS_MAX:
@@ -633,16 +634,6 @@ def check_topic_config(config: Mapping[str, str]) -> ApplyResult | None:
             "config min.compaction.lag.ms exceeds max.compaction.lag.ms "
             f"({config['min.compaction.lag.ms']} > {config.get('max.compaction.lag.ms')})",
         )
-    if "segment.bytes" in config and "max.message.bytes" in config:
-        segment_bytes, message_bytes = (
-            int(config["segment.bytes"]),
-            int(config["max.message.bytes"]),
-        )
-        if message_bytes > segment_bytes:
-            return reject(
-                ErrorCode.INVALID_CONFIG,
-                f"config max.message.bytes={message_bytes} exceeds segment.bytes={segment_bytes}",
-            )
     return None
 
 

@@ -2,7 +2,7 @@
 
 Each queue, batch, in-flight window and buffer has a limit, and it lives here. `validate()`
 checks each value and how values relate (a heartbeat interval shorter than the election
-timeout, a batch smaller than a segment, ...). Sections are frozen dataclasses with
+timeout, a frame that holds any append, ...). Sections are frozen dataclasses with
 keyword-only fields; `NodeConfig` aggregates them. Names put units last.
 """
 
@@ -120,6 +120,11 @@ class RaftConfig:
 class LogConfig:
     """Bounds of one segmented log."""
 
+    # A produced batch larger than segment_bytes_max is refused (RECORD_LIST_TOO_LARGE, as
+    # Kafka's log refuses a batch above segment.bytes) and one above batch_bytes_max
+    # (max.message.bytes) too (MESSAGE_TOO_LARGE); neither bound is checked against the other.
+    # An empty segment takes any batch, so a replica still appends batches written under a
+    # larger segment_bytes_max.
     segment_bytes_max: int = 128 * MIB
     segment_age_ms_max: int = 7 * 24 * 3600 * 1000
     # One sparse index entry per this many bytes of batches.
@@ -155,12 +160,6 @@ class LogConfig:
             self.produce_record_validation in ("full", "crc"),
             "produce_record_validation",
             f"must be 'full' or 'crc', got {self.produce_record_validation!r}",
-        )
-        _require(
-            self.batch_bytes_max <= self.segment_bytes_max,
-            "batch_bytes_max",
-            f"must not exceed segment_bytes_max "
-            f"({self.batch_bytes_max} > {self.segment_bytes_max})",
         )
         _require(
             self.decompressed_bytes_max >= self.batch_bytes_max,

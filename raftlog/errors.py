@@ -11,7 +11,8 @@ attributes: `retriable` says whether the same request may succeed later unchange
     │   ├── CorruptBatchError       bytes that are not a valid record batch (names file, position)
     │   │   └── CrcMismatchError    the CRC32C does not cover the bytes it claims to
     │   ├── OffsetOutOfRangeError   an offset below the log start or above the log end
-    │   ├── BatchTooLargeError      a batch over `batch_bytes_max`
+    │   ├── BatchTooLargeError      a batch over `batch_bytes_max` (max.message.bytes)
+    │   ├── BatchOverSegmentError   a produced batch over `segment_bytes_max` (segment.bytes)
     │   └── LogClosedError          use after close()
     ├── RaftError                   the consensus layer
     │   ├── NotLeaderError          retriable, with leader_hint
@@ -31,6 +32,7 @@ attributes: `retriable` says whether the same request may succeed later unchange
 from __future__ import annotations
 
 __all__ = [
+    "BatchOverSegmentError",
     "BatchTooLargeError",
     "ConfigError",
     "CorruptBatchError",
@@ -114,6 +116,19 @@ class BatchTooLargeError(StorageError):
         )
         self.size_bytes = size_bytes
         self.batch_bytes_max = batch_bytes_max
+
+
+class BatchOverSegmentError(StorageError):
+    """A produced batch larger than a segment (`segment_bytes_max`, a topic's segment.bytes):
+    refused as Kafka's log refuses it (RECORD_LIST_TOO_LARGE)."""
+
+    def __init__(self, size_bytes: int, *, segment_bytes_max: int):
+        super().__init__(
+            f"record batch of {size_bytes} bytes exceeds segment_bytes_max={segment_bytes_max} "
+            "(the topic's segment.bytes)"
+        )
+        self.size_bytes = size_bytes
+        self.segment_bytes_max = segment_bytes_max
 
 
 class LogClosedError(StorageError):

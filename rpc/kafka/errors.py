@@ -21,6 +21,7 @@ _CODES: list[tuple[type[errors.RaftlogError], ErrorCode]] = [
     (errors.NotLeaderError, ErrorCode.not_leader_or_follower),
     (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
     (errors.BatchTooLargeError, ErrorCode.message_too_large),
+    (errors.BatchOverSegmentError, ErrorCode.record_list_too_large),
     (errors.CorruptBatchError, ErrorCode.corrupt_message),
     (errors.RequestTimedOutError, ErrorCode.request_timed_out),
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
