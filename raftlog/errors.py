@@ -23,6 +23,7 @@ attributes: `retriable` says whether the same request may succeed later unchange
     │   ├── LeaderNotReadyError     retriable: a new leader has not committed its term yet
     │   ├── RequestTimedOutError    retriable; a produce's outcome is unknown
     │   ├── OutOfOrderSequenceError an idempotent producer skipped sequence numbers
+    │   ├── InvalidRecordError      records the topic refuses, each named (record_errors)
     │   └── ProducerFencedError     a producer epoch older than the one on record
     └── TransportError              node-to-node connections (raftlog.rpc.peer_transport)
         ├── FrameError              bytes off the wire that are not a valid frame (names what)
@@ -39,6 +40,7 @@ __all__ = [
     "CrcMismatchError",
     "FrameError",
     "HandshakeError",
+    "InvalidRecordError",
     "LeaderNotReadyError",
     "LogClosedError",
     "MembershipChangeError",
@@ -228,8 +230,14 @@ class OutOfOrderSequenceError(PartitionError):
 
 
 class InvalidRecordError(PartitionError):
-    """A well-formed record the topic refuses (Kafka's INVALID_RECORD): a record without a
-    key on a compacted topic, whose cleaner keeps one record per key."""
+    """Well-formed records the topic refuses (Kafka's INVALID_RECORD): records without a key
+    on a compacted topic, whose cleaner keeps one record per key. `record_errors` names each
+    refused record of the batch: (its index in the batch, why), as Kafka's per-record errors
+    (KIP-467); the whole batch is refused."""
+
+    def __init__(self, message: str, *, record_errors: tuple[tuple[int, str], ...] = ()):
+        super().__init__(message)
+        self.record_errors = record_errors
 
 
 class ProducerFencedError(PartitionError):

@@ -4,9 +4,11 @@ A topic's settings (Kafka's names: `cleanup.policy`, `min.cleanable.dirty.ratio`
 `retention.ms`, ...) live in the metadata quorum; an alter is one `AlterTopicConfig`
 command, so it is checked exactly as a config at create and applied atomically (a bad value
 is refused with INVALID_CONFIG naming the setting). IncrementalAlterConfigs maps SET and
-DELETE onto it (APPEND and SUBTRACT, meant for list settings, are refused); AlterConfigs
-replaces the whole config, so a key it leaves out goes back to its default. `validate_only`
-runs the same check on this node's copy of the metadata and commits nothing. Only topic
+DELETE onto it, and APPEND and SUBTRACT on a list setting (`cleanup.policy`, Kafka's one
+list among the topic settings raftlog has) onto a SET of the list this node's copy holds
+(or its default) with the values added or removed, as Kafka does; AlterConfigs replaces the
+whole config, so a key it leaves out goes back to its default. `validate_only` runs the
+same check on this node's copy of the metadata and commits nothing. Only topic
 resources are supported: node settings are the node's own (`raftlog serve --set`).
 """
 
@@ -41,7 +43,8 @@ __all__ = [
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
 _TOPIC_RESOURCE = 2
 _SOURCE_TOPIC, _SOURCE_DEFAULT = 1, 5
-_SET, _DELETE = 0, 1
+_SET, _DELETE, _APPEND, _SUBTRACT = 0, 1, 2, 3
+_LIST_KEYS = frozenset({"cleanup.policy"})
 _ALTER_TIMEOUT_S = 30.0
 
 Outcome = tuple[ErrorCode, str | None]
@@ -122,39 +125,67 @@ def _describe(ctx: KafkaContext, module: Any, resource: Any, caught_up: bool) ->
 
 
 async def incremental_alter_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
-    """IncrementalAlterConfigs v0 to v1: the SET and DELETE operations of each topic resource as one
-    `AlterTopicConfig` submitted through the node port (`ctx.node.submit`, the controller);
-    `validate_only` checks this node's copy and commits nothing. Answers INVALID_CONFIG for APPEND
-    or SUBTRACT and for a bad value, INVALID_REQUEST for a non-topic resource,
-    TOPIC_AUTHORIZATION_FAILED without admin permission, NOT_CONTROLLER off the controller,
-    REQUEST_TIMED_OUT."""
+    """IncrementalAlterConfigs v0 to v1: the operations of each topic resource as one
+    `AlterTopicConfig` submitted through the node port (`ctx.node.submit`, the controller): SET,
+    DELETE, and APPEND or SUBTRACT on a list setting as a SET of the changed list; `validate_only`
+    checks this node's copy and commits nothing. Answers INVALID_REQUEST for a key named twice, an
+    unknown operation or a non-topic resource, INVALID_CONFIG for APPEND or SUBTRACT on a setting
+    that is no list and for a bad value, TOPIC_AUTHORIZATION_FAILED without admin permission,
+    NOT_CONTROLLER off the controller, REQUEST_TIMED_OUT."""
     module = response_module(INCREMENTAL_ALTER_CONFIGS, version)
     responses = []
     for resource in request.resources:
-        unsupported = [
-            c.name for c in resource.configs if c.config_operation not in (_SET, _DELETE)
-        ]
-        if unsupported:
-            outcome: Outcome = (
-                ErrorCode.invalid_config,
-                f"APPEND and SUBTRACT apply to list settings; {unsupported} are not",
-            )
-        else:
-            command = AlterTopicConfig(
-                name=resource.resource_name,
-                set_config={
-                    c.name: c.value or "" for c in resource.configs if c.config_operation == _SET
-                },
-                delete_keys=tuple(
-                    sorted({c.name for c in resource.configs if c.config_operation == _DELETE})
-                ),
-            )
-            outcome = await _alter(ctx, resource, command, request.validate_only)
+        command = _alter_refusal(ctx, resource) or _incremental_command(ctx, resource)
+        outcome = (
+            command
+            if isinstance(command, tuple)
+            else await _alter(ctx, command, request.validate_only)
+        )
         responses.append(_altered(module, resource, outcome))
     return build(
         module.IncrementalAlterConfigsResponse,
         throttle_time=NO_THROTTLE,
         responses=tuple(responses),
+    )
+
+
+def _incremental_command(ctx: KafkaContext, resource: Any) -> AlterTopicConfig | Outcome:
+    """The `AlterTopicConfig` doing a resource's operations, or why there is none."""
+    names = [c.name for c in resource.configs]
+    if len(set(names)) != len(names):
+        return ErrorCode.invalid_request, "Error due to duplicate config keys"
+    info = ctx.node.metadata.state.topic(resource.resource_name)
+    current = {
+        key: value for key, value, _ in topic_configs(ctx, {} if info is None else info.config)
+    }
+    set_config: dict[str, str] = {}
+    delete_keys: list[str] = []
+    for change in resource.configs:
+        operation, value = change.config_operation, change.value or ""
+        if operation == _SET:
+            set_config[change.name] = value
+        elif operation == _DELETE:
+            delete_keys.append(change.name)
+        elif operation in (_APPEND, _SUBTRACT) and change.name in _LIST_KEYS:
+            items = current[change.name].split(",")
+            changed = value.split(",")
+            items = (
+                items + [v for v in changed if v not in items]
+                if operation == _APPEND
+                else [v for v in items if v not in changed]
+            )
+            set_config[change.name] = ",".join(items)
+        elif operation in (_APPEND, _SUBTRACT):
+            verb = "append" if operation == _APPEND else "subtract"
+            return ErrorCode.invalid_config, (
+                f"Config value {verb} is not allowed for config key: {change.name}"
+            )
+        else:
+            return ErrorCode.invalid_request, f"unknown operation {operation} on {change.name}"
+    return AlterTopicConfig(
+        name=resource.resource_name,
+        set_config=set_config,
+        delete_keys=tuple(sorted(delete_keys)),
     )
 
 
@@ -175,18 +206,22 @@ async def alter_configs(ctx: KafkaContext, request: Any, version: int) -> Any:
             set_config=wanted,
             delete_keys=tuple(sorted(k for k in current if k not in wanted)),
         )
-        outcome = await _alter(ctx, resource, command, request.validate_only)
+        refusal = _alter_refusal(ctx, resource)
+        outcome = refusal or await _alter(ctx, command, request.validate_only)
         responses.append(_altered(module, resource, outcome))
     return build(module.AlterConfigsResponse, throttle_time=NO_THROTTLE, responses=tuple(responses))
 
 
-async def _alter(
-    ctx: KafkaContext, resource: Any, command: AlterTopicConfig, validate_only: bool
-) -> Outcome:
+def _alter_refusal(ctx: KafkaContext, resource: Any) -> Outcome | None:
+    """Why a resource's configs may not be altered at all, or None."""
     if resource.resource_type != _TOPIC_RESOURCE:
         return ErrorCode.invalid_request, "only topic configs can be altered"
     if not ctx.allowed(Permission.ADMIN, resource.resource_name):
         return ErrorCode.topic_authorization_failed, "no admin permission"
+    return None
+
+
+async def _alter(ctx: KafkaContext, command: AlterTopicConfig, validate_only: bool) -> Outcome:
     if validate_only:
         refused = check_alter_topic_config(ctx.node.metadata.state, command)
         if refused is None:

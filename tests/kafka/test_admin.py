@@ -142,3 +142,54 @@ def test_topic_configs_are_altered_over_kafka_and_compacted_topics_want_keys(
     producer.flush(30)
     codes = [None if e is None else e.code() for e in errors]  # type: ignore[attr-defined]
     assert codes == [kafka.KafkaError.INVALID_RECORD, None], errors
+
+
+def _create(client: object, name: str) -> None:
+    """Create topic `name` (one partition, three replicas) through `client`, an AdminClient."""
+    topic = admin_module.NewTopic(name, num_partitions=1, replication_factor=3)
+    client.create_topics([topic], operation_timeout=30)[name].result(timeout=40)  # type: ignore[attr-defined]
+
+
+def _outcome(future: object) -> int | None:
+    """None if an admin future succeeded, else its Kafka error code."""
+    try:
+        future.result(timeout=60)  # type: ignore[attr-defined]
+    except kafka.KafkaException as error:
+        return int(error.args[0].code())
+    return None
+
+
+def _alter(client: object, topic: str, name: str, value: str, operation: object) -> object:
+    resource = admin_module.ConfigResource(
+        admin_module.ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            admin_module.ConfigEntry(name, value, incremental_operation=operation)
+        ],
+    )
+    return client.incremental_alter_configs([resource])[resource]  # type: ignore[attr-defined]
+
+
+def test_cleanup_policy_is_a_list_to_append_to_and_subtract_from(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """IncrementalAlterConfigs APPEND and SUBTRACT work on cleanup.policy as on Kafka's list
+    settings (from the default when the topic sets none); on a setting that is no list they
+    get INVALID_CONFIG."""
+    client = _client(kafka_cluster)
+    _create(client, "admin-policy")
+    ops = admin_module.AlterConfigOpType
+    described = admin_module.ConfigResource(admin_module.ResourceType.TOPIC, "admin-policy")
+
+    def policy() -> str:
+        configs = client.describe_configs([described])[described].result(timeout=20)  # type: ignore[attr-defined]
+        return str(configs["cleanup.policy"].value)
+
+    _alter(client, "admin-policy", "cleanup.policy", "compact", ops.APPEND).result(timeout=40)  # type: ignore[attr-defined]
+    assert policy() == "delete,compact"
+    _alter(client, "admin-policy", "cleanup.policy", "compact", ops.APPEND).result(timeout=40)  # type: ignore[attr-defined]
+    assert policy() == "delete,compact"  # already there
+    _alter(client, "admin-policy", "cleanup.policy", "delete", ops.SUBTRACT).result(timeout=40)  # type: ignore[attr-defined]
+    assert policy() == "compact"
+    refused = _alter(client, "admin-policy", "retention.ms", "1000", ops.APPEND)
+    assert _outcome(refused) == kafka.KafkaError.INVALID_CONFIG

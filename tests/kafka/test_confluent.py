@@ -5,9 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
+from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.kafka_wire import create_topic
+from raftlog.storage.records import RecordInput, encode_batch
+from tests.kafka.kafka_wire import create_topic, kafka_call, produce_request
 
 kafka = pytest.importorskip("confluent_kafka")
 admin_module = pytest.importorskip("confluent_kafka.admin")
@@ -163,6 +166,37 @@ def _send_one_batch(
         )  # fmt: skip
     assert producer.flush(30) == 0
     return [outcomes[i] for i in range(len(records))]
+
+
+def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """A batch holding records without a key on a compacted topic is refused INVALID_RECORD with
+    record_errors naming each keyless record (KIP-467), so librdkafka fails those with their own
+    message and the others of the batch as _INVALID_DIFFERENT_RECORD (librdkafka's 0011)."""
+    boot = kafka_cluster.kafka_bootstrap
+    _create(boot, "cf-compact", {"cleanup.policy": "compact"})
+    errors = _send_one_batch(
+        boot, "cf-compact", [(b"k0", b"v0"), (None, b"v1"), (b"k2", b"v2"), (None, b"v3")]
+    )
+    codes = [None if e is None else e.code() for e in errors]  # type: ignore[attr-defined]
+    invalid, other = kafka.KafkaError.INVALID_RECORD, kafka.KafkaError._INVALID_DIFFERENT_RECORD
+    assert codes == [other, invalid, other, invalid], errors
+
+    # librdkafka does not hand out the messages: read them off the wire.
+    with Admin(kafka_cluster.bootstrap) as admin:
+        (partition,) = admin.describe_topic("cf-compact").partitions
+    assert partition.leader is not None
+    leader = f"127.0.0.1:{kafka_cluster.nodes[partition.leader].kafka_port}"
+    batch = encode_batch([RecordInput(key, b"v", 0) for key in (b"k", None, None)])
+    answer = kafka_call(leader, produce_request("cf-compact", batch))
+    (refused,) = answer.responses[0].partition_responses
+    assert refused.error_code == ErrorCode.invalid_record
+    assert [e.batch_index for e in refused.record_errors] == [1, 2]
+    assert "record 1 has no key" in refused.record_errors[0].batch_index_error_message
+    assert refused.error_message.startswith("2 records of the batch refused")
+    answer = kafka_call(leader, produce_request("cf-compact", batch, version=7))  # no such field
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
 
 
 def test_max_message_bytes_and_segment_bytes_bound_a_batch_as_kafka_does(
