@@ -279,6 +279,10 @@ class MetadataConfig:
     replication_factor_max: int = 7
     # Producer ids handed to a node in one AllocateProducerIds.
     producer_id_block_size: int = 1000
+    # Topic creates and partition additions are planned on the controller one at a time; a
+    # plan found stale when applied (its Raft group ids handed out meanwhile, as by a command
+    # of a previous controller applied late) is planned again at most this many times.
+    stale_plan_retries_max: int = 3
     # Replica moves and preferred-leader swaps in one rebalance plan.
     rebalance_moves_max: int = 64
     # The controller evens out replicas by itself (one move at a time, never while another

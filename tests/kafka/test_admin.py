@@ -159,6 +159,40 @@ def _outcome(future: object) -> int | None:
     return None
 
 
+def test_concurrent_creates_and_partition_additions_all_succeed(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """Twelve CreateTopics in flight at once on one connection (as a stream processor sends them
+    at start) all succeed, and a second create of one of the names gets TOPIC_ALREADY_EXISTS;
+    then six CreatePartitions in flight at once all succeed."""
+    client = _client(kafka_cluster)
+    names = [f"admin-burst-{i}" for i in range(12)]
+    futures = [
+        client.create_topics(  # type: ignore[attr-defined]
+            [admin_module.NewTopic(name, num_partitions=1, replication_factor=3)],
+            operation_timeout=30,
+        )[name]
+        for name in [*names, names[0]]
+    ]
+    outcomes = [_outcome(future) for future in futures]
+    assert sorted(outcomes, key=str) == sorted(
+        [None] * 12 + [kafka.KafkaError.TOPIC_ALREADY_EXISTS], key=str
+    ), outcomes
+
+    grown = names[:6]
+    futures = [
+        client.create_partitions(  # type: ignore[attr-defined]
+            [admin_module.NewPartitions(name, 2)], operation_timeout=30
+        )[name]
+        for name in grown
+    ]
+    assert [_outcome(future) for future in futures] == [None] * 6
+    listed = client.list_topics(timeout=10).topics  # type: ignore[attr-defined]
+    assert {name: len(listed[name].partitions) for name in names} == {
+        name: 2 if name in grown else 1 for name in names
+    }
+
+
 def _alter(client: object, topic: str, name: str, value: str, operation: object) -> object:
     resource = admin_module.ConfigResource(
         admin_module.ResourceType.TOPIC,
