@@ -72,6 +72,7 @@ __all__ = [
     "check_delete_topic",
     "check_fence",
     "check_heartbeat",
+    "check_new_topic_name",
     "check_reassign",
     "check_register_node",
     "check_report_leader",
@@ -152,7 +153,7 @@ def check_fence(state: MetadataState, command: FenceNode) -> ApplyResult | None:
 
 
 def check_create_topic(state: MetadataState, command: CreateTopic) -> ApplyResult | None:
-    problem = check_topic_name(command.name) or _name_free(state, command.name)
+    problem = check_new_topic_name(state, command.name)
     problem = problem or check_topic_id(command.topic_id)
     if problem is None and any(t.topic_id == command.topic_id for t in state.topics()):
         problem = reject(
@@ -179,6 +180,12 @@ def check_create_topic(state: MetadataState, command: CreateTopic) -> ApplyResul
     return check_topic_config(command.config) or _new_partitions(
         state, command.name, command.replication_factor, command.assignments, command.raft_group_ids
     )
+
+
+def check_new_topic_name(state: MetadataState, name: str) -> ApplyResult | None:
+    """Why `name` cannot name a new topic (Kafka's name rule; a topic of that name, or of one
+    that differs only in '.' versus '_'), or None."""
+    return check_topic_name(name) or _name_free(state, name)
 
 
 def _name_free(state: MetadataState, name: str) -> ApplyResult | None:

@@ -6,6 +6,9 @@ Answers come from this node's copy of the metadata, once it has caught up since 
 started (`raftlog.metadata.catch_up`, as the gRPC Metadata call): before that a topic
 created while the node was down would look unknown, so every topic asked is answered with
 the retriable LEADER_NOT_AVAILABLE instead.
+
+A topic asked by a name Kafka refuses gets INVALID_TOPIC_EXCEPTION, an unknown topic
+UNKNOWN_TOPIC_OR_PARTITION (topics are never created by Metadata).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from raftlog.metadata import MetadataState
+from raftlog.metadata.commands import check_topic_name
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 from raftlog.rpc.security import Permission
@@ -36,12 +40,14 @@ def topic_uuid(topic_id: str) -> uuid.UUID:
 async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
     """Metadata v1 to v12: the live brokers, the controller and the topics asked for by name or
     (v10+) id, or every topic the principal may read when none are named. Reads the node port's
-    metadata copy after `wait_metadata_caught_up`; answers UNKNOWN_TOPIC_OR_PARTITION for unknown
-    topics (never creates them), TOPIC_AUTHORIZATION_FAILED without read permission,
-    LEADER_NOT_AVAILABLE per topic before catch-up and per partition without a leader."""
+    metadata copy after `wait_metadata_caught_up`; answers INVALID_TOPIC_EXCEPTION for a name
+    Kafka refuses, UNKNOWN_TOPIC_OR_PARTITION for an unknown topic (never creates one),
+    TOPIC_AUTHORIZATION_FAILED without read permission, LEADER_NOT_AVAILABLE per topic before
+    catch-up and per partition without a leader."""
     module = response_module(METADATA, version)
     caught_up = await ctx.node.wait_metadata_caught_up()
     state = ctx.node.metadata.state
+    names: list[str | uuid.UUID]
     if request.topics is None:
         names = [t.name for t in state.topics() if ctx.allowed(Permission.READ, t.name)]
         names = names if caught_up else []
@@ -57,23 +63,41 @@ async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
         ),
         cluster_id=state.cluster_id,
         controller_id=-1 if controller is None else int(controller),
-        topics=tuple(
-            _topic(module, state, name, caught_up=caught_up)
-            if ctx.allowed(Permission.READ, name)
-            else _refused_topic(module, name, ErrorCode.topic_authorization_failed)
-            for name in names
-        ),
+        topics=tuple(_answer(ctx, module, state, name, caught_up=caught_up) for name in names),
         cluster_authorized_operations=-(2**31),
     )
 
 
-def _requested_name(state: MetadataState, requested: Any) -> str:
+def _requested_name(state: MetadataState, requested: Any) -> str | uuid.UUID:
+    """The name of a topic asked for by name or (v10+) id; the id itself if no topic has it."""
     name = getattr(requested, "name", None)
     if name is not None:
         return str(name)
-    wanted = getattr(requested, "topic_id", None)
+    wanted = getattr(requested, "topic_id", None) or _NO_TOPIC_ID
     found = next((t.name for t in state.topics() if topic_uuid(t.topic_id) == wanted), None)
-    return "" if found is None else found
+    return wanted if found is None else found
+
+
+def _answer(
+    ctx: KafkaContext, module: Any, state: MetadataState, name: str | uuid.UUID, *, caught_up: bool
+) -> Any:
+    """The answer for one topic asked for (`name`, or the id no topic has)."""
+    if isinstance(name, uuid.UUID):
+        return _unknown_id(module, name)
+    if not ctx.allowed(Permission.READ, name):
+        return _refused_topic(module, name, ErrorCode.topic_authorization_failed)
+    return _topic(module, state, name, caught_up=caught_up)
+
+
+def _unknown_id(module: Any, topic_id: uuid.UUID) -> Any:
+    return build(
+        module.MetadataResponseTopic,
+        error_code=ErrorCode.unknown_topic_id,
+        name=None,
+        topic_id=topic_id,
+        is_internal=False,
+        partitions=(),
+    )
 
 
 def _refused_topic(module: Any, name: str, code: ErrorCode) -> Any:
@@ -90,7 +114,14 @@ def _refused_topic(module: Any, name: str, code: ErrorCode) -> Any:
 def _topic(module: Any, state: MetadataState, name: str, *, caught_up: bool) -> Any:
     topic = state.topic(name) if caught_up else None
     if topic is None:
-        code = ErrorCode.unknown_topic_or_partition if caught_up else ErrorCode.leader_not_available
+        # As Kafka's broker answers an unknown topic: an invalid name is INVALID_TOPIC_EXCEPTION.
+        code = (
+            ErrorCode.leader_not_available
+            if not caught_up
+            else ErrorCode.invalid_topic_exception
+            if check_topic_name(name) is not None
+            else ErrorCode.unknown_topic_or_partition
+        )
         return _refused_topic(module, name, code)
     partitions = tuple(
         build(

@@ -8,6 +8,7 @@ import time
 import pytest
 from kio.schema.create_topics.v7 import request as ct
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v12 import request as md
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from raftlog.client import Admin
@@ -191,6 +192,46 @@ def test_concurrent_creates_and_partition_additions_all_succeed(
     assert {name: len(listed[name].partitions) for name in names} == {
         name: 2 if name in grown else 1 for name in names
     }
+
+
+def _metadata_errors(cluster: LocalCluster, names: list[str]) -> list[ErrorCode]:
+    request = md.MetadataRequest(
+        topics=tuple(md.MetadataRequestTopic(topic_id=None, name=md.TopicName(n)) for n in names),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
+    node = next(iter(cluster.nodes.values()))
+    response = kafka_call(f"127.0.0.1:{node.kafka_port}", request)
+    return [topic.error_code for topic in response.topics]
+
+
+def test_an_invalid_topic_name_gets_invalid_topic_exception(kafka_cluster: LocalCluster) -> None:
+    """CreateTopics, Metadata and so a producer answer an invalid name (or one colliding with
+    an existing topic's by '.' and '_') with INVALID_TOPIC_EXCEPTION, at once (librdkafka's
+    0057); an unknown valid name stays UNKNOWN_TOPIC_OR_PARTITION (no auto-creation by
+    default)."""
+    client = _client(kafka_cluster)
+    _create(client, "admin.dotted")
+    for name in ("admin|piped", "admin_dotted"):
+        created = client.create_topics(  # type: ignore[attr-defined]
+            [admin_module.NewTopic(name, num_partitions=1, replication_factor=3)]
+        )[name]
+        assert _outcome(created) == kafka.KafkaError.TOPIC_EXCEPTION, name
+
+    assert _metadata_errors(kafka_cluster, ["admin|piped", "admin-unknown"]) == [
+        ErrorCode.invalid_topic_exception,
+        ErrorCode.unknown_topic_or_partition,
+    ]
+
+    producer = kafka.Producer(
+        {"bootstrap.servers": kafka_cluster.kafka_bootstrap, "message.timeout.ms": 60_000}
+    )
+    failed: list[object] = []
+    started = time.monotonic()
+    producer.produce("admin|piped", value=b"v", on_delivery=lambda e, m: failed.append(e))
+    producer.flush(20)
+    assert [e.code() for e in failed] == [kafka.KafkaError.TOPIC_EXCEPTION], failed  # type: ignore[attr-defined]
+    assert time.monotonic() - started < 20
 
 
 def _alter(client: object, topic: str, name: str, value: str, operation: object) -> object:

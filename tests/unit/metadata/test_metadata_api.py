@@ -36,6 +36,7 @@ PUBLIC = {
     "assign_replicas",
     "auto_rebalance_step",
     "caught_up_since_start",
+    "check_new_topic_name",
     "decode_command",
     "decommission_step",
     "encode_command",
