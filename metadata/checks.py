@@ -24,6 +24,7 @@ from raftlog.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
     ApplyResult,
+    AutoCreateTopic,
     CommitGroupOffsets,
     CompleteDecommission,
     CompleteReassignment,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_allocate_producer_ids",
     "check_alter_topic_config",
+    "check_auto_create_topic",
     "check_commit_group_offsets",
     "check_complete_decommission",
     "check_complete_reassignment",
@@ -179,6 +181,14 @@ def check_create_topic(state: MetadataState, command: CreateTopic) -> ApplyResul
         )
     return check_topic_config(command.config) or _new_partitions(
         state, command.name, command.replication_factor, command.assignments, command.raft_group_ids
+    )
+
+
+def check_auto_create_topic(state: MetadataState, command: AutoCreateTopic) -> ApplyResult:
+    return reject(
+        ErrorCode.INVALID_REQUEST,
+        f"AutoCreateTopic {command.name!r} is a request the controller plans into a "
+        "CreateTopic; it is never applied",
     )
 
 

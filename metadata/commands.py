@@ -53,6 +53,7 @@ __all__ = [
     "AlterTopicConfig",
     "ApplyResult",
     "AssignmentError",
+    "AutoCreateTopic",
     "Command",
     "CommitGroupOffsets",
     "CompleteDecommission",
@@ -203,6 +204,18 @@ class CreateTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class AutoCreateTopic:
+    """A topic a node asks the controller to create with these defaults, for a Kafka client
+    (Kafka's topic auto-creation). It is a request, never a metadata log entry: the
+    controller plans it into a `CreateTopic` as it receives it
+    (`raftlog.node.metadata_calls.MetadataCalls.submit`), and `apply` refuses it."""
+
+    name: str
+    partition_count: int
+    replication_factor: int
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteTopic:
     name: str
 
@@ -306,6 +319,7 @@ Command: TypeAlias = (
     | NodeHeartbeat
     | FenceNode
     | CreateTopic
+    | AutoCreateTopic
     | DeleteTopic
     | AlterTopicConfig
     | CreatePartitions
@@ -340,6 +354,7 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "assignments": "int_lists",
         "raft_group_ids": "ints",
     },
+    AutoCreateTopic: {"name": "str", "partition_count": "int", "replication_factor": "int"},
     DeleteTopic: {"name": "str"},
     AlterTopicConfig: {"name": "str", "set_config": "str_map", "delete_keys": "strs"},
     CreatePartitions: {"name": "str", "assignments": "int_lists", "raft_group_ids": "ints"},

@@ -354,6 +354,17 @@ class KafkaConfig:
     topic_regex_members_max: int = 1024
     topic_regex_chars_max: int = 1024
     topic_regex_memory_bytes_max: int = 256 * KIB
+    # Kafka's auto.create.topics.enable (off, as Redpanda's default): a Metadata request naming
+    # an unknown topic, with allow_auto_topic_creation, has the controller create it
+    # (rpc/kafka/auto_create.py) with num_partitions partitions and default_replication_factor
+    # replicas, capped at the live nodes; both also fill in a CreateTopics' -1 (KIP-464).
+    auto_create_topics_enable: bool = False
+    num_partitions: int = 1
+    default_replication_factor: int = 3
+    # Auto-creations a node has on their way to the controller at once (more topics are
+    # answered LEADER_NOT_AVAILABLE and created at a later Metadata), and how long one waits.
+    auto_create_in_flight_max: int = 64
+    auto_create_timeout_ms: int = 30_000
 
     def validate(self) -> KafkaConfig:
         _require_positive_ints(self)
@@ -484,6 +495,18 @@ class NodeConfig:
         _require(self.scrub_round_pause_ms > 0, "scrub_round_pause_ms", "must be positive")
         _require(self.cleaner_bytes_per_s >= 0, "cleaner_bytes_per_s", "must be >= 0 (0: off)")
         _require(self.cleaner_interval_ms > 0, "cleaner_interval_ms", "must be positive")
+        _require(
+            self.kafka.num_partitions <= self.metadata.partitions_per_topic_max,
+            "kafka.num_partitions",
+            f"must not exceed metadata.partitions_per_topic_max ({self.kafka.num_partitions} > "
+            f"{self.metadata.partitions_per_topic_max})",
+        )
+        _require(
+            self.kafka.default_replication_factor <= self.metadata.replication_factor_max,
+            "kafka.default_replication_factor",
+            f"must not exceed metadata.replication_factor_max "
+            f"({self.kafka.default_replication_factor} > {self.metadata.replication_factor_max})",
+        )
         _require(
             self.raft.append_bytes_max >= self.log.batch_bytes_max,
             "raft.append_bytes_max",

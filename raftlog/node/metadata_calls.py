@@ -13,7 +13,9 @@ Topic creates and partition additions are planned on the controller (`create_top
 it plans on the state that command left (its Raft group ids, its name taken), and many in
 flight at once (a stream processor creating its topics) all succeed. A plan still found
 stale when applied (a previous controller's command applied late) is planned again, at most
-`metadata.stale_plan_retries_max` times, within the request's timeout.
+`metadata.stale_plan_retries_max` times, within the request's timeout. An `AutoCreateTopic`
+(a node creating a topic for a Kafka client) reaches `submit` from any node and is planned
+the same way.
 
 `MetadataCatchUp` latches once this node's copy of the metadata shows its own registration
 of this start: everything committed before the node started is then applied, and metadata
@@ -32,6 +34,7 @@ from raftlog.errors import NotControllerError, RaftlogError
 from raftlog.metadata import (
     AllocateProducerIds,
     ApplyResult,
+    AutoCreateTopic,
     Command,
     CreateTopicRequest,
     DecommissionNode,
@@ -113,6 +116,13 @@ class MetadataCalls:
         the connection of `lane` (raftlog.rpc.forwarding)."""
         if not self.is_controller():
             return await self._send_to_controller(command, timeout_s=timeout_s, lane=lane)
+        if isinstance(command, AutoCreateTopic):
+            request = CreateTopicRequest(
+                name=command.name,
+                partition_count=command.partition_count,
+                replication_factor=command.replication_factor,
+            )
+            return await self.create_topic(request, timeout_s=timeout_s)
         if isinstance(command, DecommissionNode):
             # However it arrives (Admin or Internal.SubmitMetadata), a voter is refused.
             plan = plan_decommission(self._metadata.state, command.node_id, self.voters())

@@ -7,8 +7,9 @@ started (`raftlog.metadata.catch_up`, as the gRPC Metadata call): before that a 
 created while the node was down would look unknown, so every topic asked is answered with
 the retriable LEADER_NOT_AVAILABLE instead.
 
-A topic asked by a name Kafka refuses gets INVALID_TOPIC_EXCEPTION, an unknown topic
-UNKNOWN_TOPIC_OR_PARTITION (topics are never created by Metadata).
+A topic asked by a name Kafka refuses gets INVALID_TOPIC_EXCEPTION; an unknown topic is
+created when the node auto-creates topics and the request allows it (`auto_create`),
+answered LEADER_NOT_AVAILABLE meanwhile, else UNKNOWN_TOPIC_OR_PARTITION.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from raftlog.metadata import MetadataState
+from raftlog.metadata import MetadataState, check_new_topic_name
 from raftlog.metadata.commands import check_topic_name
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
@@ -41,9 +42,10 @@ async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
     """Metadata v1 to v12: the live brokers, the controller and the topics asked for by name or
     (v10+) id, or every topic the principal may read when none are named. Reads the node port's
     metadata copy after `wait_metadata_caught_up`; answers INVALID_TOPIC_EXCEPTION for a name
-    Kafka refuses, UNKNOWN_TOPIC_OR_PARTITION for an unknown topic (never creates one),
-    TOPIC_AUTHORIZATION_FAILED without read permission, LEADER_NOT_AVAILABLE per topic before
-    catch-up and per partition without a leader."""
+    Kafka refuses, UNKNOWN_TOPIC_OR_PARTITION for an unknown topic (LEADER_NOT_AVAILABLE while
+    it is auto-created), TOPIC_AUTHORIZATION_FAILED without read permission (or, to
+    auto-create, admin), LEADER_NOT_AVAILABLE per topic before catch-up and per partition
+    without a leader."""
     module = response_module(METADATA, version)
     caught_up = await ctx.node.wait_metadata_caught_up()
     state = ctx.node.metadata.state
@@ -53,6 +55,8 @@ async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
         names = names if caught_up else []
     else:
         names = [_requested_name(state, t) for t in request.topics]
+    # Before v4 a request could not refuse auto-creation: Kafka creates for it.
+    may_create = getattr(request, "allow_auto_topic_creation", True)
     controller = ctx.node.controller_id
     return build(
         module.MetadataResponse,
@@ -63,7 +67,10 @@ async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
         ),
         cluster_id=state.cluster_id,
         controller_id=-1 if controller is None else int(controller),
-        topics=tuple(_answer(ctx, module, state, name, caught_up=caught_up) for name in names),
+        topics=tuple(
+            _answer(ctx, module, state, name, caught_up=caught_up, may_create=may_create)
+            for name in names
+        ),
         cluster_authorized_operations=-(2**31),
     )
 
@@ -79,14 +86,20 @@ def _requested_name(state: MetadataState, requested: Any) -> str | uuid.UUID:
 
 
 def _answer(
-    ctx: KafkaContext, module: Any, state: MetadataState, name: str | uuid.UUID, *, caught_up: bool
+    ctx: KafkaContext,
+    module: Any,
+    state: MetadataState,
+    name: str | uuid.UUID,
+    *,
+    caught_up: bool,
+    may_create: bool,
 ) -> Any:
     """The answer for one topic asked for (`name`, or the id no topic has)."""
     if isinstance(name, uuid.UUID):
         return _unknown_id(module, name)
     if not ctx.allowed(Permission.READ, name):
         return _refused_topic(module, name, ErrorCode.topic_authorization_failed)
-    return _topic(module, state, name, caught_up=caught_up)
+    return _topic(ctx, module, state, name, caught_up=caught_up, may_create=may_create)
 
 
 def _unknown_id(module: Any, topic_id: uuid.UUID) -> Any:
@@ -111,16 +124,38 @@ def _refused_topic(module: Any, name: str, code: ErrorCode) -> Any:
     )
 
 
-def _topic(module: Any, state: MetadataState, name: str, *, caught_up: bool) -> Any:
+def _unknown_topic(
+    ctx: KafkaContext, state: MetadataState, name: str, may_create: bool
+) -> ErrorCode:
+    """The answer for topic `name`, unknown to a caught-up copy, as Kafka's broker gives it: an
+    invalid name is INVALID_TOPIC_EXCEPTION, an auto-created topic LEADER_NOT_AVAILABLE."""
+    if check_topic_name(name) is not None:
+        return ErrorCode.invalid_topic_exception
+    if not (may_create and ctx.auto_topics.enabled):
+        return ErrorCode.unknown_topic_or_partition
+    if check_new_topic_name(state, name) is not None:
+        return ErrorCode.invalid_topic_exception  # it collides with an existing topic's name
+    if not ctx.allowed(Permission.ADMIN, name):
+        return ErrorCode.topic_authorization_failed
+    ctx.auto_topics.create_nowait(name, live_nodes=sum(1 for n in state.nodes() if n.alive))
+    return ErrorCode.leader_not_available
+
+
+def _topic(
+    ctx: KafkaContext,
+    module: Any,
+    state: MetadataState,
+    name: str,
+    *,
+    caught_up: bool,
+    may_create: bool,
+) -> Any:
     topic = state.topic(name) if caught_up else None
     if topic is None:
-        # As Kafka's broker answers an unknown topic: an invalid name is INVALID_TOPIC_EXCEPTION.
         code = (
-            ErrorCode.leader_not_available
-            if not caught_up
-            else ErrorCode.invalid_topic_exception
-            if check_topic_name(name) is not None
-            else ErrorCode.unknown_topic_or_partition
+            _unknown_topic(ctx, state, name, may_create)
+            if caught_up
+            else ErrorCode.leader_not_available
         )
         return _refused_topic(module, name, code)
     partitions = tuple(

@@ -10,6 +10,7 @@ PUBLIC = {
     "AllocateProducerIds",
     "ApplyResult",
     "AssignmentError",
+    "AutoCreateTopic",
     "Command",
     "CompleteDecommission",
     "AlterTopicConfig",

@@ -15,6 +15,7 @@ from raftlog.metadata.commands import (
     COMMAND_BYTES_MAX,
     AllocateProducerIds,
     AlterTopicConfig,
+    AutoCreateTopic,
     Command,
     CreatePartitions,
     CreateTopic,
@@ -53,6 +54,7 @@ EVERY_COMMAND: list[Command] = [
     ReassignPartition("orders", PartitionId(0), (NodeId(2), NodeId(3))),
     ReportLeader("orders", PartitionId(1), RaftGroupId(2), NodeId(2), 7),
     AllocateProducerIds(1000),
+    AutoCreateTopic("orders", 3, 2),
 ]
 
 

@@ -15,6 +15,7 @@ from raftlog.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
     ApplyResult,
+    AutoCreateTopic,
     Command,
     CompleteReassignment,
     CreatePartitions,
@@ -254,6 +255,13 @@ def test_a_new_topic_name_is_checked_against_the_existing_ones(with_topic: Log) 
     with_topic.ok(create("pay.ments", first_raft_group_id=4))
     problem = check_new_topic_name(state, "pay_ments")
     assert problem is not None and "collides with existing topic 'pay.ments'" in problem.message
+
+
+def test_auto_create_topic_is_a_request_never_applied(with_topic: Log) -> None:
+    # The controller plans it into a CreateTopic as it receives it; a log holding one refuses it.
+    with_topic.rejected(
+        AutoCreateTopic("payments", 1, 1), ErrorCode.INVALID_REQUEST, "never applied"
+    )
 
 
 def test_alter_topic_config_sets_and_deletes_keys(with_topic: Log) -> None:
