@@ -9,7 +9,9 @@ the retriable LEADER_NOT_AVAILABLE instead.
 
 A topic asked by a name Kafka refuses gets INVALID_TOPIC_EXCEPTION; an unknown topic is
 created when the node auto-creates topics and the request allows it (`auto_create`),
-answered LEADER_NOT_AVAILABLE meanwhile, else UNKNOWN_TOPIC_OR_PARTITION.
+answered LEADER_NOT_AVAILABLE meanwhile, else UNKNOWN_TOPIC_OR_PARTITION. Asked for them,
+the principal's authorized operations on each topic and on the cluster are answered from its
+grants (`auth.Session`, KIP-430).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from raftlog.metadata import MetadataState, check_new_topic_name
 from raftlog.metadata.commands import check_topic_name
+from raftlog.rpc.kafka.auth import OPERATIONS_NOT_ASKED
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 from raftlog.rpc.security import Permission
@@ -45,7 +48,7 @@ async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
     Kafka refuses, UNKNOWN_TOPIC_OR_PARTITION for an unknown topic (LEADER_NOT_AVAILABLE while
     it is auto-created), TOPIC_AUTHORIZATION_FAILED without read permission (or, to
     auto-create, admin), LEADER_NOT_AVAILABLE per topic before catch-up and per partition
-    without a leader."""
+    without a leader; the authorized operations (v8+) when asked."""
     module = response_module(METADATA, version)
     caught_up = await ctx.node.wait_metadata_caught_up()
     state = ctx.node.metadata.state
@@ -57,6 +60,8 @@ async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
         names = [_requested_name(state, t) for t in request.topics]
     # Before v4 a request could not refuse auto-creation: Kafka creates for it.
     may_create = getattr(request, "allow_auto_topic_creation", True)
+    topic_operations = getattr(request, "include_topic_authorized_operations", False)
+    cluster_operations = getattr(request, "include_cluster_authorized_operations", False)
     controller = ctx.node.controller_id
     return build(
         module.MetadataResponse,
@@ -68,10 +73,20 @@ async def metadata(ctx: KafkaContext, request: Any, version: int) -> Any:
         cluster_id=state.cluster_id,
         controller_id=-1 if controller is None else int(controller),
         topics=tuple(
-            _answer(ctx, module, state, name, caught_up=caught_up, may_create=may_create)
+            _answer(
+                ctx,
+                module,
+                state,
+                name,
+                caught_up=caught_up,
+                may_create=may_create,
+                operations_asked=topic_operations,
+            )
             for name in names
         ),
-        cluster_authorized_operations=-(2**31),
+        cluster_authorized_operations=ctx.session.cluster_operations()
+        if cluster_operations
+        else OPERATIONS_NOT_ASKED,
     )
 
 
@@ -93,13 +108,17 @@ def _answer(
     *,
     caught_up: bool,
     may_create: bool,
+    operations_asked: bool,
 ) -> Any:
     """The answer for one topic asked for (`name`, or the id no topic has)."""
     if isinstance(name, uuid.UUID):
         return _unknown_id(module, name)
     if not ctx.allowed(Permission.READ, name):
         return _refused_topic(module, name, ErrorCode.topic_authorization_failed)
-    return _topic(ctx, module, state, name, caught_up=caught_up, may_create=may_create)
+    operations = ctx.session.topic_operations(name) if operations_asked else OPERATIONS_NOT_ASKED
+    return _topic(
+        ctx, module, state, name, caught_up=caught_up, may_create=may_create, operations=operations
+    )
 
 
 def _unknown_id(module: Any, topic_id: uuid.UUID) -> Any:
@@ -113,7 +132,9 @@ def _unknown_id(module: Any, topic_id: uuid.UUID) -> Any:
     )
 
 
-def _refused_topic(module: Any, name: str, code: ErrorCode) -> Any:
+def _refused_topic(
+    module: Any, name: str, code: ErrorCode, operations: int = OPERATIONS_NOT_ASKED
+) -> Any:
     return build(
         module.MetadataResponseTopic,
         error_code=code,
@@ -121,6 +142,7 @@ def _refused_topic(module: Any, name: str, code: ErrorCode) -> Any:
         topic_id=_NO_TOPIC_ID,
         is_internal=False,
         partitions=(),
+        topic_authorized_operations=operations,
     )
 
 
@@ -149,6 +171,7 @@ def _topic(
     *,
     caught_up: bool,
     may_create: bool,
+    operations: int,
 ) -> Any:
     topic = state.topic(name) if caught_up else None
     if topic is None:
@@ -157,7 +180,7 @@ def _topic(
             if caught_up
             else ErrorCode.leader_not_available
         )
-        return _refused_topic(module, name, code)
+        return _refused_topic(module, name, code, operations)
     partitions = tuple(
         build(
             module.MetadataResponsePartition,
@@ -184,6 +207,7 @@ def _topic(
         topic_id=topic_uuid(topic.topic_id),
         is_internal=False,
         partitions=partitions,
+        topic_authorized_operations=operations,
     )
 
 
@@ -191,7 +215,8 @@ DESCRIBE_CLUSTER = 60
 
 
 async def describe_cluster(ctx: KafkaContext, request: Any, version: int) -> Any:
-    """The nodes' Kafka listeners and the controller (the metadata quorum's leader)."""
+    """The nodes' Kafka listeners and the controller (the metadata quorum's leader); the
+    principal's authorized operations on the cluster when asked."""
     module = response_module(DESCRIBE_CLUSTER, version)
     caught_up = await ctx.node.wait_metadata_caught_up()
     controller = ctx.node.controller_id
@@ -207,5 +232,7 @@ async def describe_cluster(ctx: KafkaContext, request: Any, version: int) -> Any
             build(module.DescribeClusterBroker, broker_id=node, host=host, port=port, rack=None)
             for node, host, port in ctx.brokers()
         ),
-        cluster_authorized_operations=-(2**31),
+        cluster_authorized_operations=ctx.session.cluster_operations()
+        if request.include_cluster_authorized_operations
+        else OPERATIONS_NOT_ASKED,
     )

@@ -1,4 +1,5 @@
-"""confluent-kafka's AdminClient: topics created, grown, described and deleted over Kafka."""
+"""confluent-kafka's AdminClient: topics created, grown, described and deleted over Kafka; node
+and group configs described; authorized operations."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import time
 
 import pytest
 from kio.schema.create_topics.v7 import request as ct
+from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as md
-from kio.static.primitive import i16, i32, i32Timedelta
+from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
@@ -268,3 +270,64 @@ def test_cleanup_policy_is_a_list_to_append_to_and_subtract_from(
     assert policy() == "compact"
     refused = _alter(client, "admin-policy", "retention.ms", "1000", ops.APPEND)
     assert _outcome(refused) == kafka.KafkaError.INVALID_CONFIG
+
+
+def test_broker_and_group_configs_are_described(kafka_cluster: LocalCluster) -> None:
+    """DescribeConfigs of a BROKER resource answers the node's settings under Kafka's broker
+    config names, with their sources; a GROUP resource the consumer-group settings (Kafka
+    3.9's group configs); another node's id gets INVALID_REQUEST."""
+    client = _client(kafka_cluster)
+    broker = admin_module.ConfigResource(admin_module.ResourceType.BROKER, "1")
+    configs = client.describe_configs([broker])[broker].result(timeout=20)  # type: ignore[attr-defined]
+    values = {name: entry.value for name, entry in configs.items()}
+    assert values["auto.create.topics.enable"] == "false"
+    assert values["num.partitions"] == "1"
+    assert values["default.replication.factor"] == "3"
+    assert values["message.max.bytes"] == str(1024 * 1024)
+    assert values["log.segment.bytes"] == str(128 * 1024 * 1024)
+    assert values["log.retention.ms"] == "-1"
+    assert values["offsets.retention.minutes"] == str(2**31 - 1)
+    assert values["node.id"] == values["broker.id"] == "1"
+    default = admin_module.ConfigSource.DEFAULT_CONFIG
+    assert configs["num.partitions"].source == default.value
+    assert configs["num.partitions"].is_default and configs["num.partitions"].is_read_only
+
+    group = admin_module.ConfigResource(admin_module.ResourceType.GROUP, "admin-any-group")
+    configs = client.describe_configs([group])[group].result(timeout=20)  # type: ignore[attr-defined]
+    assert {name: entry.value for name, entry in configs.items()} == {
+        "consumer.session.timeout.ms": "10000",
+        "consumer.heartbeat.interval.ms": "1000",
+    }
+
+    request = dc.DescribeConfigsRequest(
+        resources=(
+            dc.DescribeConfigsResource(
+                resource_type=i8(4), resource_name="2", configuration_keys=None
+            ),
+        ),
+        include_synonyms=False,
+        include_documentation=False,
+    )
+    node = kafka_cluster.nodes[1]  # type: ignore[index]
+    (result,) = kafka_call(f"127.0.0.1:{node.kafka_port}", request).results
+    assert result.error_code == ErrorCode.invalid_request and not result.configs
+
+
+def test_authorized_operations_are_answered_when_asked(kafka_cluster: LocalCluster) -> None:
+    """Metadata and DescribeCluster answer the principal's authorized operations when asked
+    (KIP-430): without a token file every operation Kafka defines for a topic and a cluster."""
+    client = _client(kafka_cluster)
+    _create(client, "admin-ops")
+    acl = admin_module.AclOperation
+    described = client.describe_cluster(include_authorized_operations=True).result(timeout=20)  # type: ignore[attr-defined]
+    assert set(described.authorized_operations) == {
+        acl.CREATE, acl.ALTER, acl.DESCRIBE, acl.CLUSTER_ACTION, acl.DESCRIBE_CONFIGS,
+        acl.ALTER_CONFIGS, acl.IDEMPOTENT_WRITE,
+    }  # fmt: skip
+    topics = kafka.TopicCollection(["admin-ops"])
+    futures = client.describe_topics(topics, include_authorized_operations=True)  # type: ignore[attr-defined]
+    topic = futures["admin-ops"].result(timeout=20)
+    assert set(topic.authorized_operations) == {
+        acl.READ, acl.WRITE, acl.CREATE, acl.DELETE, acl.ALTER, acl.DESCRIBE,
+        acl.DESCRIBE_CONFIGS, acl.ALTER_CONFIGS,
+    }  # fmt: skip

@@ -21,6 +21,7 @@ from raftlog.local_cluster import LocalCluster
 from tests.kafka.kafka_wire import kafka_call
 
 kafka = pytest.importorskip("confluent_kafka")
+admin_module = pytest.importorskip("confluent_kafka.admin")
 
 
 def _raftlog(*args: str) -> None:
@@ -79,3 +80,12 @@ def test_metadata_creates_only_when_the_request_allows_it(auto_cluster: LocalClu
     while _metadata(auto_cluster, "auto-asked", allow=False) != ErrorCode.none:
         assert time.monotonic() < deadline, "auto-asked was not created"
         time.sleep(0.2)
+
+
+def test_the_setting_is_described_as_a_broker_config(auto_cluster: LocalCluster) -> None:
+    client = admin_module.AdminClient({"bootstrap.servers": auto_cluster.kafka_bootstrap})
+    broker = admin_module.ConfigResource(admin_module.ResourceType.BROKER, "2")
+    configs = client.describe_configs([broker])[broker].result(timeout=20)  # type: ignore[attr-defined]
+    entry = configs["auto.create.topics.enable"]
+    assert entry.value == "true" and not entry.is_default
+    assert entry.source == admin_module.ConfigSource.STATIC_BROKER_CONFIG.value
