@@ -12,11 +12,13 @@ calls these functions.
 
 from raftlog.metadata.assignment import NodeLoad, assign_replicas
 from raftlog.metadata.catch_up import caught_up_since_start
+from raftlog.metadata.checks import check_new_topic_name
 from raftlog.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
     ApplyResult,
     AssignmentError,
+    AutoCreateTopic,
     Command,
     CompleteDecommission,
     CompleteReassignment,
@@ -64,6 +66,7 @@ __all__ = [
     "AlterTopicConfig",
     "ApplyResult",
     "AssignmentError",
+    "AutoCreateTopic",
     "Command",
     "CompleteDecommission",
     "CompleteReassignment",
@@ -89,6 +92,7 @@ __all__ = [
     "assign_replicas",
     "auto_rebalance_step",
     "caught_up_since_start",
+    "check_new_topic_name",
     "decode_command",
     "decommission_step",
     "encode_command",

@@ -24,6 +24,7 @@ from raftlog.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
     ApplyResult,
+    AutoCreateTopic,
     CommitGroupOffsets,
     CompleteDecommission,
     CompleteReassignment,
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_allocate_producer_ids",
     "check_alter_topic_config",
+    "check_auto_create_topic",
     "check_commit_group_offsets",
     "check_complete_decommission",
     "check_complete_reassignment",
@@ -72,6 +74,7 @@ __all__ = [
     "check_delete_topic",
     "check_fence",
     "check_heartbeat",
+    "check_new_topic_name",
     "check_reassign",
     "check_register_node",
     "check_report_leader",
@@ -152,7 +155,7 @@ def check_fence(state: MetadataState, command: FenceNode) -> ApplyResult | None:
 
 
 def check_create_topic(state: MetadataState, command: CreateTopic) -> ApplyResult | None:
-    problem = check_topic_name(command.name) or _name_free(state, command.name)
+    problem = check_new_topic_name(state, command.name)
     problem = problem or check_topic_id(command.topic_id)
     if problem is None and any(t.topic_id == command.topic_id for t in state.topics()):
         problem = reject(
@@ -179,6 +182,20 @@ def check_create_topic(state: MetadataState, command: CreateTopic) -> ApplyResul
     return check_topic_config(command.config) or _new_partitions(
         state, command.name, command.replication_factor, command.assignments, command.raft_group_ids
     )
+
+
+def check_auto_create_topic(state: MetadataState, command: AutoCreateTopic) -> ApplyResult:
+    return reject(
+        ErrorCode.INVALID_REQUEST,
+        f"AutoCreateTopic {command.name!r} is a request the controller plans into a "
+        "CreateTopic; it is never applied",
+    )
+
+
+def check_new_topic_name(state: MetadataState, name: str) -> ApplyResult | None:
+    """Why `name` cannot name a new topic (Kafka's name rule; a topic of that name, or of one
+    that differs only in '.' versus '_'), or None."""
+    return check_topic_name(name) or _name_free(state, name)
 
 
 def _name_free(state: MetadataState, name: str) -> ApplyResult | None:

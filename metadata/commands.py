@@ -53,6 +53,7 @@ __all__ = [
     "AlterTopicConfig",
     "ApplyResult",
     "AssignmentError",
+    "AutoCreateTopic",
     "Command",
     "CommitGroupOffsets",
     "CompleteDecommission",
@@ -203,6 +204,18 @@ class CreateTopic:
 
 
 @dataclass(frozen=True, slots=True)
+class AutoCreateTopic:
+    """A topic a node asks the controller to create with these defaults, for a Kafka client
+    (Kafka's topic auto-creation). It is a request, never a metadata log entry: the
+    controller plans it into a `CreateTopic` as it receives it
+    (`raftlog.node.metadata_calls.MetadataCalls.submit`), and `apply` refuses it."""
+
+    name: str
+    partition_count: int
+    replication_factor: int
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteTopic:
     name: str
 
@@ -306,6 +319,7 @@ Command: TypeAlias = (
     | NodeHeartbeat
     | FenceNode
     | CreateTopic
+    | AutoCreateTopic
     | DeleteTopic
     | AlterTopicConfig
     | CreatePartitions
@@ -340,6 +354,7 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "assignments": "int_lists",
         "raft_group_ids": "ints",
     },
+    AutoCreateTopic: {"name": "str", "partition_count": "int", "replication_factor": "int"},
     DeleteTopic: {"name": "str"},
     AlterTopicConfig: {"name": "str", "set_config": "str_map", "delete_keys": "strs"},
     CreatePartitions: {"name": "str", "assignments": "int_lists", "raft_group_ids": "ints"},
@@ -603,7 +618,8 @@ _REFUSED_CONFIG_KEYS = {
 
 
 def check_topic_config(config: Mapping[str, str]) -> ApplyResult | None:
-    """Known keys with typed values; a batch must fit in a segment when both are set."""
+    """Known keys with typed values (max.message.bytes may exceed segment.bytes, as on Kafka:
+    each bounds a produced batch on its own)."""
     for key in sorted(config):
         value = config[key]
         if len(value) > CONFIG_VALUE_CHARS_MAX:
@@ -633,16 +649,6 @@ def check_topic_config(config: Mapping[str, str]) -> ApplyResult | None:
             "config min.compaction.lag.ms exceeds max.compaction.lag.ms "
             f"({config['min.compaction.lag.ms']} > {config.get('max.compaction.lag.ms')})",
         )
-    if "segment.bytes" in config and "max.message.bytes" in config:
-        segment_bytes, message_bytes = (
-            int(config["segment.bytes"]),
-            int(config["max.message.bytes"]),
-        )
-        if message_bytes > segment_bytes:
-            return reject(
-                ErrorCode.INVALID_CONFIG,
-                f"config max.message.bytes={message_bytes} exceeds segment.bytes={segment_bytes}",
-            )
     return None
 
 

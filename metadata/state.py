@@ -49,6 +49,7 @@ from raftlog.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
     ApplyResult,
+    AutoCreateTopic,
     Command,
     CommitGroupOffsets,
     CompleteDecommission,
@@ -247,6 +248,9 @@ class MetadataState:
             kafka_address=command.kafka_address,
         )
         return OK
+
+    def _never_applied(self, command: AutoCreateTopic) -> ApplyResult:
+        raise AssertionError(f"{command} is refused by its check; nothing applies it")
 
     def _decommission(self, command: DecommissionNode) -> ApplyResult:
         # Repeating it while the node is leaving changes nothing.
@@ -484,6 +488,7 @@ _HANDLERS: dict[
     NodeHeartbeat: (checks.check_heartbeat, MetadataState._heartbeat),
     FenceNode: (checks.check_fence, MetadataState._fence),
     CreateTopic: (checks.check_create_topic, MetadataState._create_topic),
+    AutoCreateTopic: (checks.check_auto_create_topic, MetadataState._never_applied),
     DeleteTopic: (checks.check_delete_topic, MetadataState._delete_topic),
     AlterTopicConfig: (checks.check_alter_topic_config, MetadataState._alter_topic_config),
     CreatePartitions: (checks.check_create_partitions, MetadataState._create_partitions),

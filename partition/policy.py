@@ -21,7 +21,10 @@ __all__ = ["apply_retention", "topic_log_config"]
 
 
 def topic_log_config(base: LogConfig, topic_config: Mapping[str, str]) -> LogConfig:
-    """The node's log config with a topic's overrides (Kafka's names; -1 = unlimited)."""
+    """The node's log config with a topic's overrides (Kafka's names; -1 = unlimited).
+
+    max.message.bytes and segment.bytes each bound a produced batch, neither the other
+    (Kafka's rule: the replica refuses a batch over either, `PartitionReplica._verify`)."""
     changes: dict[str, int | None] = {}
     for key, field_name in _TOPIC_LOG_KEYS.items():
         if key in topic_config:
@@ -29,9 +32,10 @@ def topic_log_config(base: LogConfig, topic_config: Mapping[str, str]) -> LogCon
             changes[field_name] = (
                 None if value < 0 and field_name.startswith("retention") else value
             )
-    segment_bytes = changes.get("segment_bytes_max") or base.segment_bytes_max
-    if "batch_bytes_max" not in changes and base.batch_bytes_max > segment_bytes:
-        changes["batch_bytes_max"] = segment_bytes  # a batch must fit in a segment
+    batch_bytes = changes.get("batch_bytes_max") or base.batch_bytes_max
+    if batch_bytes > base.decompressed_bytes_max:
+        # A client may decompress any batch the topic takes (max.message.bytes up to 2 GiB).
+        changes["decompressed_bytes_max"] = batch_bytes
     return dataclasses.replace(base, **changes).validate()  # type: ignore[arg-type]
 
 

@@ -34,6 +34,7 @@ from typing import Protocol
 
 from raftlog.config import LogConfig
 from raftlog.errors import (
+    BatchOverSegmentError,
     BatchTooLargeError,
     CorruptBatchError,
     LeaderNotReadyError,
@@ -436,6 +437,10 @@ class PartitionReplica:
                 header,
                 decompressed_bytes_max=self._config.decompressed_bytes_max,
                 keys_required=keys_required,
+            )
+        if len(batch) > self._config.segment_bytes_max:  # Kafka's order: after the records
+            raise BatchOverSegmentError(
+                len(batch), segment_bytes_max=self._config.segment_bytes_max
             )
         return header
 

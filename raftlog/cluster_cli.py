@@ -13,7 +13,8 @@ different `--nodes` is an error. It passes TLS and auth options to every node (`
 takes them), checked first as a node would check them. It waits for a controller as a
 client of the cluster: over TLS trusting `--tls-ca`, with the token file's node token (read
 in memory, never printed) and, where nodes require client certificates, the node
-certificate.
+certificate. `--auto-create-topics` has every node create the topics its Kafka clients name
+(`--set kafka.auto_create_topics_enable=true`, kept on a restart).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ _NODE_AUTH_FILES = (
     ("--auth-tokens", "TOML token file (auth, ACLs)"),
     ("--tls-client-ca", "require client certificates"),
 )
+# What `--auto-create-topics` passes to every node.
+_AUTO_CREATE_FLAGS = ("--set", "kafka.auto_create_topics_enable=true")
 _CLIENT_CERTIFICATE_FILES = (
     ("--tls-cert", "PEM client certificate (mutual TLS)"),
     ("--tls-key", "PEM private key of --tls-cert"),
@@ -77,6 +80,11 @@ def add_cluster_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
         "--no-metrics",
         action="store_true",
         help="no Prometheus endpoints (default: node N serves http://127.0.0.1:base+50+N/metrics)",
+    )
+    up.add_argument(
+        "--auto-create-topics",
+        action="store_true",
+        help="Kafka clients create the topics they name (kafka.auto_create_topics_enable)",
     )
     security = up.add_argument_group("security, passed to every node (docs/security.md)")
     _add_files(security, _NODE_SECURITY_FILES)
@@ -234,7 +242,7 @@ def _up(args: argparse.Namespace) -> int:
             args.dir,
             node_count=args.nodes,
             base_port=args.base_port,
-            node_flags=node_flags,
+            node_flags=node_flags + (_AUTO_CREATE_FLAGS if args.auto_create_topics else ()),
             metrics=not args.no_metrics,
         )
         print(f"starting {args.nodes} nodes in {args.dir} ...", file=sys.stderr)
@@ -264,15 +272,21 @@ def _restart_stopped(
     args: argparse.Namespace, node_flags: tuple[str, ...], client: dict[str, Any]
 ) -> tuple[LocalCluster, dict[str, Any]]:
     """The stopped cluster of --dir, ready to start again (its ids, data and ports where free),
-    and how this command talks to it. Security flags given now replace the recorded ones."""
+    and how this command talks to it. Security flags given now replace the recorded ones;
+    --auto-create-topics turns auto-creation on (it stays as recorded without it)."""
     if args.base_port is not None:
         raise ValueError(f"--base-port: {args.dir} holds a cluster with its own ports")
     cluster, moved = LocalCluster.restart_stopped(args.dir, node_count=args.nodes)
+    recorded = cluster.node_flags
+    auto_create = args.auto_create_topics or _has_flags(recorded, _AUTO_CREATE_FLAGS)
     if node_flags:
         cluster.node_flags = node_flags
-        cluster.save()
     else:
+        cluster.node_flags = _without_flags(recorded, _AUTO_CREATE_FLAGS)
         client = _node_client_options(_flag_paths(cluster.node_flags))
+    cluster.node_flags += _AUTO_CREATE_FLAGS if auto_create else ()
+    if cluster.node_flags != recorded:
+        cluster.save()
     running = [node_id for node_id in sorted(cluster.nodes) if cluster.is_running(node_id)]
     stopped = [node_id for node_id in sorted(cluster.nodes) if node_id not in running]
     if not running:
@@ -288,6 +302,17 @@ def _restart_stopped(
     for line in moved:
         print(f"  {line}", file=sys.stderr)
     return cluster, client
+
+
+def _has_flags(flags: tuple[str, ...], wanted: tuple[str, ...]) -> bool:
+    return any(flags[i : i + len(wanted)] == wanted for i in range(len(flags)))
+
+
+def _without_flags(flags: tuple[str, ...], unwanted: tuple[str, ...]) -> tuple[str, ...]:
+    for i in range(len(flags)):
+        if flags[i : i + len(unwanted)] == unwanted:
+            return flags[:i] + flags[i + len(unwanted) :]
+    return flags
 
 
 def _flag_paths(flags: tuple[str, ...]) -> dict[str, Path]:

@@ -2,7 +2,7 @@
 
 Each queue, batch, in-flight window and buffer has a limit, and it lives here. `validate()`
 checks each value and how values relate (a heartbeat interval shorter than the election
-timeout, a batch smaller than a segment, ...). Sections are frozen dataclasses with
+timeout, a frame that holds any append, ...). Sections are frozen dataclasses with
 keyword-only fields; `NodeConfig` aggregates them. Names put units last.
 """
 
@@ -120,6 +120,11 @@ class RaftConfig:
 class LogConfig:
     """Bounds of one segmented log."""
 
+    # A produced batch larger than segment_bytes_max is refused (RECORD_LIST_TOO_LARGE, as
+    # Kafka's log refuses a batch above segment.bytes) and one above batch_bytes_max
+    # (max.message.bytes) too (MESSAGE_TOO_LARGE); neither bound is checked against the other.
+    # An empty segment takes any batch, so a replica still appends batches written under a
+    # larger segment_bytes_max.
     segment_bytes_max: int = 128 * MIB
     segment_age_ms_max: int = 7 * 24 * 3600 * 1000
     # One sparse index entry per this many bytes of batches.
@@ -155,12 +160,6 @@ class LogConfig:
             self.produce_record_validation in ("full", "crc"),
             "produce_record_validation",
             f"must be 'full' or 'crc', got {self.produce_record_validation!r}",
-        )
-        _require(
-            self.batch_bytes_max <= self.segment_bytes_max,
-            "batch_bytes_max",
-            f"must not exceed segment_bytes_max "
-            f"({self.batch_bytes_max} > {self.segment_bytes_max})",
         )
         _require(
             self.decompressed_bytes_max >= self.batch_bytes_max,
@@ -280,6 +279,10 @@ class MetadataConfig:
     replication_factor_max: int = 7
     # Producer ids handed to a node in one AllocateProducerIds.
     producer_id_block_size: int = 1000
+    # Topic creates and partition additions are planned on the controller one at a time; a
+    # plan found stale when applied (its Raft group ids handed out meanwhile, as by a command
+    # of a previous controller applied late) is planned again at most this many times.
+    stale_plan_retries_max: int = 3
     # Replica moves and preferred-leader swaps in one rebalance plan.
     rebalance_moves_max: int = 64
     # The controller evens out replicas by itself (one move at a time, never while another
@@ -351,6 +354,17 @@ class KafkaConfig:
     topic_regex_members_max: int = 1024
     topic_regex_chars_max: int = 1024
     topic_regex_memory_bytes_max: int = 256 * KIB
+    # Kafka's auto.create.topics.enable (off, as Redpanda's default): a Metadata request naming
+    # an unknown topic, with allow_auto_topic_creation, has the controller create it
+    # (rpc/kafka/auto_create.py) with num_partitions partitions and default_replication_factor
+    # replicas, capped at the live nodes; both also fill in a CreateTopics' -1 (KIP-464).
+    auto_create_topics_enable: bool = False
+    num_partitions: int = 1
+    default_replication_factor: int = 3
+    # Auto-creations a node has on their way to the controller at once (more topics are
+    # answered LEADER_NOT_AVAILABLE and created at a later Metadata), and how long one waits.
+    auto_create_in_flight_max: int = 64
+    auto_create_timeout_ms: int = 30_000
 
     def validate(self) -> KafkaConfig:
         _require_positive_ints(self)
@@ -481,6 +495,18 @@ class NodeConfig:
         _require(self.scrub_round_pause_ms > 0, "scrub_round_pause_ms", "must be positive")
         _require(self.cleaner_bytes_per_s >= 0, "cleaner_bytes_per_s", "must be >= 0 (0: off)")
         _require(self.cleaner_interval_ms > 0, "cleaner_interval_ms", "must be positive")
+        _require(
+            self.kafka.num_partitions <= self.metadata.partitions_per_topic_max,
+            "kafka.num_partitions",
+            f"must not exceed metadata.partitions_per_topic_max ({self.kafka.num_partitions} > "
+            f"{self.metadata.partitions_per_topic_max})",
+        )
+        _require(
+            self.kafka.default_replication_factor <= self.metadata.replication_factor_max,
+            "kafka.default_replication_factor",
+            f"must not exceed metadata.replication_factor_max "
+            f"({self.kafka.default_replication_factor} > {self.metadata.replication_factor_max})",
+        )
         _require(
             self.raft.append_bytes_max >= self.log.batch_bytes_max,
             "raft.append_bytes_max",

@@ -11,7 +11,8 @@ attributes: `retriable` says whether the same request may succeed later unchange
     │   ├── CorruptBatchError       bytes that are not a valid record batch (names file, position)
     │   │   └── CrcMismatchError    the CRC32C does not cover the bytes it claims to
     │   ├── OffsetOutOfRangeError   an offset below the log start or above the log end
-    │   ├── BatchTooLargeError      a batch over `batch_bytes_max`
+    │   ├── BatchTooLargeError      a batch over `batch_bytes_max` (max.message.bytes)
+    │   ├── BatchOverSegmentError   a produced batch over `segment_bytes_max` (segment.bytes)
     │   └── LogClosedError          use after close()
     ├── RaftError                   the consensus layer
     │   ├── NotLeaderError          retriable, with leader_hint
@@ -22,6 +23,7 @@ attributes: `retriable` says whether the same request may succeed later unchange
     │   ├── LeaderNotReadyError     retriable: a new leader has not committed its term yet
     │   ├── RequestTimedOutError    retriable; a produce's outcome is unknown
     │   ├── OutOfOrderSequenceError an idempotent producer skipped sequence numbers
+    │   ├── InvalidRecordError      records the topic refuses, each named (record_errors)
     │   └── ProducerFencedError     a producer epoch older than the one on record
     └── TransportError              node-to-node connections (raftlog.rpc.peer_transport)
         ├── FrameError              bytes off the wire that are not a valid frame (names what)
@@ -31,12 +33,14 @@ attributes: `retriable` says whether the same request may succeed later unchange
 from __future__ import annotations
 
 __all__ = [
+    "BatchOverSegmentError",
     "BatchTooLargeError",
     "ConfigError",
     "CorruptBatchError",
     "CrcMismatchError",
     "FrameError",
     "HandshakeError",
+    "InvalidRecordError",
     "LeaderNotReadyError",
     "LogClosedError",
     "MembershipChangeError",
@@ -114,6 +118,19 @@ class BatchTooLargeError(StorageError):
         )
         self.size_bytes = size_bytes
         self.batch_bytes_max = batch_bytes_max
+
+
+class BatchOverSegmentError(StorageError):
+    """A produced batch larger than a segment (`segment_bytes_max`, a topic's segment.bytes):
+    refused as Kafka's log refuses it (RECORD_LIST_TOO_LARGE)."""
+
+    def __init__(self, size_bytes: int, *, segment_bytes_max: int):
+        super().__init__(
+            f"record batch of {size_bytes} bytes exceeds segment_bytes_max={segment_bytes_max} "
+            "(the topic's segment.bytes)"
+        )
+        self.size_bytes = size_bytes
+        self.segment_bytes_max = segment_bytes_max
 
 
 class LogClosedError(StorageError):
@@ -213,8 +230,14 @@ class OutOfOrderSequenceError(PartitionError):
 
 
 class InvalidRecordError(PartitionError):
-    """A well-formed record the topic refuses (Kafka's INVALID_RECORD): a record without a
-    key on a compacted topic, whose cleaner keeps one record per key."""
+    """Well-formed records the topic refuses (Kafka's INVALID_RECORD): records without a key
+    on a compacted topic, whose cleaner keeps one record per key. `record_errors` names each
+    refused record of the batch: (its index in the batch, why), as Kafka's per-record errors
+    (KIP-467); the whole batch is refused."""
+
+    def __init__(self, message: str, *, record_errors: tuple[tuple[int, str], ...] = ()):
+        super().__init__(message)
+        self.record_errors = record_errors
 
 
 class ProducerFencedError(PartitionError):

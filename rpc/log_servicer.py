@@ -42,6 +42,7 @@ _CODES: list[tuple[type[errors.RaftlogError], int]] = [
     (errors.NotLeaderError, pb.NOT_LEADER),
     (errors.UnknownTopicOrPartitionError, pb.UNKNOWN_TOPIC_OR_PARTITION),
     (errors.BatchTooLargeError, pb.BATCH_TOO_LARGE),
+    (errors.BatchOverSegmentError, pb.BATCH_TOO_LARGE),
     (errors.CorruptBatchError, pb.CORRUPT_BATCH),
     (errors.RequestTimedOutError, pb.REQUEST_TIMED_OUT),
     (errors.OffsetOutOfRangeError, pb.OFFSET_OUT_OF_RANGE),

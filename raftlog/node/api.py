@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 
-from raftlog.config import NodeConfig
 from raftlog.errors import (
     CorruptBatchError,
     NotControllerError,
@@ -25,8 +24,6 @@ from raftlog.metadata import (
     Command,
     CreateTopicRequest,
     DeleteTopic,
-    plan_create_partitions,
-    plan_create_topic,
     plan_decommission,
 )
 from raftlog.metadata.machine import MetadataMachine
@@ -36,7 +33,6 @@ from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica,
 from raftlog.raft.types import Role
 from raftlog.rpc.faults import FaultInjector
 from raftlog.runtime import recorder
-from raftlog.storage.wall_clock import WallClock
 from raftlog.types import Commitment, NodeId
 
 __all__ = ["NodeApi"]
@@ -49,25 +45,21 @@ class NodeApi:
         self,
         *,
         node_id: NodeId,
-        config: NodeConfig,
         metadata: MetadataMachine,
         calls: MetadataCalls,
         catch_up: MetadataCatchUp,
         reconciler: Reconciler,
         is_fenced: Callable[[], bool],
-        wall_clock: WallClock,
         faults: FaultInjector | None,
     ) -> None:
         self.node_id = node_id
         self.metadata = metadata
         self.faults = faults
-        self._config = config
         self._calls = calls
         self._catch_up = catch_up
         self._reconciler = reconciler
         self._replicas: Mapping[tuple[str, int], PartitionReplica] = reconciler.replicas
         self._is_fenced = is_fenced
-        self._wall_clock = wall_clock
 
     # -- metadata reads (raftlog.rpc.port.MetadataReadPort) -------------------------------
 
@@ -193,33 +185,20 @@ class NodeApi:
             raise NotControllerError(leader_hint=self._calls.controller_id)
 
     async def create_topic(self, request: CreateTopicRequest, *, timeout_s: float) -> ApplyResult:
-        """Plan on the controller, commit, then wait (within the timeout) for leaders."""
+        """Plan on the controller (one topic change at a time, `MetadataCalls.create_topic`),
+        commit, then wait (within the timeout) for leaders."""
         self._require_controller()
-        plan = plan_create_topic(
-            self.metadata.state, request, self._wall_clock.now_ms(), config=self._config.metadata
-        )
-        if isinstance(plan, ApplyResult):
-            return plan
         deadline = asyncio.get_running_loop().time() + timeout_s
-        result = await self._calls.submit(plan, timeout_s=timeout_s)
+        result = await self._calls.create_topic(request, timeout_s=timeout_s)
         if result.ok:
             await self._wait_for_leaders(request.name, deadline)
         return result
 
     async def create_partitions(self, name: str, total: int, *, timeout_s: float) -> ApplyResult:
-        """Grow topic `name` to `total` partitions (controller only)."""
+        """Grow topic `name` to `total` partitions (controller only), as `create_topic`."""
         self._require_controller()
-        plan = plan_create_partitions(
-            self.metadata.state,
-            name,
-            total,
-            self._wall_clock.now_ms(),
-            config=self._config.metadata,
-        )
-        if isinstance(plan, ApplyResult):
-            return plan
         deadline = asyncio.get_running_loop().time() + timeout_s
-        result = await self._calls.submit(plan, timeout_s=timeout_s)
+        result = await self._calls.create_partitions(name, total, timeout_s=timeout_s)
         if result.ok:
             await self._wait_for_leaders(name, deadline)
         return result

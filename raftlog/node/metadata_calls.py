@@ -8,6 +8,15 @@ elsewhere it sends it to the controller as a call over the peer transport
 (`raftlog.rpc.forwarding`). Liveness commands (registration, heartbeats) may also go through
 the `--bootstrap` addresses while the node knows no controller.
 
+Topic creates and partition additions are planned on the controller (`create_topic`,
+`create_partitions`) one at a time: each waits for its predecessor's command to apply, so
+it plans on the state that command left (its Raft group ids, its name taken), and many in
+flight at once (a stream processor creating its topics) all succeed. A plan still found
+stale when applied (a previous controller's command applied late) is planned again, at most
+`metadata.stale_plan_retries_max` times, within the request's timeout. An `AutoCreateTopic`
+(a node creating a topic for a Kafka client) reaches `submit` from any node and is planned
+the same way.
+
 `MetadataCatchUp` latches once this node's copy of the metadata shows its own registration
 of this start: everything committed before the node started is then applied, and metadata
 reads may be answered from the copy (KRaft's rule, `raftlog.metadata.catch_up`).
@@ -25,13 +34,18 @@ from raftlog.errors import NotControllerError, RaftlogError
 from raftlog.metadata import (
     AllocateProducerIds,
     ApplyResult,
+    AutoCreateTopic,
     Command,
+    CreateTopicRequest,
     DecommissionNode,
     ErrorCode,
+    MetadataState,
     NodeHeartbeat,
     RegisterNode,
     caught_up_since_start,
     encode_command,
+    plan_create_partitions,
+    plan_create_topic,
     plan_decommission,
 )
 from raftlog.metadata.commands import reject
@@ -77,6 +91,8 @@ class MetadataCalls:
         self._watch = watch
         self._producer_ids_next = 0
         self._producer_ids_end = 0
+        # Held while a topic change is planned and committed (module docstring).
+        self._planning = asyncio.Lock()
 
     def _group(self) -> RaftGroup:
         group = self._metadata_group()
@@ -100,6 +116,13 @@ class MetadataCalls:
         the connection of `lane` (raftlog.rpc.forwarding)."""
         if not self.is_controller():
             return await self._send_to_controller(command, timeout_s=timeout_s, lane=lane)
+        if isinstance(command, AutoCreateTopic):
+            request = CreateTopicRequest(
+                name=command.name,
+                partition_count=command.partition_count,
+                replication_factor=command.replication_factor,
+            )
+            return await self.create_topic(request, timeout_s=timeout_s)
         if isinstance(command, DecommissionNode):
             # However it arrives (Admin or Internal.SubmitMetadata), a voter is refused.
             plan = plan_decommission(self._metadata.state, command.node_id, self.voters())
@@ -117,6 +140,50 @@ class MetadataCalls:
         result = self._metadata.take_result(offset)
         assert result is not None, f"no apply result at offset {offset}"
         return result
+
+    async def create_topic(self, request: CreateTopicRequest, *, timeout_s: float) -> ApplyResult:
+        """Plan `request` on this node, the controller, and commit it (module docstring: one
+        plan at a time, planned again when stale); TimeoutError past `timeout_s`."""
+        config = self._settings.config.metadata
+        return await self._plan_and_commit(
+            lambda state, now_ms: plan_create_topic(state, request, now_ms, config=config),
+            timeout_s=timeout_s,
+        )
+
+    async def create_partitions(self, name: str, total: int, *, timeout_s: float) -> ApplyResult:
+        """Grow topic `name` to `total` partitions, planned as `create_topic` plans."""
+        config = self._settings.config.metadata
+        return await self._plan_and_commit(
+            lambda state, now_ms: plan_create_partitions(state, name, total, now_ms, config=config),
+            timeout_s=timeout_s,
+        )
+
+    async def _plan_and_commit(
+        self,
+        plan: Callable[[MetadataState, int], Command | ApplyResult],
+        *,
+        timeout_s: float,
+    ) -> ApplyResult:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        async with asyncio.timeout_at(deadline):
+            await self._planning.acquire()
+        try:
+            result = reject(ErrorCode.INVALID_REQUEST, "not planned")
+            for _ in range(1 + self._settings.config.metadata.stale_plan_retries_max):
+                if not self.is_controller():
+                    raise NotControllerError(leader_hint=self.controller_id)
+                planned = plan(self._metadata.state, self._wall_clock.now_ms())
+                if isinstance(planned, ApplyResult):
+                    return planned
+                remaining_s = max(deadline - loop.time(), 0.0)
+                result = await self.submit(planned, timeout_s=remaining_s)
+                if result.code is not ErrorCode.INVALID_GROUP_ID:
+                    return result
+                log.info("a stale plan (%s); planning again", result.message)
+            return result
+        finally:
+            self._planning.release()
 
     async def _send_to_controller(
         self, command: Command, *, timeout_s: float, lane: Lane

@@ -155,13 +155,11 @@ class Node:
         self.liveness = assembly.node_liveness(self)
         self.api = NodeApi(
             node_id=self.node_id,
-            config=self.config,
             metadata=self.metadata,
             calls=self.metadata_calls,
             catch_up=self.catch_up,
             reconciler=self.reconciler,
             is_fenced=self.duties.is_fenced,
-            wall_clock=self.wall_clock,
             faults=self.faults,
         )
         self.kafka = front_ends.kafka_listener(self.api, self.consumer_groups, self.settings)

@@ -34,24 +34,21 @@ def validate_records(
 
     Raises `CorruptBatchError` naming the record index and the byte of the fault (absolute in
     `batch`; for a compressed batch the byte within the decompressed records). With
-    `keys_required` (a compacted topic) the same walk also refuses a record whose key is
-    null, with `InvalidRecordError`.
+    `keys_required` (a compacted topic) the same walk also finds every record whose key is
+    null; a batch holding any is refused with `InvalidRecordError` naming each one
+    (`record_errors`: Kafka's per-record errors).
     """
     assert header.size_bytes == len(batch), (header.size_bytes, len(batch))
     codec = header.compression
+    keyless: list[int] = []
     try:
         data, begin, stop = records_section(
             batch, BATCH_HEADER_BYTES, len(batch), codec, decompressed_bytes_max
         )
         if keys_required:
-            _walk_records(data, begin, stop, header, _skip_keyed_record)
+            _walk_records(data, begin, stop, header, _keyed_record_skipper(keyless))
         else:
             _walk_records(data, begin, stop, header)
-    except _NullKey as error:
-        raise InvalidRecordError(
-            f"{error.reason}: a compacted topic (cleanup.policy=compact) keeps the latest "
-            "record of each key and refuses records without one"
-        ) from None
     except CompressionError as error:
         raise CorruptBatchError(str(error), position=0) from None
     except Malformed as error:
@@ -60,29 +57,53 @@ def validate_records(
             raise CorruptBatchError(error.reason, position=at) from None
         reason = f"{error.reason} (at byte {error.at} of the {codec.name}-decompressed records)"
         raise CorruptBatchError(reason, position=0) from None
+    if keyless:
+        raise _keyless_error(keyless)
 
 
 _NOT_PLAIN = (0, -1)
+_RECORD_ERRORS_SHOWN = 3  # in the message; record_errors names every one
 
 
-class _NullKey(Malformed):
-    """A well-framed record without a key, where keys are required."""
+def _keyless_error(keyless: list[int]) -> InvalidRecordError:
+    """The refusal of a batch whose records at the indexes `keyless` have no key."""
+    why = (
+        "has no key: a compacted topic (cleanup.policy=compact) keeps the latest record of "
+        "each key and refuses records without one"
+    )
+    record_errors = tuple((index, f"record {index} {why}") for index in keyless)
+    shown = "; ".join(message for _, message in record_errors[:_RECORD_ERRORS_SHOWN])
+    return InvalidRecordError(
+        f"{len(keyless)} records of the batch refused (at most {_RECORD_ERRORS_SHOWN} shown): "
+        f"{shown}",
+        record_errors=record_errors,
+    )
 
 
-def _skip_keyed_record(data: bytes, start: int, limit: int) -> tuple[int, int]:
-    """`_skip_record`, refusing a null key: the key length follows the record length,
-    attributes, timestamp delta and offset delta."""
-    try:
-        offset_delta, end = _skip_record(data, start, limit)
-    except (IndexError, Malformed):
-        return _NOT_PLAIN  # the walk checks the record again and names the fault
-    _, pos = read_varint(data, start, VARINT_BYTES_MAX)  # length
-    _, pos = read_varint(data, pos + 1, VARLONG_BYTES_MAX)  # after the attributes
-    _, pos = read_varint(data, pos, VARINT_BYTES_MAX)  # offset delta
-    key_length, _ = read_varint(data, pos, VARINT_BYTES_MAX)
-    if key_length == -1:
-        raise _NullKey(f"the record at offset delta {offset_delta} has no key", start)
-    return offset_delta, end
+def _keyed_record_skipper(keyless: list[int]) -> Callable[[bytes, int, int], tuple[int, int]]:
+    """A `skip_plain` for `_walk_records` that also appends to `keyless` the index of each
+    record whose key is null. The walk offers it every record once, in order, so its calls
+    count the index."""
+    index = -1
+
+    def skip(data: bytes, start: int, limit: int) -> tuple[int, int]:
+        """`_skip_record`, noting a null key: the key length follows the record length,
+        attributes, timestamp delta and offset delta."""
+        nonlocal index
+        index += 1
+        try:
+            offset_delta, end = _skip_record(data, start, limit)
+        except (IndexError, Malformed):
+            return _NOT_PLAIN  # the walk checks the record again and names the fault
+        _, pos = read_varint(data, start, VARINT_BYTES_MAX)  # length
+        _, pos = read_varint(data, pos + 1, VARLONG_BYTES_MAX)  # after the attributes
+        _, pos = read_varint(data, pos, VARINT_BYTES_MAX)  # offset delta
+        key_length, _ = read_varint(data, pos, VARINT_BYTES_MAX)
+        if key_length == -1:
+            keyless.append(index)
+        return offset_delta, end
+
+    return skip
 
 
 def _skip_plain_record(data: bytes, start: int, limit: int) -> tuple[int, int]:

@@ -40,8 +40,6 @@ __all__ = [
 ]
 
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
-_DEFAULT_PARTITIONS = 1
-_REPLICATION_FACTOR_MAX_DEFAULT = 3
 _TIMEOUT_MS_DEFAULT = 30_000
 
 Outcome = tuple[ErrorCode, str | None]
@@ -73,11 +71,12 @@ def _timeout_s(ctx: KafkaContext, request: Any) -> float:
 
 async def create_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
     """CreateTopics v2 to v7: creates each topic through the node port's `create_topic` (the
-    controller), defaulting -1 partitions to 1 and a -1 replication factor to the live nodes, at
-    most 3; `validate_only` only plans. Per topic it answers INVALID_REPLICA_ASSIGNMENT for manual
-    assignments, TOPIC_AUTHORIZATION_FAILED without admin permission, NOT_CONTROLLER off the
-    controller, REQUEST_TIMED_OUT, or the metadata result's code (TOPIC_ALREADY_EXISTS,
-    INVALID_PARTITIONS, INVALID_CONFIG...)."""
+    controller, which plans concurrent creates one after another), defaulting -1 partitions to
+    `kafka.num_partitions` and a -1 replication factor to `kafka.default_replication_factor`,
+    at most the live nodes (KIP-464); `validate_only` only plans. Per topic it answers
+    INVALID_REPLICA_ASSIGNMENT for manual assignments, TOPIC_AUTHORIZATION_FAILED without admin
+    permission, NOT_CONTROLLER off the controller, REQUEST_TIMED_OUT, or the metadata result's
+    code (TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_CONFIG...)."""
     module = response_module(CREATE_TOPICS, version)
     results = []
     for topic in request.topics:
@@ -95,8 +94,10 @@ async def _create_topic(ctx: KafkaContext, request: Any, topic: Any) -> Outcome:
     live = sum(1 for n in state.nodes() if n.alive) or 1
     wanted = CreateTopicRequest(
         name=topic.name,
-        partition_count=_DEFAULT_PARTITIONS if topic.num_partitions < 0 else topic.num_partitions,
-        replication_factor=min(_REPLICATION_FACTOR_MAX_DEFAULT, live)
+        partition_count=ctx.config.num_partitions
+        if topic.num_partitions < 0
+        else topic.num_partitions,
+        replication_factor=min(ctx.config.default_replication_factor, live)
         if topic.replication_factor < 0
         else topic.replication_factor,
         config={c.name: c.value or "" for c in topic.configs},

@@ -11,6 +11,13 @@ group offsets, join a KIP-848 group (every subscribed topic) and describe, admin
 grow or delete topics; a refused topic or partition gets TOPIC_AUTHORIZATION_FAILED and the
 others proceed. Without a token file
 every connection is the principal `anonymous` with every permission, as on gRPC.
+
+The same grants answer a client that asks for its authorized operations (Metadata,
+DescribeCluster; KIP-430) as Kafka's bit sets (bit n: AclOperation n allowed): on a topic,
+`read` allows READ, DESCRIBE and DESCRIBE_CONFIGS (what those handlers check), `write`
+WRITE, `admin` CREATE, DELETE, ALTER and ALTER_CONFIGS; on the cluster, every principal
+DESCRIBE, DESCRIBE_CONFIGS and IDEMPOTENT_WRITE, `admin` on every topic (a "*" grant)
+CREATE, and `cluster` CLUSTER_ACTION, ALTER and ALTER_CONFIGS.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from raftlog.rpc.security import AccessControl, Permission
 
 __all__ = [
     "ANONYMOUS",
+    "OPERATIONS_NOT_ASKED",
     "SASL_AUTHENTICATE",
     "SASL_HANDSHAKE",
     "Session",
@@ -35,6 +43,33 @@ __all__ = [
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 ANONYMOUS = "anonymous"
 _MECHANISM = "PLAIN"
+# Kafka's "not asked" value of an authorized-operations field (KIP-430).
+OPERATIONS_NOT_ASKED = -(2**31)
+# Kafka's AclOperation codes.
+_READ, _WRITE, _CREATE, _DELETE, _ALTER, _DESCRIBE = 3, 4, 5, 6, 7, 8
+_CLUSTER_ACTION, _DESCRIBE_CONFIGS, _ALTER_CONFIGS, _IDEMPOTENT_WRITE = 9, 10, 11, 12
+# The operations Kafka defines on a topic, and the permission each needs on this listener.
+_TOPIC_OPERATIONS: dict[int, Permission] = {
+    _READ: Permission.READ,
+    _WRITE: Permission.WRITE,
+    _CREATE: Permission.ADMIN,
+    _DELETE: Permission.ADMIN,
+    _ALTER: Permission.ADMIN,
+    _DESCRIBE: Permission.READ,
+    _DESCRIBE_CONFIGS: Permission.READ,
+    _ALTER_CONFIGS: Permission.ADMIN,
+}
+# The operations Kafka defines on the cluster: None needs only authentication; a permission
+# is asked on the topic name "", which only a "*" grant matches (every topic, the cluster).
+_CLUSTER_OPERATIONS: dict[int, Permission | None] = {
+    _DESCRIBE: None,
+    _DESCRIBE_CONFIGS: None,
+    _IDEMPOTENT_WRITE: None,
+    _CREATE: Permission.ADMIN,
+    _CLUSTER_ACTION: Permission.CLUSTER,
+    _ALTER: Permission.CLUSTER,
+    _ALTER_CONFIGS: Permission.CLUSTER,
+}
 
 
 @dataclass(slots=True)
@@ -55,6 +90,18 @@ class Session:
         if self.access is None:
             return True
         return self.principal is not None and self.access.allowed(self.principal, permission, topic)
+
+    def topic_operations(self, topic: str) -> int:
+        """Kafka's bit set of the operations the session may do on `topic` (module docstring)."""
+        return sum(1 << op for op, needs in _TOPIC_OPERATIONS.items() if self.allowed(needs, topic))
+
+    def cluster_operations(self) -> int:
+        """Kafka's bit set of the operations the session may do on the cluster."""
+        return sum(
+            1 << op
+            for op, needs in _CLUSTER_OPERATIONS.items()
+            if self.principal is not None and (needs is None or self.allowed(needs, ""))
+        )
 
 
 async def sasl_handshake(ctx: Any, request: Any, version: int) -> Any:

@@ -5,7 +5,8 @@ each node registers its advertised Kafka address).
 The node is the gRPC servicers' `NodePort`; of it the Kafka handlers call the metadata
 reads (`metadata`, `controller_id`, `wait_metadata_caught_up`), the data calls (`produce`,
 `fetch`, `list_offsets`, `end_offset_for_epoch`, `allocate_producer_id`) and the
-admin calls (`create_topic`, `delete_topic`, `create_partitions`, `submit` for group offsets).
+admin calls (`create_topic`, `delete_topic`, `create_partitions`, `submit` for group offsets
+and topic auto-creation).
 KIP-848 groups go to the node's `ConsumerGroupService`, the coordinator the gRPC Groups
 service uses.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from raftlog.config import KafkaConfig, NodeConfig
 from raftlog.metadata.consumer_group_service import ConsumerGroupService
 from raftlog.rpc.kafka.auth import Session
+from raftlog.rpc.kafka.auto_create import AutoTopicCreator
 from raftlog.rpc.kafka.classic_group_coordinator import ClassicGroups
 from raftlog.rpc.kafka.topic_regex import TopicRegexes
 from raftlog.rpc.port import NodePort
@@ -49,6 +51,8 @@ class KafkaContext:
     consumer_groups: ConsumerGroupService
     # The patterns of members subscribed by regex, beside the coordinator's topic names.
     topic_regexes: TopicRegexes
+    # Topics on their way to being created for a Metadata request (auto.create.topics.enable).
+    auto_topics: AutoTopicCreator
     session: Session  # the connection's authentication (one context per connection)
     client_id: str = ""  # of the request being handled (the connection's client)
 

@@ -21,6 +21,7 @@ _CODES: list[tuple[type[errors.RaftlogError], ErrorCode]] = [
     (errors.NotLeaderError, ErrorCode.not_leader_or_follower),
     (errors.UnknownTopicOrPartitionError, ErrorCode.unknown_topic_or_partition),
     (errors.BatchTooLargeError, ErrorCode.message_too_large),
+    (errors.BatchOverSegmentError, ErrorCode.record_list_too_large),
     (errors.CorruptBatchError, ErrorCode.corrupt_message),
     (errors.RequestTimedOutError, ErrorCode.request_timed_out),
     (errors.OffsetOutOfRangeError, ErrorCode.offset_out_of_range),
@@ -38,6 +39,7 @@ _RESULT_CODES = {
     MetadataErrorCode.INVALID_PARTITIONS: ErrorCode.invalid_partitions,
     MetadataErrorCode.INVALID_REPLICATION_FACTOR: ErrorCode.invalid_replication_factor,
     MetadataErrorCode.INVALID_CONFIG: ErrorCode.invalid_config,
+    MetadataErrorCode.INVALID_TOPIC_NAME: ErrorCode.invalid_topic_exception,
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -43,11 +44,23 @@ _EARLIEST_TIMESTAMP, _LATEST_TIMESTAMP = -2, -1
 _READ_COMMITTED = 1
 
 
+@dataclass(frozen=True, slots=True)
+class _Produced:
+    """One partition's answer: its error, base offset (-1 on an error), message and
+    per-record errors ((batch index, message), Produce v8+, KIP-467)."""
+
+    code: ErrorCode
+    base_offset: int = -1
+    message: str | None = None
+    record_errors: tuple[tuple[int, str], ...] = ()
+
+
 async def produce(ctx: KafkaContext, request: Any, version: int) -> Any | None:
-    """acks 0/1/-1 are raftlog's acks none/leader/all; acks=0 gets no response at all."""
+    """acks 0/1/-1 are raftlog's acks none/leader/all; acks=0 gets no response at all. A batch
+    refused for some of its records (INVALID_RECORD) names each in record_errors."""
     commitment = _COMMITMENTS.get(int(request.acks))
     timeout_ms = min(timedelta_ms(request.timeout), ctx.config.produce_timeout_ms_max)
-    calls: list[tuple[str, int, Awaitable[tuple[ErrorCode, int, str | None]]]] = []
+    calls: list[tuple[str, int, Awaitable[_Produced]]] = []
     for topic in request.topic_data:
         for partition in topic.partition_data:
             refusal = _produce_refusal(request, partition.records, commitment) or _denied(
@@ -65,18 +78,28 @@ async def produce(ctx: KafkaContext, request: Any, version: int) -> Any | None:
     if commitment is Commitment.NONE:
         return None
     module = response_module(PRODUCE, version)
+    record_error_class = getattr(module, "BatchIndexAndErrorMessage", None)  # v8 and later
     by_topic: dict[str, list[Any]] = {}
-    for (name, index, _), (code, base_offset, message) in zip(calls, outcomes, strict=True):
+    for (name, index, _), produced in zip(calls, outcomes, strict=True):
         by_topic.setdefault(name, []).append(
             build(
                 module.PartitionProduceResponse,
                 index=index,
-                error_code=code,
-                base_offset=base_offset,
+                error_code=produced.code,
+                base_offset=produced.base_offset,
                 log_append_time=None,
                 log_start_offset=-1,
-                record_errors=(),
-                error_message=message,
+                record_errors=()
+                if record_error_class is None
+                else tuple(
+                    build(
+                        record_error_class,
+                        batch_index=batch_index,
+                        batch_index_error_message=text,
+                    )
+                    for batch_index, text in produced.record_errors
+                ),
+                error_message=produced.message,
             )
         )
     return build(
@@ -89,40 +112,41 @@ async def produce(ctx: KafkaContext, request: Any, version: int) -> Any | None:
     )
 
 
-def _denied(
-    ctx: KafkaContext, permission: Permission, topic: str
-) -> tuple[ErrorCode, int, str | None] | None:
+def _denied(ctx: KafkaContext, permission: Permission, topic: str) -> _Produced | None:
     if ctx.allowed(permission, topic):
         return None
-    return ErrorCode.topic_authorization_failed, -1, f"no {permission.value} permission on {topic}"
+    return _Produced(
+        ErrorCode.topic_authorization_failed, message=f"no {permission.value} permission on {topic}"
+    )
 
 
-async def _done(value: tuple[ErrorCode, int, str | None]) -> tuple[ErrorCode, int, str | None]:
+async def _done(value: _Produced) -> _Produced:
     return value
 
 
 def _produce_refusal(
     request: Any, records: bytes | None, commitment: Commitment | None
-) -> tuple[ErrorCode, int, str | None] | None:
+) -> _Produced | None:
     if commitment is None:
-        return ErrorCode.invalid_required_acks, -1, f"acks must be 0, 1 or -1, got {request.acks}"
+        return _Produced(
+            ErrorCode.invalid_required_acks, message=f"acks must be 0, 1 or -1, got {request.acks}"
+        )
     if request.transactional_id is not None:
-        return (
+        return _Produced(
             ErrorCode.transactional_id_authorization_failed,
-            -1,
-            "transactions are not supported by raftlog",
+            message="transactions are not supported by raftlog",
         )
     if not records:
-        return ErrorCode.corrupt_message, -1, "no record batch for the partition"
+        return _Produced(ErrorCode.corrupt_message, message="no record batch for the partition")
     return None
 
 
 def _produce_one(
     ctx: KafkaContext, topic: str, partition: Any, commitment: Commitment, timeout_ms: int
-) -> asyncio.Task[tuple[ErrorCode, int, str | None]]:
-    async def call() -> tuple[ErrorCode, int, str | None]:
-        """Produce the partition's batch through the node port; a raftlog error becomes (its Kafka
-        code, -1, its message)."""
+) -> asyncio.Task[_Produced]:
+    async def call() -> _Produced:
+        """Produce the partition's batch through the node port; a raftlog error becomes its Kafka
+        code and message (and the records it names, for INVALID_RECORD)."""
         try:
             result = await ctx.node.produce(
                 topic,
@@ -131,9 +155,13 @@ def _produce_one(
                 commitment=commitment,
                 timeout_s=max(timeout_ms, 1) / 1000,
             )
+        except errors.InvalidRecordError as error:
+            return _Produced(
+                ErrorCode.invalid_record, message=str(error), record_errors=error.record_errors
+            )
         except errors.RaftlogError as error:
-            return kafka_error(error), -1, str(error)
-        return ErrorCode.none, result.base_offset, None
+            return _Produced(kafka_error(error), message=str(error))
+        return _Produced(ErrorCode.none, base_offset=result.base_offset)
 
     return asyncio.get_running_loop().create_task(call())
 

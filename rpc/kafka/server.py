@@ -27,6 +27,7 @@ from raftlog.config import NodeConfig
 from raftlog.metadata.consumer_group_service import ConsumerGroupService, monotonic_ms
 from raftlog.rpc.kafka.apis import API_VERSIONS, APIS, api_versions_response
 from raftlog.rpc.kafka.auth import SASL_AUTHENTICATE, SASL_HANDSHAKE, Session
+from raftlog.rpc.kafka.auto_create import AutoTopicCreator
 from raftlog.rpc.kafka.classic_group_coordinator import ClassicGroups
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.frame import (
@@ -85,6 +86,7 @@ class KafkaListener:
                 memory_bytes_max=config.kafka.topic_regex_memory_bytes_max,
             ),
             session=Session(access),
+            auto_topics=AutoTopicCreator(node, config.kafka),
         )
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
@@ -107,6 +109,7 @@ class KafkaListener:
         unanswered) and wait until the server has closed."""
         if self._server is not None:
             self._server.close()
+        self._context.auto_topics.close()
         for connection in list(self._connections):
             connection.abort("listener closing")
         if self._server is not None:

@@ -4,6 +4,8 @@ hide them behind their own state machines)."""
 
 from __future__ import annotations
 
+import datetime
+import importlib
 import io
 import shutil
 import socket
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 from kio.index import load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
@@ -39,6 +42,22 @@ def kafka_call(address: str, request: Any, *, correlation_id: int = 1) -> Any:
     response, used = entity_reader(response_class)(data, offset)
     assert offset + used == len(data)
     return response
+
+
+def produce_request(topic: str, batch: bytes, *, version: int = 9) -> Any:
+    """A Produce (acks=all) of `batch` to partition 0 of `topic`, at `version` (3 to 9)."""
+    pr = importlib.import_module(f"kio.schema.produce.v{version}.request")
+    return pr.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=i32Timedelta.parse(datetime.timedelta(seconds=15)),
+        topic_data=(
+            pr.TopicProduceData(
+                name=pr.TopicName(topic),
+                partition_data=(pr.PartitionProduceData(index=i32(0), records=Records(batch)),),
+            ),
+        ),
+    )
 
 
 def read_exactly(sock: socket.socket, count: int) -> bytes:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import time
 
 import pytest
+from kio.schema.errors import ErrorCode
 
+from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.kafka_wire import create_topic
+from raftlog.storage.records import RecordInput, encode_batch
+from tests.kafka.kafka_wire import create_topic, kafka_call, produce_request
 
 kafka = pytest.importorskip("confluent_kafka")
+admin_module = pytest.importorskip("confluent_kafka.admin")
 
 COUNT = 200
 
@@ -138,3 +142,79 @@ def test_long_poll_returns_when_a_record_arrives(kafka_cluster: LocalCluster) ->
         assert message is not None and message.value() == b"late"
     finally:
         consumer.close()
+
+
+def _create(boot: str, name: str, config: dict[str, str]) -> None:
+    client = admin_module.AdminClient({"bootstrap.servers": boot})
+    topic = admin_module.NewTopic(name, num_partitions=1, replication_factor=3, config=config)
+    client.create_topics([topic], operation_timeout=30)[name].result(timeout=40)  # type: ignore[attr-defined]
+
+
+def _send_one_batch(
+    boot: str, topic: str, records: list[tuple[bytes | None, bytes]]
+) -> list[object]:
+    """Produce `records` to partition 0 as one batch; each record's delivery error (or None)."""
+    producer = kafka.Producer(
+        {"bootstrap.servers": boot, "linger.ms": 1000, "batch.size": 1_000_000,
+         "message.send.max.retries": 0}
+    )  # fmt: skip
+    outcomes: dict[int, object] = {}
+    for index, (key, value) in enumerate(records):
+        producer.produce(
+            topic, key=key, value=value, partition=0,
+            on_delivery=lambda e, m, i=index: outcomes.update({i: e}),
+        )  # fmt: skip
+    assert producer.flush(30) == 0
+    return [outcomes[i] for i in range(len(records))]
+
+
+def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """A batch holding records without a key on a compacted topic is refused INVALID_RECORD with
+    record_errors naming each keyless record (KIP-467), so librdkafka fails those with their own
+    message and the others of the batch as _INVALID_DIFFERENT_RECORD (librdkafka's 0011)."""
+    boot = kafka_cluster.kafka_bootstrap
+    _create(boot, "cf-compact", {"cleanup.policy": "compact"})
+    errors = _send_one_batch(
+        boot, "cf-compact", [(b"k0", b"v0"), (None, b"v1"), (b"k2", b"v2"), (None, b"v3")]
+    )
+    codes = [None if e is None else e.code() for e in errors]  # type: ignore[attr-defined]
+    invalid, other = kafka.KafkaError.INVALID_RECORD, kafka.KafkaError._INVALID_DIFFERENT_RECORD
+    assert codes == [other, invalid, other, invalid], errors
+
+    # librdkafka does not hand out the messages: read them off the wire.
+    with Admin(kafka_cluster.bootstrap) as admin:
+        (partition,) = admin.describe_topic("cf-compact").partitions
+    assert partition.leader is not None
+    leader = f"127.0.0.1:{kafka_cluster.nodes[partition.leader].kafka_port}"
+    batch = encode_batch([RecordInput(key, b"v", 0) for key in (b"k", None, None)])
+    answer = kafka_call(leader, produce_request("cf-compact", batch))
+    (refused,) = answer.responses[0].partition_responses
+    assert refused.error_code == ErrorCode.invalid_record
+    assert [e.batch_index for e in refused.record_errors] == [1, 2]
+    assert "record 1 has no key" in refused.record_errors[0].batch_index_error_message
+    assert refused.error_message.startswith("2 records of the batch refused")
+    answer = kafka_call(leader, produce_request("cf-compact", batch, version=7))  # no such field
+    assert answer.responses[0].partition_responses[0].error_code == ErrorCode.invalid_record
+
+
+def test_max_message_bytes_and_segment_bytes_bound_a_batch_as_kafka_does(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """max.message.bytes may exceed segment.bytes (Kafka checks neither against the other); a
+    batch above max.message.bytes gets MESSAGE_TOO_LARGE and one above segment.bytes
+    RECORD_LIST_TOO_LARGE (Kafka's UnifiedLog.append), while batches that fit roll segments
+    and are all read back."""
+    boot = kafka_cluster.kafka_bootstrap
+    big = [(b"k%d" % i, bytes(2048)) for i in range(90)]  # one batch of about 185 KB
+    _create(boot, "cf-segments", {"segment.bytes": "65536", "max.message.bytes": "1048576"})
+    (error, *_) = _send_one_batch(boot, "cf-segments", big)
+    assert error is not None and error.code() == kafka.KafkaError.RECORD_LIST_TOO_LARGE, error  # type: ignore[attr-defined]
+    _create(boot, "cf-messages", {"max.message.bytes": "65536"})
+    (error, *_) = _send_one_batch(boot, "cf-messages", big)
+    assert error is not None and error.code() == kafka.KafkaError.MSG_SIZE_TOO_LARGE, error  # type: ignore[attr-defined]
+
+    for _ in range(6):  # batches of 40 KiB: a segment of 64 KiB holds one of them
+        assert _send_one_batch(boot, "cf-segments", big[:20]) == [None] * 20
+    assert len(_consume_all(boot, "cf-segments", 1, 120)) == 120

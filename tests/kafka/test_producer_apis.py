@@ -8,13 +8,12 @@ import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4 import request as ipi
 from kio.schema.offset_for_leader_epoch.v4 import request as ofle
-from kio.schema.produce.v9 import request as pr
-from kio.static.primitive import Records, i16, i32, i32Timedelta
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.records import RecordInput, encode_batch
-from tests.kafka.kafka_wire import create_topic, kafka_call
+from tests.kafka.kafka_wire import create_topic, kafka_call, produce_request
 
 kafka = pytest.importorskip("confluent_kafka")
 admin_module = pytest.importorskip("confluent_kafka.admin")
@@ -125,20 +124,6 @@ def test_describe_cluster_lists_every_kafka_listener_and_the_controller(
         assert described.controller.id == admin.describe_cluster().controller_id
 
 
-def _produce_request(topic: str, batch: bytes) -> object:
-    return pr.ProduceRequest(
-        transactional_id=None,
-        acks=i16(-1),
-        timeout=i32Timedelta.parse(datetime.timedelta(seconds=15)),
-        topic_data=(
-            pr.TopicProduceData(
-                name=pr.TopicName(topic),
-                partition_data=(pr.PartitionProduceData(index=i32(0), records=Records(batch)),),
-            ),
-        ),
-    )
-
-
 def test_a_retried_batch_answers_its_first_offsets_and_is_written_once(
     kafka_cluster: LocalCluster,
 ) -> None:
@@ -162,7 +147,7 @@ def test_a_retried_batch_answers_its_first_offsets_and_is_written_once(
         (partition,) = admin.describe_topic("retried").partitions
     assert partition.leader is not None
     leader = f"127.0.0.1:{kafka_cluster.nodes[partition.leader].kafka_port}"
-    answers = [kafka_call(leader, _produce_request("retried", batch)) for _ in range(2)]
+    answers = [kafka_call(leader, produce_request("retried", batch)) for _ in range(2)]
     first, again = (a.responses[0].partition_responses[0] for a in answers)
     assert first.error_code == again.error_code == ErrorCode.none
     assert first.base_offset == again.base_offset
@@ -173,7 +158,7 @@ def test_a_retried_batch_answers_its_first_offsets_and_is_written_once(
         producer_epoch=granted.producer_epoch,
         base_sequence=5,
     )
-    refused = kafka_call(leader, _produce_request("retried", gap))
+    refused = kafka_call(leader, produce_request("retried", gap))
     code = refused.responses[0].partition_responses[0].error_code
     assert code == ErrorCode.out_of_order_sequence_number
     consumer = kafka.Consumer({"bootstrap.servers": kafka_cluster.kafka_bootstrap, "group.id": "x"})

@@ -133,3 +133,30 @@ def test_no_or_a_wrong_token_is_served_nothing(secure: tuple[LocalCluster, Path]
         client = admin_module.AdminClient({**config, "socket.timeout.ms": 3000})
         with pytest.raises(kafka.KafkaException):
             client.list_topics(timeout=3)
+
+
+def test_authorized_operations_follow_the_token_s_grants(
+    secure: tuple[LocalCluster, Path],
+) -> None:
+    """Metadata and DescribeCluster answer, when asked, the operations a principal's grants
+    allow, as Kafka's bit sets (KIP-430): `read` is READ, DESCRIBE and DESCRIBE_CONFIGS on a
+    topic, `write` WRITE, `admin` CREATE, DELETE, ALTER and ALTER_CONFIGS; on the cluster
+    every principal may DESCRIBE, DESCRIBE_CONFIGS and IDEMPOTENT_WRITE, `admin` on every
+    topic ("*") adds CREATE, `cluster` CLUSTER_ACTION, ALTER and ALTER_CONFIGS (the topics
+    exist: the first test made them)."""
+    acl = admin_module.AclOperation
+    everyone = {acl.DESCRIBE, acl.DESCRIBE_CONFIGS, acl.IDEMPOTENT_WRITE}
+    read_write = {acl.READ, acl.WRITE, acl.DESCRIBE, acl.DESCRIBE_CONFIGS}
+    admin_ops = {acl.CREATE, acl.DELETE, acl.ALTER, acl.ALTER_CONFIGS}
+    expected = {
+        "alice": (everyone, {"alice-data": read_write}),
+        "admin": (everyone | {acl.CREATE}, {"other-data": read_write | admin_ops}),
+    }
+    for user, (cluster_ops, topic_ops) in expected.items():
+        client = admin_module.AdminClient(_sasl(secure, user, TOKENS[user]))
+        described = client.describe_cluster(include_authorized_operations=True)
+        assert set(described.result(timeout=20).authorized_operations) == cluster_ops, user
+        for name, ops in topic_ops.items():
+            topics = kafka.TopicCollection([name])
+            futures = client.describe_topics(topics, include_authorized_operations=True)
+            assert set(futures[name].result(timeout=20).authorized_operations) == ops, user

@@ -48,3 +48,18 @@ def test_bad_kafka_settings_are_refused_naming_them(tmp_path: Path) -> None:
     toml.write_text(toml.read_text().replace('"127.0.0.1:9092"', '"nope"'))
     with pytest.raises(ConfigError, match="kafka_listen"):
         settings_from_toml(toml)
+
+
+def test_topic_auto_creation_is_off_by_default_and_set_with_kafka_s_names() -> None:
+    assert not settings_from_args(_args(*BASE)).config.kafka.auto_create_topics_enable
+    sets = ("--set", "kafka.auto_create_topics_enable=true", "--set", "kafka.num_partitions=6",
+            "--set", "kafka.default_replication_factor=2")  # fmt: skip
+    kafka = settings_from_args(_args(*BASE, *sets)).config.kafka
+    assert (kafka.auto_create_topics_enable, kafka.num_partitions) == (True, 6)
+    assert kafka.default_replication_factor == 2
+    with pytest.raises(ConfigError, match=r"kafka.default_replication_factor: must not exceed"):
+        settings_from_args(_args(*BASE, "--set", "kafka.default_replication_factor=8"))
+    with pytest.raises(ConfigError, match=r"kafka.num_partitions: must not exceed"):
+        settings_from_args(_args(*BASE, "--set", "kafka.num_partitions=1001"))
+    with pytest.raises(ConfigError, match=r"num_partitions: must be positive"):
+        settings_from_args(_args(*BASE, "--set", "kafka.num_partitions=0"))

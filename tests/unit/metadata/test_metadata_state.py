@@ -10,10 +10,12 @@ import json
 
 import pytest
 
+from raftlog.metadata.checks import check_new_topic_name
 from raftlog.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
     ApplyResult,
+    AutoCreateTopic,
     Command,
     CompleteReassignment,
     CreatePartitions,
@@ -239,6 +241,27 @@ def test_create_topic_checks(
 def test_topic_names_differing_in_dot_and_underscore_collide(with_topic: Log) -> None:
     with_topic.ok(create("a.b", first_raft_group_id=4))
     with_topic.rejected(create("a_b", first_raft_group_id=7), ErrorCode.INVALID_TOPIC_NAME, "'a.b'")
+
+
+def test_a_new_topic_name_is_checked_against_the_existing_ones(with_topic: Log) -> None:
+    state = with_topic.state
+    assert check_new_topic_name(state, "payments") is None
+    for name, code in [
+        ("orders", ErrorCode.TOPIC_ALREADY_EXISTS),
+        ("a|b", ErrorCode.INVALID_TOPIC_NAME),
+    ]:
+        problem = check_new_topic_name(state, name)
+        assert problem is not None and problem.code is code, name
+    with_topic.ok(create("pay.ments", first_raft_group_id=4))
+    problem = check_new_topic_name(state, "pay_ments")
+    assert problem is not None and "collides with existing topic 'pay.ments'" in problem.message
+
+
+def test_auto_create_topic_is_a_request_never_applied(with_topic: Log) -> None:
+    # The controller plans it into a CreateTopic as it receives it; a log holding one refuses it.
+    with_topic.rejected(
+        AutoCreateTopic("payments", 1, 1), ErrorCode.INVALID_REQUEST, "never applied"
+    )
 
 
 def test_alter_topic_config_sets_and_deletes_keys(with_topic: Log) -> None:

@@ -23,10 +23,15 @@ def _batch(*keys: bytes | None, compression: Compression = Compression.NONE) -> 
 def test_validation_refuses_a_null_key_only_when_keys_are_required(
     compression: Compression,
 ) -> None:
-    batch = _batch(b"a", None, b"c", compression=compression)
+    batch = _batch(b"a", None, b"c", None, compression=compression)
     validate_records(batch, verify_batch(batch))
-    with pytest.raises(InvalidRecordError, match=r"offset delta 1 has no key.*cleanup\.policy"):
+    with pytest.raises(
+        InvalidRecordError, match=r"2 records .*record 1 has no key.*record 3"
+    ) as raised:
         validate_records(batch, verify_batch(batch), keys_required=True)
+    # Every keyless record is named by its index in the batch (Kafka's record_errors).
+    assert [index for index, _ in raised.value.record_errors] == [1, 3]
+    assert "cleanup.policy" in raised.value.record_errors[0][1]
     keyed = _batch(b"a", b"", b"c" * 300, compression=compression)  # an empty key is a key
     validate_records(keyed, verify_batch(keyed), keys_required=True)
 
