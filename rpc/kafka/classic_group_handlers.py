@@ -3,7 +3,8 @@ LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups.
 
 The coordinator of every group is the controller (the metadata quorum's leader), as for
 raftlog's own groups; elsewhere every group API answers NOT_COORDINATOR and clients ask
-FindCoordinator again. Membership is `ClassicGroups` (soft state on the coordinator);
+FindCoordinator again, except ListGroups, which every node answers with the groups it
+coordinates (none off the controller), as every Kafka broker does. Membership is `ClassicGroups` (soft state on the coordinator);
 committed offsets are raftlog's: `CommitGroupOffsets` through the metadata quorum, answered
 only once committed, and read back from the metadata state.
 
@@ -393,13 +394,14 @@ def _fetch_group(
 async def list_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
     """ListGroups v0 to v4: every classic group, KIP-848 group and group with committed offsets
     (from the node port's metadata copy), with state and protocol type, filtered by
-    `states_filter` (v4). Answers NOT_COORDINATOR off the controller."""
+    `states_filter` (v4). Off the controller the list is empty, with no error: as every Kafka
+    broker lists the groups it coordinates, and clients (the AdminClient) ask every broker."""
     module = response_module(LIST_GROUPS, version)
     if not _coordinating(ctx):
         return build(
             module.ListGroupsResponse,
             throttle_time=NO_THROTTLE,
-            error_code=ErrorCode.not_coordinator,
+            error_code=ErrorCode.none,
             groups=(),
         )
     states = set(getattr(request, "states_filter", ()) or ())
