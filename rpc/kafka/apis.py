@@ -21,6 +21,7 @@ from raftlog.rpc.kafka import (
     cluster_handlers,
     config_handlers,
     consumer_group_handlers,
+    group_offset_handlers,
     log_handlers,
     producer_id_handlers,
 )
@@ -78,11 +79,11 @@ def api_versions_response(version: int, code: ErrorCode) -> Any:
 
 
 def _group_apis() -> list[Api]:
-    g, c = classic_group_handlers, consumer_group_handlers
+    g, c, o = classic_group_handlers, consumer_group_handlers, group_offset_handlers
     return [
         # v9 of both: the commit names a KIP-848 member and its epoch (KIP-848).
-        Api(g.OFFSET_COMMIT, "OffsetCommit", 2, 9, g.offset_commit),
-        Api(g.OFFSET_FETCH, "OffsetFetch", 1, 9, g.offset_fetch),
+        Api(o.OFFSET_COMMIT, "OffsetCommit", 2, 9, o.offset_commit),
+        Api(o.OFFSET_FETCH, "OffsetFetch", 1, 9, o.offset_fetch),
         Api(g.FIND_COORDINATOR, "FindCoordinator", 0, 4, g.find_coordinator),
         Api(g.JOIN_GROUP, "JoinGroup", 2, 9, g.join_group),
         Api(g.HEARTBEAT, "Heartbeat", 0, 4, g.heartbeat),

@@ -21,6 +21,9 @@ admin_module = pytest.importorskip("confluent_kafka.admin")
 kafka_python = pytest.importorskip("kafka")
 
 METADATA_MAX = 4096  # Kafka's offset.metadata.max.bytes, the node's default
+# confluent-kafka sends a metadata string with its terminating NUL (librdkafka's metadata_size
+# is strlen + 1), and Kafka counts it: 4095 characters are the most it commits.
+LONGEST = "x" * (METADATA_MAX - 1)
 
 
 def _admin(cluster: LocalCluster) -> Any:
@@ -71,6 +74,72 @@ def _until_assigned(consumer: Any, partitions: int) -> None:
 
 
 # -- 1: a commit's metadata and leader epoch ---------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["classic"])
+def test_commit_metadata_and_leader_epoch_come_back(
+    kafka_cluster: LocalCluster, protocol: str
+) -> None:
+    """librdkafka 0099/0140: what a commit carried besides the offset comes back from
+    OffsetFetch, from the consumer and from the AdminClient alike; metadata of Kafka's
+    offset.metadata.max.bytes is kept, one character more is OFFSET_METADATA_TOO_LARGE and
+    commits nothing."""
+    topic, group = f"meta-{protocol}", f"meta-{protocol}-group"
+    create_topic(kafka_cluster, topic, partitions=3)
+    with _consumer(kafka_cluster, group, **{"group.protocol": protocol}) as consumer:
+        consumer.assign([kafka.TopicPartition(topic, p) for p in range(3)])
+        committed = consumer.commit(
+            offsets=[
+                kafka.TopicPartition(topic, 0, 5, metadata="first", leader_epoch=7),
+                kafka.TopicPartition(topic, 1, 9, metadata=LONGEST),
+                kafka.TopicPartition(topic, 2, 3),
+            ],
+            asynchronous=False,
+        )
+        assert all(tp.error is None for tp in committed), committed
+        fetched = consumer.committed([kafka.TopicPartition(topic, p) for p in range(3)], timeout=20)
+        by_partition = {tp.partition: tp for tp in fetched}
+        assert (by_partition[0].offset, by_partition[0].metadata) == (5, "first")
+        assert by_partition[0].leader_epoch == 7
+        assert by_partition[1].metadata == LONGEST
+        assert by_partition[1].leader_epoch is None  # committed without one: -1
+        assert (by_partition[2].offset, by_partition[2].metadata) == (3, None)  # "" reads None
+
+        too_large = kafka.TopicPartition(topic, 2, 4, metadata="y" * METADATA_MAX)
+        with pytest.raises(kafka.KafkaException) as refused:
+            consumer.commit(offsets=[too_large], asynchronous=False)
+        assert refused.value.args[0].code() == kafka.KafkaError.OFFSET_METADATA_TOO_LARGE
+        still = consumer.committed([kafka.TopicPartition(topic, 2)], timeout=20)
+        assert (still[0].offset, still[0].metadata) == (3, None)
+
+    listed = _listed_offsets(kafka_cluster, group, topic, 3)
+    assert [(tp.offset, tp.metadata, tp.leader_epoch) for tp in listed] == [
+        (5, "first", 7),
+        (9, LONGEST, None),
+        (3, None, None),
+    ]
+
+
+def test_admin_alters_offsets_with_metadata(kafka_cluster: LocalCluster) -> None:
+    """librdkafka 0081/0130: AlterConsumerGroupOffsets (a commit with generation -1) keeps the
+    metadata it sets; ListConsumerGroupOffsets returns it."""
+    topic, group = "meta-altered", "meta-altered-group"
+    create_topic(kafka_cluster, topic, partitions=2)
+    request = kafka.ConsumerGroupTopicPartitions(
+        group,
+        [
+            kafka.TopicPartition(topic, 0, 11, metadata="altered-0"),
+            kafka.TopicPartition(topic, 1, 12, metadata="altered-1", leader_epoch=2),
+        ],
+    )
+    client = _admin(kafka_cluster)
+    (future,) = client.alter_consumer_group_offsets([request]).values()
+    assert all(tp.error is None for tp in future.result(timeout=20).topic_partitions)
+    listed = _listed_offsets(kafka_cluster, group, topic, 2)
+    assert [(tp.offset, tp.metadata, tp.leader_epoch) for tp in listed] == [
+        (11, "altered-0", None),
+        (12, "altered-1", 2),
+    ]
 
 
 # -- 3: ListGroups on every node ---------------------------------------------------------------
