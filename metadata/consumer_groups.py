@@ -230,19 +230,26 @@ class ConsumerGroupCoordinator:
     ) -> tuple[GroupErrorCode, str]:
         """May this member commit offsets of these partitions? A member may commit what it
         owns (a partition being revoked included: it commits before it confirms). A client
-        outside any membership (empty member id, epoch -1) may commit to a group with no
-        members, as Kafka's standalone consumers do."""
+        outside any membership (epoch -1, with or without a member id: the AdminClient, an
+        assign()ed consumer, one that never subscribed) may commit to a group with no
+        members, as Kafka's ConsumerGroup.validateOffsetCommit allows; with members, it must
+        be one of them (UNKNOWN_MEMBER_ID) at its epoch (FENCED_MEMBER_EPOCH, which Kafka's
+        OffsetCommit calls STALE_MEMBER_EPOCH)."""
         group = self._groups.get(group_id)
-        if not member_id and member_epoch == LEAVE_EPOCH:
-            if group is not None and group.members:
-                return GroupErrorCode.UNKNOWN_MEMBER_ID, (
-                    f"group {group_id!r} has members: commit as one of them"
-                )
+        if member_epoch < 0 and (group is None or not group.members):
             return GroupErrorCode.NONE, ""
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
+            if not member_id:
+                return GroupErrorCode.UNKNOWN_MEMBER_ID, (
+                    f"group {group_id!r} has members: commit as one of them"
+                )
             return GroupErrorCode.UNKNOWN_MEMBER_ID, (
                 f"member {member_id!r} is not in group {group_id!r}"
+            )
+        if member_epoch < 0:
+            return GroupErrorCode.FENCED_MEMBER_EPOCH, (
+                f"member {member_id!r} of group {group_id!r} committed with epoch {member_epoch}"
             )
         if member_epoch > member.epoch:
             return GroupErrorCode.FENCED_MEMBER_EPOCH, (

@@ -165,21 +165,24 @@ class ClassicGroups:
         return group is not None and bool(group.members)
 
     def check_member(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
-        """Whether `member_id` of `generation_id` may commit offsets now."""
+        """Whether `member_id` of `generation_id` may commit offsets now, by Kafka's rules
+        (ClassicGroup.validateOffsetCommit): generation -1 comes from outside the group
+        protocol (the AdminClient, an assign()ed or a KIP-848 consumer that never subscribed,
+        with or without a member id) and may commit while the group has no members; otherwise
+        the member must be in the group (UNKNOWN_MEMBER_ID) at its generation
+        (ILLEGAL_GENERATION), and not between JoinGroup and SyncGroup (REBALANCE_IN_PROGRESS).
+        A group this coordinator does not hold reads as Empty: Kafka would hold it (it loads
+        its groups), and answers UNKNOWN_MEMBER_ID to a member of an Empty group."""
         group = self._groups.get(group_id)
         if group is not None:
             self._expire(group)
-        if generation_id < 0 and not member_id:
-            # A commit from outside the group protocol (a tool, an assigned consumer):
-            # allowed only while no member holds partitions of the group.
-            if group is None or not group.members:
-                return ErrorCode.none
-            return ErrorCode.illegal_generation
-        if group is None or member_id not in group.members:
+        if group is None or not group.members:
+            return ErrorCode.none if generation_id < 0 else ErrorCode.unknown_member_id
+        if member_id not in group.members:
             return ErrorCode.unknown_member_id
         if generation_id != group.generation_id:
             return ErrorCode.illegal_generation
-        if group.state is GroupState.PREPARING_REBALANCE:
+        if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.rebalance_in_progress
         group.members[member_id].heard_ms = self._clock_ms()
         return ErrorCode.none

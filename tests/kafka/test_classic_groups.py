@@ -128,3 +128,29 @@ def test_refusals_name_kafkas_errors() -> None:
         assert groups.check_member("g", "", -1) == ErrorCode.none
 
     asyncio.run(scenario())
+
+
+def test_commits_follow_kafkas_rules() -> None:
+    """ClassicGroup.validateOffsetCommit: generation -1 commits to a group without members,
+    member id or not; members commit at their generation, during PreparingRebalance too (the
+    eager protocol commits before it rejoins), not between JoinGroup and SyncGroup."""
+
+    async def scenario() -> None:
+        groups = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
+        assert groups.check_member("g", "a-kip848-member-id", -1) == ErrorCode.none
+        assert groups.check_member("g", "m", 3) == ErrorCode.unknown_member_id
+        first, second = await _pair(groups)
+        assert groups.describe("g")[0] is GroupState.COMPLETING_REBALANCE
+        assert groups.check_member("g", first, 2) == ErrorCode.rebalance_in_progress
+        await asyncio.gather(groups.sync("g", first, 2, {}), groups.sync("g", second, 2, {}))
+        assert groups.check_member("g", "", -1) == ErrorCode.unknown_member_id
+        assert groups.check_member("g", "stranger", -1) == ErrorCode.unknown_member_id
+        assert groups.check_member("g", first, -1) == ErrorCode.illegal_generation
+        third = await _member_id(groups)
+        waiting = asyncio.ensure_future(groups.join(_request(third)))
+        await asyncio.sleep(0)
+        assert groups.describe("g")[0] is GroupState.PREPARING_REBALANCE
+        assert groups.check_member("g", first, 2) == ErrorCode.none
+        waiting.cancel()
+
+    asyncio.run(scenario())

@@ -76,7 +76,7 @@ def _until_assigned(consumer: Any, partitions: int) -> None:
 # -- 1: a commit's metadata and leader epoch ---------------------------------------------------
 
 
-@pytest.mark.parametrize("protocol", ["classic"])
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
 def test_commit_metadata_and_leader_epoch_come_back(
     kafka_cluster: LocalCluster, protocol: str
 ) -> None:
@@ -160,6 +160,42 @@ def test_every_node_answers_list_groups(kafka_cluster: LocalCluster) -> None:
 
 
 # -- 4: commits outside any membership (KIP-848) -----------------------------------------------
+
+
+def test_an_assigned_kip848_consumer_commits_without_subscribing(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """A `group.protocol=consumer` consumer that assign()s sends its member id with epoch -1:
+    Kafka accepts the commit while the group has no members, explicit or automatic."""
+    topic, group = "assigned-848", "assigned-848-group"
+    create_topic(kafka_cluster, topic, partitions=2)
+    producer = kafka.Producer({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+    for i in range(20):
+        producer.produce(topic, value=b"%d" % i, partition=i % 2)
+    assert producer.flush(30) == 0
+    partitions = [kafka.TopicPartition(topic, p, 0) for p in range(2)]
+    with _consumer(kafka_cluster, group, **{"group.protocol": "consumer"}) as consumer:
+        consumer.assign(partitions)
+        committed = consumer.commit(offsets=[kafka.TopicPartition(topic, 0, 4)], asynchronous=False)
+        assert all(tp.error is None for tp in committed), committed
+    settings = {
+        "group.protocol": "consumer",
+        "enable.auto.commit": True,
+        "auto.commit.interval.ms": 100,
+    }
+    with _consumer(kafka_cluster, group, **settings) as consumer:
+        consumer.assign([kafka.TopicPartition(topic, 1, 0)])
+        deadline = time.monotonic() + 30
+        read = 0
+        while read < 10:
+            assert time.monotonic() < deadline, f"read {read} of 10"
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                read += 1
+        _, end = consumer.get_watermark_offsets(kafka.TopicPartition(topic, 1), timeout=10)
+        time.sleep(0.5)  # an auto-commit or two
+    listed = _listed_offsets(kafka_cluster, group, topic, 2)
+    assert [tp.offset for tp in listed] == [4, end]  # all ten read, auto-committed
 
 
 # -- 5: DeleteGroups and OffsetDelete ----------------------------------------------------------

@@ -155,6 +155,10 @@ def test_offset_commits_need_ownership_and_leaving_frees_partitions() -> None:
     assert coordinator.check_commit("g", "m1", 2, owned)[0] is GroupErrorCode.FENCED_MEMBER_EPOCH
     assert coordinator.check_commit("g", "m9", 1, owned)[0] is GroupErrorCode.UNKNOWN_MEMBER_ID
     assert coordinator.check_commit("g", "", -1, owned)[0] is GroupErrorCode.UNKNOWN_MEMBER_ID
+    # Epoch -1 is outside any membership (Kafka's rule): a member id does not make it one.
+    assert coordinator.check_commit("g", "m9", -1, owned)[0] is GroupErrorCode.UNKNOWN_MEMBER_ID
+    assert coordinator.check_commit("g", "m1", -1, owned)[0] is GroupErrorCode.FENCED_MEMBER_EPOCH
+    assert coordinator.check_commit("empty", "m9", -1, owned)[0] is GroupErrorCode.NONE
     code, message = coordinator.check_commit("g", "m1", 1, [("events", 9)])
     assert code is GroupErrorCode.NOT_OWNER and "events" in message
     assert beat(coordinator, "m1", -1).member_epoch == -1
