@@ -33,6 +33,7 @@ from raftlog.metadata.commands import (
     CreateTopic,
     DecommissionNode,
     DeleteGroup,
+    DeleteGroupOffsets,
     DeleteTopic,
     ErrorCode,
     FenceNode,
@@ -72,6 +73,7 @@ __all__ = [
     "check_create_topic",
     "check_decommission",
     "check_delete_group",
+    "check_delete_group_offsets",
     "check_delete_topic",
     "check_fence",
     "check_heartbeat",
@@ -511,6 +513,21 @@ def check_delete_group(state: MetadataState, command: DeleteGroup) -> ApplyResul
         problem = reject(
             ErrorCode.UNKNOWN_GROUP, f"consumer group {command.group_id!r} has no offsets"
         )
+    return problem
+
+
+def check_delete_group_offsets(
+    state: MetadataState, command: DeleteGroupOffsets
+) -> ApplyResult | None:
+    problem = check_delete_group(state, DeleteGroup(command.group_id))
+    count = len(command.partitions)
+    if problem is None and not 1 <= count <= OFFSETS_PER_COMMIT_MAX:
+        problem = reject(
+            ErrorCode.INVALID_REQUEST,
+            f"a deletion names 1-{OFFSETS_PER_COMMIT_MAX} partitions, got {count}",
+        )
+    if problem is None and len(set(command.partitions)) != len(command.partitions):
+        problem = reject(ErrorCode.INVALID_REQUEST, "a deletion names a partition twice")
     return problem
 
 

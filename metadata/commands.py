@@ -10,7 +10,8 @@ whitespace: `{"type": "<class name>", "<field>": <value>, ...}`. Each command ty
 fields and their kinds in `_FIELD_KINDS` (a table, not code): `int` is a JSON integer in
 [0, 2**63) and never a boolean, `str` a string, `ints` a list of them, `int_lists` a list of
 lists, `str_map` an object of strings, `strs` a list of strings, `epochs` a list of integers in
-[-1, 2**31) (-1: none), `offsets` a list of [topic, partition, offset].
+[-1, 2**31) (-1: none), `offsets` a list of [topic, partition, offset], `partitions` a list of
+[topic, partition].
 Decode demands exactly the listed fields; anything else raises `MetadataDecodeError` naming
 the field and value, and `MetadataState.apply` turns that into an `INVALID_REQUEST` result
 instead of guessing.
@@ -63,6 +64,7 @@ __all__ = [
     "CreateTopic",
     "DecommissionNode",
     "DeleteGroup",
+    "DeleteGroupOffsets",
     "DeleteTopic",
     "ErrorCode",
     "FenceNode",
@@ -304,6 +306,16 @@ class DeleteGroup:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteGroupOffsets:
+    """Forget some of a consumer group's committed offsets (Kafka's OffsetDelete): partitions
+    with none are skipped; a group left with none is forgotten. The coordinator checked that
+    no member consumes these topics before proposing."""
+
+    group_id: str
+    partitions: tuple[tuple[str, PartitionId], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class DecommissionNode:
     """Starts taking a node out of the cluster: no replica is placed on it again, and the
     controller moves its replicas off one move at a time (`controller.decommission_step`)."""
@@ -333,6 +345,7 @@ Command: TypeAlias = (
     | AllocateProducerIds
     | CommitGroupOffsets
     | DeleteGroup
+    | DeleteGroupOffsets
     | DecommissionNode
     | CompleteDecommission
 )
@@ -383,6 +396,7 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "metadata": "strs",
     },
     DeleteGroup: {"group_id": "str"},
+    DeleteGroupOffsets: {"group_id": "str", "partitions": "partitions"},
     DecommissionNode: {"node_id": "int"},
     CompleteDecommission: {"node_id": "int"},
 }
@@ -416,8 +430,9 @@ def encode_command(command: Command) -> bytes:
             continue
         if kind == "int_lists":
             value = [list(replicas) for replicas in value]
-        elif kind in ("ints", "strs", "epochs", "offsets"):
-            value = [list(item) for item in value] if kind == "offsets" else list(value)
+        elif kind in ("ints", "strs", "epochs", "offsets", "partitions"):
+            nested = kind in ("offsets", "partitions")
+            value = [list(item) for item in value] if nested else list(value)
         elif kind == "str_map":
             value = dict(value)
         body[wire_keys.get(name, name)] = value
@@ -513,6 +528,18 @@ def decode_offsets(where: str, value: object) -> tuple[tuple[str, PartitionId, i
     return tuple(triples)
 
 
+def _decode_partitions(where: str, value: object) -> tuple[tuple[str, PartitionId], ...]:
+    """A list of [topic, partition] pairs."""
+    pairs = []
+    for i, item in enumerate(decode_list(where, value)):
+        pair = decode_list(f"{where}[{i}]", item)
+        if len(pair) != 2:
+            raise MetadataDecodeError(f"{where}[{i}]: expected [topic, partition]")
+        topic = decode_str(f"{where}[{i}][0]", pair[0])
+        pairs.append((topic, PartitionId(decode_int(f"{where}[{i}][1]", pair[1]))))
+    return tuple(pairs)
+
+
 def _decode_epochs(where: str, value: object) -> tuple[int, ...]:
     epochs = []
     for i, item in enumerate(decode_list(where, value)):
@@ -546,6 +573,7 @@ def _decode_field(where: str, kind: str, value: object) -> object:
         ),
         "offsets": decode_offsets,
         "epochs": _decode_epochs,
+        "partitions": _decode_partitions,
     }
     return decoders[kind](where, value)
 

@@ -58,6 +58,7 @@ from raftlog.metadata.commands import (
     CreateTopic,
     DecommissionNode,
     DeleteGroup,
+    DeleteGroupOffsets,
     DeleteTopic,
     ErrorCode,
     FenceNode,
@@ -353,6 +354,14 @@ class MetadataState:
         assert command.group_id not in self._group_offsets
         return OK
 
+    def _delete_group_offsets(self, command: DeleteGroupOffsets) -> ApplyResult:
+        offsets = self._group_offsets[command.group_id]
+        for topic, partition in command.partitions:
+            offsets.pop((topic, int(partition)), None)
+        if not offsets:
+            del self._group_offsets[command.group_id]
+        return OK
+
     def _create_partitions(self, command: CreatePartitions) -> ApplyResult:
         topic = self._topics[command.name]
         self._add_partitions(command.name, command.assignments, command.raft_group_ids)
@@ -515,6 +524,10 @@ _HANDLERS: dict[
         MetadataState._commit_group_offsets,
     ),
     DeleteGroup: (checks.check_delete_group, MetadataState._delete_group),
+    DeleteGroupOffsets: (
+        checks.check_delete_group_offsets,
+        MetadataState._delete_group_offsets,
+    ),
     DecommissionNode: (checks.check_decommission, MetadataState._decommission),
     CompleteDecommission: (
         checks.check_complete_decommission,

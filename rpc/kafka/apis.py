@@ -91,6 +91,8 @@ def _group_apis() -> list[Api]:
         Api(g.SYNC_GROUP, "SyncGroup", 0, 5, g.sync_group),
         Api(g.DESCRIBE_GROUPS, "DescribeGroups", 0, 5, g.describe_groups),
         Api(g.LIST_GROUPS, "ListGroups", 0, 4, g.list_groups),
+        Api(o.DELETE_GROUPS, "DeleteGroups", 0, 2, o.delete_groups),
+        Api(o.OFFSET_DELETE, "OffsetDelete", 0, 0, o.offset_delete),
         Api(
             c.CONSUMER_GROUP_HEARTBEAT,
             "ConsumerGroupHeartbeat",

@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
+from raftlog.rpc.kafka.consumer_protocol import subscribed_topics
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -163,6 +165,44 @@ class ClassicGroups:
         if group is not None:
             self._expire(group)
         return group is not None and bool(group.members)
+
+    def holds(self, group_id: str) -> bool:
+        """Whether this coordinator holds `group_id` (members, or handed-out ids pending)."""
+        return group_id in self._groups
+
+    def offset_delete_refusal(self, group_id: str) -> ErrorCode | None:
+        """Why Kafka's OffsetDelete may not touch `group_id` at all: NON_EMPTY_GROUP while it has
+        members of a protocol other than the consumer one (ClassicGroup.validateOffsetDelete)."""
+        group = self._groups.get(group_id)
+        if group is not None:
+            self._expire(group)
+        if group is not None and group.members and group.protocol_type != _CONSUMER_PROTOCOL:
+            return ErrorCode.non_empty_group
+        return None
+
+    def is_subscribed(self, group_id: str, topic: str) -> bool:
+        """Whether a member of `group_id` consumes `topic` (ClassicGroup.isSubscribedToTopic):
+        from the members' subscriptions for the chosen protocol; while one of them cannot be
+        read, or no protocol is chosen yet, every topic counts as subscribed."""
+        group = self._groups.get(group_id)
+        if group is None or not group.members or group.protocol_type != _CONSUMER_PROTOCOL:
+            return False
+        if group.protocol_name is None:
+            return True
+        for member in group.members.values():
+            topics = subscribed_topics(_metadata_for(member, group.protocol_name))
+            if topics is None or topic in topics:
+                return True
+        return False
+
+    def forget(self, group_id: str) -> bool:
+        """Drop `group_id` if it has no members (its handed-out ids go with it); whether it
+        was held. Its committed offsets are the metadata state's (DeleteGroups)."""
+        group = self._groups.get(group_id)
+        if group is None or group.members:
+            return False
+        del self._groups[group_id]
+        return True
 
     def check_member(self, group_id: str, member_id: str, generation_id: int) -> ErrorCode:
         """Whether `member_id` of `generation_id` may commit offsets now, by Kafka's rules
@@ -434,6 +474,7 @@ class ClassicGroups:
 
 # A handed-out member id not used to join within this long is forgotten.
 _PENDING_MEMBER_MS = 60_000
+_CONSUMER_PROTOCOL = "consumer"  # the protocol type whose metadata names the subscription
 
 
 def _answer_sync(member: _Member, answer: SyncAnswer) -> None:

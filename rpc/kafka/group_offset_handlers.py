@@ -1,4 +1,5 @@
-"""A consumer group's committed offsets on the Kafka wire: OffsetCommit and OffsetFetch.
+"""A consumer group's committed offsets on the Kafka wire: OffsetCommit, OffsetFetch,
+OffsetDelete, and DeleteGroups, which deletes a group (its offsets) once it has no members.
 
 Committed offsets are raftlog's: `CommitGroupOffsets` through the metadata quorum, answered
 only once committed, and read back from the node's metadata state. With each offset the state
@@ -11,6 +12,13 @@ These APIs serve both group protocols. A commit to a group with members of raftl
 coordinator (KIP-848, gRPC) is checked by that coordinator, the same check the gRPC commit gets
 (the member id, its epoch, and that it owns the partitions); any other by the classic groups
 (`ClassicGroups.check_member`: the member and its generation).
+
+A group exists, for DeleteGroups and OffsetDelete, while it has members in either coordinator,
+a classic group record, or committed offsets; they answer GROUP_ID_NOT_FOUND for any other, as
+Kafka does. Both commit their change through the metadata quorum (DeleteGroup,
+DeleteGroupOffsets) before they answer. Kafka runs the check and the write in one step of its
+coordinator; here a member may join between the two (its offsets are then gone, as if the
+deletion had come just before it joined).
 """
 
 from __future__ import annotations
@@ -20,7 +28,15 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from raftlog import errors
-from raftlog.metadata.commands import commit_group_offsets, offset_metadata_chars
+from raftlog.metadata import ErrorCode as MetadataErrorCode
+from raftlog.metadata.commands import (
+    OFFSETS_PER_COMMIT_MAX,
+    Command,
+    DeleteGroup,
+    DeleteGroupOffsets,
+    commit_group_offsets,
+    offset_metadata_chars,
+)
 from raftlog.metadata.consumer_groups import GroupErrorCode
 from raftlog.metadata.model import NO_EPOCH, CommittedOffset
 from raftlog.rpc.kafka.classic_group_handlers import consumer_group_has_members, coordinating
@@ -31,9 +47,18 @@ from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 from raftlog.rpc.security import Permission
 from raftlog.types import PartitionId
 
-__all__ = ["OFFSET_COMMIT", "OFFSET_FETCH", "offset_commit", "offset_fetch"]
+__all__ = [
+    "DELETE_GROUPS",
+    "OFFSET_COMMIT",
+    "OFFSET_DELETE",
+    "OFFSET_FETCH",
+    "delete_groups",
+    "offset_commit",
+    "offset_delete",
+    "offset_fetch",
+]
 
-OFFSET_COMMIT, OFFSET_FETCH = 8, 9
+OFFSET_COMMIT, OFFSET_FETCH, DELETE_GROUPS, OFFSET_DELETE = 8, 9, 42, 47
 _COMMIT_TIMEOUT_S = 10.0
 _NOT_COMMITTED = CommittedOffset(-1)  # what OffsetFetch answers for a partition without one
 
@@ -111,22 +136,31 @@ async def _replicate(ctx: KafkaContext, group_id: str, wanted: list[tuple[str, A
             name,
             PartitionId(int(p.partition_index)),
             int(p.committed_offset),
-            int(getattr(p, "committed_leader_epoch", NO_EPOCH)),
+            max(int(getattr(p, "committed_leader_epoch", NO_EPOCH)), NO_EPOCH),  # any < 0: none
             p.committed_metadata or "",
         )
         for name, p in wanted
         if p.partition_index >= 0
     ]
     for command in commit_group_offsets(group_id, entries):
-        try:
-            result = await ctx.node.submit(command, timeout_s=_COMMIT_TIMEOUT_S)
-        except errors.NotLeaderError:
-            return ErrorCode.not_coordinator
-        except (errors.RaftlogError, TimeoutError):
-            return ErrorCode.request_timed_out
-        if not result.ok:
-            return metadata_result_error(result.code)
+        code = await _submit(ctx, command)
+        if code is not ErrorCode.none:
+            return code
     return ErrorCode.none
+
+
+async def _submit(ctx: KafkaContext, command: Command) -> ErrorCode:
+    """Commit `command` through the metadata quorum: NONE once committed, else why not (a group
+    with no offsets left is GROUP_ID_NOT_FOUND)."""
+    try:
+        result = await ctx.node.submit(command, timeout_s=_COMMIT_TIMEOUT_S)
+    except errors.NotLeaderError:
+        return ErrorCode.not_coordinator
+    except (errors.RaftlogError, TimeoutError):
+        return ErrorCode.request_timed_out
+    if result.code is MetadataErrorCode.UNKNOWN_GROUP:
+        return ErrorCode.group_id_not_found
+    return ErrorCode.none if result.ok else metadata_result_error(result.code)
 
 
 async def offset_fetch(ctx: KafkaContext, request: Any, version: int) -> Any:
@@ -211,3 +245,117 @@ def _fetch_group(
         )
         for name, partitions in wanted.items()
     )
+
+
+def _group_exists(ctx: KafkaContext, group_id: str) -> bool:
+    return (
+        consumer_group_has_members(ctx, group_id)
+        or ctx.groups.holds(group_id)
+        or ctx.node.metadata.state.has_consumer_group(group_id)
+    )
+
+
+async def delete_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """DeleteGroups v0 to v2: each group in turn, as Kafka's coordinator deletes it: NOT_COORDINATOR
+    off the controller, INVALID_GROUP_ID for an empty id, GROUP_ID_NOT_FOUND for a group that does
+    not exist, NON_EMPTY_GROUP while it has members (of either protocol); else its committed
+    offsets are deleted through the node port (`submit` of DeleteGroup) and its classic record
+    (ids handed out) dropped."""
+    module = response_module(DELETE_GROUPS, version)
+    results = []
+    for group_id in request.groups_names:
+        code = await _delete_group(ctx, str(group_id))
+        results.append(build(module.DeletableGroupResult, group_id=group_id, error_code=code))
+    return build(module.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+
+
+async def _delete_group(ctx: KafkaContext, group_id: str) -> ErrorCode:
+    if not coordinating(ctx):
+        return ErrorCode.not_coordinator
+    if not group_id:
+        return ErrorCode.invalid_group_id
+    if not _group_exists(ctx, group_id):
+        return ErrorCode.group_id_not_found
+    if consumer_group_has_members(ctx, group_id) or ctx.groups.has_members(group_id):
+        return ErrorCode.non_empty_group
+    ctx.groups.forget(group_id)
+    if not ctx.node.metadata.state.has_consumer_group(group_id):
+        return ErrorCode.none  # a classic record without offsets: nothing to commit
+    return await _submit(ctx, DeleteGroup(group_id))
+
+
+async def offset_delete(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """OffsetDelete v0: deletes a group's committed offsets of the partitions named, as Kafka does.
+    Top level: NOT_COORDINATOR off the controller, INVALID_GROUP_ID for an empty id,
+    GROUP_ID_NOT_FOUND for a group that does not exist, NON_EMPTY_GROUP for a classic group with
+    members of a protocol other than "consumer". Per partition: TOPIC_AUTHORIZATION_FAILED without
+    read permission, UNKNOWN_TOPIC_OR_PARTITION for one the cluster does not have,
+    GROUP_SUBSCRIBED_TO_TOPIC when a member consumes its topic; the others are deleted through the
+    node port (`submit` of DeleteGroupOffsets; those without an offset need nothing) and NONE, or
+    the deletion's code when it fails."""
+    module = response_module(OFFSET_DELETE, version)
+    group_id = str(request.group_id)
+    refusal = _offset_delete_refusal(ctx, group_id)
+    if refusal is not None:
+        return build(
+            module.OffsetDeleteResponse, error_code=refusal, throttle_time=NO_THROTTLE, topics=()
+        )
+    wanted = [(t.name, int(p.partition_index)) for t in request.topics for p in t.partitions]
+    codes = [_offset_delete_code(ctx, group_id, topic, p) for topic, p in wanted]
+    committed = ctx.node.metadata.state.committed(group_id)
+    doomed = tuple(
+        dict.fromkeys(  # a partition named twice is deleted once
+            (topic, PartitionId(p))
+            for (topic, p), code in zip(wanted, codes, strict=True)
+            if code is ErrorCode.none and (topic, p) in committed
+        )
+    )
+    outcome = ErrorCode.none
+    for start in range(0, len(doomed), OFFSETS_PER_COMMIT_MAX):
+        chunk = doomed[start : start + OFFSETS_PER_COMMIT_MAX]
+        outcome = await _submit(ctx, DeleteGroupOffsets(group_id, chunk))
+        if outcome is not ErrorCode.none:
+            break
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition), code in zip(wanted, codes, strict=True):
+        by_topic.setdefault(topic, []).append(
+            build(
+                module.OffsetDeleteResponsePartition,
+                partition_index=partition,
+                error_code=outcome if code is ErrorCode.none else code,
+            )
+        )
+    return build(
+        module.OffsetDeleteResponse,
+        error_code=ErrorCode.none,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(module.OffsetDeleteResponseTopic, name=name, partitions=tuple(parts))
+            for name, parts in by_topic.items()
+        ),
+    )
+
+
+def _offset_delete_refusal(ctx: KafkaContext, group_id: str) -> ErrorCode | None:
+    """The top-level refusal of an OffsetDelete, if any (the docstring of `offset_delete`)."""
+    if not coordinating(ctx):
+        return ErrorCode.not_coordinator
+    if not group_id:
+        return ErrorCode.invalid_group_id
+    if not _group_exists(ctx, group_id):
+        return ErrorCode.group_id_not_found
+    return ctx.groups.offset_delete_refusal(group_id)
+
+
+def _offset_delete_code(ctx: KafkaContext, group_id: str, topic: str, partition: int) -> ErrorCode:
+    """One partition's answer before anything is deleted: NONE if its offset may go."""
+    if not ctx.allowed(Permission.READ, topic):
+        return ErrorCode.topic_authorization_failed
+    if ctx.node.metadata.state.partition(topic, partition) is None:
+        return ErrorCode.unknown_topic_or_partition
+    consumers = ctx.consumer_groups
+    subscribed = ctx.groups.is_subscribed(group_id, topic)
+    if not subscribed and consumer_group_has_members(ctx, group_id):
+        described = consumers.coordinator.describe(group_id)
+        subscribed = described is not None and any(topic in m.topics for m in described.members)
+    return ErrorCode.group_subscribed_to_topic if subscribed else ErrorCode.none

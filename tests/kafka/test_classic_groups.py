@@ -1,8 +1,11 @@
-"""The classic group coordinator's state machine on a fake clock, without sockets."""
+"""The classic group coordinator's state machine on a fake clock, without sockets, and the
+consumer protocol's subscription as it reads it."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import struct
 
 from kio.schema.errors import ErrorCode
 
@@ -12,6 +15,7 @@ from raftlog.rpc.kafka.classic_group_coordinator import (
     JoinAnswer,
     JoinRequest,
 )
+from raftlog.rpc.kafka.consumer_protocol import subscribed_topics
 
 
 class FakeClock:
@@ -152,5 +156,39 @@ def test_commits_follow_kafkas_rules() -> None:
         assert groups.describe("g")[0] is GroupState.PREPARING_REBALANCE
         assert groups.check_member("g", first, 2) == ErrorCode.none
         waiting.cancel()
+
+    asyncio.run(scenario())
+
+
+def _subscription(*topics: str, version: int = 3) -> bytes:
+    body = struct.pack(">hi", version, len(topics))
+    for topic in topics:
+        body += struct.pack(">h", len(topic)) + topic.encode()
+    return body + b"\xff\xff\xff\xff" + b"later versions' fields"
+
+
+def test_subscriptions_are_read_by_their_version_0_prefix() -> None:
+    assert subscribed_topics(_subscription("a", "b")) == {"a", "b"}
+    assert subscribed_topics(_subscription(version=0)) == frozenset()
+    for bad in (b"", b"\x00\x00\x00\x00\x00\x02\x00\x01a", b"\xff\xff", _subscription()[:3]):
+        assert subscribed_topics(bad) is None, bad
+
+
+def test_offset_delete_sees_what_members_subscribe_to() -> None:
+    async def scenario() -> None:
+        groups = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
+        assert groups.offset_delete_refusal("g") is None and not groups.is_subscribed("g", "a")
+        member = await _member_id(groups)
+        protocols = (("range", _subscription("a")),)
+        await groups.join(_request(member, protocols=protocols))
+        assert groups.is_subscribed("g", "a") and not groups.is_subscribed("g", "b")
+        assert groups.offset_delete_refusal("g") is None
+        other = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
+        connect = JoinRequest("g", "", "c", 1000, 200, "connect", (("v1", b""),))
+        joined = await other.join(connect)
+        await other.join(dataclasses.replace(connect, member_id=joined.member_id))
+        assert other.offset_delete_refusal("g") == ErrorCode.non_empty_group
+        assert not other.forget("g") and groups.leave("g", member) == ErrorCode.none
+        assert not groups.holds("g") and not groups.forget("g")
 
     asyncio.run(scenario())

@@ -199,3 +199,67 @@ def test_an_assigned_kip848_consumer_commits_without_subscribing(
 
 
 # -- 5: DeleteGroups and OffsetDelete ----------------------------------------------------------
+
+
+def test_delete_groups_as_kafka_does(kafka_cluster: LocalCluster) -> None:
+    """DeleteGroups: NON_EMPTY_GROUP while the group has members, GROUP_ID_NOT_FOUND for a group
+    the coordinator does not know, else the group's offsets are gone."""
+    topic = "deleted-groups"
+    create_topic(kafka_cluster, topic, partitions=1)
+    client = _admin(kafka_cluster)
+    with _consumer(kafka_cluster, "busy-group") as consumer:
+        consumer.subscribe([topic])
+        _until_assigned(consumer, 1)
+        futures = client.delete_consumer_groups(["busy-group", "no-such-group"], request_timeout=10)
+        for group, code in (
+            ("busy-group", kafka.KafkaError.NON_EMPTY_GROUP),
+            ("no-such-group", kafka.KafkaError.GROUP_ID_NOT_FOUND),
+        ):
+            with pytest.raises(kafka.KafkaException) as refused:
+                futures[group].result(timeout=20)
+            assert refused.value.args[0].code() == code, group
+        consumer.commit(offsets=[kafka.TopicPartition(topic, 0, 1)], asynchronous=False)
+    done = client.delete_consumer_groups(["busy-group"], request_timeout=10)
+    done["busy-group"].result(timeout=20)
+    assert [tp.offset for tp in _listed_offsets(kafka_cluster, "busy-group", topic, 1)] == [-1001]
+    listed = client.list_consumer_groups(request_timeout=10).result(timeout=20)
+    assert "busy-group" not in {g.group_id for g in listed.valid}
+
+    with _python_admin(kafka_cluster) as admin:
+        answered = dict(admin.delete_groups(["busy-group", "no-such-group"]))
+    assert answered == {
+        "busy-group": "GroupIdNotFoundError",
+        "no-such-group": "GroupIdNotFoundError",
+    }
+
+
+def test_offset_delete_as_kafka_does(kafka_cluster: LocalCluster) -> None:
+    """OffsetDelete (kafka-python's delete_group_offsets): an unknown group is GROUP_ID_NOT_FOUND;
+    a partition of a topic a member subscribes to is GROUP_SUBSCRIBED_TO_TOPIC; others go."""
+    from kafka import TopicPartition
+    from kafka.structs import OffsetAndMetadata
+
+    subscribed, other, group = "offdel-sub", "offdel-other", "offdel-group"
+    create_topic(kafka_cluster, subscribed, partitions=1)
+    create_topic(kafka_cluster, other, partitions=2)
+    errors = kafka_python.errors
+    with _python_admin(kafka_cluster) as admin:
+        with pytest.raises(errors.GroupIdNotFoundError):
+            admin.delete_group_offsets("offdel-unknown", [TopicPartition(other, 0)])
+        offsets = {
+            TopicPartition(t, p): OffsetAndMetadata(5, "", -1)
+            for t, p in ((subscribed, 0), (other, 0), (other, 1))
+        }
+        assert set(admin.alter_group_offsets(group, offsets).values()) == {errors.NoError}
+        with _consumer(kafka_cluster, group) as consumer:
+            consumer.subscribe([subscribed])
+            _until_assigned(consumer, 1)
+            answer = admin.delete_group_offsets(
+                group, [TopicPartition(subscribed, 0), TopicPartition(other, 0)]
+            )
+            assert answer == {
+                TopicPartition(subscribed, 0): errors.GroupSubscribedToTopicError,
+                TopicPartition(other, 0): errors.NoError,
+            }
+        remaining = admin.list_group_offsets({group: None})[group]
+    assert sorted((tp.topic, tp.partition) for tp in remaining) == [(other, 1), (subscribed, 0)]

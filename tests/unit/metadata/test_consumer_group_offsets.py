@@ -17,6 +17,7 @@ from raftlog.metadata.commands import (
     OFFSETS_PER_COMMIT_MAX,
     CommitGroupOffsets,
     DeleteGroup,
+    DeleteGroupOffsets,
     DeleteTopic,
     ErrorCode,
     MetadataDecodeError,
@@ -210,3 +211,15 @@ def test_a_large_commit_is_split_into_commands_that_fit() -> None:
     assert [o for c in commands for o in c.offsets] == [e[:3] for e in entries]
     many = [("t", PartitionId(p), 0, -1, "") for p in range(OFFSETS_PER_COMMIT_MAX + 1)]
     assert [len(c.offsets) for c in commit_group_offsets("g", many)] == [OFFSETS_PER_COMMIT_MAX, 1]
+
+
+def test_delete_group_offsets_forgets_some_and_then_the_group(log: Log) -> None:
+    log.ok(commit("g", ("orders", 0, 5), ("orders", 1, 6), ("audit", 0, 3)))
+    log.ok(DeleteGroupOffsets("g", (("orders", PartitionId(0)), ("orders", PartitionId(2)))))
+    assert log.state.committed_offsets("g") == {("orders", 1): 6, ("audit", 0): 3}
+    log.rejected(DeleteGroupOffsets("g", ()), ErrorCode.INVALID_REQUEST, "1-10000")
+    twice = (("audit", PartitionId(0)), ("audit", PartitionId(0)))
+    log.rejected(DeleteGroupOffsets("g", twice), ErrorCode.INVALID_REQUEST, "twice")
+    log.rejected(DeleteGroupOffsets("h", twice[:1]), ErrorCode.UNKNOWN_GROUP, "'h'")
+    log.ok(DeleteGroupOffsets("g", (("orders", PartitionId(1)), ("audit", PartitionId(0)))))
+    assert log.state.consumer_group_ids() == (), "a group with no offsets left is forgotten"

@@ -16,8 +16,11 @@ from raftlog.metadata.commands import (
     AllocateProducerIds,
     AlterTopicConfig,
     Command,
+    CommitGroupOffsets,
     CreatePartitions,
     CreateTopic,
+    DeleteGroup,
+    DeleteGroupOffsets,
     DeleteTopic,
     ErrorCode,
     FenceNode,
@@ -53,6 +56,12 @@ EVERY_COMMAND: list[Command] = [
     ReassignPartition("orders", PartitionId(0), (NodeId(2), NodeId(3))),
     ReportLeader("orders", PartitionId(1), RaftGroupId(2), NodeId(2), 7),
     AllocateProducerIds(1000),
+    CommitGroupOffsets("g", (("orders", PartitionId(0), 5),)),
+    CommitGroupOffsets(
+        "g", (("orders", PartitionId(0), 5), ("orders", PartitionId(1), 6)), (3, -1), ("m", "")
+    ),
+    DeleteGroup("g"),
+    DeleteGroupOffsets("g", (("orders", PartitionId(0)), ("audit", PartitionId(2)))),
 ]
 
 
