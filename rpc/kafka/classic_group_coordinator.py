@@ -17,10 +17,14 @@ A group moves Empty -> PreparingRebalance -> CompletingRebalance -> Stable:
   waiting in SyncGroup and makes the group Stable. Followers that sync later get theirs
   at once.
 - Heartbeats answer REBALANCE_IN_PROGRESS while a rebalance waits for rejoins, so members
-  rejoin; a member not heard from within its session timeout is removed (checked lazily on
-  every request to its group: the survivors' heartbeats find it) and the group rebalances.
+  rejoin. A member not heard from within its session timeout is removed and the group
+  rebalances, or, if a rebalance waits for it, completes without it. Sessions end on the
+  coordinator's one timer (`ExpiryQueue`: a heap of deadlines, one entry per member), not when
+  some request next touches the group: during a rebalance the survivors wait in JoinGroup and
+  send nothing, so only the timer can end a dead member's session (as Kafka's coordinator
+  does with its heartbeat timer). A member waiting in JoinGroup or SyncGroup is not expired.
 - A new member first gets MEMBER_ID_REQUIRED with its id (KIP-394) and joins with it; ids
-  handed out but unused expire after a session timeout.
+  handed out but unused expire after `_PENDING_MEMBER_MS`.
 """
 
 from __future__ import annotations
@@ -29,12 +33,13 @@ import asyncio
 import enum
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
 from raftlog.rpc.kafka.consumer_protocol import subscribed_topics
+from raftlog.rpc.kafka.expiry_queue import ExpiryQueue
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +109,12 @@ class _Member:
     joined: asyncio.Future[JoinAnswer] | None = None
     synced: asyncio.Future[SyncAnswer] | None = None
     assignment: bytes = b""
+    expiry_queued_ms: int | None = None  # the deadline of its entry in the expiry queue
+
+    @property
+    def waiting(self) -> bool:
+        """In JoinGroup or SyncGroup now: its session does not run out meanwhile."""
+        return any(f is not None and not f.done() for f in (self.joined, self.synced))
 
 
 @dataclass(slots=True)
@@ -128,6 +139,7 @@ class ClassicGroups:
         self._members_max = members_max
         self._groups: dict[str, _Group] = {}
         self._term: int | None = None
+        self._expiries = ExpiryQueue(clock_ms=clock_ms, on_due=self._on_due, live=self._queued)
 
     def follow_term(self, term: int | None) -> bool:
         """True while this node coordinates (`term`: the controller term, else None); a new
@@ -237,17 +249,20 @@ class ClassicGroups:
         INCONSISTENT_GROUP_PROTOCOL, UNKNOWN_MEMBER_ID, GROUP_MAX_SIZE_REACHED; a superseded join
         gets REBALANCE_IN_PROGRESS and a reset NOT_COORDINATOR."""
         group = self._groups.get(request.group_id)
+        if group is not None:
+            self._expire(group)
+            group = self._groups.get(request.group_id)  # gone if it expired empty
         if group is None:
             if len(self._groups) >= self._groups_max:
                 return JoinAnswer(ErrorCode.coordinator_not_available, request.member_id)
             group = self._groups[request.group_id] = _Group(request.group_id)
-        self._expire(group)
         refusal = self._join_refusal(group, request)
         if refusal is not None:
             return JoinAnswer(refusal, request.member_id)
         if not request.member_id:
             member_id = f"{request.client_id or 'member'}-{uuid.uuid4()}"
-            group.pending[member_id] = self._clock_ms()
+            group.pending[member_id] = now_ms = self._clock_ms()
+            self._expiries.push(now_ms + _PENDING_MEMBER_MS + 1, group.group_id, member_id)
             return JoinAnswer(ErrorCode.member_id_required, member_id)
         rejoin = self._unchanged_rejoin(group, request)
         if rejoin is not None:
@@ -309,6 +324,7 @@ class ClassicGroups:
                 request.protocols,
                 now_ms,
             )
+            self._queue_session(group, member)
         member.protocols = request.protocols
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
@@ -351,6 +367,9 @@ class ClassicGroups:
             group.leader_id = next(iter(group.members))
         group.protocol_name = _choose_protocol(group)
         group.state = GroupState.COMPLETING_REBALANCE
+        now_ms = self._clock_ms()
+        for member in group.members.values():
+            member.heard_ms = now_ms  # its session runs from the new generation's start
         views = tuple(
             MemberView(m.member_id, m.client_id, _metadata_for(m, group.protocol_name), b"")
             for m in group.members.values()
@@ -432,6 +451,7 @@ class ClassicGroups:
 
     def reset(self) -> None:
         """Forget every group (this node stopped coordinating): waiters learn it."""
+        self._expiries.clear()
         for group in self._groups.values():
             if group.join_deadline is not None:
                 group.join_deadline.cancel()
@@ -446,14 +466,49 @@ class ClassicGroups:
     # -- membership changes ------------------------------------------------------------------
 
     def _expire(self, group: _Group) -> None:
+        """Remove the members whose session ended and the handed-out ids past theirs; a group
+        left with neither is forgotten."""
         now_ms = self._clock_ms()
         for member_id, since_ms in list(group.pending.items()):
             if now_ms - since_ms > _PENDING_MEMBER_MS:
                 del group.pending[member_id]
         for member in list(group.members.values()):
-            waiting = member.joined is not None and not member.joined.done()
-            if not waiting and now_ms - member.heard_ms > member.session_timeout_ms:
+            if not member.waiting and now_ms - member.heard_ms > member.session_timeout_ms:
                 self._remove(group, member.member_id, "timed out")
+        if not group.members and not group.pending and self._groups.get(group.group_id) is group:
+            del self._groups[group.group_id]
+
+    # -- sessions on the coordinator's timer -------------------------------------------------
+
+    def _queue_session(self, group: _Group, member: _Member) -> None:
+        """Queue `member`'s session end (one entry per member: `expiry_queued_ms`)."""
+        start_ms = self._clock_ms() if member.waiting else member.heard_ms
+        member.expiry_queued_ms = start_ms + member.session_timeout_ms + 1
+        self._expiries.push(member.expiry_queued_ms, group.group_id, member.member_id)
+
+    def _on_due(self, group_id: str, member_id: str, deadline_ms: int) -> None:
+        """An entry's deadline passed: expire its group's ended sessions and queue the member
+        again if it lives on; an entry of a member since gone (or queued anew) does nothing."""
+        group = self._groups.get(group_id)
+        member = None if group is None else group.members.get(member_id)
+        if group is None or (member is None and member_id not in group.pending):
+            return
+        if member is not None:
+            if member.expiry_queued_ms != deadline_ms:
+                return
+            member.expiry_queued_ms = None
+        self._expire(group)
+        if member is not None and group.members.get(member_id) is member:
+            self._queue_session(group, member)
+
+    def _queued(self) -> Iterator[tuple[int, str, str]]:
+        """Every entry the expiry queue should hold (it rebuilds from these)."""
+        for group in self._groups.values():
+            for member in group.members.values():
+                if member.expiry_queued_ms is not None:
+                    yield member.expiry_queued_ms, group.group_id, member.member_id
+            for member_id, since_ms in group.pending.items():
+                yield since_ms + _PENDING_MEMBER_MS + 1, group.group_id, member_id
 
     def _remove(self, group: _Group, member_id: str, reason: str) -> None:
         member = group.members.pop(member_id)

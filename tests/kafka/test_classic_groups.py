@@ -101,6 +101,36 @@ def test_a_silent_member_is_removed_and_the_group_rebalances() -> None:
     asyncio.run(scenario())
 
 
+def test_a_silent_member_is_removed_by_the_timer_while_a_rebalance_waits_for_it() -> None:
+    """Nobody sends anything while the others wait in JoinGroup: the coordinator's timer ends
+    the silent member's session and the rebalance completes without it, long before its
+    rebalance timeout (60 s)."""
+
+    async def scenario() -> None:
+        clock = FakeClock()
+        groups = ClassicGroups(clock_ms=clock, groups_max=10, members_max=10)
+
+        def patient(member_id: str) -> JoinRequest:
+            return dataclasses.replace(_request(member_id), rebalance_timeout_ms=60_000)
+
+        first, second = await _member_id(groups), await _member_id(groups)
+        await groups.join(patient(first))
+        await asyncio.gather(groups.join(patient(second)), groups.join(patient(first)))
+        third = await _member_id(groups)
+        clock.now_ms = 800
+        assert groups.heartbeat("g", first, 2) == ErrorCode.none  # the second stays silent
+        joins = asyncio.gather(groups.join(patient(third)), groups.join(patient(first)))
+        await asyncio.sleep(0)
+        assert groups.describe("g")[0] is GroupState.PREPARING_REBALANCE
+        clock.now_ms = 1500  # no request comes: the second's session (0 + 1000) ends
+        answers = await asyncio.wait_for(joins, 5)
+        assert {a.generation_id for a in answers} == {3}
+        leader = next(a for a in answers if a.members)
+        assert {m.member_id for m in leader.members} == {first, third}
+
+    asyncio.run(scenario())
+
+
 def test_a_member_that_does_not_rejoin_in_time_is_dropped() -> None:
     async def scenario() -> None:
         groups = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
