@@ -41,6 +41,7 @@ __all__ = [
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 10, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 13, 14, 15, 16
 _GROUP_KEY = 0
+_SKIP_ASSIGNMENT_VERSION = 9  # JoinGroup's skip_assignment (KIP-814)
 
 
 def coordinating(ctx: KafkaContext) -> bool:
@@ -106,8 +107,9 @@ async def join_group(ctx: KafkaContext, request: Any, version: int) -> Any:
     """JoinGroup v2 to v9, run by `ClassicGroups` in this node's memory (the node port is not
     called). Answers NOT_COORDINATOR off the controller, INVALID_SESSION_TIMEOUT for a session
     timeout not in (0, group_rebalance_timeout_ms_max], INCONSISTENT_GROUP_PROTOCOL for a group
-    with KIP-848 members, else what `ClassicGroups.join` answers; the rebalance timeout is
-    clamped to the same bound."""
+    with KIP-848 members, else what `ClassicGroups.join` answers (v5 on: static members by their
+    group instance id, KIP-345; v9: skip_assignment, KIP-814); the rebalance timeout is clamped
+    to the same bound."""
     module = response_module(JOIN_GROUP, version)
     if not coordinating(ctx):
         return _join_response(module, JoinAnswer(ErrorCode.not_coordinator, request.member_id))
@@ -130,9 +132,17 @@ async def join_group(ctx: KafkaContext, request: Any, version: int) -> Any:
             rebalance_timeout_ms=min(max(rebalance_ms, 1), limits.group_rebalance_timeout_ms_max),
             protocol_type=request.protocol_type,
             protocols=tuple((p.name, bytes(p.metadata)) for p in request.protocols),
+            group_instance_id=_instance_id(request),
+            skip_assignment_supported=version >= _SKIP_ASSIGNMENT_VERSION,
         )
     )
     return _join_response(module, answer)
+
+
+def _instance_id(request: Any) -> str | None:
+    """A request's group instance id (None before the version that has one, or for a dynamic
+    member; an empty one is none either)."""
+    return getattr(request, "group_instance_id", None) or None
 
 
 def _join_response(module: Any, answer: JoinAnswer) -> Any:
@@ -144,13 +154,13 @@ def _join_response(module: Any, answer: JoinAnswer) -> Any:
         protocol_type=answer.protocol_type or "",
         protocol_name=answer.protocol_name or "",
         leader=answer.leader_id,
-        skip_assignment=False,
+        skip_assignment=answer.skip_assignment,
         member_id=answer.member_id,
         members=tuple(
             build(
                 module.JoinGroupResponseMember,
                 member_id=m.member_id,
-                group_instance_id=None,
+                group_instance_id=m.instance_id,
                 metadata=m.metadata,
             )
             for m in answer.members
@@ -161,7 +171,8 @@ def _join_response(module: Any, answer: JoinAnswer) -> Any:
 async def sync_group(ctx: KafkaContext, request: Any, version: int) -> Any:
     """SyncGroup v0 to v5: the leader hands out assignments, followers get theirs
     (`ClassicGroups.sync`, in memory; the node port is not called). Answers NOT_COORDINATOR off the
-    controller, else UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS for a member
+    controller, else UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID (v3 on: a static member replaced by
+    another with its instance id), ILLEGAL_GENERATION or REBALANCE_IN_PROGRESS for a member
     that must rejoin."""
     module = response_module(SYNC_GROUP, version)
     if not coordinating(ctx):
@@ -175,7 +186,11 @@ async def sync_group(ctx: KafkaContext, request: Any, version: int) -> Any:
         )
     assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
     answer = await ctx.groups.sync(
-        request.group_id, request.member_id, int(request.generation_id), assignments
+        request.group_id,
+        request.member_id,
+        int(request.generation_id),
+        assignments,
+        _instance_id(request),
     )
     return build(
         module.SyncGroupResponse,
@@ -189,10 +204,16 @@ async def sync_group(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 async def heartbeat(ctx: KafkaContext, request: Any, version: int) -> Any:
     """Heartbeat v0 to v4 (`ClassicGroups.heartbeat`, in memory): NOT_COORDINATOR off the
-    controller, else UNKNOWN_MEMBER_ID, REBALANCE_IN_PROGRESS (rejoin) or ILLEGAL_GENERATION."""
+    controller, else UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID (v3 on), REBALANCE_IN_PROGRESS
+    (rejoin) or ILLEGAL_GENERATION."""
     module = response_module(HEARTBEAT, version)
     code = (
-        ctx.groups.heartbeat(request.group_id, request.member_id, int(request.generation_id))
+        ctx.groups.heartbeat(
+            request.group_id,
+            request.member_id,
+            int(request.generation_id),
+            _instance_id(request),
+        )
         if coordinating(ctx)
         else ErrorCode.not_coordinator
     )
@@ -200,20 +221,22 @@ async def heartbeat(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 async def leave_group(ctx: KafkaContext, request: Any, version: int) -> Any:
-    """LeaveGroup v0 to v5 (`ClassicGroups.leave`, in memory); v3 on name several members, each
-    answered on its own with a top-level NONE. Answers NOT_COORDINATOR off the controller,
-    UNKNOWN_MEMBER_ID for a member not in the group."""
+    """LeaveGroup v0 to v5 (`ClassicGroups.leave`, in memory); v3 on name several members, by
+    member id, instance id or both (KIP-345: an administrator removes a static member by its
+    instance id), each answered on its own with a top-level NONE. Answers NOT_COORDINATOR off
+    the controller, UNKNOWN_MEMBER_ID for a member not in the group, FENCED_INSTANCE_ID for an
+    instance id another member holds."""
     module = response_module(LEAVE_GROUP, version)
-    members = (
-        [m.member_id for m in request.members]
+    members: list[tuple[str, str | None]] = (
+        [(m.member_id, _instance_id(m)) for m in request.members]
         if hasattr(request, "members")
-        else [request.member_id]
+        else [(request.member_id, None)]
     )
     if not coordinating(ctx):
         codes = [ErrorCode.not_coordinator for _ in members]
         top = ErrorCode.not_coordinator
     else:
-        codes = [ctx.groups.leave(request.group_id, member) for member in members]
+        codes = [ctx.groups.leave(request.group_id, *member) for member in members]
         top = codes[0] if not hasattr(request, "members") else ErrorCode.none
     member_class = getattr(module, "MemberResponse", None)  # v3 and later
     return build(
@@ -223,8 +246,8 @@ async def leave_group(ctx: KafkaContext, request: Any, version: int) -> Any:
         members=()
         if member_class is None
         else tuple(
-            build(member_class, member_id=m, group_instance_id=None, error_code=c)
-            for m, c in zip(members, codes, strict=True)
+            build(member_class, member_id=m, group_instance_id=i, error_code=c)
+            for (m, i), c in zip(members, codes, strict=True)
         ),
     )
 
@@ -296,7 +319,7 @@ async def describe_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
                     build(
                         module.DescribedGroupMember,
                         member_id=m.member_id,
-                        group_instance_id=None,
+                        group_instance_id=m.instance_id,
                         client_id=m.client_id,
                         client_host="",
                         member_metadata=m.metadata,

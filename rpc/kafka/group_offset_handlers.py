@@ -126,7 +126,10 @@ def _check_committer(ctx: KafkaContext, request: Any, wanted: list[tuple[str, An
             request.group_id, request.member_id or "", generation, partitions
         )
         return ErrorCode.none if refusal is GroupErrorCode.NONE else commit_error(refusal)
-    return ctx.groups.check_member(request.group_id, request.member_id or "", generation)
+    instance_id = getattr(request, "group_instance_id", None) or None  # v7 on
+    return ctx.groups.check_member(
+        request.group_id, request.member_id or "", generation, instance_id
+    )
 
 
 async def _replicate(ctx: KafkaContext, group_id: str, wanted: list[tuple[str, Any]]) -> ErrorCode:

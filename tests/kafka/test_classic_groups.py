@@ -222,3 +222,101 @@ def test_offset_delete_sees_what_members_subscribe_to() -> None:
         assert not groups.holds("g") and not groups.forget("g")
 
     asyncio.run(scenario())
+
+
+# -- static membership (KIP-345) ---------------------------------------------------------------
+
+
+def _static(instance: str, member_id: str = "", *, skip: bool = False) -> JoinRequest:
+    return dataclasses.replace(
+        _request(member_id), group_instance_id=instance, skip_assignment_supported=skip
+    )
+
+
+async def _stable_static_pair(groups: ClassicGroups) -> tuple[str, str]:
+    """Static members "a" (the leader) and "b" in a Stable generation 2, assigned b"A", b"B"."""
+    first = await groups.join(_static("a"))
+    assert first.error == ErrorCode.none and first.generation_id == 1  # no MEMBER_ID_REQUIRED
+    a = first.member_id
+    b_join = asyncio.ensure_future(groups.join(_static("b")))
+    await asyncio.sleep(0)
+    await groups.join(_static("a", a))
+    b = (await b_join).member_id
+    await asyncio.gather(groups.sync("g", a, 2, {a: b"A", b: b"B"}), groups.sync("g", b, 2, {}))
+    assert groups.describe("g")[0] is GroupState.STABLE
+    return a, b
+
+
+def test_a_restarted_static_member_takes_its_place_without_a_rebalance() -> None:
+    async def scenario() -> None:
+        groups = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
+        a, b = await _stable_static_pair(groups)
+        again = await groups.join(_static("b"))  # a new process, no member id
+        assert (again.error, again.generation_id, again.leader_id) == (ErrorCode.none, 2, a)
+        assert again.member_id != b and not again.members
+        assert groups.describe("g")[0] is GroupState.STABLE  # no rebalance
+        synced = await groups.sync("g", again.member_id, 2, {}, "b")
+        assert synced.assignment == b"B"
+        assert groups.heartbeat("g", b, 2, "b") == ErrorCode.fenced_instance_id
+        assert groups.heartbeat("g", again.member_id, 2, "b") == ErrorCode.none
+        assert groups.heartbeat("g", a, 2, "a") == ErrorCode.none
+        assert groups.check_member("g", b, 2, "b") == ErrorCode.fenced_instance_id
+        assert groups.heartbeat("g", a, 2, "zz") == ErrorCode.unknown_member_id
+        views = {v.instance_id: v.member_id for v in groups.describe("g")[3]}
+        assert views == {"a": a, "b": again.member_id}
+
+    asyncio.run(scenario())
+
+
+def test_a_replaced_static_leader_assigns_only_on_join_group_v9() -> None:
+    async def scenario() -> None:
+        groups = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
+        a, _ = await _stable_static_pair(groups)
+        old = await groups.join(_static("a"))  # before v9: told the old id leads, not it
+        assert old.leader_id == a != old.member_id and not old.members
+        assert not old.skip_assignment
+        new = await groups.join(_static("a", skip=True))  # v9: the members, and skip
+        assert new.leader_id == new.member_id and new.skip_assignment
+        assert {m.instance_id for m in new.members} == {"a", "b"}
+        assert (
+            await groups.join(_static("a", old.member_id))
+        ).error == ErrorCode.fenced_instance_id
+
+    asyncio.run(scenario())
+
+
+def test_static_members_leave_by_instance_id_and_stay_through_a_rebalance() -> None:
+    async def scenario() -> None:
+        groups = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
+        a, b = await _stable_static_pair(groups)
+        # A rebalance that "b" does not rejoin: it stays a member (it may be restarting).
+        third = await _member_id(groups)
+        joins = asyncio.gather(groups.join(_request(third)), groups.join(_static("a", a)))
+        answers = await asyncio.wait_for(joins, 5)  # the rebalance timeout (200 ms)
+        assert {a.generation_id for a in answers} == {3}
+        assert {v.instance_id for v in groups.describe("g")[3]} == {"a", "b", None}
+        assert groups.leave("g", "", "nobody") == ErrorCode.unknown_member_id
+        assert groups.leave("g", a, "b") == ErrorCode.fenced_instance_id
+        assert groups.leave("g", "", "b") == ErrorCode.none
+        assert {v.member_id for v in groups.describe("g")[3]} == {a, third}
+        assert b not in {v.member_id for v in groups.describe("g")[3]}
+
+    asyncio.run(scenario())
+
+
+def test_a_joiner_needs_a_protocol_every_member_supports() -> None:
+    """Kafka's supportsProtocols: a protocol in common with each member is not enough."""
+
+    async def scenario() -> None:
+        groups = ClassicGroups(clock_ms=FakeClock(), groups_max=10, members_max=10)
+        first, second = await _member_id(groups), await _member_id(groups)
+        xy, yz = (("x", b""), ("y", b"")), (("y", b""), ("z", b""))
+        await groups.join(_request(first, protocols=xy))
+        await asyncio.gather(
+            groups.join(_request(second, protocols=yz)), groups.join(_request(first, protocols=xy))
+        )
+        xz = (("x", b""), ("z", b""))  # x with the first, z with the second, none with both
+        refused = await groups.join(_request("", protocols=xz))
+        assert refused.error == ErrorCode.inconsistent_group_protocol
+
+    asyncio.run(scenario())

@@ -131,6 +131,109 @@ def _static(cluster: LocalCluster, group: str, instance: str, **settings: Any) -
     return _consumer(cluster, group, **{"group.instance.id": instance, **settings})
 
 
+def test_a_restarted_static_member_takes_its_place_without_a_rebalance(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """A static member closes (no LeaveGroup: KIP-345) and a new process with its instance id
+    joins within the session timeout: it gets the old member's partitions, and the other
+    member sees no rebalance."""
+    topic, group = "static-restart", "static-restart-group"
+    create_topic(kafka_cluster, topic, partitions=PARTITIONS)
+    rebalances: list[str] = []
+    settings = {"session.timeout.ms": 20000}
+    with (
+        _static(kafka_cluster, group, "b", **settings) as steady,
+        contextlib.ExitStack() as first_life,
+    ):
+        leaving = first_life.enter_context(_static(kafka_cluster, group, "a", **settings))
+        leaving.subscribe([topic])
+        _poll_until([leaving], lambda: _owned([leaving]) == list(range(PARTITIONS)), 30)
+        steady.subscribe(
+            [topic],
+            on_assign=lambda _, parts: rebalances.append(f"assign {len(parts)}"),
+            on_revoke=lambda _, parts: rebalances.append(f"revoke {len(parts)}"),
+        )
+        _poll_until([leaving, steady], _shared([leaving, steady]), 30)
+        theirs, mine = _owned([leaving]), _owned([steady])
+        rebalances.clear()
+        first_life.close()  # closes `leaving`: a static member sends no LeaveGroup
+
+        with _static(kafka_cluster, group, "a", **settings) as restarted:
+            restarted.subscribe([topic])
+            _poll_until([restarted, steady], lambda: _owned([restarted]) == theirs, 15)
+            _poll_for([restarted, steady], 2)
+            assert rebalances == [] and _owned([steady]) == mine
+
+
+def test_describe_groups_names_static_members(kafka_cluster: LocalCluster) -> None:
+    """DescribeGroups returns each member's group_instance_id (librdkafka 0102 read it)."""
+    topic, group = "static-described", "static-described-group"
+    create_topic(kafka_cluster, topic, partitions=PARTITIONS)
+    with _static(kafka_cluster, group, "described-1") as consumer:
+        consumer.subscribe([topic])
+        _poll_until([consumer], lambda: bool(consumer.assignment()), 30)
+        client = admin_module.AdminClient({"bootstrap.servers": kafka_cluster.kafka_bootstrap})
+        described = client.describe_consumer_groups([group])[group].result(timeout=20)
+    (member,) = described.members
+    assert member.group_instance_id == "described-1"
+
+
+def test_a_second_instance_with_the_same_id_fences_the_first(kafka_cluster: LocalCluster) -> None:
+    """Two processes with one instance id: the later join replaces the first member, whose next
+    heartbeat gets FENCED_INSTANCE_ID (fatal for librdkafka)."""
+    topic, group = "static-fenced", "static-fenced-group"
+    create_topic(kafka_cluster, topic, partitions=PARTITIONS)
+    with _static(kafka_cluster, group, "twin") as first:
+        first.subscribe([topic])
+        _poll_until([first], lambda: _owned([first]) == list(range(PARTITIONS)), 30)
+        with _static(kafka_cluster, group, "twin") as second:
+            second.subscribe([topic])
+            fatal = None
+            deadline = time.monotonic() + 20
+            while fatal is None:
+                assert time.monotonic() < deadline, "the first instance was never fenced"
+                second.poll(0.05)
+                message = first.poll(0.05)
+                if message is not None and message.error() is not None:
+                    fatal = message.error()
+            assert fatal.code() == kafka.KafkaError._FATAL, fatal
+            assert "fenced by other consumer with same group.instance.id" in fatal.str(), fatal
+            _poll_until([second], lambda: _owned([second]) == list(range(PARTITIONS)), 15)
+
+
+def test_leave_group_by_instance_id(kafka_cluster: LocalCluster) -> None:
+    """LeaveGroup v3+ names a static member by instance id (kafka-python's
+    remove_group_members, Kafka's AdminClient.removeMembersFromConsumerGroup): it leaves at
+    once, the other member takes its partitions; an unknown instance is UNKNOWN_MEMBER_ID."""
+    from kafka.admin import MemberToRemove
+
+    topic, group = "static-removed", "static-removed-group"
+    create_topic(kafka_cluster, topic, partitions=PARTITIONS)
+    with (
+        _static(kafka_cluster, group, "kept", **{"session.timeout.ms": 30000}) as kept,
+        _static(kafka_cluster, group, "removed", **{"session.timeout.ms": 30000}) as gone,
+    ):
+        kept.subscribe([topic])
+        gone.subscribe([topic])
+        _poll_until([kept, gone], _shared([kept, gone]), 30)
+        admin = kafka_python.KafkaAdminClient(
+            bootstrap_servers=kafka_cluster.kafka_bootstrap.split(",")
+        )
+        try:
+            answer = admin.remove_group_members(
+                group,
+                [
+                    MemberToRemove(group_instance_id="removed"),
+                    MemberToRemove(group_instance_id="x"),
+                ],
+            )
+        finally:
+            admin.close()
+        errors = kafka_python.errors
+        assert answer == {"removed": errors.NoError, "x": errors.UnknownMemberIdError}
+        _poll_until([kept], lambda: _owned([kept]) == list(range(PARTITIONS)), 15)
+
+
 # -- 6: static membership in KIP-848 groups ----------------------------------------------------
 
 
