@@ -237,6 +237,31 @@ def test_leave_group_by_instance_id(kafka_cluster: LocalCluster) -> None:
 # -- 6: static membership in KIP-848 groups ----------------------------------------------------
 
 
+def test_a_kip848_static_member_keeps_its_assignment_across_a_restart(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """`group.protocol=consumer` with `group.instance.id`: closing sends member epoch -2, which
+    keeps the member's assignment for the session timeout (no other member gets it); a new
+    process with the same instance id gets the same partitions."""
+    topic, group = "static-848", "static-848-group"
+    create_topic(kafka_cluster, topic, partitions=PARTITIONS)
+    with _kip848_static(kafka_cluster, group, "x") as steady:
+        with _kip848_static(kafka_cluster, group, "y") as leaving:
+            steady.subscribe([topic])
+            leaving.subscribe([topic])
+            _poll_until([steady, leaving], _shared([steady, leaving]), 30)
+            theirs, mine = _owned([leaving]), _owned([steady])
+        # `leaving` closed with epoch -2: its partitions wait for it.
+        start = time.monotonic()
+        while time.monotonic() - start < 3:
+            assert steady.poll(0.1) is None
+            assert _owned([steady]) == mine, "a static member's partitions moved while it was away"
+        with _kip848_static(kafka_cluster, group, "y") as restarted:
+            restarted.subscribe([topic])
+            _poll_until([steady, restarted], lambda: _owned([restarted]) == theirs, 15)
+            assert _owned([steady]) == mine
+
+
 @contextlib.contextmanager
 def _kip848_static(cluster: LocalCluster, group: str, instance: str) -> Iterator[Any]:
     consumer = kafka.Consumer(

@@ -338,3 +338,71 @@ def test_no_partition_is_ever_held_twice_and_every_partition_is_held_after_heali
         assert held == [("events", p) for p in range(partition_count)]
         loads = [len(c.held) for c in live]
         assert max(loads) - min(loads) <= 1
+
+
+# -- static members (KIP-848's form of KIP-345) ------------------------------------------------
+
+
+def static_beat(
+    coordinator: ConsumerGroupCoordinator,
+    member: str,
+    epoch: int,
+    instance: str,
+    owned: frozenset[TopicPartition] = frozenset(),
+    *,
+    now_ms: int = 0,
+) -> HeartbeatResponse:
+    request = HeartbeatRequest("g", member, epoch, EVENTS, owned, 5000, instance_id=instance)
+    return coordinator.heartbeat(request, partition_counts=COUNTS, now_ms=now_ms)
+
+
+def _settled_static_pair(coordinator: ConsumerGroupCoordinator) -> tuple[int, int]:
+    """Static members x (member "x1") and y ("y1") sharing the six partitions; their epochs."""
+    x = static_beat(coordinator, "x1", 0, "x")
+    y = static_beat(coordinator, "y1", 0, "y")
+    x = static_beat(coordinator, "x1", x.member_epoch, "x", x.assignment)  # gives y its half
+    x = static_beat(coordinator, "x1", x.member_epoch, "x", x.assignment)
+    y = static_beat(coordinator, "y1", y.member_epoch, "y", y.assignment)
+    assert x.assignment == tps(0, 1, 2) and y.assignment == tps(3, 4, 5)
+    return x.member_epoch, y.member_epoch
+
+
+def test_a_static_member_leaving_for_now_keeps_its_partitions_for_its_successor() -> None:
+    coordinator = ConsumerGroupCoordinator(LIMITS)
+    x_epoch, y_epoch = _settled_static_pair(coordinator)
+    left = static_beat(coordinator, "y1", -2, "y", now_ms=100)
+    assert (left.error, left.member_epoch) == (GroupErrorCode.NONE, -2)
+    described = coordinator.member("g", "y1")
+    assert described is not None and described.member_epoch == -2
+    assert described.instance_id == "y" and described.owned == tps(3, 4, 5)
+    x = static_beat(coordinator, "x1", x_epoch, "x", tps(0, 1, 2), now_ms=200)
+    assert x.assignment == tps(0, 1, 2), "the leaver's partitions wait for it"
+    # A new process with the same instance id (and a new member id) takes its place.
+    back = static_beat(coordinator, "y2", 0, "y", now_ms=300)
+    assert back.error is GroupErrorCode.NONE and back.assignment == tps(3, 4, 5)
+    assert coordinator.member("g", "y1") is None
+    assert static_beat(coordinator, "y1", y_epoch, "y").error is GroupErrorCode.FENCED_INSTANCE_ID
+    # Not back within its session: it is gone and its partitions move.
+    static_beat(coordinator, "y2", -2, "y", now_ms=400)
+    x = static_beat(coordinator, "x1", x.member_epoch, "x", tps(0, 1, 2), now_ms=1000)
+    assert coordinator.expire(now_ms=400 + SESSION_MS + 1) == [("g", "y2")]
+    x = static_beat(coordinator, "x1", x.member_epoch, "x", tps(0, 1, 2), now_ms=1500)
+    assert x.assignment == tps(0, 1, 2, 3, 4, 5)
+
+
+def test_an_instance_id_is_held_by_one_member_until_it_leaves() -> None:
+    coordinator = ConsumerGroupCoordinator(LIMITS)
+    x_epoch, _ = _settled_static_pair(coordinator)
+    unreleased = static_beat(coordinator, "x2", 0, "x")
+    assert unreleased.error is GroupErrorCode.UNRELEASED_INSTANCE_ID
+    assert static_beat(coordinator, "x2", 3, "x").error is GroupErrorCode.FENCED_INSTANCE_ID
+    leave = static_beat(coordinator, "x2", -2, "x")
+    assert leave.error is GroupErrorCode.FENCED_INSTANCE_ID
+    assert static_beat(coordinator, "x1", -2, "nobody").error is GroupErrorCode.UNKNOWN_MEMBER_ID
+    # Its own rejoin (epoch 0, same member id) is a rejoin, as for a dynamic member.
+    rejoined = static_beat(coordinator, "x1", 0, "x")
+    assert rejoined.error is GroupErrorCode.NONE
+    # Leaving with -1 releases the instance id at once.
+    assert static_beat(coordinator, "x1", -1, "x").member_epoch == -1
+    assert static_beat(coordinator, "x3", 0, "x").error is GroupErrorCode.NONE
+    assert x_epoch > 0
