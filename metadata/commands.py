@@ -515,29 +515,36 @@ def _decode_ints(where: str, value: object) -> tuple[int, ...]:
     )
 
 
+def decode_topic_partition(
+    where: str, raw: object, widths: tuple[int, ...], form: str
+) -> tuple[str, PartitionId, list[object]]:
+    """One [topic, partition, ...] entry of one of `widths` lengths (`form` names them in the
+    error): its topic, its partition and the whole entry, for the caller to read the rest."""
+    entry = decode_list(where, raw)
+    if len(entry) not in widths:
+        raise MetadataDecodeError(f"{where}: expected {form}")
+    topic = decode_str(f"{where}[0]", entry[0])
+    return topic, PartitionId(decode_int(f"{where}[1]", entry[1])), entry
+
+
 def decode_offsets(where: str, value: object) -> tuple[tuple[str, PartitionId, int], ...]:
     """A list of [topic, partition, offset] triples."""
     triples = []
-    for i, item in enumerate(decode_list(where, value)):
-        triple = decode_list(f"{where}[{i}]", item)
-        if len(triple) != 3:
-            raise MetadataDecodeError(f"{where}[{i}]: expected [topic, partition, offset]")
-        topic = decode_str(f"{where}[{i}][0]", triple[0])
-        partition = PartitionId(decode_int(f"{where}[{i}][1]", triple[1]))
-        triples.append((topic, partition, decode_int(f"{where}[{i}][2]", triple[2])))
+    for i, raw in enumerate(decode_list(where, value)):
+        at = f"{where}[{i}]"
+        topic, partition, entry = decode_topic_partition(
+            at, raw, (3,), "[topic, partition, offset]"
+        )
+        triples.append((topic, partition, decode_int(f"{at}[2]", entry[2])))
     return tuple(triples)
 
 
 def _decode_partitions(where: str, value: object) -> tuple[tuple[str, PartitionId], ...]:
     """A list of [topic, partition] pairs."""
-    pairs = []
-    for i, item in enumerate(decode_list(where, value)):
-        pair = decode_list(f"{where}[{i}]", item)
-        if len(pair) != 2:
-            raise MetadataDecodeError(f"{where}[{i}]: expected [topic, partition]")
-        topic = decode_str(f"{where}[{i}][0]", pair[0])
-        pairs.append((topic, PartitionId(decode_int(f"{where}[{i}][1]", pair[1]))))
-    return tuple(pairs)
+    return tuple(
+        decode_topic_partition(f"{where}[{i}]", raw, (2,), "[topic, partition]")[:2]
+        for i, raw in enumerate(decode_list(where, value))
+    )
 
 
 def _decode_epochs(where: str, value: object) -> tuple[int, ...]:

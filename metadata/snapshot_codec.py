@@ -32,6 +32,7 @@ from raftlog.metadata.commands import (
     decode_int,
     decode_list,
     decode_str,
+    decode_topic_partition,
     parse_json_object,
 )
 from raftlog.metadata.model import (
@@ -196,13 +197,8 @@ def _decode_group_offsets(raw: object) -> dict[str, dict[tuple[str, int], Commit
 
 def _decode_offset(where: str, raw: object) -> tuple[tuple[str, int], CommittedOffset]:
     """[topic, partition, offset] or [topic, partition, offset, leader_epoch, metadata]."""
-    entry = decode_list(where, raw)
-    if len(entry) not in (3, 5):
-        raise MetadataDecodeError(
-            f"snapshot {where}: expected [topic, partition, offset(, leader_epoch, metadata)]"
-        )
-    topic = decode_str(f"{where}[0]", entry[0])
-    partition = decode_int(f"{where}[1]", entry[1])
+    form = "[topic, partition, offset(, leader_epoch, metadata)]"
+    topic, partition, entry = decode_topic_partition(f"snapshot {where}", raw, (3, 5), form)
     committed = CommittedOffset(decode_int(f"{where}[2]", entry[2]))
     if len(entry) == 5:
         epoch = entry[3]
@@ -212,7 +208,7 @@ def _decode_offset(where: str, raw: object) -> tuple[tuple[str, int], CommittedO
         if epoch == NO_EPOCH and not metadata:
             raise MetadataDecodeError(f"snapshot {where}: details written with nothing in them")
         committed = CommittedOffset(committed.offset, epoch, metadata)
-    return (topic, partition), committed
+    return (topic, int(partition)), committed
 
 
 def _decode_node(where: str, raw: object) -> NodeInfo:

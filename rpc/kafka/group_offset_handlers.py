@@ -250,12 +250,20 @@ def _fetch_group(
     )
 
 
-def _group_exists(ctx: KafkaContext, group_id: str) -> bool:
-    return (
+def _missing_group(ctx: KafkaContext, group_id: str) -> ErrorCode | None:
+    """Why DeleteGroups or OffsetDelete cannot find `group_id` here: NOT_COORDINATOR off the
+    controller, INVALID_GROUP_ID for an empty id, GROUP_ID_NOT_FOUND for a group with no
+    members, classic record or committed offsets; None when it exists."""
+    if not coordinating(ctx):
+        return ErrorCode.not_coordinator
+    if not group_id:
+        return ErrorCode.invalid_group_id
+    exists = (
         consumer_group_has_members(ctx, group_id)
         or ctx.groups.holds(group_id)
         or ctx.node.metadata.state.has_consumer_group(group_id)
     )
+    return None if exists else ErrorCode.group_id_not_found
 
 
 async def delete_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
@@ -273,12 +281,9 @@ async def delete_groups(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 async def _delete_group(ctx: KafkaContext, group_id: str) -> ErrorCode:
-    if not coordinating(ctx):
-        return ErrorCode.not_coordinator
-    if not group_id:
-        return ErrorCode.invalid_group_id
-    if not _group_exists(ctx, group_id):
-        return ErrorCode.group_id_not_found
+    missing = _missing_group(ctx, group_id)
+    if missing is not None:
+        return missing
     if consumer_group_has_members(ctx, group_id) or ctx.groups.has_members(group_id):
         return ErrorCode.non_empty_group
     ctx.groups.forget(group_id)
@@ -298,7 +303,7 @@ async def offset_delete(ctx: KafkaContext, request: Any, version: int) -> Any:
     the deletion's code when it fails."""
     module = response_module(OFFSET_DELETE, version)
     group_id = str(request.group_id)
-    refusal = _offset_delete_refusal(ctx, group_id)
+    refusal = _missing_group(ctx, group_id) or ctx.groups.offset_delete_refusal(group_id)
     if refusal is not None:
         return build(
             module.OffsetDeleteResponse, error_code=refusal, throttle_time=NO_THROTTLE, topics=()
@@ -337,17 +342,6 @@ async def offset_delete(ctx: KafkaContext, request: Any, version: int) -> Any:
             for name, parts in by_topic.items()
         ),
     )
-
-
-def _offset_delete_refusal(ctx: KafkaContext, group_id: str) -> ErrorCode | None:
-    """The top-level refusal of an OffsetDelete, if any (the docstring of `offset_delete`)."""
-    if not coordinating(ctx):
-        return ErrorCode.not_coordinator
-    if not group_id:
-        return ErrorCode.invalid_group_id
-    if not _group_exists(ctx, group_id):
-        return ErrorCode.group_id_not_found
-    return ctx.groups.offset_delete_refusal(group_id)
 
 
 def _offset_delete_code(ctx: KafkaContext, group_id: str, topic: str, partition: int) -> ErrorCode:

@@ -11,12 +11,13 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from raftlog.local_cluster import LocalCluster
+from tests.kafka.confluent_groups import consumer as confluent_consumer
 from tests.kafka.kafka_wire import create_topic
 
 kafka = pytest.importorskip("confluent_kafka")
@@ -26,23 +27,9 @@ kafka_python = pytest.importorskip("kafka")
 PARTITIONS = 4
 
 
-@contextlib.contextmanager
-def _consumer(cluster: LocalCluster, group: str, **settings: Any) -> Iterator[Any]:
-    consumer = kafka.Consumer(
-        {
-            "bootstrap.servers": cluster.kafka_bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000,
-            "heartbeat.interval.ms": 500,
-            **settings,
-        }
-    )
-    try:
-        yield consumer
-    finally:
-        consumer.close()
+def _consumer(cluster: LocalCluster, group: str, **settings: Any) -> Any:
+    timeouts = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500}
+    return confluent_consumer(cluster.kafka_bootstrap, group, **{**timeouts, **settings})
 
 
 def _owned(consumers: list[Any]) -> list[int]:
@@ -62,10 +49,7 @@ def _poll_until(consumers: list[Any], done: Callable[[], bool], timeout_s: float
 
 def _poll_for(consumers: list[Any], seconds: float) -> None:
     start = time.monotonic()
-    while time.monotonic() - start < seconds:
-        for consumer in consumers:
-            message = consumer.poll(0.05)
-            assert message is None or message.error() is None, message.error()
+    _poll_until(consumers, lambda: time.monotonic() - start >= seconds, seconds + 5)
 
 
 def _shared(consumers: list[Any]) -> Callable[[], bool]:
@@ -262,19 +246,7 @@ def test_a_kip848_static_member_keeps_its_assignment_across_a_restart(
             assert _owned([steady]) == mine
 
 
-@contextlib.contextmanager
-def _kip848_static(cluster: LocalCluster, group: str, instance: str) -> Iterator[Any]:
-    consumer = kafka.Consumer(
-        {
-            "bootstrap.servers": cluster.kafka_bootstrap,
-            "group.id": group,
-            "group.protocol": "consumer",
-            "group.instance.id": instance,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-        }
-    )
-    try:
-        yield consumer
-    finally:
-        consumer.close()
+def _kip848_static(cluster: LocalCluster, group: str, instance: str) -> Any:
+    """A KIP-848 consumer (session and heartbeat timing are the coordinator's)."""
+    settings = {"group.protocol": "consumer", "group.instance.id": instance}
+    return confluent_consumer(cluster.kafka_bootstrap, group, **settings)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from raftlog.local_cluster import LocalCluster
+from tests.kafka.confluent_groups import consumer as confluent_consumer
 from tests.kafka.kafka_wire import create_topic
 
 kafka = pytest.importorskip("confluent_kafka")
@@ -30,21 +31,8 @@ def _admin(cluster: LocalCluster) -> Any:
     return admin_module.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
 
 
-@contextlib.contextmanager
-def _consumer(cluster: LocalCluster, group: str, **settings: Any) -> Iterator[Any]:
-    consumer = kafka.Consumer(
-        {
-            "bootstrap.servers": cluster.kafka_bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "auto.offset.reset": "earliest",
-            **settings,
-        }
-    )
-    try:
-        yield consumer
-    finally:
-        consumer.close()
+def _consumer(cluster: LocalCluster, group: str, **settings: Any) -> Any:
+    return confluent_consumer(cluster.kafka_bootstrap, group, **settings)
 
 
 @contextlib.contextmanager
