@@ -378,7 +378,9 @@ class ConsumerGroupCoordinator:
             return None, frozenset()
         holder = group.members.pop(holder_id)
         assert holder.epoch == LEAVE_STATIC_EPOCH and request.member_epoch == JOIN_EPOCH
-        assert holder.instance_id is not None and request.member_id not in group.members
+        assert holder.instance_id is not None
+        if request.member_id in group.members:
+            self._remove(group, request.member_id)  # a rejoin: it dropped what it held
         replaced = group.members[request.member_id] = _Member(
             member_id=request.member_id,
             epoch=JOIN_EPOCH,

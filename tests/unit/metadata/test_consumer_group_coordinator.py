@@ -402,6 +402,15 @@ def test_an_instance_id_is_held_by_one_member_until_it_leaves() -> None:
     # Its own rejoin (epoch 0, same member id) is a rejoin, as for a dynamic member.
     rejoined = static_beat(coordinator, "x1", 0, "x")
     assert rejoined.error is GroupErrorCode.NONE
+    # A member of the group joining again with a released instance id takes that place.
+    beat(coordinator, "d1", 0)
+    assert static_beat(coordinator, "x1", -2, "x").member_epoch == -2
+    taken = static_beat(coordinator, "d1", 0, "x")
+    assert taken.error is GroupErrorCode.NONE and coordinator.member("g", "x1") is None
+    described = coordinator.member("g", "d1")
+    assert described is not None and described.instance_id == "x"
+    assert static_beat(coordinator, "d1", -1, "x").member_epoch == -1
+    assert static_beat(coordinator, "x1", 0, "x").error is GroupErrorCode.NONE
     # Leaving with -1 releases the instance id at once.
     assert static_beat(coordinator, "x1", -1, "x").member_epoch == -1
     assert static_beat(coordinator, "x3", 0, "x").error is GroupErrorCode.NONE
