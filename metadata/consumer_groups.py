@@ -469,8 +469,13 @@ class ConsumerGroupCoordinator:
         """Free what the member no longer holds, adopt what it holds that is free, then
         keep, grant and revoke towards its target (module docstring)."""
         member_id = member.member_id
-        for tp in group.owned_by(member_id) - reported:
+        confirmed = group.owned_by(member_id) - reported
+        for tp in confirmed:
             del group.owners[tp]  # a confirmed revocation (or a grant it never received)
+        if confirmed:
+            # It did what it was asked: what it is asked to give up next gets a full rebalance
+            # timeout of its own (as Kafka reschedules it), not what is left of the last one.
+            member.revoke_deadline_ms = None
         for tp in sorted(reported):
             if tp not in group.owners and tp[1] < group.partition_counts.get(tp[0], 0):
                 group.owners[tp] = member_id  # a new controller learning what members hold
