@@ -15,6 +15,8 @@ from raftlog.metadata.commands import (
     CONFIG_VALUE_CHARS_MAX,
     CONSUMER_GROUP_ID_CHARS_MAX,
     CONSUMER_GROUPS_MAX,
+    LEADER_EPOCH_LIMIT,
+    OFFSET_METADATA_CHARS_MAX,
     OFFSETS_PER_COMMIT_MAX,
     PARTITIONS_PER_TOPIC_MAX,
     PRODUCER_ID_BLOCK_MAX,
@@ -32,6 +34,7 @@ from raftlog.metadata.commands import (
     CreateTopic,
     DecommissionNode,
     DeleteGroup,
+    DeleteGroupOffsets,
     DeleteTopic,
     ErrorCode,
     FenceNode,
@@ -43,6 +46,7 @@ from raftlog.metadata.commands import (
     check_topic_config,
     check_topic_id,
     check_topic_name,
+    offset_metadata_chars,
     reject,
     topic_name_collision_key,
 )
@@ -71,6 +75,7 @@ __all__ = [
     "check_create_topic",
     "check_decommission",
     "check_delete_group",
+    "check_delete_group_offsets",
     "check_delete_topic",
     "check_fence",
     "check_heartbeat",
@@ -442,6 +447,7 @@ def check_commit_group_offsets(
         )
     if problem is None and len({(t, p) for t, p, _ in command.offsets}) != len(command.offsets):
         problem = reject(ErrorCode.INVALID_REQUEST, "a commit names a partition twice")
+    problem = problem or _offset_details_problem(command)
     for topic, partition, _ in command.offsets:
         problem = problem or _partition_known(state, topic, partition)
     new_group = not state.has_consumer_group(command.group_id)
@@ -451,6 +457,26 @@ def check_commit_group_offsets(
             f"{CONSUMER_GROUPS_MAX} consumer groups already hold offsets",
         )
     return problem
+
+
+def _offset_details_problem(command: CommitGroupOffsets) -> ApplyResult | None:
+    """Leader epochs and metadata: none, or one per offset; epochs in [-1, 2**31), metadata
+    within the protocol's bound."""
+    for name, details in (("leader_epochs", command.leader_epochs), ("metadata", command.metadata)):
+        if details and len(details) != len(command.offsets):
+            return reject(
+                ErrorCode.INVALID_REQUEST,
+                f"a commit of {len(command.offsets)} offsets has {len(details)} {name}",
+            )
+    if any(not -1 <= epoch < LEADER_EPOCH_LIMIT for epoch in command.leader_epochs):
+        return reject(ErrorCode.INVALID_REQUEST, "a committed leader epoch is outside [-1, 2**31)")
+    longest = max((offset_metadata_chars(m) for m in command.metadata), default=0)
+    if longest > OFFSET_METADATA_CHARS_MAX:
+        return reject(
+            ErrorCode.INVALID_REQUEST,
+            f"offset metadata of {longest} characters exceeds {OFFSET_METADATA_CHARS_MAX}",
+        )
+    return None
 
 
 def check_decommission(state: MetadataState, command: DecommissionNode) -> ApplyResult | None:
@@ -504,6 +530,21 @@ def check_delete_group(state: MetadataState, command: DeleteGroup) -> ApplyResul
         problem = reject(
             ErrorCode.UNKNOWN_GROUP, f"consumer group {command.group_id!r} has no offsets"
         )
+    return problem
+
+
+def check_delete_group_offsets(
+    state: MetadataState, command: DeleteGroupOffsets
+) -> ApplyResult | None:
+    problem = check_delete_group(state, DeleteGroup(command.group_id))
+    count = len(command.partitions)
+    if problem is None and not 1 <= count <= OFFSETS_PER_COMMIT_MAX:
+        problem = reject(
+            ErrorCode.INVALID_REQUEST,
+            f"a deletion names 1-{OFFSETS_PER_COMMIT_MAX} partitions, got {count}",
+        )
+    if problem is None and len(set(command.partitions)) != len(command.partitions):
+        problem = reject(ErrorCode.INVALID_REQUEST, "a deletion names a partition twice")
     return problem
 
 

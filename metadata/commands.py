@@ -9,7 +9,9 @@ Encoding (format version 1): one version byte, then UTF-8 JSON with sorted keys 
 whitespace: `{"type": "<class name>", "<field>": <value>, ...}`. Each command type lists its
 fields and their kinds in `_FIELD_KINDS` (a table, not code): `int` is a JSON integer in
 [0, 2**63) and never a boolean, `str` a string, `ints` a list of them, `int_lists` a list of
-lists, `str_map` an object of strings, `offsets` a list of [topic, partition, offset].
+lists, `str_map` an object of strings, `strs` a list of strings, `epochs` a list of integers in
+[-1, 2**31) (-1: none), `offsets` a list of [topic, partition, offset], `partitions` a list of
+[topic, partition].
 Decode demands exactly the listed fields; anything else raises `MetadataDecodeError` naming
 the field and value, and `MetadataState.apply` turns that into an `INVALID_REQUEST` result
 instead of guessing.
@@ -34,7 +36,7 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
@@ -44,6 +46,7 @@ from raftlog.types import NodeId, PartitionId, RaftGroupId
 __all__ = [
     "COMMAND_BYTES_MAX",
     "COMMAND_FORMAT_VERSION",
+    "OFFSET_METADATA_CHARS_MAX",
     "PARTITIONS_PER_TOPIC_MAX",
     "PRODUCER_ID_BLOCK_MAX",
     "REPLICATION_FACTOR_MAX",
@@ -62,6 +65,7 @@ __all__ = [
     "CreateTopic",
     "DecommissionNode",
     "DeleteGroup",
+    "DeleteGroupOffsets",
     "DeleteTopic",
     "ErrorCode",
     "FenceNode",
@@ -74,8 +78,10 @@ __all__ = [
     "check_address",
     "check_topic_config",
     "check_topic_name",
+    "commit_group_offsets",
     "decode_command",
     "encode_command",
+    "offset_metadata_chars",
 ]
 
 COMMAND_FORMAT_VERSION = 1
@@ -93,6 +99,14 @@ INT_LIMIT = 1 << 63  # every integer field is a non-negative signed 64-bit value
 CONSUMER_GROUP_ID_CHARS_MAX = 255
 OFFSETS_PER_COMMIT_MAX = 10_000
 CONSUMER_GROUPS_MAX = 100_000  # groups with committed offsets
+# A committed offset's metadata string, counted as Kafka counts it (offset.metadata.max.bytes
+# compares Java's String.length(): UTF-16 code units). The coordinator's own bound,
+# MetadataConfig.group_offset_metadata_chars_max, is at most this.
+OFFSET_METADATA_CHARS_MAX = 32_768
+LEADER_EPOCH_LIMIT = 1 << 31  # a committed leader epoch is Kafka's int32, or -1 for none
+# What one CommitGroupOffsets may hold of offsets' encoded bytes: the rest of COMMAND_BYTES_MAX
+# is room for the group id and the JSON around them (`commit_group_offsets` splits by it).
+_COMMIT_BYTES_BUDGET = COMMAND_BYTES_MAX // 2
 
 
 class MetadataError(RaftlogError):
@@ -284,11 +298,17 @@ class AllocateProducerIds:
 
 @dataclass(frozen=True, slots=True)
 class CommitGroupOffsets:
-    """A consumer group's committed offsets: (topic, partition, next offset to consume).
-    The coordinator checked the committing member owns the partitions before proposing."""
+    """A consumer group's committed offsets: (topic, partition, next offset to consume), and per
+    offset, in the same order, what Kafka's OffsetCommit carries besides: the leader epoch of
+    the last record consumed (KIP-320; -1 for none) and the client's metadata string. Both
+    tuples are empty when every epoch is -1 and every metadata "" (`commit_group_offsets`
+    builds them so), which keeps the bytes of such commits as they were before these fields.
+    The coordinator checked the committing member before proposing."""
 
     group_id: str  # a consumer group's name (not a Raft RaftGroupId)
     offsets: tuple[tuple[str, PartitionId, int], ...]
+    leader_epochs: tuple[int, ...] = ()
+    metadata: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +316,16 @@ class DeleteGroup:
     """Forget a consumer group's committed offsets (the group has no members)."""
 
     group_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupOffsets:
+    """Forget some of a consumer group's committed offsets (Kafka's OffsetDelete): partitions
+    with none are skipped; a group left with none is forgotten. The coordinator checked that
+    no member consumes these topics before proposing."""
+
+    group_id: str
+    partitions: tuple[tuple[str, PartitionId], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +359,7 @@ Command: TypeAlias = (
     | AllocateProducerIds
     | CommitGroupOffsets
     | DeleteGroup
+    | DeleteGroupOffsets
     | DecommissionNode
     | CompleteDecommission
 )
@@ -373,14 +404,23 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "epoch": "int",
     },
     AllocateProducerIds: {"count": "int"},
-    CommitGroupOffsets: {"group_id": "str", "offsets": "offsets"},
+    CommitGroupOffsets: {
+        "group_id": "str",
+        "offsets": "offsets",
+        "leader_epochs": "epochs",
+        "metadata": "strs",
+    },
     DeleteGroup: {"group_id": "str"},
+    DeleteGroupOffsets: {"group_id": "str", "partitions": "partitions"},
     DecommissionNode: {"node_id": "int"},
     CompleteDecommission: {"node_id": "int"},
 }
 # Fields added after a command was first written: left out while they hold this default, so
 # the bytes of every command written before them (and their meaning) stay as they were.
-_OPTIONAL_FIELDS: dict[type[Any], dict[str, Any]] = {RegisterNode: {"kafka_address": ""}}
+_OPTIONAL_FIELDS: dict[type[Any], dict[str, Any]] = {
+    RegisterNode: {"kafka_address": ""},
+    CommitGroupOffsets: {"leader_epochs": (), "metadata": ()},
+}
 # Fields renamed since they were first written: the wire keeps the old key (the commands in a
 # metadata log written before decode as they always did).
 _WIRE_KEYS: dict[type[Any], dict[str, str]] = {
@@ -405,8 +445,9 @@ def encode_command(command: Command) -> bytes:
             continue
         if kind == "int_lists":
             value = [list(replicas) for replicas in value]
-        elif kind in ("ints", "strs", "offsets"):
-            value = [list(item) for item in value] if kind == "offsets" else list(value)
+        elif kind in ("ints", "strs", "epochs", "offsets", "partitions"):
+            nested = kind in ("offsets", "partitions")
+            value = [list(item) for item in value] if nested else list(value)
         elif kind == "str_map":
             value = dict(value)
         body[wire_keys.get(name, name)] = value
@@ -437,7 +478,7 @@ def decode_command(data: bytes) -> Command:
         if key in body:
             body[name] = body.pop(key)
     for name, default in _OPTIONAL_FIELDS.get(command_type, {}).items():
-        body.setdefault(name, default)
+        body.setdefault(name, list(default) if isinstance(default, tuple) else default)
     if set(body) != set(kinds):
         raise MetadataDecodeError(f"{type_name} needs fields {sorted(kinds)}, got {sorted(body)}")
     wire_keys = _WIRE_KEYS.get(command_type, {})
@@ -489,17 +530,47 @@ def _decode_ints(where: str, value: object) -> tuple[int, ...]:
     )
 
 
+def decode_topic_partition(
+    where: str, raw: object, widths: tuple[int, ...], form: str
+) -> tuple[str, PartitionId, list[object]]:
+    """One [topic, partition, ...] entry of one of `widths` lengths (`form` names them in the
+    error): its topic, its partition and the whole entry, for the caller to read the rest."""
+    entry = decode_list(where, raw)
+    if len(entry) not in widths:
+        raise MetadataDecodeError(f"{where}: expected {form}")
+    topic = decode_str(f"{where}[0]", entry[0])
+    return topic, PartitionId(decode_int(f"{where}[1]", entry[1])), entry
+
+
 def decode_offsets(where: str, value: object) -> tuple[tuple[str, PartitionId, int], ...]:
     """A list of [topic, partition, offset] triples."""
     triples = []
-    for i, item in enumerate(decode_list(where, value)):
-        triple = decode_list(f"{where}[{i}]", item)
-        if len(triple) != 3:
-            raise MetadataDecodeError(f"{where}[{i}]: expected [topic, partition, offset]")
-        topic = decode_str(f"{where}[{i}][0]", triple[0])
-        partition = PartitionId(decode_int(f"{where}[{i}][1]", triple[1]))
-        triples.append((topic, partition, decode_int(f"{where}[{i}][2]", triple[2])))
+    for i, raw in enumerate(decode_list(where, value)):
+        at = f"{where}[{i}]"
+        topic, partition, entry = decode_topic_partition(
+            at, raw, (3,), "[topic, partition, offset]"
+        )
+        triples.append((topic, partition, decode_int(f"{at}[2]", entry[2])))
     return tuple(triples)
+
+
+def _decode_partitions(where: str, value: object) -> tuple[tuple[str, PartitionId], ...]:
+    """A list of [topic, partition] pairs."""
+    return tuple(
+        decode_topic_partition(f"{where}[{i}]", raw, (2,), "[topic, partition]")[:2]
+        for i, raw in enumerate(decode_list(where, value))
+    )
+
+
+def _decode_epochs(where: str, value: object) -> tuple[int, ...]:
+    epochs = []
+    for i, item in enumerate(decode_list(where, value)):
+        if type(item) is not int or not -1 <= item < LEADER_EPOCH_LIMIT:
+            raise MetadataDecodeError(
+                f"{where}[{i}]: expected an epoch in [-1, 2**31), got {item!r}"
+            )
+        epochs.append(item)
+    return tuple(epochs)
 
 
 def _decode_str_map(where: str, value: object) -> dict[str, str]:
@@ -523,8 +594,58 @@ def _decode_field(where: str, kind: str, value: object) -> object:
             decode_str(f"{w}[{i}]", item) for i, item in enumerate(decode_list(w, v))
         ),
         "offsets": decode_offsets,
+        "epochs": _decode_epochs,
+        "partitions": _decode_partitions,
     }
     return decoders[kind](where, value)
+
+
+# ---- building commands ---------------------------------------------------------------------
+
+
+def offset_metadata_chars(metadata: str) -> int:
+    """`metadata`'s length as Kafka measures it against offset.metadata.max.bytes: Java's
+    String.length(), UTF-16 code units (a character outside the BMP counts two)."""
+    return len(metadata.encode("utf-16-le", "surrogatepass")) // 2
+
+
+def commit_group_offsets(
+    group_id: str, entries: Sequence[tuple[str, PartitionId, int, int, str]]
+) -> list[CommitGroupOffsets]:
+    """Commands committing `entries` ((topic, partition, offset, leader epoch, metadata)), in
+    order: as few as hold at most OFFSETS_PER_COMMIT_MAX offsets and fit COMMAND_BYTES_MAX
+    each. A command whose epochs are all -1 and metadata all "" leaves both tuples empty."""
+    commands: list[CommitGroupOffsets] = []
+    chunk: list[tuple[str, PartitionId, int, int, str]] = []
+    chunk_bytes = 0
+    for entry in entries:
+        topic, partition, offset, epoch, metadata = entry
+        entry_bytes = len(canonical_json([topic, partition, offset, epoch, metadata]))
+        full = (
+            len(chunk) >= OFFSETS_PER_COMMIT_MAX or chunk_bytes + entry_bytes > _COMMIT_BYTES_BUDGET
+        )
+        if chunk and full:
+            commands.append(_commit_command(group_id, chunk))
+            chunk, chunk_bytes = [], 0
+        chunk.append(entry)
+        chunk_bytes += entry_bytes
+    if chunk:
+        commands.append(_commit_command(group_id, chunk))
+    assert sum(len(c.offsets) for c in commands) == len(entries)
+    return commands
+
+
+def _commit_command(
+    group_id: str, chunk: Sequence[tuple[str, PartitionId, int, int, str]]
+) -> CommitGroupOffsets:
+    epochs = tuple(epoch for _, _, _, epoch, _ in chunk)
+    metadata = tuple(text for *_, text in chunk)
+    return CommitGroupOffsets(
+        group_id,
+        tuple((topic, partition, offset) for topic, partition, offset, _, _ in chunk),
+        epochs if any(epoch != -1 for epoch in epochs) else (),
+        metadata if any(metadata) else (),
+    )
 
 
 # ---- checks that depend on a command alone -------------------------------------------------

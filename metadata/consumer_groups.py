@@ -41,6 +41,16 @@ Epochs. A member's epoch grows each time its assignment changes. A heartbeat fro
 member with an epoch above the current one, or more than one below it (a zombie or a stale
 request), is answered FENCED_MEMBER_EPOCH: the member drops everything and rejoins with 0.
 A heartbeat with epoch 0 from a known member is a rejoin: what it owned is freed first.
+
+Static members (KIP-345 in KIP-848's form, as Kafka's GroupMetadataManager runs it). A member
+may name a group instance id, which at most one member of the group holds. Leaving with epoch
+-2 (LEAVE_STATIC_EPOCH: the process stops and means to come back) keeps the member, its target
+and the partitions it owned (none is reassigned) until its session timeout ends; only those it
+was giving up are freed. A member that joins (epoch 0) under a new member id with that instance
+id then takes the old member's place: its target, its owned partitions (handed back to it at
+once, so it gets the same assignment) and its epoch. While the instance id's holder has not
+left that way, such a join is UNRELEASED_INSTANCE_ID; a heartbeat or leave naming an instance
+id that another member holds is FENCED_INSTANCE_ID, one no member holds UNKNOWN_MEMBER_ID.
 """
 
 from __future__ import annotations
@@ -67,8 +77,10 @@ GROUP_ID_CHARS_MAX = 255
 MEMBER_ID_CHARS_MAX = 64
 SUBSCRIBED_TOPICS_MAX = 1000
 OWNED_PARTITIONS_MAX = 100_000
+INSTANCE_ID_CHARS_MAX = 249  # Kafka's limit on a group.instance.id
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
+LEAVE_STATIC_EPOCH = -2  # a static member leaving for now: its assignment is kept
 
 
 class GroupErrorCode(enum.Enum):
@@ -81,6 +93,8 @@ class GroupErrorCode(enum.Enum):
     GROUP_MAX_SIZE_REACHED = "GROUP_MAX_SIZE_REACHED"
     NOT_OWNER = "NOT_OWNER"  # an offset commit for a partition the member does not own
     NON_EMPTY_GROUP = "NON_EMPTY_GROUP"  # a group with members cannot be deleted
+    FENCED_INSTANCE_ID = "FENCED_INSTANCE_ID"  # another member holds the instance id
+    UNRELEASED_INSTANCE_ID = "UNRELEASED_INSTANCE_ID"  # its holder has not left with epoch -2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,10 +117,12 @@ class GroupLimits:
 class HeartbeatRequest:
     group_id: str
     member_id: str
-    member_epoch: int  # 0 joins (or rejoins), -1 leaves, else the epoch last received
+    member_epoch: int  # 0 joins (or rejoins), -1 leaves, -2 leaves for now (static), else the
+    # epoch last received
     topics: tuple[str, ...]  # the subscription
     owned: frozenset[TopicPartition]  # what the member holds right now
     rebalance_timeout_ms: int
+    instance_id: str | None = None  # a static member's group instance id
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +144,7 @@ class MemberDescription:
     owned: frozenset[TopicPartition]  # assignment plus partitions being revoked
     target: frozenset[TopicPartition]
     rebalance_timeout_ms: int
+    instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +163,7 @@ class _Member:
     last_heartbeat_ms: int
     assignment: frozenset[TopicPartition] = frozenset()
     revoke_deadline_ms: int | None = None  # set while it owns partitions outside its target
+    instance_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -153,6 +171,7 @@ class _Group:
     group_id: str
     epoch: int = 0
     members: dict[str, _Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     owners: dict[TopicPartition, str] = field(default_factory=dict)
     target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
     partition_counts: dict[str, int] = field(default_factory=dict)  # of subscribed topics
@@ -176,15 +195,13 @@ class ConsumerGroupCoordinator:
     def heartbeat(
         self, request: HeartbeatRequest, *, partition_counts: Mapping[str, int], now_ms: int
     ) -> HeartbeatResponse:
-        """Join, renew, reconcile or leave (epoch -1); see the module docstring."""
+        """Join, renew, reconcile or leave (epoch -1, or -2 for a static member leaving for
+        now); see the module docstring."""
         problem = _request_problem(request)
         if problem is not None:
             return HeartbeatResponse(GroupErrorCode.INVALID_REQUEST, problem)
-        if request.member_epoch == LEAVE_EPOCH:
-            self.leave(request.group_id, request.member_id)
-            return HeartbeatResponse(
-                GroupErrorCode.NONE, member_id=request.member_id, member_epoch=LEAVE_EPOCH
-            )
+        if request.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH):
+            return self._leave_heartbeat(request, now_ms)
         group = self._groups.get(request.group_id)
         if group is None:
             if len(self._groups) >= self.limits.groups_max:
@@ -193,14 +210,43 @@ class ConsumerGroupCoordinator:
                     f"the coordinator holds groups_max={self.limits.groups_max} groups",
                 )
             group = self._groups[request.group_id] = _Group(request.group_id)
-        member = group.members.get(request.member_id)
+        refusal = self._instance_refusal(group, request)
+        if refusal is not None:
+            self._forget_if_empty(group)
+            return refusal
+        replaced, inherited = self._maybe_replace_static(group, request, now_ms)
+        member = replaced or group.members.get(request.member_id)
         refusal = self._admission_refusal(group, member, request)
         if refusal is not None:
             self._forget_if_empty(group)
             return refusal
-        member = self._renew(group, member, request, now_ms)
+        member = self._renew(group, member, request, now_ms, rejoin=replaced is None)
         self._refresh_partition_counts(group, partition_counts)
-        return self._reconcile(group, member, request.owned, now_ms)
+        return self._reconcile(group, member, request.owned | inherited, now_ms)
+
+    def _leave_heartbeat(self, request: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+        """Epoch -1: the member leaves. Epoch -2 (static members only): it leaves for now, and
+        keeps its place until its session timeout (module docstring)."""
+        group_id, member_id, epoch = request.group_id, request.member_id, request.member_epoch
+        group = self._groups.get(group_id)
+        if request.instance_id is not None:
+            holder_id = None if group is None else group.static_members.get(request.instance_id)
+            holder = None if group is None or holder_id is None else group.members[holder_id]
+            refusal = _holder_refusal(holder, request)
+            if refusal is not None:
+                return refusal
+        if epoch == LEAVE_EPOCH or request.instance_id is None:
+            self.leave(group_id, member_id)
+            return HeartbeatResponse(GroupErrorCode.NONE, member_id=member_id, member_epoch=epoch)
+        assert group is not None
+        member = group.members[member_id]
+        for tp in group.owned_by(member_id) - group.target.get(member_id, frozenset()):
+            del group.owners[tp]  # what it was giving up goes now
+        member.epoch, member.assignment = LEAVE_STATIC_EPOCH, group.owned_by(member_id)
+        member.revoke_deadline_ms, member.last_heartbeat_ms = None, now_ms
+        return HeartbeatResponse(
+            GroupErrorCode.NONE, member_id=member_id, member_epoch=LEAVE_STATIC_EPOCH
+        )
 
     def leave(self, group_id: str, member_id: str) -> bool:
         """Remove a member at once, freeing what it owned; False if it was unknown."""
@@ -230,19 +276,26 @@ class ConsumerGroupCoordinator:
     ) -> tuple[GroupErrorCode, str]:
         """May this member commit offsets of these partitions? A member may commit what it
         owns (a partition being revoked included: it commits before it confirms). A client
-        outside any membership (empty member id, epoch -1) may commit to a group with no
-        members, as Kafka's standalone consumers do."""
+        outside any membership (epoch -1, with or without a member id: the AdminClient, an
+        assign()ed consumer, one that never subscribed) may commit to a group with no
+        members, as Kafka's ConsumerGroup.validateOffsetCommit allows; with members, it must
+        be one of them (UNKNOWN_MEMBER_ID) at its epoch (FENCED_MEMBER_EPOCH, which Kafka's
+        OffsetCommit calls STALE_MEMBER_EPOCH)."""
         group = self._groups.get(group_id)
-        if not member_id and member_epoch == LEAVE_EPOCH:
-            if group is not None and group.members:
-                return GroupErrorCode.UNKNOWN_MEMBER_ID, (
-                    f"group {group_id!r} has members: commit as one of them"
-                )
+        if member_epoch < 0 and (group is None or not group.members):
             return GroupErrorCode.NONE, ""
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
+            if not member_id:
+                return GroupErrorCode.UNKNOWN_MEMBER_ID, (
+                    f"group {group_id!r} has members: commit as one of them"
+                )
             return GroupErrorCode.UNKNOWN_MEMBER_ID, (
                 f"member {member_id!r} is not in group {group_id!r}"
+            )
+        if member_epoch < 0:
+            return GroupErrorCode.FENCED_MEMBER_EPOCH, (
+                f"member {member_id!r} of group {group_id!r} committed with epoch {member_epoch}"
             )
         if member_epoch > member.epoch:
             return GroupErrorCode.FENCED_MEMBER_EPOCH, (
@@ -289,6 +342,60 @@ class ConsumerGroupCoordinator:
 
     # ---- steps -------------------------------------------------------------------------
 
+    def _instance_refusal(
+        self, group: _Group, request: HeartbeatRequest
+    ) -> HeartbeatResponse | None:
+        """Whether the instance id a heartbeat names is its member's to use (module docstring):
+        a join may take it from a holder that left with epoch -2, or rejoin with it under the
+        same member id; any other heartbeat must come from its holder. An instance id no
+        member holds is the joiner's (or, to a new coordinator, the heartbeating member's)."""
+        if request.instance_id is None:
+            return None
+        holder_id = group.static_members.get(request.instance_id)
+        holder = None if holder_id is None else group.members[holder_id]
+        if holder is None or holder.member_id == request.member_id:
+            return None
+        if request.member_epoch != JOIN_EPOCH:
+            return _holder_refusal(holder, request)
+        if holder.epoch != LEAVE_STATIC_EPOCH:
+            return HeartbeatResponse(
+                GroupErrorCode.UNRELEASED_INSTANCE_ID,
+                f"instance id {request.instance_id!r} is held by member {holder.member_id!r}, "
+                "which has not left",
+                member_id=request.member_id,
+            )
+        return None
+
+    def _maybe_replace_static(
+        self, group: _Group, request: HeartbeatRequest, now_ms: int
+    ) -> tuple[_Member | None, frozenset[TopicPartition]]:
+        """A join whose instance id's holder left with epoch -2 (checked by `_instance_refusal`):
+        a new member record under the joiner's id, with the holder's subscription and target,
+        owning what the holder owned (returned: the joiner gets them back at once, as its own);
+        the holder goes. (None, nothing) for any other heartbeat."""
+        holder_id = group.static_members.get(request.instance_id or "")
+        if holder_id is None or holder_id == request.member_id:
+            return None, frozenset()
+        holder = group.members.pop(holder_id)
+        assert holder.epoch == LEAVE_STATIC_EPOCH and request.member_epoch == JOIN_EPOCH
+        assert holder.instance_id is not None
+        if request.member_id in group.members:
+            self._remove(group, request.member_id)  # a rejoin: it dropped what it held
+        replaced = group.members[request.member_id] = _Member(
+            member_id=request.member_id,
+            epoch=JOIN_EPOCH,
+            topics=holder.topics,
+            rebalance_timeout_ms=holder.rebalance_timeout_ms,
+            last_heartbeat_ms=now_ms,
+            instance_id=holder.instance_id,
+        )
+        group.static_members[holder.instance_id] = replaced.member_id
+        inherited = group.owned_by(holder_id)
+        for tp in inherited:
+            group.owners[tp] = replaced.member_id
+        group.target[replaced.member_id] = group.target.pop(holder_id, frozenset())
+        return replaced, inherited
+
     def _admission_refusal(
         self, group: _Group, member: _Member | None, request: HeartbeatRequest
     ) -> HeartbeatResponse | None:
@@ -309,11 +416,18 @@ class ConsumerGroupCoordinator:
         return None
 
     def _renew(
-        self, group: _Group, member: _Member | None, request: HeartbeatRequest, now_ms: int
+        self,
+        group: _Group,
+        member: _Member | None,
+        request: HeartbeatRequest,
+        now_ms: int,
+        *,
+        rejoin: bool,
     ) -> _Member:
         """The member record after this heartbeat: created on join (or on its first
-        heartbeat to a new controller), reset on rejoin, renewed otherwise."""
-        if member is not None and request.member_epoch == JOIN_EPOCH:
+        heartbeat to a new controller), reset on rejoin (`rejoin`: a join of a known member
+        is one, unless it just took a static member's place), renewed otherwise."""
+        if member is not None and request.member_epoch == JOIN_EPOCH and rejoin:
             self._remove(group, member.member_id)  # a rejoin: it dropped what it held
             member = None
         timeout_ms = min(request.rebalance_timeout_ms, self.limits.rebalance_timeout_ms_max)
@@ -325,8 +439,11 @@ class ConsumerGroupCoordinator:
                 topics=request.topics,
                 rebalance_timeout_ms=timeout_ms,
                 last_heartbeat_ms=now_ms,
+                instance_id=request.instance_id,
             )
             group.members[member.member_id] = member
+            if request.instance_id is not None:
+                group.static_members[request.instance_id] = member.member_id
             group.dirty = True
         if member.topics != request.topics:
             member.topics = request.topics
@@ -352,8 +469,13 @@ class ConsumerGroupCoordinator:
         """Free what the member no longer holds, adopt what it holds that is free, then
         keep, grant and revoke towards its target (module docstring)."""
         member_id = member.member_id
-        for tp in group.owned_by(member_id) - reported:
+        confirmed = group.owned_by(member_id) - reported
+        for tp in confirmed:
             del group.owners[tp]  # a confirmed revocation (or a grant it never received)
+        if confirmed:
+            # It did what it was asked: what it is asked to give up next gets a full rebalance
+            # timeout of its own (as Kafka reschedules it), not what is left of the last one.
+            member.revoke_deadline_ms = None
         for tp in sorted(reported):
             if tp not in group.owners and tp[1] < group.partition_counts.get(tp[0], 0):
                 group.owners[tp] = member_id  # a new controller learning what members hold
@@ -397,7 +519,12 @@ class ConsumerGroupCoordinator:
         assert set(group.target) == set(group.members)
 
     def _remove(self, group: _Group, member_id: str) -> None:
-        del group.members[member_id]
+        member = group.members.pop(member_id)
+        if (
+            member.instance_id is not None
+            and group.static_members.get(member.instance_id) == member_id
+        ):
+            del group.static_members[member.instance_id]
         for tp in group.owned_by(member_id):
             del group.owners[tp]
         group.target.pop(member_id, None)
@@ -419,6 +546,7 @@ def _describe_member(group: _Group, member: _Member) -> MemberDescription:
         owned=group.owned_by(member.member_id),
         target=group.target.get(member.member_id, frozenset()),
         rebalance_timeout_ms=member.rebalance_timeout_ms,
+        instance_id=member.instance_id,
     )
 
 
@@ -427,14 +555,20 @@ def _request_problem(request: HeartbeatRequest) -> str | None:
         return f"group id must be 1-{GROUP_ID_CHARS_MAX} characters, got {len(request.group_id)}"
     if not 1 <= len(request.member_id) <= MEMBER_ID_CHARS_MAX:
         return f"member id must be 1-{MEMBER_ID_CHARS_MAX} characters (a UUID the client picks)"
-    if request.member_epoch < LEAVE_EPOCH:
-        return f"member epoch {request.member_epoch} is below -1"
+    if request.member_epoch < LEAVE_STATIC_EPOCH:
+        return f"member epoch {request.member_epoch} is below -2"
+    if (
+        request.instance_id is not None
+        and not 1 <= len(request.instance_id) <= INSTANCE_ID_CHARS_MAX
+    ):
+        return f"instance id must be 1-{INSTANCE_ID_CHARS_MAX} characters"
     if len(request.topics) > SUBSCRIBED_TOPICS_MAX or len(request.owned) > OWNED_PARTITIONS_MAX:
         return (
             f"{len(request.topics)} topics / {len(request.owned)} owned partitions exceed "
             f"{SUBSCRIBED_TOPICS_MAX} / {OWNED_PARTITIONS_MAX}"
         )
-    if request.rebalance_timeout_ms <= 0 and request.member_epoch != LEAVE_EPOCH:
+    leaving = request.member_epoch in (LEAVE_EPOCH, LEAVE_STATIC_EPOCH)
+    if request.rebalance_timeout_ms <= 0 and not leaving:
         return f"rebalance_timeout_ms must be positive, got {request.rebalance_timeout_ms}"
     if any(partition < 0 for _, partition in request.owned):
         return "owned partitions must have non-negative ids"
@@ -521,4 +655,23 @@ def _best_move(
                     best = (gap, target, tp)
         if best is not None:
             return best[2], source, best[1]
+    return None
+
+
+def _holder_refusal(holder: _Member | None, request: HeartbeatRequest) -> HeartbeatResponse | None:
+    """A heartbeat (not a join) naming an instance id: UNKNOWN_MEMBER_ID if no member holds it,
+    FENCED_INSTANCE_ID if another member does (Kafka's throwIfStaticMemberIsUnknown and
+    throwIfInstanceIdIsFenced)."""
+    if holder is None:
+        return HeartbeatResponse(
+            GroupErrorCode.UNKNOWN_MEMBER_ID,
+            f"no member holds instance id {request.instance_id!r}",
+            member_id=request.member_id,
+        )
+    if holder.member_id != request.member_id:
+        return HeartbeatResponse(
+            GroupErrorCode.FENCED_INSTANCE_ID,
+            f"instance id {request.instance_id!r} is held by member {holder.member_id!r}",
+            member_id=request.member_id,
+        )
     return None

@@ -1,5 +1,6 @@
-"""What the metadata state holds: nodes, topics and partitions as immutable records, and the
-constants that name the metadata group and a node's life cycle (raftlog.metadata.state)."""
+"""What the metadata state holds: nodes, topics, partitions and consumer groups' committed
+offsets as immutable records, and the constants that name the metadata group and a node's
+life cycle (raftlog.metadata.state)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ __all__ = [
     "NODE_DECOMMISSIONING",
     "NODE_STATUSES",
     "NO_EPOCH",
+    "CommittedOffset",
     "NodeInfo",
     "PartitionInfo",
     "TopicInfo",
@@ -102,3 +104,14 @@ class PartitionInfo:
         return (
             () if self.target is None else tuple(n for n in self.replicas if n not in self.target)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """A consumer group's committed position in one partition, as Kafka's OffsetCommit gives it:
+    the next offset to consume, the leader epoch of the last record consumed (KIP-320;
+    NO_EPOCH when the client gave none) and the client's metadata string."""
+
+    offset: int
+    leader_epoch: int = NO_EPOCH
+    metadata: str = ""

@@ -9,7 +9,10 @@ where leader_id and leader_epoch are -1 while no leader has reported, and applie
 -1 before the first command. Decoding is as strict as for commands. When consumer groups
 have committed offsets the root also holds
   "group_offsets": [{"group_id", "offsets": [[topic, partition, offset], ...]}] by group,
-and only then, so snapshots taken before consumer groups existed still decode. Likewise a
+and only then, so snapshots taken before consumer groups existed still decode. An offset
+committed with a leader epoch or metadata is [topic, partition, offset, leader_epoch,
+metadata] (leader_epoch -1 for none), and only then, so snapshots taken before those were
+kept decode as they did, and still encode to the same bytes. Likewise a
 partition with a move under way also holds "target": [node ids], and only then, and a node
 that is not active holds "status" ("decommissioning" or "decommissioned"), and only then.
 """
@@ -20,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from raftlog.metadata.commands import (
+    LEADER_EPOCH_LIMIT,
     MetadataDecodeError,
     canonical_json,
     check_topic_config,
@@ -27,14 +31,15 @@ from raftlog.metadata.commands import (
     check_topic_name,
     decode_int,
     decode_list,
-    decode_offsets,
     decode_str,
+    decode_topic_partition,
     parse_json_object,
 )
 from raftlog.metadata.model import (
     NO_EPOCH,
     NODE_ACTIVE,
     NODE_STATUSES,
+    CommittedOffset,
     NodeInfo,
     PartitionInfo,
     TopicInfo,
@@ -58,7 +63,7 @@ class SnapshotContents:
     nodes: dict[NodeId, NodeInfo] = field(default_factory=dict)
     topics: dict[str, TopicInfo] = field(default_factory=dict)
     partitions: dict[str, tuple[PartitionInfo, ...]] = field(default_factory=dict)
-    group_offsets: dict[str, dict[tuple[str, int], int]] = field(default_factory=dict)
+    group_offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
 
 
 SNAPSHOT_FORMAT_VERSION = 1
@@ -90,11 +95,20 @@ def encode_snapshot(state: MetadataState) -> bytes:
         body["group_offsets"] = [
             {
                 "group_id": group_id,
-                "offsets": [[t, p, o] for (t, p), o in state.committed_offsets(group_id).items()],
+                "offsets": [
+                    _encode_offset(t, p, c) for (t, p), c in state.committed(group_id).items()
+                ],
             }
             for group_id in state.consumer_group_ids()
         ]
     return bytes([SNAPSHOT_FORMAT_VERSION]) + canonical_json(body)
+
+
+def _encode_offset(topic: str, partition: int, committed: CommittedOffset) -> list[object]:
+    entry: list[object] = [topic, partition, committed.offset]
+    if committed.leader_epoch != NO_EPOCH or committed.metadata:
+        entry += [committed.leader_epoch, committed.metadata]
+    return entry
 
 
 def _encode_topic(topic: TopicInfo, partitions: tuple[PartitionInfo, ...]) -> dict[str, Any]:
@@ -167,17 +181,34 @@ def decode_snapshot(data: bytes) -> SnapshotContents:
     return contents
 
 
-def _decode_group_offsets(raw: object) -> dict[str, dict[tuple[str, int], int]]:
-    groups: dict[str, dict[tuple[str, int], int]] = {}
+def _decode_group_offsets(raw: object) -> dict[str, dict[tuple[str, int], CommittedOffset]]:
+    groups: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
     for i, item in enumerate(decode_list("group_offsets", raw)):
         fields_ = _object(f"group_offsets[{i}]", item, ("group_id", "offsets"))
         group_id = decode_str(f"group_offsets[{i}].group_id", fields_["group_id"])
-        triples = decode_offsets(f"group_offsets[{i}].offsets", fields_["offsets"])
-        offsets = {(t, int(p)): o for t, p, o in triples}
-        if group_id in groups or not offsets or len(offsets) != len(triples):
+        where = f"group_offsets[{i}].offsets"
+        entries = decode_list(where, fields_["offsets"])
+        offsets = dict(_decode_offset(f"{where}[{j}]", e) for j, e in enumerate(entries))
+        if group_id in groups or not offsets or len(offsets) != len(entries):
             raise MetadataDecodeError(f"snapshot group_offsets[{i}]: {group_id!r} twice or empty")
         groups[group_id] = offsets
     return groups
+
+
+def _decode_offset(where: str, raw: object) -> tuple[tuple[str, int], CommittedOffset]:
+    """[topic, partition, offset] or [topic, partition, offset, leader_epoch, metadata]."""
+    form = "[topic, partition, offset(, leader_epoch, metadata)]"
+    topic, partition, entry = decode_topic_partition(f"snapshot {where}", raw, (3, 5), form)
+    committed = CommittedOffset(decode_int(f"{where}[2]", entry[2]))
+    if len(entry) == 5:
+        epoch = entry[3]
+        if type(epoch) is not int or not NO_EPOCH <= epoch < LEADER_EPOCH_LIMIT:
+            raise MetadataDecodeError(f"snapshot {where}[3]: expected an epoch, got {epoch!r}")
+        metadata = decode_str(f"{where}[4]", entry[4])
+        if epoch == NO_EPOCH and not metadata:
+            raise MetadataDecodeError(f"snapshot {where}: details written with nothing in them")
+        committed = CommittedOffset(committed.offset, epoch, metadata)
+    return (topic, int(partition)), committed
 
 
 def _decode_node(where: str, raw: object) -> NodeInfo:

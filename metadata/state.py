@@ -30,8 +30,9 @@ What the state holds:
   then do the removed nodes drop their copy;
 - the next group id and the next producer id to hand out;
 - consumer groups' committed offsets: group name -> (topic, partition) -> the next offset to
-  consume. Offsets of a deleted topic are dropped with it (a topic re-created under the same
-  name starts over); a group whose last offset went is forgotten.
+  consume, with the leader epoch and metadata string the commit carried (`CommittedOffset`).
+  Offsets of a deleted topic are dropped with it (a topic re-created under the same name
+  starts over); a group whose last offset went is forgotten.
 
 Lookups by group id and by node scan the partitions (O(partitions)): the metadata of one
 cluster is small, and a derived index would be one more thing to keep consistent.
@@ -58,6 +59,7 @@ from raftlog.metadata.commands import (
     CreateTopic,
     DecommissionNode,
     DeleteGroup,
+    DeleteGroupOffsets,
     DeleteTopic,
     ErrorCode,
     FenceNode,
@@ -78,6 +80,7 @@ from raftlog.metadata.model import (
     NODE_DECOMMISSIONED,
     NODE_DECOMMISSIONING,
     NODE_STATUSES,
+    CommittedOffset,
     NodeInfo,
     PartitionInfo,
     TopicInfo,
@@ -115,7 +118,7 @@ class MetadataState:
         self._nodes: dict[NodeId, NodeInfo] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._partitions: dict[str, tuple[PartitionInfo, ...]] = {}
-        self._group_offsets: dict[str, dict[tuple[str, int], int]] = {}
+        self._group_offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
 
     # ---- read accessors ----------------------------------------------------------------
 
@@ -185,6 +188,11 @@ class MetadataState:
 
     def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
         """A consumer group's committed offsets by (topic, partition); empty if none."""
+        return {tp: c.offset for tp, c in self.committed(group_id).items()}
+
+    def committed(self, group_id: str) -> dict[tuple[str, int], CommittedOffset]:
+        """A consumer group's committed offsets by (topic, partition), with the leader epoch
+        and metadata each commit carried; empty if none."""
         return dict(sorted(self._group_offsets.get(group_id, {}).items()))
 
     def has_consumer_group(self, group_id: str) -> bool:
@@ -196,7 +204,8 @@ class MetadataState:
         return len(self._group_offsets)
 
     def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
-        return self._group_offsets.get(group_id, {}).get((topic, partition))
+        committed = self._group_offsets.get(group_id, {}).get((topic, partition))
+        return None if committed is None else committed.offset
 
     def raft_group_ids_for_node(self, node_id: NodeId) -> frozenset[RaftGroupId]:
         """The partition groups `node_id` must host (its replicas and the targets of moves
@@ -334,14 +343,27 @@ class MetadataState:
 
     def _commit_group_offsets(self, command: CommitGroupOffsets) -> ApplyResult:
         offsets = self._group_offsets.setdefault(command.group_id, {})
-        for topic, partition, offset in command.offsets:
-            offsets[(topic, int(partition))] = offset
+        count = len(command.offsets)
+        epochs = command.leader_epochs or (NO_EPOCH,) * count
+        metadata = command.metadata or ("",) * count
+        for (topic, partition, offset), epoch, text in zip(
+            command.offsets, epochs, metadata, strict=True
+        ):
+            offsets[(topic, int(partition))] = CommittedOffset(offset, epoch, text)
         assert offsets, command
         return OK
 
     def _delete_group(self, command: DeleteGroup) -> ApplyResult:
         del self._group_offsets[command.group_id]
         assert command.group_id not in self._group_offsets
+        return OK
+
+    def _delete_group_offsets(self, command: DeleteGroupOffsets) -> ApplyResult:
+        offsets = self._group_offsets[command.group_id]
+        for topic, partition in command.partitions:
+            offsets.pop((topic, int(partition)), None)
+        if not offsets:
+            del self._group_offsets[command.group_id]
         return OK
 
     def _create_partitions(self, command: CreatePartitions) -> ApplyResult:
@@ -507,6 +529,10 @@ _HANDLERS: dict[
         MetadataState._commit_group_offsets,
     ),
     DeleteGroup: (checks.check_delete_group, MetadataState._delete_group),
+    DeleteGroupOffsets: (
+        checks.check_delete_group_offsets,
+        MetadataState._delete_group_offsets,
+    ),
     DecommissionNode: (checks.check_decommission, MetadataState._decommission),
     CompleteDecommission: (
         checks.check_complete_decommission,

@@ -299,6 +299,10 @@ class MetadataConfig:
     group_rebalance_timeout_ms_max: int = 300_000
     groups_max: int = 10_000
     group_members_max: int = 1000
+    # The metadata string a committed offset may carry, in characters as Kafka counts them
+    # against its offset.metadata.max.bytes (Java's String.length()); a longer one is refused
+    # with OFFSET_METADATA_TOO_LARGE. Committed offsets live in the metadata state: bounded.
+    group_offset_metadata_chars_max: int = 4096
 
     def validate(self) -> MetadataConfig:
         _require_positive_ints(self)
@@ -320,11 +324,17 @@ class MetadataConfig:
             f"must be below group_session_timeout_ms ({self.group_heartbeat_interval_ms} >= "
             f"{self.group_session_timeout_ms})",
         )
-        # The protocol caps of raftlog.metadata.commands (10,000 partitions, 15 replicas).
+        # The protocol caps of raftlog.metadata.commands (10,000 partitions, 15 replicas,
+        # 32,768 characters of offset metadata).
         _require(
             self.partitions_per_topic_max <= 10_000,
             "partitions_per_topic_max",
             f"must not exceed the protocol's 10000, got {self.partitions_per_topic_max}",
+        )
+        _require(
+            self.group_offset_metadata_chars_max <= 32_768,
+            "group_offset_metadata_chars_max",
+            f"must not exceed the protocol's 32768, got {self.group_offset_metadata_chars_max}",
         )
         _require(
             self.replication_factor_max <= 15,

@@ -40,6 +40,9 @@ _GROUP_CODES = {
     GroupErrorCode.GROUP_MAX_SIZE_REACHED: pb.GROUP_MAX_SIZE_REACHED,
     GroupErrorCode.NOT_OWNER: pb.NOT_PARTITION_OWNER,
     GroupErrorCode.NON_EMPTY_GROUP: pb.NON_EMPTY_GROUP,
+    # Only Kafka's heartbeats name instance ids; a gRPC request never meets these.
+    GroupErrorCode.FENCED_INSTANCE_ID: pb.FENCED,
+    GroupErrorCode.UNRELEASED_INSTANCE_ID: pb.FENCED,
 }
 _RESULT_CODES = {
     ErrorCode.UNKNOWN_TOPIC: pb.UNKNOWN_TOPIC_OR_PARTITION,

@@ -21,6 +21,7 @@ from raftlog.rpc.kafka import (
     cluster_handlers,
     config_handlers,
     consumer_group_handlers,
+    group_offset_handlers,
     log_handlers,
     producer_id_handlers,
 )
@@ -78,11 +79,11 @@ def api_versions_response(version: int, code: ErrorCode) -> Any:
 
 
 def _group_apis() -> list[Api]:
-    g, c = classic_group_handlers, consumer_group_handlers
+    g, c, o = classic_group_handlers, consumer_group_handlers, group_offset_handlers
     return [
         # v9 of both: the commit names a KIP-848 member and its epoch (KIP-848).
-        Api(g.OFFSET_COMMIT, "OffsetCommit", 2, 9, g.offset_commit),
-        Api(g.OFFSET_FETCH, "OffsetFetch", 1, 9, g.offset_fetch),
+        Api(o.OFFSET_COMMIT, "OffsetCommit", 2, 9, o.offset_commit),
+        Api(o.OFFSET_FETCH, "OffsetFetch", 1, 9, o.offset_fetch),
         Api(g.FIND_COORDINATOR, "FindCoordinator", 0, 4, g.find_coordinator),
         Api(g.JOIN_GROUP, "JoinGroup", 2, 9, g.join_group),
         Api(g.HEARTBEAT, "Heartbeat", 0, 4, g.heartbeat),
@@ -90,6 +91,8 @@ def _group_apis() -> list[Api]:
         Api(g.SYNC_GROUP, "SyncGroup", 0, 5, g.sync_group),
         Api(g.DESCRIBE_GROUPS, "DescribeGroups", 0, 5, g.describe_groups),
         Api(g.LIST_GROUPS, "ListGroups", 0, 4, g.list_groups),
+        Api(o.DELETE_GROUPS, "DeleteGroups", 0, 2, o.delete_groups),
+        Api(o.OFFSET_DELETE, "OffsetDelete", 0, 0, o.offset_delete),
         Api(
             c.CONSUMER_GROUP_HEARTBEAT,
             "ConsumerGroupHeartbeat",

@@ -21,9 +21,11 @@ the Kafka wire's shape:
   naming another gets UNSUPPORTED_ASSIGNOR. A subscription by regex (RE2 syntax, the whole
   name must match, as Kafka's RE2/J) is resolved to topic names at every heartbeat
   (`topic_regex`), so the coordinator sees names only; a bad pattern gets
-  INVALID_REGULAR_EXPRESSION. Static membership (an
-  instance id) is served as dynamic membership, as the classic protocol here does, and its
-  leave epoch (-2) leaves.
+  INVALID_REGULAR_EXPRESSION.
+- Static membership (an instance id, KIP-848's form of KIP-345) is the coordinator's: a member
+  leaving with epoch -2 keeps its assignment for its session, and a member joining with its
+  instance id takes its place. A heartbeat that leaves the instance id out (unchanged) gets
+  the one on record.
 - A group is either classic (`ClassicGroups`, this listener's JoinGroup/SyncGroup) or run
   by the coordinator: a heartbeat for a group with classic members gets GROUP_ID_NOT_FOUND
   (Kafka's answer when a group is not a consumer group), and JoinGroup for a group with
@@ -70,7 +72,7 @@ __all__ = [
 CONSUMER_GROUP_HEARTBEAT, CONSUMER_GROUP_DESCRIBE = 68, 69
 ASSIGNOR = "uniform"
 PROTOCOL_TYPE = "consumer"  # as ListGroups names a KIP-848 group
-_LEAVE_EPOCHS = (-1, -2)  # -2: a static member leaving (served as a dynamic one)
+_LEAVE_EPOCHS = (-1, -2)  # -2: a static member leaving for now (its assignment is kept)
 _JOIN_EPOCH = 0
 
 _HEARTBEAT_ERRORS = {
@@ -84,6 +86,8 @@ _HEARTBEAT_ERRORS = {
     # older than the coordinator's, which Kafka calls a stale epoch (it heartbeats, then
     # commits again).
     GroupErrorCode.NOT_OWNER: ErrorCode.stale_member_epoch,
+    GroupErrorCode.FENCED_INSTANCE_ID: ErrorCode.fenced_instance_id,
+    GroupErrorCode.UNRELEASED_INSTANCE_ID: ErrorCode.unreleased_instance_id,
 }
 
 
@@ -112,8 +116,8 @@ async def consumer_group_heartbeat(ctx: KafkaContext, request: Any, version: int
     controller, GROUP_ID_NOT_FOUND for a group with classic members, UNSUPPORTED_ASSIGNOR,
     INVALID_REGULAR_EXPRESSION, INVALID_REQUEST for a join without subscription, UNKNOWN_MEMBER_ID,
     TOPIC_AUTHORIZATION_FAILED for a subscribed topic it may not read, and the coordinator's
-    refusals (FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED...); a refusal carries member epoch -1 and
-    no assignment."""
+    refusals (FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, FENCED_INSTANCE_ID,
+    UNRELEASED_INSTANCE_ID...); a refusal carries member epoch -1 and no assignment."""
     module = response_module(CONSUMER_GROUP_HEARTBEAT, version)
     service = ctx.consumer_groups
 
@@ -178,13 +182,16 @@ def _heartbeat_request(
     service = ctx.consumer_groups
     group_id, member_id = str(request.group_id), str(request.member_id)
     epoch = int(request.member_epoch)
+    known = service.coordinator.member(group_id, member_id)
+    instance_id = request.instance_id
+    if instance_id is None and known is not None:
+        instance_id = known.instance_id  # left out: unchanged
     if epoch in _LEAVE_EPOCHS:
         ctx.topic_regexes.forget(group_id, member_id)
-        return HeartbeatRequest(group_id, member_id, -1, (), frozenset(), 0)
+        return HeartbeatRequest(group_id, member_id, epoch, (), frozenset(), 0, instance_id)
     if not member_id and version == 0 and epoch == _JOIN_EPOCH:
         # v0: the coordinator names a joining member (v1 on: the client does, KIP-1082).
         member_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    known = service.coordinator.member(group_id, member_id)
     continuing = known is not None and epoch != _JOIN_EPOCH
     topics = _subscription(
         ctx, request, group_id, member_id, known.topics if continuing and known else None
@@ -209,7 +216,7 @@ def _heartbeat_request(
         # coordinator falls back to its own default.
         limit = service.coordinator.limits.rebalance_timeout_ms_max
         timeout_ms = known.rebalance_timeout_ms if known is not None else limit
-    return HeartbeatRequest(group_id, member_id, epoch, topics, owned, timeout_ms)
+    return HeartbeatRequest(group_id, member_id, epoch, topics, owned, timeout_ms, instance_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +309,7 @@ def _answer(ctx: KafkaContext, module: Any, answer: HeartbeatResponse) -> Any:
                     partitions=tuple(partitions),
                 )
             )
-    leaving = answer.member_epoch == -1
+    leaving = answer.member_epoch in _LEAVE_EPOCHS
     return build(
         module.ConsumerGroupHeartbeatResponse,
         throttle_time=NO_THROTTLE,
@@ -385,7 +392,7 @@ def _described(
             build(
                 module.Member,
                 member_id=m.member_id,
-                instance_id=None,
+                instance_id=m.instance_id,
                 rack_id=None,
                 member_epoch=m.member_epoch,
                 client_id="",

@@ -6,9 +6,10 @@ Only how a consumer is made, and what each protocol checks besides, differ."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -16,6 +17,25 @@ import pytest
 kafka = pytest.importorskip("confluent_kafka")
 
 Consumer = Any  # confluent_kafka.Consumer, untyped
+
+
+@contextlib.contextmanager
+def consumer(boot: str, group: str, **settings: Any) -> Iterator[Consumer]:
+    """A confluent-kafka consumer of `group` (no auto-commit, from the earliest offset unless
+    `settings` say otherwise), closed on the way out."""
+    made = kafka.Consumer(
+        {
+            "bootstrap.servers": boot,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **settings,
+        }
+    )
+    try:
+        yield made
+    finally:
+        made.close()
 
 
 def produce(boot: str, topic: str, start: int, count: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from raftlog.metadata.consumer_groups import (
@@ -155,6 +155,10 @@ def test_offset_commits_need_ownership_and_leaving_frees_partitions() -> None:
     assert coordinator.check_commit("g", "m1", 2, owned)[0] is GroupErrorCode.FENCED_MEMBER_EPOCH
     assert coordinator.check_commit("g", "m9", 1, owned)[0] is GroupErrorCode.UNKNOWN_MEMBER_ID
     assert coordinator.check_commit("g", "", -1, owned)[0] is GroupErrorCode.UNKNOWN_MEMBER_ID
+    # Epoch -1 is outside any membership (Kafka's rule): a member id does not make it one.
+    assert coordinator.check_commit("g", "m9", -1, owned)[0] is GroupErrorCode.UNKNOWN_MEMBER_ID
+    assert coordinator.check_commit("g", "m1", -1, owned)[0] is GroupErrorCode.FENCED_MEMBER_EPOCH
+    assert coordinator.check_commit("empty", "m9", -1, owned)[0] is GroupErrorCode.NONE
     code, message = coordinator.check_commit("g", "m1", 1, [("events", 9)])
     assert code is GroupErrorCode.NOT_OWNER and "events" in message
     assert beat(coordinator, "m1", -1).member_epoch == -1
@@ -309,6 +313,12 @@ actions = st.lists(
 
 @settings(max_examples=120, deadline=None)
 @given(partition_count=st.integers(1, 9), steps=actions)
+# A member that confirms each revocation at once is not late with the next one: each gets a
+# rebalance timeout of its own (it was removed at the first one's deadline, then still held).
+@example(
+    partition_count=7,
+    steps=[("beat", 1, False), ("beat", 2, False), ("beat", 1, False), ("tick", 351, False)],
+)
 def test_no_partition_is_ever_held_twice_and_every_partition_is_held_after_healing(
     partition_count: int, steps: list[tuple[str, int, bool]]
 ) -> None:
@@ -334,3 +344,80 @@ def test_no_partition_is_ever_held_twice_and_every_partition_is_held_after_heali
         assert held == [("events", p) for p in range(partition_count)]
         loads = [len(c.held) for c in live]
         assert max(loads) - min(loads) <= 1
+
+
+# -- static members (KIP-848's form of KIP-345) ------------------------------------------------
+
+
+def static_beat(
+    coordinator: ConsumerGroupCoordinator,
+    member: str,
+    epoch: int,
+    instance: str,
+    owned: frozenset[TopicPartition] = frozenset(),
+    *,
+    now_ms: int = 0,
+) -> HeartbeatResponse:
+    request = HeartbeatRequest("g", member, epoch, EVENTS, owned, 5000, instance_id=instance)
+    return coordinator.heartbeat(request, partition_counts=COUNTS, now_ms=now_ms)
+
+
+def _settled_static_pair(coordinator: ConsumerGroupCoordinator) -> tuple[int, int]:
+    """Static members x (member "x1") and y ("y1") sharing the six partitions; their epochs."""
+    x = static_beat(coordinator, "x1", 0, "x")
+    y = static_beat(coordinator, "y1", 0, "y")
+    x = static_beat(coordinator, "x1", x.member_epoch, "x", x.assignment)  # gives y its half
+    x = static_beat(coordinator, "x1", x.member_epoch, "x", x.assignment)
+    y = static_beat(coordinator, "y1", y.member_epoch, "y", y.assignment)
+    assert x.assignment == tps(0, 1, 2) and y.assignment == tps(3, 4, 5)
+    return x.member_epoch, y.member_epoch
+
+
+def test_a_static_member_leaving_for_now_keeps_its_partitions_for_its_successor() -> None:
+    coordinator = ConsumerGroupCoordinator(LIMITS)
+    x_epoch, y_epoch = _settled_static_pair(coordinator)
+    left = static_beat(coordinator, "y1", -2, "y", now_ms=100)
+    assert (left.error, left.member_epoch) == (GroupErrorCode.NONE, -2)
+    described = coordinator.member("g", "y1")
+    assert described is not None and described.member_epoch == -2
+    assert described.instance_id == "y" and described.owned == tps(3, 4, 5)
+    x = static_beat(coordinator, "x1", x_epoch, "x", tps(0, 1, 2), now_ms=200)
+    assert x.assignment == tps(0, 1, 2), "the leaver's partitions wait for it"
+    # A new process with the same instance id (and a new member id) takes its place.
+    back = static_beat(coordinator, "y2", 0, "y", now_ms=300)
+    assert back.error is GroupErrorCode.NONE and back.assignment == tps(3, 4, 5)
+    assert coordinator.member("g", "y1") is None
+    assert static_beat(coordinator, "y1", y_epoch, "y").error is GroupErrorCode.FENCED_INSTANCE_ID
+    # Not back within its session: it is gone and its partitions move.
+    static_beat(coordinator, "y2", -2, "y", now_ms=400)
+    x = static_beat(coordinator, "x1", x.member_epoch, "x", tps(0, 1, 2), now_ms=1000)
+    assert coordinator.expire(now_ms=400 + SESSION_MS + 1) == [("g", "y2")]
+    x = static_beat(coordinator, "x1", x.member_epoch, "x", tps(0, 1, 2), now_ms=1500)
+    assert x.assignment == tps(0, 1, 2, 3, 4, 5)
+
+
+def test_an_instance_id_is_held_by_one_member_until_it_leaves() -> None:
+    coordinator = ConsumerGroupCoordinator(LIMITS)
+    x_epoch, _ = _settled_static_pair(coordinator)
+    unreleased = static_beat(coordinator, "x2", 0, "x")
+    assert unreleased.error is GroupErrorCode.UNRELEASED_INSTANCE_ID
+    assert static_beat(coordinator, "x2", 3, "x").error is GroupErrorCode.FENCED_INSTANCE_ID
+    leave = static_beat(coordinator, "x2", -2, "x")
+    assert leave.error is GroupErrorCode.FENCED_INSTANCE_ID
+    assert static_beat(coordinator, "x1", -2, "nobody").error is GroupErrorCode.UNKNOWN_MEMBER_ID
+    # Its own rejoin (epoch 0, same member id) is a rejoin, as for a dynamic member.
+    rejoined = static_beat(coordinator, "x1", 0, "x")
+    assert rejoined.error is GroupErrorCode.NONE
+    # A member of the group joining again with a released instance id takes that place.
+    beat(coordinator, "d1", 0)
+    assert static_beat(coordinator, "x1", -2, "x").member_epoch == -2
+    taken = static_beat(coordinator, "d1", 0, "x")
+    assert taken.error is GroupErrorCode.NONE and coordinator.member("g", "x1") is None
+    described = coordinator.member("g", "d1")
+    assert described is not None and described.instance_id == "x"
+    assert static_beat(coordinator, "d1", -1, "x").member_epoch == -1
+    assert static_beat(coordinator, "x1", 0, "x").error is GroupErrorCode.NONE
+    # Leaving with -1 releases the instance id at once.
+    assert static_beat(coordinator, "x1", -1, "x").member_epoch == -1
+    assert static_beat(coordinator, "x3", 0, "x").error is GroupErrorCode.NONE
+    assert x_epoch > 0

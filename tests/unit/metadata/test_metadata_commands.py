@@ -17,8 +17,11 @@ from raftlog.metadata.commands import (
     AlterTopicConfig,
     AutoCreateTopic,
     Command,
+    CommitGroupOffsets,
     CreatePartitions,
     CreateTopic,
+    DeleteGroup,
+    DeleteGroupOffsets,
     DeleteTopic,
     ErrorCode,
     FenceNode,
@@ -55,6 +58,12 @@ EVERY_COMMAND: list[Command] = [
     ReportLeader("orders", PartitionId(1), RaftGroupId(2), NodeId(2), 7),
     AllocateProducerIds(1000),
     AutoCreateTopic("orders", 3, 2),
+    CommitGroupOffsets("g", (("orders", PartitionId(0), 5),)),
+    CommitGroupOffsets(
+        "g", (("orders", PartitionId(0), 5), ("orders", PartitionId(1), 6)), (3, -1), ("m", "")
+    ),
+    DeleteGroup("g"),
+    DeleteGroupOffsets("g", (("orders", PartitionId(0)), ("audit", PartitionId(2)))),
 ]
 
 
