@@ -27,7 +27,10 @@ drops them; its next heartbeat lists {p0, p1, p2}, which frees p3..p5; m2's next
 is granted them. m1 never stopped consuming p0..p2 (no stop-the-world), and no partition
 was ever held by two members. A member that does not confirm a revocation within its
 rebalance timeout, or that is silent for the session timeout, is removed and all it owned
-is freed.
+is freed; but a member removed while it may still be consuming (late with a revocation, its
+last heartbeat less than a session timeout ago) keeps its partitions out of every grant until
+that session ends (`held_until`): by the client's own rule it has dropped them by then, and
+until then no other member is handed them.
 
 A heartbeat that lists a partition the coordinator does not think the member owns adopts it
 if it is free: that is how a new controller (which starts empty) rebuilds ownership from the
@@ -176,6 +179,13 @@ class _Group:
     target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
     partition_counts: dict[str, int] = field(default_factory=dict)  # of subscribed topics
     dirty: bool = True  # the target must be recomputed
+    # Partitions of a removed member that may still consume them: granted to no one before
+    # this instant (at most the group's partitions, so bounded with them).
+    held_until: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def is_held(self, tp: TopicPartition, now_ms: int) -> bool:
+        until = self.held_until.get(tp)
+        return until is not None and now_ms < until
 
     def owned_by(self, member_id: str) -> frozenset[TopicPartition]:
         return frozenset(tp for tp, owner in self.owners.items() if owner == member_id)
@@ -261,13 +271,22 @@ class ConsumerGroupCoordinator:
         """Remove members silent for the session timeout or late with a revocation;
         returns (group id, member id) of each one removed."""
         removed: list[tuple[str, str]] = []
+        session_ms = self.limits.session_timeout_ms
         for group in list(self._groups.values()):
             for member in list(group.members.values()):
                 silent_ms = now_ms - member.last_heartbeat_ms
                 late = member.revoke_deadline_ms is not None and now_ms > member.revoke_deadline_ms
-                if silent_ms > self.limits.session_timeout_ms or late:
+                if silent_ms > session_ms or late:
+                    # Its client keeps what it holds until a session passes without an
+                    # answered heartbeat: nobody else gets it before then.
+                    hold_until = member.last_heartbeat_ms + session_ms
+                    for tp in group.owned_by(member.member_id):
+                        if hold_until > now_ms:
+                            group.held_until[tp] = hold_until
                     self._remove(group, member.member_id)
                     removed.append((group.group_id, member.member_id))
+            for tp in [tp for tp, until in group.held_until.items() if until <= now_ms]:
+                del group.held_until[tp]
             self._forget_if_empty(group)
         return removed
 
@@ -483,7 +502,8 @@ class ConsumerGroupCoordinator:
         target = group.target.get(member_id, frozenset())
         if now_ms >= self._grants_from_ms:
             for tp in sorted(target):
-                group.owners.setdefault(tp, member_id)
+                if not group.is_held(tp, now_ms):
+                    group.owners.setdefault(tp, member_id)
         owned = group.owned_by(member_id)
         assignment = owned & target
         if assignment != member.assignment or member.epoch == JOIN_EPOCH:
@@ -532,7 +552,7 @@ class ConsumerGroupCoordinator:
         assert member_id not in group.owners.values()
 
     def _forget_if_empty(self, group: _Group) -> None:
-        if not group.members:
+        if not group.members and not group.held_until:
             assert not group.owners, group.owners
             self._groups.pop(group.group_id, None)
 

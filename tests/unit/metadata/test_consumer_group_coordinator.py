@@ -319,6 +319,12 @@ actions = st.lists(
     partition_count=7,
     steps=[("beat", 1, False), ("beat", 2, False), ("beat", 1, False), ("tick", 351, False)],
 )
+# A member removed for missing its revocation deadline, silent but within its session, still
+# consumes what it owned: those partitions wait for its session to end before anyone gets them.
+@example(
+    partition_count=2,
+    steps=[("beat", 1, False), ("beat", 0, False), ("beat", 1, False), ("tick", 451, False)],
+)
 def test_no_partition_is_ever_held_twice_and_every_partition_is_held_after_healing(
     partition_count: int, steps: list[tuple[str, int, bool]]
 ) -> None:
