@@ -66,9 +66,12 @@ def to_kafka_batches(
     out and every other batch's base offset rewritten to its Kafka offset."""
     if not data:
         return data
-    out = bytearray(data)
+    view = memoryview(data)
+    # One copy in all: each kept batch is its new base offset and a view of the rest of its
+    # bytes, joined once (a bytearray copy patched in place, then frozen, copied twice).
+    pieces: list[bytes | memoryview] = []
     next_internal = bisect.bisect_left(internal, _BASE_AND_LENGTH.unpack_from(data)[0])
-    kept_end = position = 0
+    position = 0
     while position < len(data):
         base, length = _BASE_AND_LENGTH.unpack_from(data, position)
         size = _LENGTH_END + length
@@ -79,10 +82,7 @@ def to_kafka_batches(
             position += size  # Raft's own entry: clients never see it
             continue
         kafka = kafka_start + (base - first) - next_internal
-        if kept_end != position:
-            out[kept_end : kept_end + size] = data[position : position + size]
-        _BASE.pack_into(out, kept_end, kafka)
-        kept_end += size
+        pieces.append(_BASE.pack(kafka))
+        pieces.append(view[position + _BASE.size : position + size])
         position += size
-    del out[kept_end:]
-    return bytes(out)
+    return b"".join(pieces)
