@@ -26,6 +26,7 @@ import random
 import shutil
 import statistics
 import time
+from collections.abc import Callable
 
 from raftlog.config import KIB, MIB, LogConfig, NodeConfig
 from raftlog.node.malloc_tuning import tune_malloc
@@ -69,26 +70,23 @@ def _fill(storage: RaftLogStorage, total_bytes: int) -> int:
 
 
 def _read_all_raw(storage: RaftLogStorage, end: int) -> int:
-    offset, read = 0, 0
-    while offset < end:
-        data = storage.read(offset, bytes_max=FETCH_BYTES, end_offset=end)
-        if not data:
-            break
-        read += len(data)
-        offset = _next_offset(data)
-    return read
+    return _read_all(storage.read, end, end)
 
 
 def _read_all_kafka(storage: RaftLogStorage, end: int) -> int:
-    kafka_end = storage.kafka_offset(end)
-    offset, read = 0, 0
-    while offset < kafka_end:
-        data = storage.read_kafka(offset, bytes_max=FETCH_BYTES, end_offset=end)
+    return _read_all(storage.read_kafka, storage.kafka_offset(end), end)
+
+
+def _read_all(read: Callable[..., bytes], stop: int, end: int) -> int:
+    """Bytes `read` returns from offset 0 until `stop`, in fetch-sized budgets."""
+    offset, total = 0, 0
+    while offset < stop:
+        data = read(offset, bytes_max=FETCH_BYTES, end_offset=end)
         if not data:
             break
-        read += len(data)
+        total += len(data)
         offset = _next_offset(data)
-    return read
+    return total
 
 
 def _next_offset(data: bytes) -> int:
