@@ -17,9 +17,7 @@ old segment and writes its index files *before* creating the next file, so only 
 segment can ever hold a torn tail. Opening therefore trusts closed segments (their indexes
 load lazily), and scans only the last: open time depends on the active segment, not the log.
 After a clean `close` it scans nothing: close fsyncs, writes the active segment's index files
-and then `clean-shutdown` (crc32c u32, then JSON of the active segment's state); open resumes
-from them if they match the file, and deletes the marker (durably) before anything else, so a
-crash after that is recovered by a scan again (Kafka's `.kafka_cleanshutdown`).
+and then the clean-shutdown marker (`raftlog.storage.clean_shutdown`), which open takes.
 
 Removing data.
 * `truncate_from(offset)` drops the suffix at offsets >= `offset` (Raft §5.3: a follower
@@ -55,9 +53,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import os
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -74,17 +70,15 @@ from raftlog.storage.batch import (
     CRC_START,
     EPOCH_FIELD,
     BatchHeader,
-    crc32c,
     patch_base_offset_and_epoch,
     verify_batch,
 )
+from raftlog.storage.clean_shutdown import take_clean_shutdown, write_clean_shutdown
 from raftlog.storage.compaction import CleanedSegment, discard_leftovers, swap_in_cleaned
 from raftlog.storage.durable_mark import DurableMark, MarkRecord
 from raftlog.storage.file_system import (
     FileSystem,
     OsFileSystem,
-    read_whole_file,
-    write_file_atomically,
 )
 from raftlog.storage.retention import SegmentSummary, expired_segment_count
 from raftlog.storage.segment import (
@@ -98,7 +92,6 @@ from raftlog.storage.segment import (
 from raftlog.storage.wall_clock import SystemWallClock, WallClock
 
 __all__ = [
-    "CLEAN_SHUTDOWN_FILE_NAME",
     "AppendInfo",
     "FlushTicket",
     "LogDamage",
@@ -106,24 +99,10 @@ __all__ = [
     "SegmentedLog",
 ]
 
-CLEAN_SHUTDOWN_FILE_NAME = "clean-shutdown"
 # The bytes of a batch that append rewrites (base offset, length, leader epoch): all before the
 # CRC's range, so the rest is written from the caller's bytes as they are.
 _PATCHED_PREFIX_BYTES = EPOCH_FIELD + 4
 assert _PATCHED_PREFIX_BYTES <= CRC_FIELD < CRC_START
-_CRC = struct.Struct(">I")
-# The marker holds one small JSON object; anything larger is not ours.
-_CLEAN_SHUTDOWN_BYTES_MAX = 4096
-_CLEAN_STATE_KEYS = frozenset(
-    (
-        "base_offset",
-        "size_bytes",
-        "end_offset",
-        "max_timestamp_ms",
-        "max_timestamp_offset",
-        "bytes_since_index_entry",
-    )
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,7 +348,7 @@ class SegmentedLog:
             segment.ensure_index_files()
             self._segments.append(segment)
         now_ms = self.clock.now_ms()
-        state = self._take_clean_shutdown()
+        state = take_clean_shutdown(self.files, self.directory)
         last = None
         if state is not None and state["base_offset"] == base_offsets[-1]:
             last = Segment.resume_clean(
@@ -380,32 +359,6 @@ class SegmentedLog:
                 self.files, self.directory, base_offsets[-1], self.config, now_ms
             )
         self._segments.append(last)
-
-    def _clean_shutdown_path(self) -> str:
-        return os.path.join(self.directory, CLEAN_SHUTDOWN_FILE_NAME)
-
-    def _take_clean_shutdown(self) -> dict[str, int] | None:
-        """The active segment's state a clean close left, or None; the marker is removed
-        (and the removal made durable) first: from here on a crash must mean a scan."""
-        path = self._clean_shutdown_path()
-        if not self.files.exists(path):
-            return None
-        data = read_whole_file(self.files, path)
-        self.files.remove(path)
-        self.files.sync_directory(self.directory)
-        if not _CRC.size <= len(data) <= _CLEAN_SHUTDOWN_BYTES_MAX:
-            return None
-        if _CRC.unpack_from(data)[0] != crc32c(data[_CRC.size :]):
-            return None
-        try:
-            state = json.loads(data[_CRC.size :])
-        except ValueError:
-            return None
-        if not isinstance(state, dict) or set(state) != _CLEAN_STATE_KEYS:
-            return None
-        if not all(type(value) is int for value in state.values()):
-            return None
-        return state
 
     # --- state --------------------------------------------------------------------------
 
@@ -767,10 +720,7 @@ class SegmentedLog:
             return
         self.flush()
         # Written after the fsyncs it vouches for (flush, then the index files).
-        body = json.dumps(self._active().clean_state(), sort_keys=True).encode()
-        write_file_atomically(
-            self.files, self._clean_shutdown_path(), _CRC.pack(crc32c(body)) + body
-        )
+        write_clean_shutdown(self.files, self.directory, self._active().clean_state())
         for segment in self._segments:
             segment.close()
         self.mark.close()

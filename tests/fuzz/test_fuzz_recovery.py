@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptBatchError
-from raftlog.storage.log import CLEAN_SHUTDOWN_FILE_NAME, SegmentedLog
+from raftlog.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE_NAME
+from raftlog.storage.log import SegmentedLog
 from raftlog.storage.records import RecordInput, decode_batch, encode_batch
 from raftlog.storage.sim_file_system import SimFileSystem
 from raftlog.storage.wall_clock import ManualWallClock

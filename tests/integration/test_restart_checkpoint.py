@@ -21,7 +21,7 @@ from raftlog.local_cluster import LocalCluster
 from raftlog.partition.checkpoint import CHECKPOINT_FILE_NAME, PartitionCheckpoint
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-from raftlog.storage.log import CLEAN_SHUTDOWN_FILE_NAME
+from raftlog.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE_NAME
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.records import RecordInput, encode_batch
 from tests.integration.conftest import start_cluster, wait_until

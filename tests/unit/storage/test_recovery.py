@@ -15,8 +15,9 @@ import pytest
 from raftlog.config import LogConfig
 from raftlog.errors import CorruptBatchError, CrcMismatchError
 from raftlog.storage.batch import crc32c
+from raftlog.storage.clean_shutdown import CLEAN_SHUTDOWN_FILE_NAME
 from raftlog.storage.file_system import Buffer, FileHandle, FileSystem
-from raftlog.storage.log import CLEAN_SHUTDOWN_FILE_NAME, SegmentedLog
+from raftlog.storage.log import SegmentedLog
 from raftlog.storage.sim_file_system import SimFileSystem
 from raftlog.storage.wall_clock import ManualWallClock
 
