@@ -63,6 +63,7 @@ from typing import Protocol, runtime_checkable
 from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import HardStateStore
 from raftlog.raft.types import HardState, Message, Ready
+from raftlog.runtime import produce_trace
 from raftlog.runtime import recorder as metrics
 from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
 from raftlog.runtime.group import RaftGroup
@@ -171,6 +172,10 @@ class RaftGroupHost:
                 self._storage_damaged(group, error)
                 continue
             self._dirty[raft_group_id] = group
+            if group.traces.pending:
+                # A traced proposal's followers' acknowledgements and commit are seen here,
+                # the moment they are stepped (produce_trace).
+                group.traces.on_stepped(group.node)
         self._wake.set()
 
     def notify(self) -> None:
@@ -336,14 +341,22 @@ class RaftGroupHost:
         ]
         saves = _HardStateSaves()
         for group, ready in batch:
+            send = self._sender(group)
+            traced = bool(ready.entries and group.traces.pending)
+            if traced:
+                sent_at = [produce_trace.now()]
+                group.traces.mark(produce_trace.PICKED, ready.entries[-1].last_offset, sent_at[0])
+                send = group.traces.sender(send, sent_at)
             persist_ready(
                 group.node,
                 ready,
                 log=group.log,
                 hard_state_store=saves.store_for(group.hard_state_store),
-                send=self._sender(group),
+                send=send,
                 restore=group.restore,
             )
+            if traced:
+                self._trace_written(group, ready, sent_s=sent_at[0])
         # One pass, one trip to a disk thread for every hard state and log fsync, so the
         # loop keeps serving (reads, proposals that the next pass will carry) meanwhile.
         # Logs that cannot split their sync (the simulator's) sync here, on the loop.
@@ -365,6 +378,8 @@ class RaftGroupHost:
         for group, ready in batch:
             if ready.entries:
                 group.on_durable(ready.entries[-1].last_offset)
+                if group.traces.pending:
+                    group.traces.mark(produce_trace.DURABLE, ready.entries[-1].last_offset)
             complete_ready(
                 group.node,
                 ready,
@@ -373,6 +388,9 @@ class RaftGroupHost:
                 on_read=group.on_read,
                 applied_count=applied_counts[group.raft_group_id],
             )
+            if group.traces.pending:
+                # The leader's own durable copy may have completed a quorum (advance).
+                group.traces.mark(produce_trace.COMMITTED, group.node.commit_offset)
             if group.repairing and not group.node.repairing:
                 group.finish_repair()
             if ready.soft_state is not None:
@@ -382,6 +400,14 @@ class RaftGroupHost:
                     group.on_leadership_change(group)
             if group.node.quiesced:
                 self._awake.pop(group.raft_group_id, None)
+
+    @staticmethod
+    def _trace_written(group: RaftGroup, ready: Ready, *, sent_s: float) -> None:
+        """Stamp the traced proposals `ready` carries: sent when its last message was handed
+        to the transport, written now that `persist_ready` buffered the append."""
+        last_offset = ready.entries[-1].last_offset
+        group.traces.mark(produce_trace.SENT, last_offset, sent_s)
+        group.traces.mark(produce_trace.WRITTEN, last_offset)
 
     def _may_sync_inline(self, tickets: list[tuple[SplitSyncLog, FlushTicket]]) -> bool:
         """Whether this pass's writes are small enough to sync on the loop.
