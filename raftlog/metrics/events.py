@@ -17,7 +17,7 @@ from raftlog.raft.types import Ready, Role, VoteRequest
 from raftlog.runtime.produce_trace import STAGES
 from raftlog.runtime.recorder import Recorder
 
-__all__ = ["PrometheusRecorder", "ProduceStageHistograms"]
+__all__ = ["ProduceStageHistograms", "PrometheusRecorder"]
 
 # Seconds. Flushes: a page-cache write and an fdatasync, 0.1 ms on fast NVMe to seconds
 # on a stalled disk; requests: a metadata read to a produce that waits out its timeout.
