@@ -18,7 +18,7 @@ from raftlog import errors
 from raftlog.metadata.state import ALLOCATED_PRODUCER_ID_LIMIT
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
-from raftlog.runtime import produce_trace
+from raftlog.runtime.produce_trace import begin as begin_produce_trace
 from raftlog.types import Commitment
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class LogServicer(pb_grpc.LogServicer):
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
-        trace = produce_trace.begin("grpc")
+        trace = begin_produce_trace("grpc")
         if trace is None:
             return await self._produce(request, context)
         # The handler runs in a task of its own: the trace is this request's alone.

@@ -43,7 +43,8 @@ from raftlog.rpc.kafka.schema import Chunks, request_is_flexible, request_reader
 from raftlog.rpc.kafka.topic_regex import TopicRegexes
 from raftlog.rpc.port import NodePort
 from raftlog.rpc.security import AccessControl
-from raftlog.runtime import produce_trace
+from raftlog.runtime.produce_trace import RequestTrace
+from raftlog.runtime.produce_trace import begin as begin_produce_trace
 from raftlog.types import NodeId
 
 __all__ = ["KafkaListener"]
@@ -126,7 +127,7 @@ class _Connection(asyncio.Protocol):
         self._decoder = FrameDecoder(frame_bytes_max=context.config.frame_bytes_max)
         self._pending: collections.deque[_Pending] = collections.deque()
         # Produce requests being timed stage by stage (produce_trace), by their handler.
-        self._traces: dict[asyncio.Future[Any | None], produce_trace.RequestTrace] = {}
+        self._traces: dict[asyncio.Future[Any | None], RequestTrace] = {}
         self._transport: asyncio.Transport | None = None
         self._writer: asyncio.Task[None] | None = None
         self._writable = asyncio.Event()
@@ -199,7 +200,7 @@ class _Connection(asyncio.Protocol):
         header, _ = decode_header(frame, flexible=False)
         # Timed from here, the frame just taken off the connection; None unless metrics
         # are served.
-        trace = produce_trace.begin("kafka") if header.api_key == PRODUCE_API_KEY else None
+        trace = begin_produce_trace("kafka") if header.api_key == PRODUCE_API_KEY else None
         api = APIS.get(header.api_key)
         if api is None:
             raise FrameError(f"unknown api key {header.api_key}")
