@@ -4,7 +4,8 @@ Theory of operation. Each pass of `run()` (woken by a tick, an inbound message o
 collects a Ready from every *dirty* group that has one and processes them *together* in the
 order the core requires:
 
-    1. send each Ready's `messages` (a leader's appends go out before its own fsync);
+    1. send each Ready's `messages` (a leader's appends go out before its own fsync: the
+       transport is flushed before a sync that holds the loop, `flush_sends`);
     2. persist: install snapshots, append entries (buffered writes); hard states to save are
        collected;
     3. on a disk thread: save the collected hard states (each an atomic file replace), and
@@ -102,11 +103,15 @@ class RaftGroupHost:
         urgent_groups: frozenset[RaftGroupId] = frozenset(),
         campaigns_per_s_max: int = 500,
         clock: MonotonicClock | None = None,
+        flush_sends: Callable[[], None] | None = None,
     ) -> None:
         assert tick_interval_ms > 0 and sync_on_loop_bytes_max >= 0 and sync_on_loop_slow_ms > 0
         self.node_id = node_id
         self._tick_interval_s = tick_interval_ms / 1000
         self._send = send
+        # Hands what `send` queued to the network now (the transport's `flush_now`); called
+        # before a sync on the loop, which would otherwise hold the appends until it ends.
+        self._flush_sends = flush_sends
         self._sync_on_loop_bytes_max = sync_on_loop_bytes_max
         self._sync_on_loop_slow_ms = sync_on_loop_slow_ms
         self._urgent_groups = urgent_groups
@@ -370,6 +375,12 @@ class RaftGroupHost:
             else:
                 durable_log.sync()
         if tickets and not saves.pending and self._may_sync_inline(tickets):
+            # The transport writes queued messages at the loop's next turn, and a sync here
+            # holds the loop: the leader's appends would reach the followers only after its
+            # own fsync, the two fsyncs in series. Whatever is queued may leave at once:
+            # `persisted_messages` are queued only after the sync that backs them.
+            if self._flush_sends is not None:
+                self._flush_sends()
             self._sync_inline([ticket for _, ticket in tickets])
         elif tickets or saves.pending:
             await _sync_off_loop(saves, [ticket for _, ticket in tickets])
