@@ -58,7 +58,7 @@ def main() -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a node setting for both trees (`raftlog serve --set`), e.g. "
-        "sync_on_loop_slow_ms=1000 to keep syncs on the loop on a slow disk; repeatable",
+        "sync_on_loop_slow_ms=45 to keep syncs on the loop on a slow disk; repeatable",
     )
     args = parser.parse_args()
     if args.rounds < 1:

@@ -54,8 +54,9 @@ log = logging.getLogger(__name__)
 # What a connection may send before it authenticated (when the node has a token file).
 _BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
-# (header, response version, handler task or a ready response)
 PRODUCE_API_KEY = 0  # Kafka's Produce (rpc.kafka.log_handlers.PRODUCE)
+
+# (header, response version, handler task or a ready response)
 _Pending = tuple[RequestHeader, int, "asyncio.Future[Any | None]"]
 
 
