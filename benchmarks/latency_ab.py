@@ -21,6 +21,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+from collections.abc import Sequence
 
 BENCHMARKS_DIR = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCHMARKS_DIR / "suites")]
@@ -31,10 +32,11 @@ CURRENT = "-"
 
 
 def run_worker(
-    tree: str, work: pathlib.Path, rates: str, duration_s: float, sequential: int
-) -> dict[str, float]:
+    tree: str, work: pathlib.Path, rates: str, duration_s: float, sequential: int,
+    *, node_sets: Sequence[str] = (),
+) -> dict[str, float]:  # fmt: skip
     argv = [sys.executable, str(BENCHMARKS_DIR / "suites" / "_latency_worker.py"), tree]
-    argv += [str(work), rates, str(duration_s), str(sequential)]
+    argv += [str(work), rates, str(duration_s), str(sequential), *node_sets]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
     if done.returncode != 0:
         raise RuntimeError(f"latency worker {argv} failed:\n{done.stderr[-4000:]}")
@@ -50,6 +52,14 @@ def main() -> None:
     parser.add_argument("--rates", default="13000,37000", help="records/s, comma separated")
     parser.add_argument("--duration-s", type=float, default=6.0, help="seconds per rate")
     parser.add_argument("--sequential", type=int, default=300, help="single records, one by one")
+    parser.add_argument(
+        "--node-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a node setting for both trees (`raftlog serve --set`), e.g. "
+        "sync_on_loop_slow_ms=45 to keep syncs on the loop on a slow disk; repeatable",
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1, got {args.rounds}")
@@ -69,8 +79,9 @@ def main() -> None:
     for round_index in range(args.rounds):
         for name in names if round_index % 2 == 0 else names[::-1]:
             result = run_worker(
-                trees[name], args.out / "work", args.rates, args.duration_s, args.sequential
-            )
+                trees[name], args.out / "work", args.rates, args.duration_s, args.sequential,
+                node_sets=args.node_set,
+            )  # fmt: skip
             samples[name].append(result)
             shown = " ".join(f"{k}={v:.2f}" for k, v in sorted(result.items()))
             print(f"   round {round_index} {name:>8}: {shown}", flush=True)

@@ -3,6 +3,7 @@
     python benchmarks/run.py --suite storage --out DIR    # one suite (benchmarks/suites/storage.py)
     python benchmarks/run.py --suite quick --out DIR      # every suite, quick=True
     python benchmarks/run.py --suite full --out DIR       # every suite, quick=False
+    python benchmarks/run.py --suite latency --quick --out DIR   # one suite, quick=True
 
 A suite is a module `benchmarks/suites/<name>.py` exposing
 `run(out_dir: pathlib.Path, *, quick: bool) -> dict[str, float]`. results.json is one flat
@@ -63,13 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", required=True, help="a suite name, 'quick' or 'full'")
     parser.add_argument("--out", required=True, type=pathlib.Path, help="output directory")
+    parser.add_argument("--quick", action="store_true", help="a named suite at its quick size")
     args = parser.parse_args(argv)
     suites = discover()
     args.suite = args.suite.replace("-", "_")  # scale-pressure is suites/scale_pressure.py
     if args.suite in ("quick", "full"):
         chosen, quick = list(suites), args.suite == "quick"
     elif args.suite in suites:
-        chosen, quick = [args.suite], False
+        chosen, quick = [args.suite], args.quick
     else:
         parser.error(f"unknown suite {args.suite!r}; known: {', '.join(suites)}, quick, full")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from raftlog import errors
 from raftlog.metadata.state import ALLOCATED_PRODUCER_ID_LIMIT
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
+from raftlog.runtime.produce_trace import begin as begin_produce_trace
 from raftlog.types import Commitment
 
 if TYPE_CHECKING:
@@ -83,6 +84,20 @@ class LogServicer(pb_grpc.LogServicer):
         self._node = node
 
     async def Produce(
+        self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ProduceResponse:
+        trace = begin_produce_trace("grpc")
+        if trace is None:
+            return await self._produce(request, context)
+        # The handler runs in a task of its own: the trace is this request's alone.
+        token = trace.attach()
+        try:
+            return await self._produce(request, context)
+        finally:
+            trace.detach(token)
+            trace.finish()
+
+    async def _produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.ProduceResponse:
         await _check_partition(context, request.topic, request.partition)

@@ -325,6 +325,17 @@ class PeerTransport:
             assert self._loop is not None
             self._loop.call_soon(self._flush, state)
 
+    def flush_now(self) -> None:
+        """Seal every peer's pending messages into frames and hand them to the sockets now,
+        not at the loop's next turn (`_flush`, scheduled by `send`; it then finds nothing).
+
+        The group host calls this before it blocks the loop in an fsync: the appends a
+        leader's pass just sent reach the followers while the leader's own write syncs
+        (Raft thesis §10.2.1), instead of after it."""
+        for peer in self._peers.values():
+            if peer.pending and not peer.removed:
+                self._seal(peer)
+
     def send_call_frame(self, peer: NodeId, frame: bytes) -> bool:
         """Queue one CALL or REPLY frame (header included) for `peer`, ahead of its queued
         Raft traffic; False when it was dropped (and counted) instead."""

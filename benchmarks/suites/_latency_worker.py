@@ -1,6 +1,6 @@
 """One fresh-cluster latency run for `benchmarks/latency_ab.py`, in its own process; not a suite.
 
-    python _latency_worker.py TREE WORK RATES DURATION_S SEQUENTIAL
+    python _latency_worker.py TREE WORK RATES DURATION_S SEQUENTIAL [KEY=VALUE ...]
 
 TREE is a folder holding a `raftlog` namespace (a view of another commit) or "-" for the
 installed one. It goes first on PYTHONPATH, so the node processes this run starts run the
@@ -11,7 +11,8 @@ RATES (records/s, comma separated) runs the cluster suite's open-loop acks=all l
 measurement at linger 0 (`cluster.latency_point`) for DURATION_S, reading each node's CPU
 (the mean per node) and this process's CPU (the producer and its pacing loop) over it. Last
 the fetch half: every record produced read back from offset 0 (`cluster.consume_mb_s`), with
-the nodes' CPU per MB of values read. It prints one line of JSON.
+the nodes' CPU per MB of values read. It prints one line of JSON. Each KEY=VALUE is a node
+setting passed to every node as `raftlog serve --set KEY=VALUE`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 
 
 def main(argv: list[str]) -> None:
-    tree, work, rates, duration_s, sequential = argv
+    tree, work, rates, duration_s, sequential, *node_sets = argv
     if tree != "-":
         sys.path.insert(0, tree)
         os.environ["PYTHONPATH"] = os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")])
@@ -46,7 +47,11 @@ def main(argv: list[str]) -> None:
 
     assert tree == "-" or raftlog.__file__.startswith(tree), (tree, raftlog.__file__)
     result: dict[str, float] = {}
-    with running_cluster(pathlib.Path(work)) as running, Admin(running.bootstrap) as admin:
+    flags = [flag for setting in node_sets for flag in ("--set", setting)]
+    with (
+        running_cluster(pathlib.Path(work), flags=flags) as running,
+        Admin(running.bootstrap) as admin,
+    ):
         create_topic(admin, "latency", partitions=cluster.PARTITIONS)
         with cluster.producer(running.bootstrap, "all", linger_ms=0) as client:
             values = payloads(KIB)

@@ -125,6 +125,7 @@ def raft_group_host(node: Node) -> RaftGroupHost:
         urgent_groups=frozenset({METADATA_RAFT_GROUP_ID}),
         campaigns_per_s_max=config.campaigns_per_s_max,
         clock=node.clock,
+        flush_sends=node.transport.flush_now,
     )
 
 

@@ -33,6 +33,7 @@ from raftlog.errors import NotLeaderError, ProposalDroppedError
 from raftlog.raft.node import RaftNode
 from raftlog.raft.ports import DurableLog, HardStateStore
 from raftlog.raft.types import Entry, Membership, ReadState, Role, Snapshot
+from raftlog.runtime import produce_trace
 from raftlog.types import Commitment, Offset, RaftGroupId, Term
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,8 @@ class RaftGroup:
         # snapshot taken below every CONFIG entry).
         self.bootstrap_membership = bootstrap_membership
         self._waiters: deque[_Waiter] = deque()
+        # Traced proposals (metrics served) on their way to being applied.
+        self.traces = produce_trace.StageTraces()
         self._read_waiters: dict[int, asyncio.Future[Offset]] = {}
         self._next_read_id = 1
         self.durable_offset = log.last_offset()
@@ -114,6 +117,9 @@ class RaftGroup:
         self._drop_replaced(base_offset)
         assert not self._waiters or self._waiters[-1].last_offset < base_offset
         self._waiters.append(_Waiter(self.node.term, base_offset, last_offset, commitment, future))
+        request = produce_trace.current()
+        if request is not None:
+            self.traces.add(request, last_offset)
         return base_offset, future
 
     def waiter_for(
@@ -166,6 +172,7 @@ class RaftGroup:
         old, uncommitted proposals had held; the new leader's log truncated those (Raft
         §5.3), so they can never be applied as proposed.
         """
+        self.traces.drop_from(base_offset)
         while self._waiters and self._waiters[-1].last_offset >= base_offset:
             waiter = self._waiters.pop()
             assert waiter.term < self.node.term, (waiter.term, self.node.term)
@@ -197,6 +204,8 @@ class RaftGroup:
     def apply(self, entry: Entry) -> None:
         self.state_machine.apply(entry)
         self.applied_offset = max(self.applied_offset, entry.last_offset)
+        if self.traces.pending:
+            self.traces.mark_applied(entry.last_offset)
         while self._waiters and self._waiters[0].base_offset <= entry.last_offset:
             waiter = self._waiters.popleft()
             if waiter.future.done():
@@ -253,6 +262,7 @@ class RaftGroup:
             if not waiter.future.done():
                 waiter.future.set_exception(error)
         self._waiters.clear()
+        self.traces.pending.clear()
         for future in self._read_waiters.values():
             if not future.done():
                 future.set_exception(error)

@@ -4,7 +4,8 @@ Theory of operation. Each pass of `run()` (woken by a tick, an inbound message o
 collects a Ready from every *dirty* group that has one and processes them *together* in the
 order the core requires:
 
-    1. send each Ready's `messages` (a leader's appends go out before its own fsync);
+    1. send each Ready's `messages` (a leader's appends go out before its own fsync: the
+       transport is flushed before a sync that holds the loop, `flush_sends`);
     2. persist: install snapshots, append entries (buffered writes); hard states to save are
        collected;
     3. on a disk thread: save the collected hard states (each an atomic file replace), and
@@ -63,6 +64,7 @@ from typing import Protocol, runtime_checkable
 from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import HardStateStore
 from raftlog.raft.types import HardState, Message, Ready
+from raftlog.runtime import produce_trace
 from raftlog.runtime import recorder as metrics
 from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
 from raftlog.runtime.group import RaftGroup
@@ -101,11 +103,15 @@ class RaftGroupHost:
         urgent_groups: frozenset[RaftGroupId] = frozenset(),
         campaigns_per_s_max: int = 500,
         clock: MonotonicClock | None = None,
+        flush_sends: Callable[[], None] | None = None,
     ) -> None:
         assert tick_interval_ms > 0 and sync_on_loop_bytes_max >= 0 and sync_on_loop_slow_ms > 0
         self.node_id = node_id
         self._tick_interval_s = tick_interval_ms / 1000
         self._send = send
+        # Hands what `send` queued to the network now (the transport's `flush_now`); called
+        # before a sync on the loop, which would otherwise hold the appends until it ends.
+        self._flush_sends = flush_sends
         self._sync_on_loop_bytes_max = sync_on_loop_bytes_max
         self._sync_on_loop_slow_ms = sync_on_loop_slow_ms
         self._urgent_groups = urgent_groups
@@ -171,6 +177,10 @@ class RaftGroupHost:
                 self._storage_damaged(group, error)
                 continue
             self._dirty[raft_group_id] = group
+            if group.traces.pending:
+                # A traced proposal's followers' acknowledgements and commit are seen here,
+                # the moment they are stepped (produce_trace).
+                group.traces.on_stepped(group.node)
         self._wake.set()
 
     def notify(self) -> None:
@@ -336,14 +346,22 @@ class RaftGroupHost:
         ]
         saves = _HardStateSaves()
         for group, ready in batch:
+            send = self._sender(group)
+            traced = bool(ready.entries and group.traces.pending)
+            if traced:
+                sent_at = [produce_trace.now()]
+                group.traces.mark(produce_trace.PICKED, ready.entries[-1].last_offset, sent_at[0])
+                send = group.traces.sender(send, sent_at)
             persist_ready(
                 group.node,
                 ready,
                 log=group.log,
                 hard_state_store=saves.store_for(group.hard_state_store),
-                send=self._sender(group),
+                send=send,
                 restore=group.restore,
             )
+            if traced:
+                self._trace_written(group, ready, sent_s=sent_at[0])
         # One pass, one trip to a disk thread for every hard state and log fsync, so the
         # loop keeps serving (reads, proposals that the next pass will carry) meanwhile.
         # Logs that cannot split their sync (the simulator's) sync here, on the loop.
@@ -357,6 +375,12 @@ class RaftGroupHost:
             else:
                 durable_log.sync()
         if tickets and not saves.pending and self._may_sync_inline(tickets):
+            # The transport writes queued messages at the loop's next turn, and a sync here
+            # holds the loop: the leader's appends would reach the followers only after its
+            # own fsync, the two fsyncs in series. Whatever is queued may leave at once:
+            # `persisted_messages` are queued only after the sync that backs them.
+            if self._flush_sends is not None:
+                self._flush_sends()
             self._sync_inline([ticket for _, ticket in tickets])
         elif tickets or saves.pending:
             await _sync_off_loop(saves, [ticket for _, ticket in tickets])
@@ -365,6 +389,8 @@ class RaftGroupHost:
         for group, ready in batch:
             if ready.entries:
                 group.on_durable(ready.entries[-1].last_offset)
+                if group.traces.pending:
+                    group.traces.mark(produce_trace.DURABLE, ready.entries[-1].last_offset)
             complete_ready(
                 group.node,
                 ready,
@@ -373,6 +399,9 @@ class RaftGroupHost:
                 on_read=group.on_read,
                 applied_count=applied_counts[group.raft_group_id],
             )
+            if group.traces.pending:
+                # The leader's own durable copy may have completed a quorum (advance).
+                group.traces.mark(produce_trace.COMMITTED, group.node.commit_offset)
             if group.repairing and not group.node.repairing:
                 group.finish_repair()
             if ready.soft_state is not None:
@@ -382,6 +411,14 @@ class RaftGroupHost:
                     group.on_leadership_change(group)
             if group.node.quiesced:
                 self._awake.pop(group.raft_group_id, None)
+
+    @staticmethod
+    def _trace_written(group: RaftGroup, ready: Ready, *, sent_s: float) -> None:
+        """Stamp the traced proposals `ready` carries: sent when its last message was handed
+        to the transport, written now that `persist_ready` buffered the append."""
+        last_offset = ready.entries[-1].last_offset
+        group.traces.mark(produce_trace.SENT, last_offset, sent_s)
+        group.traces.mark(produce_trace.WRITTEN, last_offset)
 
     def _may_sync_inline(self, tickets: list[tuple[SplitSyncLog, FlushTicket]]) -> bool:
         """Whether this pass's writes are small enough to sync on the loop.

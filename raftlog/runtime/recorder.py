@@ -20,6 +20,8 @@ or "OK" for success), `seconds` the time from the request read to the response q
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from raftlog.raft.types import Ready
 
 __all__ = ["Recorder", "install", "recorder"]
@@ -27,6 +29,10 @@ __all__ = ["Recorder", "install", "recorder"]
 
 class Recorder:
     """Receives the node's events; this base class ignores them all."""
+
+    # Whether produce requests are timed stage by stage (raftlog.runtime.produce_trace):
+    # off here, so a node without metrics reads no clock for it.
+    traces_produce = False
 
     def on_log_flush(self, size_bytes: int, seconds: float) -> None:
         """One group commit wrote `size_bytes` of appended batches and fsynced, in `seconds`."""
@@ -42,6 +48,9 @@ class Recorder:
 
     def on_loop_lag(self, seconds: float) -> None:
         """The event loop ran a timer `seconds` late."""
+
+    def on_produce_stages(self, protocol: str, seconds: Sequence[float]) -> None:
+        """One produce batch's stages (`produce_trace.STAGES`, in order) in seconds."""
 
     def record_request(
         self, *, protocol: str, api: str, error_code: int | str, seconds: float

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 import dataclasses
 import logging
 import ssl as ssl_module
@@ -42,6 +43,8 @@ from raftlog.rpc.kafka.schema import Chunks, request_is_flexible, request_reader
 from raftlog.rpc.kafka.topic_regex import TopicRegexes
 from raftlog.rpc.port import NodePort
 from raftlog.rpc.security import AccessControl
+from raftlog.runtime.produce_trace import RequestTrace
+from raftlog.runtime.produce_trace import begin as begin_produce_trace
 from raftlog.types import NodeId
 
 __all__ = ["KafkaListener"]
@@ -50,6 +53,8 @@ log = logging.getLogger(__name__)
 
 # What a connection may send before it authenticated (when the node has a token file).
 _BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
+
+PRODUCE_API_KEY = 0  # Kafka's Produce (rpc.kafka.log_handlers.PRODUCE)
 
 # (header, response version, handler task or a ready response)
 _Pending = tuple[RequestHeader, int, "asyncio.Future[Any | None]"]
@@ -122,6 +127,8 @@ class _Connection(asyncio.Protocol):
         self._registry = registry
         self._decoder = FrameDecoder(frame_bytes_max=context.config.frame_bytes_max)
         self._pending: collections.deque[_Pending] = collections.deque()
+        # Produce requests being timed stage by stage (produce_trace), by their handler.
+        self._traces: dict[asyncio.Future[Any | None], RequestTrace] = {}
         self._transport: asyncio.Transport | None = None
         self._writer: asyncio.Task[None] | None = None
         self._writable = asyncio.Event()
@@ -192,6 +199,9 @@ class _Connection(asyncio.Protocol):
     def _start(self, frame: bytes) -> _Pending:
         """Decode `frame` and start its handler; raises FrameError for what cannot be."""
         header, _ = decode_header(frame, flexible=False)
+        # Timed from here, the frame just taken off the connection; None unless metrics
+        # are served.
+        trace = begin_produce_trace("kafka") if header.api_key == PRODUCE_API_KEY else None
         api = APIS.get(header.api_key)
         if api is None:
             raise FrameError(f"unknown api key {header.api_key}")
@@ -215,7 +225,14 @@ class _Connection(asyncio.Protocol):
         )
         if header.client_id != self._context.client_id:
             self._context = dataclasses.replace(self._context, client_id=header.client_id or "")
-        task = loop.create_task(api.handler(self._context, request, header.api_version))
+        handler = api.handler(self._context, request, header.api_version)
+        if trace is None:
+            return header, header.api_version, loop.create_task(handler)
+        # The handler's task, and the per-partition tasks it starts, see the trace.
+        context = contextvars.copy_context()
+        context.run(trace.attach)
+        task = loop.create_task(handler, context=context)
+        self._traces[task] = trace
         return header, header.api_version, task
 
     async def _write_responses(self) -> None:
@@ -230,10 +247,13 @@ class _Connection(asyncio.Protocol):
                 self.abort("handler failed")
                 return
             self._pending.popleft()
+            trace = self._traces.pop(future, None) if self._traces else None
             if response is not None and self._transport is not None:
                 await self._writable.wait()
                 try:
                     self._send(header, version, response)
+                    if trace is not None:
+                        trace.finish()
                     if (
                         header.api_key == SASL_AUTHENTICATE
                         and self._context.session.principal is None

@@ -134,6 +134,22 @@ def test_metrics_agree_with_the_cluster(cluster: LocalCluster) -> None:
     assert produced > 0
     produce_ok = {"protocol": "grpc", "api": "raftlog.v1.Log/Produce", "code": "OK"}
     assert sum(value_or_zero(t, "raftlog_requests_total", **produce_ok) for t in texts.values())
+    # Every acknowledged produce batch was timed stage by stage on its leader; the stages
+    # of the critical path add up to the total (raftlog.runtime.produce_trace).
+    stage = "raftlog_produce_stage_duration_seconds"
+    batches = sum(
+        value_or_zero(t, f"{stage}_count", protocol="grpc", stage="total") for t in texts.values()
+    )
+    assert batches > 0
+    for text in texts.values():
+        count = value_or_zero(text, f"{stage}_count", protocol="grpc", stage="total")
+        path = ("queue", "pass_wait", "send", "write", "quorum", "apply", "respond")
+        for name in (*path, "fsync", "replicate"):
+            assert value_or_zero(text, f"{stage}_count", protocol="grpc", stage=name) == count
+        if count:
+            total_s = value(text, f"{stage}_sum", protocol="grpc", stage="total")
+            path_s = sum(value(text, f"{stage}_sum", protocol="grpc", stage=n) for n in path)
+            assert path_s == pytest.approx(total_s, rel=1e-6)
     won = sum(value(t, "raftlog_raft_elections_won_total") for t in texts.values())
     assert won >= PARTITIONS + 1
     controller = next(t for t in texts.values() if value(t, "raftlog_controller") == 1)
