@@ -172,10 +172,10 @@ class TransactionTable:
             if txn.transactional_id != transactional_id:
                 violations.append(f"transactional id {transactional_id!r} filed under another")
         for (group_id, producer_id), offsets in self.pending_offsets.items():
-            txn = self.of_producer(producer_id)
-            open_ = txn is not None and (txn.state is TxnState.ONGOING or txn.state.preparing)
-            if not offsets or txn is None or not open_:
+            owner = self.of_producer(producer_id)
+            open_ = owner is not None and (owner.state is TxnState.ONGOING or owner.state.preparing)
+            if not offsets or owner is None or not open_:
                 violations.append(f"pending offsets of {group_id!r} outside an open transaction")
-            elif group_id not in txn.groups:
+            elif group_id not in owner.groups:
                 violations.append(f"pending offsets of {group_id!r} not in the transaction")
         return violations
