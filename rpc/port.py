@@ -10,12 +10,13 @@ maps them to its own codes (a `leader_hint` on NotLeader/NotController names whe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from raftlog.metadata import ApplyResult, Command, CreateTopicRequest, MetadataState
 from raftlog.partition.replica import FetchResult, ProduceResult
 from raftlog.rpc.faults import FaultInjector
-from raftlog.types import Commitment, NodeId
+from raftlog.types import Commitment, NodeId, TxnMarker, TxnMarkerResult
 
 __all__ = ["MetadataCopy", "MetadataReadPort", "NodePort"]
 
@@ -120,6 +121,15 @@ class NodePort(MetadataReadPort, Protocol):
 
     async def allocate_producer_id(self, *, timeout_s: float) -> int:
         """A producer id unique in the cluster (from a block committed by the quorum)."""
+        ...
+
+    async def write_txn_markers(
+        self, markers: Sequence[TxnMarker], *, timeout_s: float
+    ) -> list[TxnMarkerResult]:
+        """Kafka's WriteTxnMarkers: write each COMMIT/ABORT marker into its partition through
+        the partition's leader (here, or node to node on the peer transport), answering
+        each once its marker is committed; one result per marker, in order, with a Kafka
+        error code (0 = written)."""
         ...
 
     def is_controller(self) -> bool:

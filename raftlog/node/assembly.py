@@ -23,15 +23,18 @@ from raftlog.node.liveness import NodeLiveness
 from raftlog.node.reassignment_driver import ReassignmentDriver
 from raftlog.node.reconcile import Reconciler
 from raftlog.node.scrubber import Scrubber
+from raftlog.rpc.codec import FrameKind
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_calls import PeerCalls
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl
+from raftlog.rpc.txn_marker_calls import TxnMarkerCalls
 from raftlog.runtime.host import RaftGroupHost
 from raftlog.settings import NodeSettings
 from raftlog.storage.chaos_file_system import ChaosFileSystem
 from raftlog.storage.file_system import DATA_DIRECTORY_MODE, FileSystem, OsFileSystem
 from raftlog.storage.wall_clock import SystemWallClock, WallClock
+from raftlog.types import NodeId
 
 if TYPE_CHECKING:
     from raftlog.node.node import Node
@@ -52,6 +55,7 @@ __all__ = [
     "reassignment_driver",
     "reconciler",
     "scrubber",
+    "txn_marker_calls",
     "wall_clock",
 ]
 
@@ -95,9 +99,22 @@ def peer_transport(node: Node) -> PeerTransport:
         on_peer_restart=node.on_peer_restart,
         # Node liveness stands in for the heartbeats of quiesced groups.
         on_peer_liveness=lambda peer, alive: node.host.set_peer_reachable(peer, reachable=alive),
-        on_call_frame=lambda sender, kind, body: node.peer_calls.on_frame(sender, kind, body),
-        on_peer_disconnected=lambda peer: node.peer_calls.peer_disconnected(peer),
+        on_call_frame=lambda sender, kind, body: on_call_frame(node, sender, kind, body),
+        on_peer_disconnected=lambda peer: on_peer_disconnected(node, peer),
     )
+
+
+def on_call_frame(node: Node, sender: NodeId, kind: FrameKind, body: memoryview) -> None:
+    """CALL/REPLY frames are metadata calls, MARKERS/MARKERS_REPLY transaction markers."""
+    if kind in (FrameKind.MARKERS, FrameKind.MARKERS_REPLY):
+        node.txn_marker_calls.on_frame(sender, kind, body)
+    else:
+        node.peer_calls.on_frame(sender, kind, body)
+
+
+def on_peer_disconnected(node: Node, peer: NodeId) -> None:
+    node.peer_calls.peer_disconnected(peer)
+    node.txn_marker_calls.peer_disconnected(peer)
 
 
 def peer_calls(node: Node) -> PeerCalls:
@@ -107,6 +124,17 @@ def peer_calls(node: Node) -> PeerCalls:
         serve=lambda sender, command, timeout_s: node.metadata_calls.serve_call(
             sender, command, timeout_s
         ),
+        spawn=node.spawn,
+        calls_in_flight_max=node.config.transport.calls_in_flight_max,
+    )
+
+
+def txn_marker_calls(node: Node) -> TxnMarkerCalls:
+    """Transaction markers for partition leaders travel on the transport too; a peer's are
+    written here only for partitions this node leads."""
+    return TxnMarkerCalls(
+        send=node.transport.send_call_frame,
+        serve=lambda markers, timeout_s: node.api.write_local_txn_markers(markers, timeout_s),
         spawn=node.spawn,
         calls_in_flight_max=node.config.transport.calls_in_flight_max,
     )

@@ -112,6 +112,7 @@ class Node:
     def _build_raft_engine(self) -> None:
         self.transport = assembly.peer_transport(self)
         self.peer_calls = assembly.peer_calls(self)
+        self.txn_marker_calls = assembly.txn_marker_calls(self)
         self.host = assembly.raft_group_host(self)
         self.raft_groups = assembly.raft_group_factory(self)
         self.reconciler = assembly.reconciler(self)
@@ -161,6 +162,8 @@ class Node:
             reconciler=self.reconciler,
             is_fenced=self.duties.is_fenced,
             faults=self.faults,
+            marker_calls=lambda: self.txn_marker_calls,
+            wall_clock_ms=self.wall_clock.now_ms,
         )
         self.kafka = front_ends.kafka_listener(self.api, self.consumer_groups, self.settings)
 
@@ -239,6 +242,7 @@ class Node:
         self.host.close()
         await _cancel_all(set(self._tasks))
         self.peer_calls.close()
+        self.txn_marker_calls.close()
         await self.transport.close()
         for group in list(self.host.groups()):
             group.fail_waiters(NotLeaderError(leader_hint=None))
