@@ -234,8 +234,9 @@ async def _add_partitions(
     verify_only: bool,
 ) -> tuple[Any, ...]:
     wanted = [(str(t.name), int(p)) for t in topics for p in t.partitions]
-    codes = _add_codes(ctx, transactional_id, wanted)
-    if not any(code is not None for code in codes):
+    refusals = _add_codes(ctx, transactional_id, wanted)
+    codes: list[ErrorCode]
+    if all(refusal is None for refusal in refusals):
         state = ctx.node.metadata.state
         if verify_only:
             codes = [
@@ -256,14 +257,14 @@ async def _add_partitions(
             code = await _submit(ctx, command)
             codes = [code] * len(wanted)
     else:
-        codes = [ErrorCode.operation_not_attempted if c is None else c for c in codes]
+        codes = [ErrorCode.operation_not_attempted if r is None else r for r in refusals]
     by_topic: dict[str, list[Any]] = {}
-    for (topic, partition), code in zip(wanted, codes, strict=True):
+    for (topic, partition), partition_code in zip(wanted, codes, strict=True):
         by_topic.setdefault(topic, []).append(
             build(
                 module.AddPartitionsToTxnPartitionResult,
                 partition_index=partition,
-                partition_error_code=code,
+                partition_error_code=partition_code,
             )
         )
     return tuple(
