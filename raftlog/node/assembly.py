@@ -23,6 +23,7 @@ from raftlog.node.liveness import NodeLiveness
 from raftlog.node.reassignment_driver import ReassignmentDriver
 from raftlog.node.reconcile import Reconciler
 from raftlog.node.scrubber import Scrubber
+from raftlog.node.txn_markers import SUBMIT_TIMEOUT_S, TransactionMarkerDuty
 from raftlog.rpc.codec import FrameKind
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_calls import PeerCalls
@@ -55,6 +56,7 @@ __all__ = [
     "reassignment_driver",
     "reconciler",
     "scrubber",
+    "transaction_marker_duty",
     "txn_marker_calls",
     "wall_clock",
 ]
@@ -276,6 +278,19 @@ def controller_duties(node: Node) -> ControllerDuties:
         metadata_group=node.require_metadata_group,
         metadata=lambda: node.metadata.state,
         submit=node.metadata_calls.submit,
+    )
+
+
+def transaction_marker_duty(node: Node) -> TransactionMarkerDuty:
+    """The transaction coordinator's markers and timeouts, while this node is controller."""
+    return TransactionMarkerDuty(
+        state=lambda: node.metadata.state,
+        controller_term=lambda: controller_term_of(node.metadata_group),
+        submit=lambda command: node.metadata_calls.submit(command, timeout_s=SUBMIT_TIMEOUT_S),
+        write_markers=lambda markers, timeout_s: node.api.write_txn_markers(
+            markers, timeout_s=timeout_s
+        ),
+        wall_clock_ms=node.wall_clock.now_ms,
     )
 
 

@@ -166,6 +166,7 @@ class Node:
             wall_clock_ms=self.wall_clock.now_ms,
         )
         self.kafka = front_ends.kafka_listener(self.api, self.consumer_groups, self.settings)
+        self.txn_markers = assembly.transaction_marker_duty(self)
 
     # -- what other parts and the metrics read ---------------------------------------------
 
@@ -215,6 +216,8 @@ class Node:
         self.spawn(self.duties.retention_loop(), "retention")
         self.spawn(self.scrubber.run(), "scrubber")
         self.spawn(self.cleaner.run(), "cleaner")
+        self.metadata.listeners.append(self.txn_markers.wake)
+        self.spawn(self.txn_markers.run(), "txn-markers")
 
     def _open_metadata_group(self) -> None:
         directory = self.settings.data_dir / "metadata"

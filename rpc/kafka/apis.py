@@ -24,6 +24,7 @@ from raftlog.rpc.kafka import (
     group_offset_handlers,
     log_handlers,
     producer_id_handlers,
+    txn_handlers,
 )
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
@@ -110,6 +111,26 @@ def _group_apis() -> list[Api]:
     ]
 
 
+def _transaction_apis() -> list[Api]:
+    t = txn_handlers
+    return [
+        # v4+ is the brokers' batched form with verify_only (KIP-890 part 1).
+        Api(t.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5, t.add_partitions_to_txn),
+        Api(t.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4, t.add_offsets_to_txn),
+        # v5 bumps the epoch at every end (KIP-890 part 2).
+        Api(t.END_TXN, "EndTxn", 0, 5, t.end_txn),
+        Api(t.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 4, t.txn_offset_commit),
+        Api(
+            t.DESCRIBE_TRANSACTIONS,
+            "DescribeTransactions",
+            0,
+            0,
+            t.describe_transactions,
+        ),
+        Api(t.LIST_TRANSACTIONS, "ListTransactions", 0, 1, t.list_transactions),
+    ]
+
+
 APIS: dict[int, Api] = {
     api.key: api
     for api in (
@@ -149,7 +170,7 @@ APIS: dict[int, Api] = {
             producer_id_handlers.INIT_PRODUCER_ID,
             "InitProducerId",
             0,
-            4,
+            5,
             producer_id_handlers.init_producer_id,
         ),
         Api(
@@ -166,5 +187,6 @@ APIS: dict[int, Api] = {
             1,
             cluster_handlers.describe_cluster,
         ),
+        *_transaction_apis(),
     )
 }

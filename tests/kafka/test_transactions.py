@@ -1,0 +1,176 @@
+"""Kafka transactions end to end with confluent-kafka (librdkafka): commit and abort across three
+partitions of two topics seen by read_committed and read_uncommitted consumers, zombie fencing
+of an older instance of a transactional id, and send_offsets_to_transaction in a
+consume-transform-produce loop. One cluster for the module."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from raftlog.cluster_cli import wait_for_controller
+from raftlog.local_cluster import LocalCluster
+from tests.kafka.kafka_wire import create_topic
+
+kafka = pytest.importorskip("confluent_kafka")
+
+TOPICS = {"txn-a": 2, "txn-b": 1}  # three partitions over two topics
+
+
+@pytest.fixture(scope="module")
+def boot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    cluster = LocalCluster.create(tmp_path_factory.mktemp("txn"), node_count=3)
+    cluster.start()
+    try:
+        wait_for_controller(cluster.bootstrap, timeout_s=60)
+        for name, partitions in TOPICS.items():
+            create_topic(cluster, name, partitions=partitions)
+        create_topic(cluster, "txn-in", partitions=1)
+        create_topic(cluster, "txn-out", partitions=1)
+        yield cluster.kafka_bootstrap
+    finally:
+        cluster.stop()
+
+
+def _producer(boot: str, transactional_id: str) -> object:
+    producer = kafka.Producer(
+        {
+            "bootstrap.servers": boot,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": 30_000,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def _send_everywhere(producer: object, tag: str) -> None:
+    for name, partitions in TOPICS.items():
+        for partition in range(partitions):
+            value = f"{tag}-{name}-{partition}".encode()
+            producer.produce(name, value=value, partition=partition)  # type: ignore[attr-defined]
+
+
+def _read(boot: str, isolation: str, topics: dict[str, int], count_min: int) -> list[str]:
+    """Every value in `topics` from the start, reading until `count_min` values were seen and
+    then one more second (so anything that should not be there has time to show up)."""
+    consumer = kafka.Consumer(
+        {
+            "bootstrap.servers": boot,
+            "group.id": f"reader-{isolation}-{time.monotonic_ns()}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign(
+        [
+            kafka.TopicPartition(name, p, kafka.OFFSET_BEGINNING)
+            for name, partitions in topics.items()
+            for p in range(partitions)
+        ]
+    )
+    values: list[str] = []
+    settle_until = None
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            if settle_until is None and len(values) >= count_min:
+                settle_until = time.monotonic() + 1.0
+            if settle_until is not None and time.monotonic() > settle_until:
+                break
+            message = consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            values.append(message.value().decode())
+    finally:
+        consumer.close()
+    return sorted(values)
+
+
+def test_commit_and_abort_across_partitions(boot: str) -> None:
+    producer = _producer(boot, "txn-commit-abort")
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    _send_everywhere(producer, "committed")
+    producer.commit_transaction(30)  # type: ignore[attr-defined]
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    _send_everywhere(producer, "aborted")
+    producer.flush(30)  # type: ignore[attr-defined]
+    producer.abort_transaction(30)  # type: ignore[attr-defined]
+    committed = sorted(
+        f"committed-{n}-{p}" for n, partitions in TOPICS.items() for p in range(partitions)
+    )
+    aborted = [v.replace("committed", "aborted") for v in committed]
+    assert _read(boot, "read_committed", TOPICS, 3) == committed
+    assert _read(boot, "read_uncommitted", TOPICS, 6) == sorted(committed + aborted)
+
+
+def test_an_older_instance_is_fenced_and_its_writes_never_visible(boot: str) -> None:
+    topics = {"txn-b": 1}
+    older = _producer(boot, "txn-zombie")
+    older.begin_transaction()  # type: ignore[attr-defined]
+    older.produce("txn-b", value=b"zombie-1", partition=0)  # type: ignore[attr-defined]
+    older.flush(30)  # type: ignore[attr-defined]
+    newer = _producer(boot, "txn-zombie")  # aborts the older one's transaction
+    older.produce("txn-b", value=b"zombie-2", partition=0)  # type: ignore[attr-defined]
+    older.flush(10)  # type: ignore[attr-defined]
+    with pytest.raises(kafka.KafkaException) as raised:
+        older.commit_transaction(10)  # type: ignore[attr-defined]
+    assert raised.value.args[0].fatal() or raised.value.args[0].txn_requires_abort()
+    newer.begin_transaction()  # type: ignore[attr-defined]
+    newer.produce("txn-b", value=b"newer", partition=0)  # type: ignore[attr-defined]
+    newer.commit_transaction(30)  # type: ignore[attr-defined]
+    seen = _read(boot, "read_committed", topics, 1)
+    assert "newer" in seen
+    assert not [v for v in seen if v.startswith("zombie")], seen
+
+
+def test_consume_transform_produce_commits_offsets_with_the_output(boot: str) -> None:
+    feeder = kafka.Producer({"bootstrap.servers": boot, "acks": "all"})
+    for i in range(10):
+        feeder.produce("txn-in", value=f"in-{i}".encode(), partition=0)
+    assert feeder.flush(30) == 0
+    group = "txn-transformer"
+    consumer = kafka.Consumer(
+        {
+            "bootstrap.servers": boot,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([kafka.TopicPartition("txn-in", 0, kafka.OFFSET_BEGINNING)])
+    producer = _producer(boot, "txn-transformer")
+    taken: list[object] = []
+    deadline = time.monotonic() + 30
+    while len(taken) < 10 and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            taken.append(message)
+    assert len(taken) == 10
+    for aborting, batch in ((True, taken[:5]), (False, taken[:5]), (False, taken[5:])):
+        producer.begin_transaction()  # type: ignore[attr-defined]
+        for message in batch:
+            value = message.value().decode().replace("in", "out")  # type: ignore[attr-defined]
+            producer.produce("txn-out", value=value.encode(), partition=0)  # type: ignore[attr-defined]
+        last = batch[-1].offset()  # type: ignore[attr-defined]
+        offsets = [kafka.TopicPartition("txn-in", 0, last + 1)]
+        producer.send_offsets_to_transaction(  # type: ignore[attr-defined]
+            offsets, consumer.consumer_group_metadata(), 30
+        )
+        if aborting:
+            producer.abort_transaction(30)  # type: ignore[attr-defined]
+            committed = consumer.committed([kafka.TopicPartition("txn-in", 0)], 10)
+            assert committed[0].offset < 0  # nothing committed by the aborted transaction
+        else:
+            producer.commit_transaction(30)  # type: ignore[attr-defined]
+    consumer.close()
+    assert _read(boot, "read_committed", {"txn-out": 1}, 10) == sorted(
+        f"out-{i}" for i in range(10)
+    )
+    checker = kafka.Consumer({"bootstrap.servers": boot, "group.id": group})
+    committed = checker.committed([kafka.TopicPartition("txn-in", 0)], 10)
+    checker.close()
+    assert committed[0].offset == 10
