@@ -671,7 +671,8 @@ class PartitionReplica:
         table as `describe_producer`."""
         self._require_leader()
         first = self._committed_producers.open_transaction_first_offset(producer_id)
-        return -1 if first is None else self._log.kafka_offset(max(first, self._log_first()))
+        # Retention keeps an open transaction's first offset (first_open_transaction_offset).
+        return -1 if first is None else self._log.kafka_offset(first)
 
     def describe_producer(self, producer_id: int) -> tuple[int, int, int] | None:
         """(epoch, last sequence, last offset) a producer has *committed* here (KIP-664).

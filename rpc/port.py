@@ -109,14 +109,31 @@ class NodePort(MetadataReadPort, Protocol):
         bytes_min: int,
         allow_follower: bool = False,
         skip_emptied: bool = False,
+        read_committed: bool = False,
     ) -> FetchResult:
         """Committed batches from `offset` (raw bytes, never decoded), waiting up to
         `wait_ms_max` for `bytes_min`; with `skip_emptied`, without the batches compaction
-        emptied of every record (raftlog.storage.raft_log_storage, for Kafka clients)."""
+        emptied of every record (raftlog.storage.raft_log_storage, for Kafka clients); with
+        `read_committed`, only below the last stable offset, listing the aborted
+        transactions among them."""
         ...
 
-    def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
-        """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`."""
+    def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        spec: int,
+        timestamp_ms: int,
+        *,
+        read_committed: bool = False,
+    ) -> int:
+        """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`;
+        LATEST is the last stable offset with `read_committed`."""
+        ...
+
+    def transaction_start_offset(self, topic: str, partition: int, producer_id: int) -> int:
+        """Where the producer's open transaction on the partition starts (DescribeProducers'
+        current_txn_start_offset), -1 if none; answered by the partition leader."""
         ...
 
     async def allocate_producer_id(self, *, timeout_s: float) -> int:

@@ -148,6 +148,7 @@ class NodeApi:
         bytes_min: int,
         allow_follower: bool = False,
         skip_emptied: bool = False,
+        read_committed: bool = False,
     ) -> FetchResult:
         """Committed batches from `offset`, raw; a damaged read starts a repair instead."""
         replica = self._replica(topic, partition)
@@ -159,6 +160,7 @@ class NodeApi:
                 bytes_min=bytes_min,
                 allow_follower=allow_follower,
                 skip_emptied=skip_emptied,
+                read_committed=read_committed,
             )
         except CorruptBatchError as error:
             # No damaged byte is served: the replica is reopened for a repair and the client
@@ -172,9 +174,24 @@ class NodeApi:
         recorder.recorder().on_fetch(len(result.batches))
         return result
 
-    def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
-        """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`."""
-        return self._replica(topic, partition).list_offset(OffsetSpec(spec), timestamp_ms)
+    def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        spec: int,
+        timestamp_ms: int,
+        *,
+        read_committed: bool = False,
+    ) -> int:
+        """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`;
+        LATEST is the last stable offset with `read_committed`."""
+        return self._replica(topic, partition).list_offset(
+            OffsetSpec(spec), timestamp_ms, read_committed=read_committed
+        )
+
+    def transaction_start_offset(self, topic: str, partition: int, producer_id: int) -> int:
+        """Where the producer's open transaction on the partition starts, -1 if none."""
+        return self._replica(topic, partition).transaction_start_offset(producer_id)
 
     def describe_producer(
         self, topic: str, partition: int, producer_id: int

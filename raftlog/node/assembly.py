@@ -189,6 +189,7 @@ def reconciler(node: Node) -> Reconciler:
         create_turn_ms_max=config.replica_create_turn_ms_max,
         clock=node.clock,
         call_soon=lambda callback: asyncio.get_running_loop().call_soon(callback),
+        txn_verifier=node.txn_verification.verifier,
     )
     node.host.on_storage_damage = reconciler.on_read_damage
     return reconciler

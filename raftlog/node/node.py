@@ -50,6 +50,7 @@ from raftlog.node import assembly, front_ends
 from raftlog.node.api import NodeApi
 from raftlog.node.duties import NodeDuties
 from raftlog.node.metadata_calls import MetadataCalls, MetadataCatchUp
+from raftlog.node.txn_verification import TxnVerification
 from raftlog.rpc.forwarding import ControllerForwarder
 from raftlog.rpc.server import ApiServer, start_api_server
 from raftlog.runtime.clock import MonotonicClock, RetentionClock, SystemMonotonicClock
@@ -108,6 +109,11 @@ class Node:
             wait_ms=self.config.metadata.catch_up_wait_ms,
         )
         self.metadata.listeners.append(self.catch_up.observe)
+        self.txn_verification = TxnVerification(
+            metadata=self.metadata,
+            wait_ms=self.config.kafka.txn_verification_wait_ms,
+            enabled=self.config.kafka.txn_verification,
+        )
 
     def _build_raft_engine(self) -> None:
         self.transport = assembly.peer_transport(self)

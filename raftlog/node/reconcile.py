@@ -41,7 +41,7 @@ from raftlog.partition.checkpoint import CheckpointStore
 from raftlog.partition.cleaning import CompactionSettings, compaction_settings
 from raftlog.partition.policy import apply_retention, topic_log_config
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
-from raftlog.partition.replica import PartitionReplica
+from raftlog.partition.replica import PartitionReplica, TxnVerifier
 from raftlog.runtime.clock import MonotonicClock
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.host import RaftGroupHost
@@ -79,6 +79,7 @@ class Reconciler:
         create_turn_ms_max: float,
         clock: MonotonicClock,
         call_soon: Callable[[Callable[[], None]], object],
+        txn_verifier: Callable[[str, int], TxnVerifier | None] = lambda topic, partition: None,
     ) -> None:
         assert creates_per_turn_max > 0 and create_turn_ms_max > 0, (
             creates_per_turn_max,
@@ -98,6 +99,8 @@ class Reconciler:
         self._create_turn_s_max = create_turn_ms_max / 1000
         self._clock = clock
         self._call_soon = call_soon
+        # Each replica's KIP-890 check (raftlog.node.txn_verification).
+        self._txn_verifier = txn_verifier
         self._more_scheduled = False
         # Each node's (incarnation, raft address) when this node caught up: a registration
         # differing from it was committed since, so it is newer than --peers.
@@ -318,6 +321,7 @@ class Reconciler:
             config=log_config,
             checkpoint=checkpoint,
             keys_required=lambda: self.compaction_settings(topic).compact,
+            txn_verifier=self._txn_verifier(topic, partition),
         )
         group = self._factory.make_group(raft_group_id, storage, hard_state_store, voters, replica)
         replica.attach(group)

@@ -4,8 +4,12 @@ service makes (OffsetForLeaderEpoch: KIP-320's truncation check, answered by the
 Record batches stay opaque: a produced partition's records are handed to `produce` as one
 batch (Kafka's v3+ rule: exactly one RecordBatch v2 per partition), where the leader verifies
 its CRC and walks its record framing as for any producer; fetched batches go back as the
-bytes the log holds. Fetch answers committed offsets only (below the high watermark), with
-last stable offset = high watermark, since raftlog has no open transactions.
+bytes the log holds. Fetch answers committed offsets only (below the high watermark); with
+isolation_level read_committed (1) only below the last stable offset, with the aborted
+transactions of what it returns, so the client skips their records (the node never decodes
+records: a client tells markers by their batch attributes). Transactional batches are
+checked by the partition leader (KIP-890: the partition must be in the producer's
+transaction), not here.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
 
 from raftlog import errors
-from raftlog.partition.replica import OffsetSpec
+from raftlog.partition.replica import AbortedTransaction, OffsetSpec
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
@@ -120,6 +124,18 @@ def _denied(ctx: KafkaContext, permission: Permission, topic: str) -> _Produced 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    """One partition's fetch answer (-1 offsets on an error)."""
+
+    code: ErrorCode
+    batches: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    last_stable_offset: int = -1
+    aborted: tuple[AbortedTransaction, ...] | None = None
+
+
 async def _done(value: _Produced) -> _Produced:
     return value
 
@@ -130,11 +146,6 @@ def _produce_refusal(
     if commitment is None:
         return _Produced(
             ErrorCode.invalid_required_acks, message=f"acks must be 0, 1 or -1, got {request.acks}"
-        )
-    if request.transactional_id is not None:
-        return _Produced(
-            ErrorCode.transactional_id_authorization_failed,
-            message="transactions are not supported by raftlog",
         )
     if not records:
         return _Produced(ErrorCode.corrupt_message, message="no record batch for the partition")
@@ -175,23 +186,24 @@ async def fetch(ctx: KafkaContext, request: Any, version: int) -> Any:
     ]
     wait_ms = min(max(timedelta_ms(request.max_wait), 0), ctx.config.fetch_wait_ms_max)
     answers = await _fetch_all(ctx, request, wanted)
-    fetched = sum(len(a[1]) for a in answers if a[0] is ErrorCode.none)
+    fetched = sum(len(a.batches) for a in answers if a.code is ErrorCode.none)
     if wait_ms > 0 and fetched < max(1, int(request.min_bytes)):
-        await _wait_for_data(ctx, wanted, answers, wait_ms)
+        await _wait_for_data(ctx, request, wanted, answers, wait_ms)
         answers = await _fetch_all(ctx, request, wanted)
     return _fetch_response(request, version, wanted, answers)
 
 
 async def _fetch_all(
     ctx: KafkaContext, request: Any, wanted: list[tuple[str, Any]]
-) -> list[tuple[ErrorCode, bytes, int, int]]:
-    """(error, batches, high watermark, log start offset) per partition, in order, within
-    the response's max_bytes (the first partition with data always gets a batch)."""
+) -> list[_Fetched]:
+    """Per partition, in order, within the response's max_bytes (the first partition with
+    data always gets a batch)."""
     budget = int(getattr(request, "max_bytes", 0x7FFFFFFF)) or 0x7FFFFFFF
+    read_committed = _read_committed(request)
     answers = []
     for topic, partition in wanted:
         if not ctx.allowed(Permission.READ, topic):
-            answers.append((ErrorCode.topic_authorization_failed, b"", -1, -1))
+            answers.append(_Fetched(ErrorCode.topic_authorization_failed))
             continue
         bytes_max = max(1, min(int(partition.partition_max_bytes), budget))
         try:
@@ -205,23 +217,41 @@ async def _fetch_all(
                 # An answer with batches but no record makes a Kafka client suspect its size
                 # limit (raftlog.storage.raft_log_storage.RaftLog.read).
                 skip_emptied=True,
+                read_committed=read_committed,
             )
         except errors.RaftlogError as error:
-            answers.append((kafka_error(error), b"", -1, -1))
+            answers.append(_Fetched(kafka_error(error)))
             continue
         batches = result.batches if budget > 0 else b""
         budget -= len(batches)
-        answers.append((ErrorCode.none, batches, result.high_watermark, result.log_start_offset))
+        aborted = result.aborted_transactions
+        answers.append(
+            _Fetched(
+                ErrorCode.none,
+                batches,
+                result.high_watermark,
+                result.log_start_offset,
+                result.last_stable_offset,
+                None if aborted is None else (aborted if batches else ()),
+            )
+        )
     return answers
+
+
+def _read_committed(request: Any) -> bool:
+    return int(getattr(request, "isolation_level", 0)) == _READ_COMMITTED
 
 
 async def _wait_for_data(
     ctx: KafkaContext,
+    request: Any,
     wanted: list[tuple[str, Any]],
-    answers: list[tuple[ErrorCode, bytes, int, int]],
+    answers: list[_Fetched],
     wait_ms: int,
 ) -> None:
-    """Until any partition that answered has data past its fetch offset, or `wait_ms`."""
+    """Until any partition that answered has data past its fetch offset (below the LSO
+    under read_committed), or `wait_ms`."""
+    read_committed = _read_committed(request)
     polls = [
         asyncio.ensure_future(
             ctx.node.fetch(
@@ -231,10 +261,11 @@ async def _wait_for_data(
                 bytes_max=1,
                 wait_ms_max=wait_ms,
                 bytes_min=1,
+                read_committed=read_committed,
             )
         )
         for (topic, partition), answer in zip(wanted, answers, strict=True)
-        if answer[0] is ErrorCode.none
+        if answer.code is ErrorCode.none
     ]
     if not polls:
         return
@@ -251,27 +282,33 @@ def _fetch_response(
     request: Any,
     version: int,
     wanted: list[tuple[str, Any]],
-    answers: list[tuple[ErrorCode, bytes, int, int]],
+    answers: list[_Fetched],
 ) -> Any:
     module = response_module(FETCH, version)
-    # Null under read_uncommitted, empty under read_committed: there are never aborted
-    # transactions, so read_committed reads exactly what read_uncommitted reads.
-    aborted = () if int(getattr(request, "isolation_level", 0)) == _READ_COMMITTED else None
     by_topic: dict[str, list[Any]] = {}
-    for (topic, partition), (code, batches, high_watermark, log_start) in zip(
-        wanted, answers, strict=True
-    ):
+    for (topic, partition), answer in zip(wanted, answers, strict=True):
+        # Null under read_uncommitted (and on an error), a list under read_committed.
+        aborted = None
+        if answer.aborted is not None:
+            aborted = tuple(
+                build(
+                    module.AbortedTransaction,
+                    producer_id=a.producer_id,
+                    first_offset=a.first_offset,
+                )
+                for a in answer.aborted
+            )
         by_topic.setdefault(topic, []).append(
             build(
                 module.PartitionData,
                 partition_index=partition.partition,
-                error_code=code,
-                high_watermark=high_watermark,
-                last_stable_offset=high_watermark,
-                log_start_offset=log_start,
+                error_code=answer.code,
+                high_watermark=answer.high_watermark,
+                last_stable_offset=answer.last_stable_offset,
+                log_start_offset=answer.log_start_offset,
                 aborted_transactions=aborted,
                 preferred_read_replica=-1,
-                records=Records(batches),
+                records=Records(answer.batches),
             )
         )
     return build(
@@ -288,10 +325,11 @@ def _fetch_response(
 
 async def list_offsets(ctx: KafkaContext, request: Any, version: int) -> Any:
     """ListOffsets v1 to v6: per partition, the log start (timestamp -2), the high watermark (-1)
-    or the first committed offset of a batch at or after a timestamp (-1 if none), from the node
-    port's `list_offsets` (the partition leader). Answers INVALID_REQUEST for any other negative
-    timestamp, TOPIC_AUTHORIZATION_FAILED without read permission, and `kafka_error`'s code
-    (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION...) for a raftlog error."""
+        (the last stable offset under read_committed) or the first committed offset of a batch at
+    or after a timestamp (-1 if none), from the node
+        port's `list_offsets` (the partition leader). Answers INVALID_REQUEST for any other negative
+        timestamp, TOPIC_AUTHORIZATION_FAILED without read permission, and `kafka_error`'s code
+        (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION...) for a raftlog error."""
     module = response_module(LIST_OFFSETS, version)
     state = ctx.node.metadata.state
     topics = []
@@ -299,7 +337,11 @@ async def list_offsets(ctx: KafkaContext, request: Any, version: int) -> Any:
         parts = []
         for partition in topic.partitions:
             code, offset = _list_offset(
-                ctx, topic.name, int(partition.partition_index), int(partition.timestamp)
+                ctx,
+                topic.name,
+                int(partition.partition_index),
+                int(partition.timestamp),
+                read_committed=_read_committed(request),
             )
             info = state.partition(topic.name, int(partition.partition_index))
             parts.append(
@@ -319,7 +361,7 @@ async def list_offsets(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 def _list_offset(
-    ctx: KafkaContext, topic: str, partition: int, timestamp: int
+    ctx: KafkaContext, topic: str, partition: int, timestamp: int, *, read_committed: bool
 ) -> tuple[ErrorCode, int]:
     if not ctx.allowed(Permission.READ, topic):
         return ErrorCode.topic_authorization_failed, -1
@@ -332,7 +374,10 @@ def _list_offset(
     else:
         return ErrorCode.invalid_request, -1
     try:
-        return ErrorCode.none, ctx.node.list_offsets(topic, partition, int(spec), timestamp)
+        offset = ctx.node.list_offsets(
+            topic, partition, int(spec), timestamp, read_committed=read_committed
+        )
+        return ErrorCode.none, offset
     except errors.RaftlogError as error:
         return kafka_error(error), -1
 

@@ -1,0 +1,185 @@
+"""Transactions on a partition (docs/transactions.md, "Partitions"): transactional batches
+checked against the coordinator (KIP-890 part 1, through an injected verifier), COMMIT/ABORT
+markers through Raft, the last stable offset and the aborted index, on every replica. Three
+real Raft groups over in-memory storage, driven by hand (replica_groups.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from raftlog.errors import (
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    TransactionCoordinatorFencedError,
+)
+from raftlog.partition.replica import OffsetSpec
+from raftlog.storage.records import RecordInput, encode_batch
+from raftlog.types import Commitment
+from tests.unit.partition.replica_groups import ReplicaGroups
+
+TIMEOUT_S = 60.0  # never reached: the tests resolve every wait by driving the groups
+T = TypeVar("T")
+
+
+def _batch(producer_id: int, sequence: int, *, epoch: int = 0, transactional: bool = True) -> bytes:
+    return encode_batch(
+        [RecordInput(None, b"value", 0), RecordInput(None, b"value", 0)],
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        is_transactional=transactional,
+    )
+
+
+class Coordinator:
+    """The verifier a node builds from its metadata copy: which (producer, epoch) have this
+    partition in their ongoing transaction."""
+
+    def __init__(self) -> None:
+        self.added: set[tuple[int, int]] = set()
+        self.asked: list[tuple[int, int]] = []
+
+    async def __call__(self, producer_id: int, epoch: int) -> bool:
+        self.asked.append((producer_id, epoch))
+        return (producer_id, epoch) in self.added
+
+
+def _drive(partition: ReplicaGroups, coroutine: Coroutine[Any, Any, T]) -> T:
+    async def scenario() -> T:
+        task = asyncio.ensure_future(coroutine)
+        while not task.done():
+            await asyncio.sleep(0)
+            partition.settle()
+        return task.result()
+
+    return asyncio.run(scenario())
+
+
+def _produce(partition: ReplicaGroups, batch: bytes) -> int:
+    coroutine = partition.leader.produce([batch], commitment=Commitment.QUORUM, timeout_s=TIMEOUT_S)
+    return _drive(partition, coroutine).base_offset
+
+
+def _marker(
+    partition: ReplicaGroups,
+    producer_id: int,
+    *,
+    commit: bool,
+    epoch: int = 0,
+    coordinator_epoch: int = 0,
+) -> int:
+    coroutine = partition.leader.write_txn_marker(
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        coordinator_epoch=coordinator_epoch,
+        commit=commit,
+        timestamp_ms=1000,
+        timeout_s=TIMEOUT_S,
+    )
+    return _drive(partition, coroutine)
+
+
+def test_the_lso_stops_at_the_earliest_open_transaction_on_every_replica() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0), (8, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    plain = _produce(partition, _batch(5, 0, transactional=False))
+    first_7 = _produce(partition, _batch(7, 0))
+    first_8 = _produce(partition, _batch(8, 0))
+    _produce(partition, _batch(7, 2))
+    for replica in partition.replicas.values():
+        assert replica.raft_last_stable_offset == first_7 > plain
+    assert partition.leader.list_offset(OffsetSpec.LATEST, read_committed=True) == first_7
+    assert partition.leader.list_offset(OffsetSpec.LATEST) == partition.leader.high_watermark
+    assert partition.leader.transaction_start_offset(7) == first_7
+    aborted_at = _marker(partition, 7, commit=False)
+    for replica in partition.replicas.values():
+        assert replica.raft_last_stable_offset == first_8
+    committed_at = _marker(partition, 8, commit=True)
+    assert committed_at == aborted_at + 1  # a marker takes one offset
+    for replica in partition.replicas.values():
+        assert replica.raft_last_stable_offset == replica.raft_high_watermark
+        table = replica._committed_producers
+        assert [(a.producer_id, a.first_offset, a.last_offset) for a in table.all_aborted()] == [
+            (7, first_7, aborted_at)
+        ]
+    assert partition.leader.transaction_start_offset(7) == -1
+    # Only the first batch of each transaction asked the coordinator.
+    assert coordinator.asked == [(7, 0), (8, 0)]
+
+
+def test_a_transactional_batch_for_a_partition_not_in_the_transaction_writes_nothing() -> None:
+    coordinator = Coordinator()
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    end = partition.leader.raft_high_watermark
+    with pytest.raises(InvalidTxnStateError, match="not in the ongoing transaction"):
+        _produce(partition, _batch(7, 0))
+    assert partition.leader.raft_high_watermark == end
+    coordinator.added = {(7, 1)}  # added at a later epoch only
+    with pytest.raises(InvalidTxnStateError):
+        _produce(partition, _batch(7, 0))
+    _produce(partition, _batch(7, 0, epoch=1))
+
+
+def test_a_plain_batch_while_the_transaction_is_open_is_invalid_txn_state() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    _produce(partition, _batch(7, 0))
+    with pytest.raises(InvalidTxnStateError, match="non-transactional"):
+        _produce(partition, _batch(7, 2, transactional=False))
+    _marker(partition, 7, commit=True)
+    _produce(partition, _batch(7, 2, transactional=False))
+
+
+def test_markers_from_the_past_are_refused_and_markers_for_unknown_producers_written() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 3)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    _produce(partition, _batch(7, 0, epoch=3))
+    end = partition.leader.raft_high_watermark
+    with pytest.raises(ProducerFencedError, match="older than 3"):
+        _marker(partition, 7, commit=True, epoch=2)
+    assert partition.leader.raft_high_watermark == end
+    # KIP-890 part 2: the marker carries the bumped epoch, fencing the ended transaction's
+    # late batches.
+    _marker(partition, 7, commit=True, epoch=4, coordinator_epoch=5)
+    with pytest.raises(ProducerFencedError):
+        _produce(partition, _batch(7, 2, epoch=3))
+    with pytest.raises(TransactionCoordinatorFencedError, match="coordinator epoch 4"):
+        _marker(partition, 7, commit=False, epoch=4, coordinator_epoch=4)
+    # A producer the partition never saw: written (as Kafka), it ends nothing.
+    offset = _marker(partition, 99, commit=False)
+    assert offset == partition.leader.raft_high_watermark - 1
+    for replica in partition.replicas.values():
+        assert replica._committed_producers.all_aborted() == []
+        assert replica.raft_last_stable_offset == replica.raft_high_watermark
+
+
+def test_after_a_bumped_marker_the_next_transaction_starts_at_sequence_zero() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0), (7, 1)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    _produce(partition, _batch(7, 0))
+    _marker(partition, 7, commit=False, epoch=1)
+    with pytest.raises(OutOfOrderSequenceError):
+        _produce(partition, _batch(7, 2, epoch=1))
+    _produce(partition, _batch(7, 0, epoch=1))
+
+
+def test_the_aborted_index_and_open_transactions_survive_a_snapshot() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0), (8, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    first_7 = _produce(partition, _batch(7, 0))
+    first_8 = _produce(partition, _batch(8, 0))
+    aborted_at = _marker(partition, 7, commit=False)
+    data = partition.leader.snapshot_data()
+    table = type(partition.leader._committed_producers).decode(data, producers_max=10)
+    assert table.first_open_offset() == first_8
+    assert [(a.first_offset, a.last_offset) for a in table.all_aborted()] == [(first_7, aborted_at)]
