@@ -1,10 +1,12 @@
 """Kafka transactions end to end with confluent-kafka (librdkafka): commit and abort across three
 partitions of two topics seen by read_committed and read_uncommitted consumers, zombie fencing
 of an older instance of a transactional id, and send_offsets_to_transaction in a
-consume-transform-produce loop. One cluster for the module."""
+consume-transform-produce loop; kafka-python's and aiokafka's transactional producers commit
+and abort across the same partitions. One cluster for the module."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 
@@ -15,6 +17,8 @@ from raftlog.local_cluster import LocalCluster
 from tests.kafka.kafka_wire import create_topic
 
 kafka = pytest.importorskip("confluent_kafka")
+kafka_python = pytest.importorskip("kafka")
+aiokafka = pytest.importorskip("aiokafka")
 
 TOPICS = {"txn-a": 2, "txn-b": 1}  # three partitions over two topics
 
@@ -53,9 +57,12 @@ def _send_everywhere(producer: object, tag: str) -> None:
             producer.produce(name, value=value, partition=partition)  # type: ignore[attr-defined]
 
 
-def _read(boot: str, isolation: str, topics: dict[str, int], count_min: int) -> list[str]:
-    """Every value in `topics` from the start, reading until `count_min` values were seen and
-    then one more second (so anything that should not be there has time to show up)."""
+def _read(
+    boot: str, isolation: str, topics: dict[str, int], count_min: int, tags: tuple[str, ...] = ()
+) -> list[str]:
+    """Every value in `topics` from the start (of those starting with one of `tags`, when
+    given), reading until `count_min` of them were seen and then one more second (so anything
+    that should not be there has time to show up)."""
     consumer = kafka.Consumer(
         {
             "bootstrap.servers": boot,
@@ -83,7 +90,9 @@ def _read(boot: str, isolation: str, topics: dict[str, int], count_min: int) -> 
             message = consumer.poll(0.2)
             if message is None or message.error() is not None:
                 continue
-            values.append(message.value().decode())
+            value = message.value().decode()
+            if not tags or value.startswith(tags):
+                values.append(value)
     finally:
         consumer.close()
     return sorted(values)
@@ -102,8 +111,9 @@ def test_commit_and_abort_across_partitions(boot: str) -> None:
         f"committed-{n}-{p}" for n, partitions in TOPICS.items() for p in range(partitions)
     )
     aborted = [v.replace("committed", "aborted") for v in committed]
-    assert _read(boot, "read_committed", TOPICS, 3) == committed
-    assert _read(boot, "read_uncommitted", TOPICS, 6) == sorted(committed + aborted)
+    tags = ("committed-", "aborted-")
+    assert _read(boot, "read_committed", TOPICS, 3, tags) == committed
+    assert _read(boot, "read_uncommitted", TOPICS, 6, tags) == sorted(committed + aborted)
 
 
 def test_an_older_instance_is_fenced_and_its_writes_never_visible(boot: str) -> None:
@@ -177,3 +187,66 @@ def test_consume_transform_produce_commits_offsets_with_the_output(boot: str) ->
     committed = checker.committed([kafka.TopicPartition("txn-in", 0)], 10)
     checker.close()
     assert committed[0].offset == 10
+
+
+def _expected(tag: str) -> tuple[list[str], list[str]]:
+    """The values `_send_everywhere` writes for `tag`-committed and `tag`-aborted."""
+    committed = sorted(
+        f"{tag}-committed-{n}-{p}" for n, partitions in TOPICS.items() for p in range(partitions)
+    )
+    return committed, [v.replace("-committed-", "-aborted-") for v in committed]
+
+
+def _check_readers(boot: str, tag: str) -> None:
+    committed, aborted = _expected(tag)
+    assert _read(boot, "read_committed", TOPICS, 3, (f"{tag}-",)) == committed
+    assert _read(boot, "read_uncommitted", TOPICS, 6, (f"{tag}-",)) == sorted(committed + aborted)
+
+
+def test_kafka_python_transactions_commit_and_abort(boot: str) -> None:
+    producer = kafka_python.KafkaProducer(
+        bootstrap_servers=boot, transactional_id="txn-kafka-python"
+    )
+    try:
+        producer.init_transactions()
+        for outcome in ("committed", "aborted"):
+            producer.begin_transaction()
+            for name, partitions in TOPICS.items():
+                for partition in range(partitions):
+                    value = f"kp-{outcome}-{name}-{partition}".encode()
+                    producer.send(name, value=value, partition=partition)
+            if outcome == "committed":
+                producer.commit_transaction()
+            else:
+                producer.flush()
+                producer.abort_transaction()
+    finally:
+        producer.close(timeout=10)
+    _check_readers(boot, "kp")
+
+
+async def _aiokafka_transactions(boot: str) -> None:
+    producer = aiokafka.AIOKafkaProducer(bootstrap_servers=boot, transactional_id="txn-aiokafka")
+    await producer.start()
+    try:
+        for outcome in ("committed", "aborted"):
+            await producer.begin_transaction()
+            sent = [
+                await producer.send(
+                    name, value=f"aio-{outcome}-{name}-{partition}".encode(), partition=partition
+                )
+                for name, partitions in TOPICS.items()
+                for partition in range(partitions)
+            ]
+            await asyncio.gather(*sent)
+            if outcome == "committed":
+                await producer.commit_transaction()
+            else:
+                await producer.abort_transaction()
+    finally:
+        await producer.stop()
+
+
+def test_aiokafka_transactions_commit_and_abort(boot: str) -> None:
+    asyncio.run(_aiokafka_transactions(boot))
+    _check_readers(boot, "aio")
