@@ -7,14 +7,19 @@ and abort across the same partitions. One cluster for the module."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import importlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.kafka_wire import create_topic
+from tests.kafka.kafka_wire import create_topic, kafka_call
 
 kafka = pytest.importorskip("confluent_kafka")
 kafka_python = pytest.importorskip("kafka")
@@ -250,3 +255,107 @@ async def _aiokafka_transactions(boot: str) -> None:
 def test_aiokafka_transactions_commit_and_abort(boot: str) -> None:
     asyncio.run(_aiokafka_transactions(boot))
     _check_readers(boot, "aio")
+
+
+def _wire(version: int, api: str) -> Any:
+    return importlib.import_module(f"kio.schema.{api}.v{version}.request")
+
+
+def test_refused_requests_get_kafkas_codes_and_write_nothing(boot: str) -> None:
+    """Raw requests to the coordinator: a member that is not in the group, a producer id that
+    is not the id's, a fenced epoch; a second InitProducerId aborts the open transaction
+    (CONCURRENT_TRANSACTIONS until done) and its transactional offsets never commit."""
+    fc = _wire(3, "find_coordinator")
+    found = kafka_call(
+        boot.split(",")[0], fc.FindCoordinatorRequest(key="txn-wire", key_type=i8(1))
+    )
+    assert found.error_code == ErrorCode.none
+    address = f"{found.host}:{found.port}"
+    ipi = _wire(4, "init_producer_id")
+
+    def init() -> Any:
+        request = ipi.InitProducerIdRequest(
+            transactional_id=ipi.TransactionalId("txn-wire"),
+            transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+        )
+        return kafka_call(address, request)
+
+    first = init()
+    pid, epoch = first.producer_id, first.producer_epoch
+    ao = _wire(3, "add_offsets_to_txn")
+    added = kafka_call(
+        address,
+        ao.AddOffsetsToTxnRequest(
+            transactional_id=ao.TransactionalId("txn-wire"),
+            producer_id=pid,
+            producer_epoch=epoch,
+            group_id=ao.GroupId("g-wire"),
+        ),
+    )
+    assert added.error_code == ErrorCode.none
+    to = _wire(3, "txn_offset_commit")
+
+    def commit_offset(producer_epoch: int, member_id: str, generation: int) -> Any:
+        partition = to.TxnOffsetCommitRequestPartition(
+            partition_index=i32(0), committed_offset=i64(5), committed_metadata=None
+        )
+        request = to.TxnOffsetCommitRequest(
+            transactional_id=to.TransactionalId("txn-wire"),
+            group_id=to.GroupId("g-wire"),
+            producer_id=pid,
+            producer_epoch=i16(producer_epoch),
+            generation_id=i32(generation),
+            member_id=member_id,
+            topics=(
+                to.TxnOffsetCommitRequestTopic(
+                    name=to.TopicName("txn-in"), partitions=(partition,)
+                ),
+            ),
+        )
+        return kafka_call(address, request).topics[0].partitions[0].error_code
+
+    assert commit_offset(epoch, "ghost", 3) == ErrorCode.unknown_member_id
+    assert commit_offset(epoch + 1, "", -1) == ErrorCode.invalid_producer_epoch
+    assert commit_offset(epoch, "", -1) == ErrorCode.none
+    dt = _wire(0, "describe_transactions")
+    described = kafka_call(
+        address,
+        dt.DescribeTransactionsRequest(transactional_ids=(dt.TransactionalId("txn-wire"),)),
+    ).transaction_states[0]
+    # Described while open: Kafka gives a start time of -1 (which kio cannot read) otherwise.
+    assert (described.transaction_state, described.producer_epoch) == ("Ongoing", epoch)
+    assert described.transaction_start_time.timestamp() > 0
+    et = _wire(3, "end_txn")
+    wrong = kafka_call(
+        address,
+        et.EndTxnRequest(
+            transactional_id=et.TransactionalId("txn-wire"),
+            producer_id=et.ProducerId(pid + 1),
+            producer_epoch=epoch,
+            committed=True,
+        ),
+    )
+    assert wrong.error_code == ErrorCode.invalid_producer_id_mapping
+    assert init().error_code == ErrorCode.concurrent_transactions  # aborts the open one
+    deadline = time.monotonic() + 10
+    while (answer := init()).error_code == ErrorCode.concurrent_transactions:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (answer.error_code, answer.producer_id, answer.producer_epoch) == (
+        ErrorCode.none,
+        pid,
+        epoch + 2,  # one bump fenced the open transaction, one is the new instance's
+    )
+    assert commit_offset(epoch, "", -1) == ErrorCode.producer_fenced
+    of = _wire(7, "offset_fetch")
+    fetched = kafka_call(
+        address,
+        of.OffsetFetchRequest(group_id=of.GroupId("g-wire"), topics=None, require_stable=True),
+    )
+    assert fetched.error_code == ErrorCode.none and fetched.topics == ()  # aborted: nothing
+    lt = _wire(1, "list_transactions")
+    listed = kafka_call(address, lt.ListTransactionsRequest(state_filters=("Empty", "Nope")))
+    assert ("txn-wire", pid) in {
+        (t.transactional_id, t.producer_id) for t in listed.transaction_states
+    }
+    assert listed.unknown_state_filters == ("Nope",)
