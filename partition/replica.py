@@ -57,7 +57,12 @@ from raftlog.errors import (
     TransactionCoordinatorFencedError,
 )
 from raftlog.partition.checkpoint import CheckpointStore, PartitionCheckpoint
-from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT, ProducerStateTable, Verdict
+from raftlog.partition.producer_state import (
+    PRODUCERS_MAX_DEFAULT,
+    AbortedTxn,
+    ProducerStateTable,
+    Verdict,
+)
 from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
 from raftlog.runtime.group import RaftGroup
 from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
@@ -251,6 +256,11 @@ class PartitionReplica:
         (None when none is open): a cut above it would drop records not yet committed or
         aborted, and the LSO with them."""
         return self._committed_producers.first_open_offset()
+
+    def aborted_transactions_below(self, offset: int) -> tuple[AbortedTxn, ...]:
+        """The aborted transactions (Raft offsets) with records below `offset`: the log
+        cleaner drops their records (partition/cleaning.py)."""
+        return tuple(self._committed_producers.aborted_transactions(0, offset))
 
     @property
     def applied_offset(self) -> int:
