@@ -59,9 +59,7 @@ def checkpoint_bytes_max(producers_max: int) -> int:
     ABORTED_TXNS_MAX aborted transactions) can encode to."""
     assert producers_max > 0, producers_max
     return (
-        _HEAD.size
-        + producers_max * _PRODUCER_BYTES_MAX
-        + ABORTED_TXNS_MAX * _ABORTED_TXN_BYTES_MAX
+        _HEAD.size + producers_max * _PRODUCER_BYTES_MAX + ABORTED_TXNS_MAX * _ABORTED_TXN_BYTES_MAX
     )
 
 
