@@ -76,6 +76,7 @@ __all__ = [
     "PartitionLog",
     "PartitionReplica",
     "ProduceResult",
+    "ProducerDescription",
     "TxnVerifier",
 ]
 
@@ -165,6 +166,18 @@ class AbortedTransaction:
 
     producer_id: int
     first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerDescription:
+    """A producer as a partition's leader has it applied (Kafka's DescribeProducers entry);
+    `current_txn_start_offset` (a Kafka offset) is -1 without an open transaction."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -683,6 +696,19 @@ class PartitionReplica:
         first = self._committed_producers.open_transaction_first_offset(producer_id)
         # Retention keeps an open transaction's first offset (first_open_transaction_offset).
         return -1 if first is None else self._log.kafka_offset(first)
+
+    def describe_producers(self) -> list[ProducerDescription]:
+        """Every producer the partition remembers, from the applied table (leader only)."""
+        self._require_leader()
+        kafka = self._log.kafka_offset
+        return [
+            ProducerDescription(pid, epoch, last_sequence, coordinator_epoch, kafka(first))
+            if first >= 0
+            else ProducerDescription(pid, epoch, last_sequence, coordinator_epoch, -1)
+            for pid, epoch, last_sequence, coordinator_epoch, first in (
+                self._committed_producers.describe_all()
+            )
+        ]
 
     def describe_producer(self, producer_id: int) -> tuple[int, int, int] | None:
         """(epoch, last sequence, last offset) a producer has *committed* here (KIP-664).
