@@ -189,6 +189,14 @@ class ProducerStateTable:
         last = producer.batches[-1]
         return producer.epoch, last.last_sequence, last.last_offset
 
+    def describe_all(self) -> list[tuple[int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, coordinator epoch, open transaction's first
+        offset or -1) of every producer remembered (Kafka's DescribeProducers)."""
+        return [
+            (pid, p.epoch, p.last_sequence, p.coordinator_epoch, p.txn_first_offset)
+            for pid, p in self._producers.items()
+        ]
+
     def record(
         self,
         *,

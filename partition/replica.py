@@ -57,7 +57,12 @@ from raftlog.errors import (
     TransactionCoordinatorFencedError,
 )
 from raftlog.partition.checkpoint import CheckpointStore, PartitionCheckpoint
-from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT, ProducerStateTable, Verdict
+from raftlog.partition.producer_state import (
+    PRODUCERS_MAX_DEFAULT,
+    AbortedTxn,
+    ProducerStateTable,
+    Verdict,
+)
 from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
 from raftlog.runtime.group import RaftGroup
 from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
@@ -71,6 +76,7 @@ __all__ = [
     "PartitionLog",
     "PartitionReplica",
     "ProduceResult",
+    "ProducerDescription",
     "TxnVerifier",
 ]
 
@@ -163,6 +169,18 @@ class AbortedTransaction:
 
 
 @dataclass(frozen=True, slots=True)
+class ProducerDescription:
+    """A producer as a partition's leader has it applied (Kafka's DescribeProducers entry);
+    `current_txn_start_offset` (a Kafka offset) is -1 without an open transaction."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchResult:
     batches: bytes
     high_watermark: int
@@ -251,6 +269,11 @@ class PartitionReplica:
         (None when none is open): a cut above it would drop records not yet committed or
         aborted, and the LSO with them."""
         return self._committed_producers.first_open_offset()
+
+    def aborted_transactions_below(self, offset: int) -> tuple[AbortedTxn, ...]:
+        """The aborted transactions (Raft offsets) with records below `offset`: the log
+        cleaner drops their records (partition/cleaning.py)."""
+        return tuple(self._committed_producers.aborted_transactions(0, offset))
 
     @property
     def applied_offset(self) -> int:
@@ -673,6 +696,19 @@ class PartitionReplica:
         first = self._committed_producers.open_transaction_first_offset(producer_id)
         # Retention keeps an open transaction's first offset (first_open_transaction_offset).
         return -1 if first is None else self._log.kafka_offset(first)
+
+    def describe_producers(self) -> list[ProducerDescription]:
+        """Every producer the partition remembers, from the applied table (leader only)."""
+        self._require_leader()
+        kafka = self._log.kafka_offset
+        return [
+            ProducerDescription(pid, epoch, last_sequence, coordinator_epoch, kafka(first))
+            if first >= 0
+            else ProducerDescription(pid, epoch, last_sequence, coordinator_epoch, -1)
+            for pid, epoch, last_sequence, coordinator_epoch, first in (
+                self._committed_producers.describe_all()
+            )
+        ]
 
     def describe_producer(self, producer_id: int) -> tuple[int, int, int] | None:
         """(epoch, last sequence, last offset) a producer has *committed* here (KIP-664).

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from raftlog.metadata import ApplyResult, Command, CreateTopicRequest, MetadataState
-from raftlog.partition.replica import FetchResult, ProduceResult
+from raftlog.partition.replica import FetchResult, ProducerDescription, ProduceResult
 from raftlog.rpc.faults import FaultInjector
 from raftlog.types import Commitment, NodeId, TxnMarker, TxnMarkerResult
 
@@ -129,6 +129,11 @@ class NodePort(MetadataReadPort, Protocol):
     ) -> int:
         """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`;
         LATEST is the last stable offset with `read_committed`."""
+        ...
+
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerDescription]:
+        """Every producer the partition remembers, with its open transaction's first offset
+        (Kafka's DescribeProducers), answered by the partition leader."""
         ...
 
     def transaction_start_offset(self, topic: str, partition: int, producer_id: int) -> int:

@@ -39,7 +39,13 @@ from raftlog.metadata import (
 from raftlog.metadata.machine import MetadataMachine
 from raftlog.node.metadata_calls import MetadataCalls, MetadataCatchUp
 from raftlog.node.reconcile import Reconciler
-from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
+from raftlog.partition.replica import (
+    FetchResult,
+    OffsetSpec,
+    PartitionReplica,
+    ProducerDescription,
+    ProduceResult,
+)
 from raftlog.raft.types import Role
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.kafka.errors import kafka_error
@@ -188,6 +194,10 @@ class NodeApi:
         return self._replica(topic, partition).list_offset(
             OffsetSpec(spec), timestamp_ms, read_committed=read_committed
         )
+
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerDescription]:
+        """Every producer the partition remembers (Kafka's DescribeProducers)."""
+        return self._replica(topic, partition).describe_producers()
 
     def transaction_start_offset(self, topic: str, partition: int, producer_id: int) -> int:
         """Where the producer's open transaction on the partition starts, -1 if none."""

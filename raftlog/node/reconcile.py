@@ -200,10 +200,12 @@ class Reconciler:
         for raft_group_id, replica in sorted(self.replicas_by_raft_group.items()):
             settings = self.compaction_settings(replica.topic)
             if settings.compact and raft_group_id in storages:
-                clean_below = min(replica.raft_high_watermark, replica.applied_offset + 1)
-                targets.append(
-                    CleanTarget(raft_group_id, storages[raft_group_id].log, settings, clean_below)
-                )
+                # The LSO is at most min(high watermark, applied offset + 1): below it, no
+                # open transaction's batch (partition/cleaning.py).
+                clean_below = replica.raft_last_stable_offset
+                log = storages[raft_group_id].log
+                aborted = replica.aborted_transactions_below(clean_below)
+                targets.append(CleanTarget(raft_group_id, log, settings, clean_below, aborted))
         return targets
 
     def apply_retention(self, now_ms: int) -> None:

@@ -137,6 +137,13 @@ APIS: dict[int, Api] = {
         Api(log_handlers.PRODUCE, "Produce", 3, 9, log_handlers.produce),
         Api(log_handlers.FETCH, "Fetch", 4, 12, log_handlers.fetch),
         Api(log_handlers.LIST_OFFSETS, "ListOffsets", 1, 6, log_handlers.list_offsets),
+        Api(
+            log_handlers.DESCRIBE_PRODUCERS,
+            "DescribeProducers",
+            0,
+            0,
+            log_handlers.describe_producers,
+        ),
         Api(cluster_handlers.METADATA, "Metadata", 1, 12, cluster_handlers.metadata),
         Api(API_VERSIONS, "ApiVersions", 0, 3, api_versions),
         *_group_apis(),

@@ -31,17 +31,19 @@ from raftlog.rpc.security import Permission
 from raftlog.types import Commitment
 
 __all__ = [
+    "DESCRIBE_PRODUCERS",
     "FETCH",
     "LIST_OFFSETS",
     "OFFSET_FOR_LEADER_EPOCH",
     "PRODUCE",
+    "describe_producers",
     "fetch",
     "list_offsets",
     "offset_for_leader_epoch",
     "produce",
 ]
 
-PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 23
+PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_PRODUCERS = 0, 1, 2, 23, 61
 
 _COMMITMENTS = {0: Commitment.NONE, 1: Commitment.LEADER, -1: Commitment.QUORUM}
 _EARLIEST_TIMESTAMP, _LATEST_TIMESTAMP = -2, -1
@@ -424,3 +426,48 @@ async def offset_for_leader_epoch(ctx: KafkaContext, request: Any, version: int)
     return build(
         module.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
     )
+
+
+async def describe_producers(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """DescribeProducers v0 (KIP-664): per partition, every producer its leader remembers
+    (from the applied producer table) with its epoch, last sequence, coordinator epoch and
+    current_txn_start_offset (-1 without an open transaction; a hanging transaction shows
+    here). TOPIC_AUTHORIZATION_FAILED without read permission, `kafka_error`'s code for a
+    raftlog error (NOT_LEADER_OR_FOLLOWER on a follower). raftlog keeps no per-producer
+    timestamp: last_timestamp is -1."""
+    module = response_module(DESCRIBE_PRODUCERS, version)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            code, message, producers = ErrorCode.none, None, []
+            if not ctx.allowed(Permission.READ, topic.name):
+                code = ErrorCode.topic_authorization_failed
+            else:
+                try:
+                    producers = ctx.node.describe_producers(topic.name, int(index))
+                except errors.RaftlogError as error:
+                    code, message = kafka_error(error), str(error)
+            active = tuple(
+                build(
+                    module.ProducerState,
+                    producer_id=p.producer_id,
+                    producer_epoch=p.producer_epoch,
+                    last_sequence=p.last_sequence,
+                    last_timestamp=-1,
+                    coordinator_epoch=p.coordinator_epoch,
+                    current_txn_start_offset=p.current_txn_start_offset,
+                )
+                for p in producers
+            )
+            partitions.append(
+                build(
+                    module.PartitionResponse,
+                    partition_index=index,
+                    error_code=code,
+                    error_message=message,
+                    active_producers=active,
+                )
+            )
+        topics.append(build(module.TopicResponse, name=topic.name, partitions=tuple(partitions)))
+    return build(module.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

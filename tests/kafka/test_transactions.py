@@ -10,11 +10,14 @@ import asyncio
 import datetime
 import importlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from kio.schema.describe_producers.v0 import request as dp
 from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v6 import request as lo
+from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from raftlog.cluster_cli import wait_for_controller
@@ -359,3 +362,77 @@ def test_refused_requests_get_kafkas_codes_and_write_nothing(boot: str) -> None:
         (t.transactional_id, t.producer_id) for t in listed.transaction_states
     }
     assert listed.unknown_state_filters == ("Nope",)
+
+
+def _leader_answer(boot: str, request: object, pick: Callable[[Any], Any]) -> Any:
+    """The one node whose answer for txn-b's partition is not NOT_LEADER_OR_FOLLOWER."""
+    answers = [pick(kafka_call(address, request)) for address in boot.split(",")]
+    led = [a for a in answers if a.error_code != ErrorCode.not_leader_or_follower]
+    assert len(led) == 1, answers
+    return led[0]
+
+
+def _lso_and_open_start(boot: str, producer_id: int) -> tuple[int, int, int]:
+    """(read_committed LATEST, read_uncommitted LATEST, the producer's
+    current_txn_start_offset) of txn-b/0, from its leader."""
+    offsets = []
+    for isolation in (1, 0):
+        request = lo.ListOffsetsRequest(
+            replica_id=BrokerId(-1),
+            isolation_level=i8(isolation),
+            topics=(
+                lo.ListOffsetsTopic(
+                    name=TopicName("txn-b"),
+                    partitions=(
+                        lo.ListOffsetsPartition(
+                            partition_index=i32(0),
+                            current_leader_epoch=i32(-1),
+                            timestamp=i64(-1),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        answer = _leader_answer(boot, request, lambda r: r.topics[0].partitions[0])
+        assert answer.error_code == ErrorCode.none
+        offsets.append(int(answer.offset))
+    request = dp.DescribeProducersRequest(
+        topics=(dp.TopicRequest(name=TopicName("txn-b"), partition_indexes=(i32(0),)),)
+    )
+    answer = _leader_answer(boot, request, lambda r: r.topics[0].partitions[0])
+    assert answer.error_code == ErrorCode.none
+    starts = [
+        int(p.current_txn_start_offset)
+        for p in answer.active_producers
+        if int(p.producer_id) == producer_id
+    ]
+    return offsets[0], offsets[1], starts[0] if starts else -1
+
+
+def test_an_open_transaction_holds_the_lso_and_describe_producers_shows_it(boot: str) -> None:
+    producer = _producer(boot, "txn-lso")
+    plain = kafka.Producer({"bootstrap.servers": boot, "acks": "all"})
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    producer.produce("txn-b", value=b"open", partition=0)  # type: ignore[attr-defined]
+    producer.flush(30)  # type: ignore[attr-defined]
+    plain.produce("txn-b", value=b"plain", partition=0)
+    assert plain.flush(30) == 0
+    # The transactional producer is the one with an open transaction on txn-b/0.
+    request = dp.DescribeProducersRequest(
+        topics=(dp.TopicRequest(name=TopicName("txn-b"), partition_indexes=(i32(0),)),)
+    )
+    answer = _leader_answer(boot, request, lambda r: r.topics[0].partitions[0])
+    (open_producer,) = [
+        int(p.producer_id) for p in answer.active_producers if p.current_txn_start_offset >= 0
+    ]
+    lso, high_watermark, start = _lso_and_open_start(boot, open_producer)
+    assert lso == start < high_watermark  # the plain record after it is not stable yet
+    producer.commit_transaction(30)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lso, high_watermark, start = _lso_and_open_start(boot, open_producer)
+        if start == -1 and lso == high_watermark:
+            break
+        time.sleep(0.05)
+    assert start == -1 and lso == high_watermark  # the marker ended it
+    assert "plain" in _read(boot, "read_committed", {"txn-b": 1}, 1)

@@ -17,10 +17,15 @@ from raftlog.errors import (
     ProducerFencedError,
     TransactionCoordinatorFencedError,
 )
+from raftlog.partition.cleaning import aborted_batches
+from raftlog.partition.policy import apply_retention
+from raftlog.partition.producer_state import AbortedTxn
 from raftlog.partition.replica import OffsetSpec
+from raftlog.storage.batch import parse_header
+from raftlog.storage.compaction import clean_batch, latest_record_keeper
 from raftlog.storage.records import RecordInput, encode_batch
 from raftlog.types import Commitment
-from tests.unit.partition.replica_groups import ReplicaGroups
+from tests.unit.partition.replica_groups import LEADER, ReplicaGroups
 
 TIMEOUT_S = 60.0  # never reached: the tests resolve every wait by driving the groups
 T = TypeVar("T")
@@ -183,3 +188,81 @@ def test_the_aborted_index_and_open_transactions_survive_a_snapshot() -> None:
     table = type(partition.leader._committed_producers).decode(data, producers_max=10)
     assert table.first_open_offset() == first_8
     assert [(a.first_offset, a.last_offset) for a in table.all_aborted()] == [(first_7, aborted_at)]
+
+
+class _ExpiredLog:
+    """Storage whose segments below `point` have all expired; a cut is a test failure."""
+
+    def __init__(self, point: int) -> None:
+        self.point = point
+        self.log = self
+
+    def retention_point(self, now_ms: int) -> int:
+        return self.point
+
+    def first_offset(self) -> int:
+        return 0
+
+    def snapshot(self) -> None:
+        return None
+
+    def term_at(self, offset: int) -> int:
+        return 1
+
+    def config_entries(self) -> list[object]:
+        return []
+
+    def compact(self, snapshot: object) -> None:
+        raise AssertionError("retention cut past an open transaction")
+
+
+def test_retention_never_cuts_past_an_open_transaction() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    _produce(partition, _batch(5, 0, transactional=False))
+    first_7 = _produce(partition, _batch(7, 0))
+    _produce(partition, _batch(5, 2, transactional=False))
+    storage = _ExpiredLog(partition.leader.raft_high_watermark)
+    bootstrap = partition.groups[LEADER].bootstrap_membership
+    apply_retention(partition.leader, storage, bootstrap, 0)  # type: ignore[arg-type]
+    assert partition.leader.first_open_transaction_offset() == first_7
+
+
+def test_compaction_drops_the_records_of_aborted_transactions_only() -> None:
+    aborted = aborted_batches([AbortedTxn(7, 10, 15), AbortedTxn(8, 3, 4)])
+
+    def batch(producer_id: int, base_offset: int, *, transactional: bool = True) -> bytes:
+        return encode_batch(
+            [RecordInput(b"k", b"v", 0)],
+            base_offset=base_offset,
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=transactional,
+        )
+
+    verdicts = {
+        (pid, offset, transactional): aborted(parse_header(batch(pid, offset, transactional=t)))
+        for pid, offset, transactional in [
+            (7, 10, True),
+            (7, 14, True),
+            (7, 15, True),  # after the marker: the next transaction
+            (7, 9, True),
+            (7, 12, False),  # not transactional
+            (8, 3, True),
+            (9, 12, True),  # another producer
+        ]
+        for t in [transactional]
+    }
+    assert [key for key, verdict in verdicts.items() if verdict] == [
+        (7, 10, True),
+        (7, 14, True),
+        (8, 3, True),
+    ]
+    keep_all = latest_record_keeper({}, now_ms=0, delete_retention_ms=0)
+    cleaned, removed = clean_batch(batch(7, 12), keep_all, aborted)
+    assert removed == 1 and parse_header(cleaned).record_count == 0
+    assert parse_header(cleaned).last_offset == 12  # the batch keeps its offsets
+    committed = batch(9, 12)
+    assert clean_batch(committed, keep_all, aborted) == (committed, 0)
