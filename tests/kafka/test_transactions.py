@@ -32,7 +32,7 @@ TOPICS = {"txn-a": 2, "txn-b": 1}  # three partitions over two topics
 
 
 @pytest.fixture(scope="module")
-def boot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cluster = LocalCluster.create(tmp_path_factory.mktemp("txn"), node_count=3)
     cluster.start()
     try:
@@ -41,9 +41,14 @@ def boot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             create_topic(cluster, name, partitions=partitions)
         create_topic(cluster, "txn-in", partitions=1)
         create_topic(cluster, "txn-out", partitions=1)
-        yield cluster.kafka_bootstrap
+        yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def boot(cluster: LocalCluster) -> str:
+    return cluster.kafka_bootstrap
 
 
 def _producer(boot: str, transactional_id: str) -> object:
@@ -436,3 +441,32 @@ def test_an_open_transaction_holds_the_lso_and_describe_producers_shows_it(boot:
         time.sleep(0.05)
     assert start == -1 and lso == high_watermark  # the marker ended it
     assert "plain" in _read(boot, "read_committed", {"txn-b": 1}, 1)
+
+
+# Last in the module: it kills a node of the module's cluster.
+def test_a_new_controller_finishes_the_transactions_of_the_old_one(cluster: LocalCluster) -> None:
+    """SIGKILL of the coordinator (the controller) right after EndTxn was answered, so its
+    markers may not all be written: the new controller writes them from the replicated state,
+    read_committed readers see the whole transaction, and the producer carries on with the
+    new coordinator."""
+    boot = cluster.kafka_bootstrap
+    producer = _producer(boot, "txn-failover")
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    _send_everywhere(producer, "failover-1")
+    producer.commit_transaction(30)  # type: ignore[attr-defined]
+    fc = _wire(3, "find_coordinator")
+    found = kafka_call(
+        boot.split(",")[0], fc.FindCoordinatorRequest(key="txn-failover", key_type=i8(1))
+    )
+    cluster.kill_node(int(found.node_id))
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    _send_everywhere(producer, "failover-2")
+    producer.commit_transaction(60)  # type: ignore[attr-defined]
+    survivors = ",".join(a for a in boot.split(",") if not a.endswith(f":{found.port}"))
+    expected = sorted(
+        f"failover-{round_}-{n}-{p}"
+        for round_ in (1, 2)
+        for n, partitions in TOPICS.items()
+        for p in range(partitions)
+    )
+    assert _read(survivors, "read_committed", TOPICS, 6, ("failover-",)) == expected
