@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
 from raftlog.errors import RaftlogError
+from raftlog.metadata.model import NO_EPOCH, CommittedOffset
 from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 __all__ = [
@@ -84,6 +85,7 @@ __all__ = [
     "check_topic_config",
     "check_topic_name",
     "commit_group_offsets",
+    "committed_offsets_of",
     "decode_command",
     "encode_command",
     "offset_metadata_chars",
@@ -761,6 +763,22 @@ def commit_group_offsets(
         commands.append(_commit_command(group_id, chunk))
     assert sum(len(c.offsets) for c in commands) == len(entries)
     return commands
+
+
+def committed_offsets_of(
+    command: CommitGroupOffsets | CommitTransactionOffsets,
+) -> list[tuple[tuple[str, int], CommittedOffset]]:
+    """The command's offsets by (topic, partition), each with its leader epoch and metadata
+    (the defaults where the command leaves those tuples empty)."""
+    count = len(command.offsets)
+    epochs = command.leader_epochs or (NO_EPOCH,) * count
+    metadata = command.metadata or ("",) * count
+    return [
+        ((topic, int(partition)), CommittedOffset(offset, epoch, text))
+        for (topic, partition, offset), epoch, text in zip(
+            command.offsets, epochs, metadata, strict=True
+        )
+    ]
 
 
 def _commit_command(

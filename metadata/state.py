@@ -76,6 +76,7 @@ from raftlog.metadata.commands import (
     ReassignPartition,
     RegisterNode,
     ReportLeader,
+    committed_offsets_of,
     decode_command,
     reject,
 )
@@ -381,13 +382,7 @@ class MetadataState:
 
     def _commit_group_offsets(self, command: CommitGroupOffsets) -> ApplyResult:
         offsets = self._group_offsets.setdefault(command.group_id, {})
-        count = len(command.offsets)
-        epochs = command.leader_epochs or (NO_EPOCH,) * count
-        metadata = command.metadata or ("",) * count
-        for (topic, partition, offset), epoch, text in zip(
-            command.offsets, epochs, metadata, strict=True
-        ):
-            offsets[(topic, int(partition))] = CommittedOffset(offset, epoch, text)
+        offsets.update(committed_offsets_of(command))
         assert offsets, command
         return OK
 

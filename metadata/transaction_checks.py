@@ -82,6 +82,21 @@ def producer_problem(
     return None
 
 
+_ProducerCommand = (
+    AddToTransaction | PrepareEndTransaction | CompleteEndTransaction | CommitTransactionOffsets
+)
+
+
+def _producer_of(
+    state: MetadataState, command: _ProducerCommand
+) -> tuple[TransactionState | None, ApplyResult | None]:
+    """The command's transactional id's state, and why its producer may not send it."""
+    txn = state.transaction(command.transactional_id)
+    return txn, producer_problem(
+        txn, command.transactional_id, command.producer_id, command.producer_epoch
+    )
+
+
 def _state_problem(txn: TransactionState, allowed: frozenset[TxnState]) -> ApplyResult | None:
     """CONCURRENT_TRANSACTIONS while a commit or abort completes (retriable), else
     INVALID_TXN_STATE for a state the request cannot be served in."""
@@ -133,10 +148,7 @@ def check_init_transaction(state: MetadataState, command: InitTransaction) -> Ap
 
 
 def check_add_to_transaction(state: MetadataState, command: AddToTransaction) -> ApplyResult | None:
-    txn = state.transaction(command.transactional_id)
-    problem = producer_problem(
-        txn, command.transactional_id, command.producer_id, command.producer_epoch
-    )
+    txn, problem = _producer_of(state, command)
     if problem is not None or txn is None:
         return problem
     count = len(command.partitions) + len(command.groups)
@@ -157,10 +169,7 @@ def check_add_to_transaction(state: MetadataState, command: AddToTransaction) ->
 def check_prepare_end_transaction(
     state: MetadataState, command: PrepareEndTransaction
 ) -> ApplyResult | None:
-    txn = state.transaction(command.transactional_id)
-    problem = producer_problem(
-        txn, command.transactional_id, command.producer_id, command.producer_epoch
-    )
+    txn, problem = _producer_of(state, command)
     if problem is not None or txn is None:
         return problem
     return _state_problem(txn, frozenset({TxnState.ONGOING}))
@@ -169,10 +178,7 @@ def check_prepare_end_transaction(
 def check_complete_end_transaction(
     state: MetadataState, command: CompleteEndTransaction
 ) -> ApplyResult | None:
-    txn = state.transaction(command.transactional_id)
-    problem = producer_problem(
-        txn, command.transactional_id, command.producer_id, command.producer_epoch
-    )
+    txn, problem = _producer_of(state, command)
     if problem is None and txn is not None and not txn.state.preparing:
         problem = reject(
             ErrorCode.INVALID_TXN_STATE,
@@ -184,10 +190,7 @@ def check_complete_end_transaction(
 def check_commit_transaction_offsets(
     state: MetadataState, command: CommitTransactionOffsets
 ) -> ApplyResult | None:
-    txn = state.transaction(command.transactional_id)
-    problem = producer_problem(
-        txn, command.transactional_id, command.producer_id, command.producer_epoch
-    )
+    txn, problem = _producer_of(state, command)
     if problem is not None or txn is None:
         return problem
     problem = _state_problem(txn, frozenset({TxnState.ONGOING}))

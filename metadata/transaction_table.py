@@ -18,8 +18,9 @@ from raftlog.metadata.commands import (
     CompleteEndTransaction,
     InitTransaction,
     PrepareEndTransaction,
+    committed_offsets_of,
 )
-from raftlog.metadata.model import NO_EPOCH, CommittedOffset
+from raftlog.metadata.model import CommittedOffset
 from raftlog.metadata.transactions import (
     NO_PRODUCER_EPOCH,
     PRODUCER_EPOCH_MAX,
@@ -136,13 +137,7 @@ class TransactionTable:
 
     def commit_offsets(self, command: CommitTransactionOffsets) -> None:
         pending = self.pending_offsets.setdefault((command.group_id, command.producer_id), {})
-        count = len(command.offsets)
-        epochs = command.leader_epochs or (NO_EPOCH,) * count
-        metadata = command.metadata or ("",) * count
-        for (topic, partition, offset), epoch, text in zip(
-            command.offsets, epochs, metadata, strict=True
-        ):
-            pending[(topic, int(partition))] = CommittedOffset(offset, epoch, text)
+        pending.update(committed_offsets_of(command))
 
     def drop_topic(self, topic: str) -> None:
         """A deleted topic's pending offsets go with it (its committed ones do too)."""
