@@ -301,6 +301,46 @@ def test_refused_requests_get_kafkas_codes_and_write_nothing(boot: str) -> None:
         ),
     )
     assert added.error_code == ErrorCode.none
+    # A partition added but never written to: its ABORT marker below ends nothing, and must
+    # not stall the abort. v5 verify_only (the brokers' KIP-890 check) sees only that one.
+    ap3, ap5 = _wire(3, "add_partitions_to_txn"), _wire(5, "add_partitions_to_txn")
+    added = kafka_call(
+        address,
+        ap3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=ap3.TransactionalId("txn-wire"),
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(
+                ap3.AddPartitionsToTxnTopic(name=ap3.TopicName("txn-a"), partitions=(i32(0),)),
+            ),
+        ),
+    )
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == (
+        ErrorCode.none
+    )
+    verified = kafka_call(
+        address,
+        ap5.AddPartitionsToTxnRequest(
+            transactions=(
+                ap5.AddPartitionsToTxnTransaction(
+                    transactional_id=ap5.TransactionalId("txn-wire"),
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    verify_only=True,
+                    topics=(
+                        ap5.AddPartitionsToTxnTopic(
+                            name=ap5.TopicName("txn-a"), partitions=(i32(0), i32(1))
+                        ),
+                    ),
+                ),
+            )
+        ),
+    )
+    codes = [
+        r.partition_error_code
+        for r in verified.results_by_transaction[0].topic_results[0].results_by_partition
+    ]
+    assert codes == [ErrorCode.none, ErrorCode.invalid_txn_state]
     to = _wire(3, "txn_offset_commit")
 
     def commit_offset(producer_epoch: int, member_id: str, generation: int) -> Any:
