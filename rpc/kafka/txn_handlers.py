@@ -46,7 +46,11 @@ from raftlog.metadata.transaction_plans import (
     plan_end_txn,
     plan_init,
 )
-from raftlog.metadata.transactions import TxnState, partition_in_transaction
+from raftlog.metadata.transactions import (
+    TRANSACTION_TIMEOUT_MS_MAX,
+    TxnState,
+    partition_in_transaction,
+)
 from raftlog.rpc.kafka.classic_group_handlers import consumer_group_has_members, coordinating
 from raftlog.rpc.kafka.consumer_group_handlers import commit_error
 from raftlog.rpc.kafka.context import KafkaContext
@@ -106,14 +110,16 @@ def _code(code: MetadataErrorCode, *, stale_plan: bool = False) -> ErrorCode:
 async def _submit(ctx: KafkaContext, command: Command) -> ErrorCode:
     """Commits `command`; its result's code. A controller that lost its term meanwhile is
     NOT_COORDINATOR; other failures COORDINATOR_NOT_AVAILABLE, retriable for every client (the
-    command may have applied: each request is safe to repeat, see `plan_end_txn`)."""
+    command may have applied: each request is safe to repeat, see `plan_end_txn`). Only an
+    InitTransaction is planned from a state it names (the producer id and epoch it follows),
+    so only its INVALID_REQUEST is a stale plan."""
     try:
         result = await ctx.node.submit(command, timeout_s=_SUBMIT_TIMEOUT_S)
     except errors.NotLeaderError:
         return ErrorCode.not_coordinator
     except (errors.RaftlogError, TimeoutError):
         return ErrorCode.coordinator_not_available
-    return _code(result.code, stale_plan=True)
+    return _code(result.code, stale_plan=isinstance(command, InitTransaction))
 
 
 def _refusal(ctx: KafkaContext, transactional_id: str) -> ErrorCode | None:
@@ -144,6 +150,9 @@ async def init_transactional_producer(
     if refusal is not None:
         return refusal, NO_PRODUCER_ID, -1
     timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+    if not 1 <= timeout_ms <= TRANSACTION_TIMEOUT_MS_MAX:
+        # Checked first, as Kafka does: before any open transaction is aborted for it.
+        return ErrorCode.invalid_transaction_timeout, NO_PRODUCER_ID, -1
     passed_id = int(getattr(request, "producer_id", NO_PRODUCER_ID))
     passed_epoch = int(getattr(request, "producer_epoch", -1))
     expected = (passed_id, passed_epoch) if passed_id != NO_PRODUCER_ID else None

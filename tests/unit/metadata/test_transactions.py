@@ -6,6 +6,8 @@ snapshots."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from raftlog.metadata.commands import (
@@ -21,8 +23,15 @@ from raftlog.metadata.commands import (
     encode_command,
 )
 from raftlog.metadata.state import MetadataState
+from raftlog.metadata.transaction_plans import (
+    Answer,
+    InitPlan,
+    needs_new_producer_id,
+    plan_init,
+)
 from raftlog.metadata.transactions import (
     NO_PRODUCER_EPOCH,
+    PRODUCER_EPOCH_MAX,
     TxnState,
     partition_in_transaction,
 )
@@ -163,3 +172,34 @@ def test_commands_round_trip_through_their_encoding() -> None:
         CommitTransactionOffsets(TID, 7, 0, "g", (("orders", PartitionId(0), 42),)),
     ):
         assert decode_command(encode_command(command)) == command
+
+
+def test_init_plans_follow_kip_360_and_rotate_spent_epochs(log: Log) -> None:
+    assert isinstance(plan_init(log.state, TID, 1000, None, 7, 0), InitPlan)
+    log.ok(init(), init(epoch=1))
+    # A client that is neither the current producer nor the one just before the bump.
+    fenced = plan_init(log.state, TID, 1000, (7, 5), None, 0)
+    assert fenced == Answer(ErrorCode.PRODUCER_FENCED)
+    assert plan_init(log.state, TID, 1000, (8, 1), None, 0) == fenced
+    # A retry from epoch 0 whose answer (epoch 1) was lost: answered again, nothing written.
+    assert plan_init(log.state, TID, 1000, (7, 0), None, 0) == Answer(ErrorCode.NONE, 7, 1)
+    bump = plan_init(log.state, TID, 1000, (7, 1), None, 0)
+    assert isinstance(bump, InitPlan) and bump.command == InitTransaction(TID, 7, 2, 1000, 0)
+    log.ok(add(0, epoch=1))
+    fence = plan_init(log.state, TID, 1000, None, None, 0)
+    assert isinstance(fence, InitPlan) and fence.then is ErrorCode.CONCURRENT_TRANSACTIONS
+    assert fence.command == PrepareEndTransaction(TID, 7, 1, False, True, 0)
+
+
+def test_a_spent_epoch_takes_a_new_producer_id(log: Log) -> None:
+    log.ok(init())
+    txn = log.state.transaction(TID)
+    assert txn is not None
+    # 32765 bumps, skipped: the table's own effect, as InitTransaction would leave it.
+    log.state._transactions.put(replace(txn, producer_epoch=PRODUCER_EPOCH_MAX - 1))
+    assert needs_new_producer_id(log.state, TID)
+    plan = plan_init(log.state, TID, 1000, None, 9, 0)
+    assert isinstance(plan, InitPlan) and plan.command == InitTransaction(TID, 9, 0, 1000, 0)
+    log.ok(plan.command)
+    assert log.state.transaction_of_producer(9) is not None
+    assert log.state.transaction_of_producer(7) is None
