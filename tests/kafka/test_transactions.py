@@ -16,6 +16,7 @@ from kio.schema.list_offsets.v6 import request as lo
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i64
 
+from raftlog.client import Consumer
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from tests.kafka.kafka_wire import create_topic, kafka_call
@@ -26,7 +27,7 @@ TOPICS = {"txn-a": 2, "txn-b": 1}  # three partitions over two topics
 
 
 @pytest.fixture(scope="module")
-def boot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def txn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cluster = LocalCluster.create(tmp_path_factory.mktemp("txn"), node_count=3)
     cluster.start()
     try:
@@ -35,9 +36,14 @@ def boot(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             create_topic(cluster, name, partitions=partitions)
         create_topic(cluster, "txn-in", partitions=1)
         create_topic(cluster, "txn-out", partitions=1)
-        yield cluster.kafka_bootstrap
+        yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def boot(txn_cluster: LocalCluster) -> str:
+    return txn_cluster.kafka_bootstrap
 
 
 def _producer(boot: str, transactional_id: str) -> object:
@@ -257,3 +263,30 @@ def test_an_open_transaction_holds_the_lso_and_describe_producers_shows_it(boot:
         time.sleep(0.05)
     assert start == -1 and lso == high_watermark  # the marker ended it
     assert "plain" in _read(boot, "read_committed", {"txn-b": 1}, 1)
+
+
+def test_raftlog_s_consumer_reads_committed_over_grpc(txn_cluster: LocalCluster) -> None:
+    """raftlog's own Consumer, on the gRPC fetch path, with isolation_level: read_committed
+    skips aborted records and markers, read_uncommitted sees the aborted records too."""
+    producer = _producer(txn_cluster.kafka_bootstrap, "txn-grpc-reader")
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    producer.produce("txn-a", value=b"grpc-committed", partition=1)  # type: ignore[attr-defined]
+    producer.commit_transaction(30)  # type: ignore[attr-defined]
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    producer.produce("txn-a", value=b"grpc-aborted", partition=1)  # type: ignore[attr-defined]
+    producer.flush(30)  # type: ignore[attr-defined]
+    producer.abort_transaction(30)  # type: ignore[attr-defined]
+    seen = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        with Consumer(
+            txn_cluster.bootstrap,
+            auto_offset_reset="earliest",
+            isolation_level=isolation,  # type: ignore[arg-type]
+            consumer_timeout_ms=1500,
+        ) as consumer:
+            consumer.assign([("txn-a", 1)])
+            seen[isolation] = {
+                r.value for r in consumer if r.value is not None and b"grpc" in r.value
+            }
+    assert seen["read_committed"] == {b"grpc-committed"}
+    assert seen["read_uncommitted"] == {b"grpc-committed", b"grpc-aborted"}
