@@ -560,9 +560,11 @@ class PartitionReplica:
     async def _verify_transactions(self, headers: list[BatchHeader]) -> bool:
         """KIP-890 part 1: the first transactional batch of a producer's transaction here
         is accepted only if the coordinator added this partition to that transaction at
-        that epoch; InvalidTxnStateError (nothing written) otherwise. Batches the sequence
-        checks will refuse anyway (fenced, duplicates, gaps) are left to them. True when it
-        awaited the verifier."""
+        that epoch; InvalidTxnStateError (nothing written) otherwise. Fenced batches and
+        duplicates are left to the sequence checks. A batch that looks like a gap is
+        verified too: it may be the next of a pipelined request whose first batch is still
+        being verified, and waiting behind it (the waits end in order) keeps it from being
+        refused OUT_OF_ORDER_SEQUENCE. True when it awaited the verifier."""
         assert self._txn_verifier is not None
         producers = self._leader_view()
         first_batches = {
@@ -578,7 +580,7 @@ class PartitionReplica:
                 record_count=header.record_count,
                 transactional=True,
             ).verdict
-            is Verdict.NEW
+            in (Verdict.NEW, Verdict.OUT_OF_ORDER)
         }
         for producer_id, epoch in sorted(first_batches):
             if not await self._txn_verifier(producer_id, epoch):
