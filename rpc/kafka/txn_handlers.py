@@ -36,6 +36,7 @@ from raftlog.metadata.commands import (
     CommitTransactionOffsets,
     InitTransaction,
 )
+from raftlog.metadata.consumer_groups import GroupErrorCode
 from raftlog.metadata.model import NO_EPOCH
 from raftlog.metadata.transaction_checks import check_transactional_id
 from raftlog.metadata.transaction_plans import (
@@ -46,7 +47,8 @@ from raftlog.metadata.transaction_plans import (
     plan_init,
 )
 from raftlog.metadata.transactions import TxnState, partition_in_transaction
-from raftlog.rpc.kafka.classic_group_handlers import coordinating
+from raftlog.rpc.kafka.classic_group_handlers import consumer_group_has_members, coordinating
+from raftlog.rpc.kafka.consumer_group_handlers import commit_error
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 from raftlog.rpc.security import Permission
@@ -319,14 +321,15 @@ async def add_offsets_to_txn(ctx: KafkaContext, request: Any, version: int) -> A
 async def txn_offset_commit(ctx: KafkaContext, request: Any, version: int) -> Any:
     """TxnOffsetCommit v0 to v4: offsets held pending in the producer's transaction, committed
     with it (KIP-98; classic and KIP-848 groups alike, since both keep their offsets in the
-    metadata state). Per partition: TOPIC_AUTHORIZATION_FAILED without read, else the
-    transaction's code (INVALID_TXN_STATE when the group was not added by AddOffsetsToTxn)."""
+    metadata state). Per partition: TOPIC_AUTHORIZATION_FAILED without read, else the member
+    check's code (`_member_refusal`) or the transaction's (INVALID_TXN_STATE when the group
+    was not added by AddOffsetsToTxn)."""
     module = response_module(TXN_OFFSET_COMMIT, version)
     wanted = [(str(t.name), p) for t in request.topics for p in t.partitions]
     refusal = _refusal(ctx, request.transactional_id)
     allowed = [ctx.allowed(Permission.READ, name) for name, _ in wanted]
     committed = [w for w, ok in zip(wanted, allowed, strict=True) if ok]
-    code = refusal
+    code = refusal or _member_refusal(ctx, request, committed)
     if code is None and committed:
         epochs = tuple(max(int(p.committed_leader_epoch), NO_EPOCH) for _, p in committed)
         metadata = tuple(p.committed_metadata or "" for _, p in committed)
@@ -360,6 +363,30 @@ async def txn_offset_commit(ctx: KafkaContext, request: Any, version: int) -> An
             for name, parts in by_topic.items()
         ),
     )
+
+
+def _member_refusal(
+    ctx: KafkaContext, request: Any, committed: list[tuple[str, Any]]
+) -> ErrorCode | None:
+    """KIP-447: a producer committing for a group member (v3+: its member id, generation and
+    instance id) is checked as that member's OffsetCommit would be, so a zombie of a
+    rebalanced-away member cannot commit (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+    FENCED_INSTANCE_ID; for a KIP-848 group its epoch, STALE_MEMBER_EPOCH). Without a member
+    id (older clients, assign()ed consumers) there is nothing to check, as on Kafka."""
+    member_id = str(getattr(request, "member_id", "") or "")
+    if not member_id:
+        return None
+    generation = int(getattr(request, "generation_id", -1))
+    group_id = str(request.group_id)
+    if consumer_group_has_members(ctx, group_id):
+        partitions = [(name, int(p.partition_index)) for name, p in committed]
+        refusal, _ = ctx.consumer_groups.coordinator.check_commit(
+            group_id, member_id, generation, partitions
+        )
+        return None if refusal is GroupErrorCode.NONE else commit_error(refusal)
+    instance_id = getattr(request, "group_instance_id", None) or None
+    code = ctx.groups.check_member(group_id, member_id, generation, instance_id)
+    return None if code is ErrorCode.none else code
 
 
 # ---- EndTxn --------------------------------------------------------------------------------

@@ -1,10 +1,14 @@
 """Kafka transactions end to end with confluent-kafka (librdkafka): commit and abort across three
 partitions of two topics seen by read_committed and read_uncommitted consumers, zombie fencing
 of an older instance of a transactional id, and send_offsets_to_transaction in a
-consume-transform-produce loop. One cluster for the module."""
+consume-transform-produce loop; kafka-python's and aiokafka's transactional producers commit
+and abort across the same partitions. One cluster for the module."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import importlib
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,7 +18,7 @@ from kio.schema.describe_producers.v0 import request as dp
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v6 import request as lo
 from kio.schema.types import BrokerId, TopicName
-from kio.static.primitive import i8, i32, i64
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from raftlog.client import Consumer
 from raftlog.cluster_cli import wait_for_controller
@@ -22,6 +26,8 @@ from raftlog.local_cluster import LocalCluster
 from tests.kafka.kafka_wire import create_topic, kafka_call
 
 kafka = pytest.importorskip("confluent_kafka")
+kafka_python = pytest.importorskip("kafka")
+aiokafka = pytest.importorskip("aiokafka")
 
 TOPICS = {"txn-a": 2, "txn-b": 1}  # three partitions over two topics
 
@@ -65,9 +71,12 @@ def _send_everywhere(producer: object, tag: str) -> None:
             producer.produce(name, value=value, partition=partition)  # type: ignore[attr-defined]
 
 
-def _read(boot: str, isolation: str, topics: dict[str, int], count_min: int) -> list[str]:
-    """Every value in `topics` from the start, reading until `count_min` values were seen and
-    then one more second (so anything that should not be there has time to show up)."""
+def _read(
+    boot: str, isolation: str, topics: dict[str, int], count_min: int, tags: tuple[str, ...] = ()
+) -> list[str]:
+    """Every value in `topics` from the start (of those starting with one of `tags`, when
+    given), reading until `count_min` of them were seen and then one more second (so anything
+    that should not be there has time to show up)."""
     consumer = kafka.Consumer(
         {
             "bootstrap.servers": boot,
@@ -95,7 +104,9 @@ def _read(boot: str, isolation: str, topics: dict[str, int], count_min: int) -> 
             message = consumer.poll(0.2)
             if message is None or message.error() is not None:
                 continue
-            values.append(message.value().decode())
+            value = message.value().decode()
+            if not tags or value.startswith(tags):
+                values.append(value)
     finally:
         consumer.close()
     return sorted(values)
@@ -114,8 +125,9 @@ def test_commit_and_abort_across_partitions(boot: str) -> None:
         f"committed-{n}-{p}" for n, partitions in TOPICS.items() for p in range(partitions)
     )
     aborted = [v.replace("committed", "aborted") for v in committed]
-    assert _read(boot, "read_committed", TOPICS, 3) == committed
-    assert _read(boot, "read_uncommitted", TOPICS, 6) == sorted(committed + aborted)
+    tags = ("committed-", "aborted-")
+    assert _read(boot, "read_committed", TOPICS, 3, tags) == committed
+    assert _read(boot, "read_uncommitted", TOPICS, 6, tags) == sorted(committed + aborted)
 
 
 def test_an_older_instance_is_fenced_and_its_writes_never_visible(boot: str) -> None:
@@ -189,6 +201,173 @@ def test_consume_transform_produce_commits_offsets_with_the_output(boot: str) ->
     committed = checker.committed([kafka.TopicPartition("txn-in", 0)], 10)
     checker.close()
     assert committed[0].offset == 10
+
+
+def _expected(tag: str) -> tuple[list[str], list[str]]:
+    """The values `_send_everywhere` writes for `tag`-committed and `tag`-aborted."""
+    committed = sorted(
+        f"{tag}-committed-{n}-{p}" for n, partitions in TOPICS.items() for p in range(partitions)
+    )
+    return committed, [v.replace("-committed-", "-aborted-") for v in committed]
+
+
+def _check_readers(boot: str, tag: str) -> None:
+    committed, aborted = _expected(tag)
+    assert _read(boot, "read_committed", TOPICS, 3, (f"{tag}-",)) == committed
+    assert _read(boot, "read_uncommitted", TOPICS, 6, (f"{tag}-",)) == sorted(committed + aborted)
+
+
+def test_kafka_python_transactions_commit_and_abort(boot: str) -> None:
+    producer = kafka_python.KafkaProducer(
+        bootstrap_servers=boot, transactional_id="txn-kafka-python"
+    )
+    try:
+        producer.init_transactions()
+        for outcome in ("committed", "aborted"):
+            producer.begin_transaction()
+            for name, partitions in TOPICS.items():
+                for partition in range(partitions):
+                    value = f"kp-{outcome}-{name}-{partition}".encode()
+                    producer.send(name, value=value, partition=partition)
+            if outcome == "committed":
+                producer.commit_transaction()
+            else:
+                producer.flush()
+                producer.abort_transaction()
+    finally:
+        producer.close(timeout=10)
+    _check_readers(boot, "kp")
+
+
+async def _aiokafka_transactions(boot: str) -> None:
+    producer = aiokafka.AIOKafkaProducer(bootstrap_servers=boot, transactional_id="txn-aiokafka")
+    await producer.start()
+    try:
+        for outcome in ("committed", "aborted"):
+            await producer.begin_transaction()
+            sent = [
+                await producer.send(
+                    name, value=f"aio-{outcome}-{name}-{partition}".encode(), partition=partition
+                )
+                for name, partitions in TOPICS.items()
+                for partition in range(partitions)
+            ]
+            await asyncio.gather(*sent)
+            if outcome == "committed":
+                await producer.commit_transaction()
+            else:
+                await producer.abort_transaction()
+    finally:
+        await producer.stop()
+
+
+def test_aiokafka_transactions_commit_and_abort(boot: str) -> None:
+    asyncio.run(_aiokafka_transactions(boot))
+    _check_readers(boot, "aio")
+
+
+def _wire(version: int, api: str) -> Any:
+    return importlib.import_module(f"kio.schema.{api}.v{version}.request")
+
+
+def test_refused_requests_get_kafkas_codes_and_write_nothing(boot: str) -> None:
+    """Raw requests to the coordinator: a member that is not in the group, a producer id that
+    is not the id's, a fenced epoch; a second InitProducerId aborts the open transaction
+    (CONCURRENT_TRANSACTIONS until done) and its transactional offsets never commit."""
+    fc = _wire(3, "find_coordinator")
+    found = kafka_call(
+        boot.split(",")[0], fc.FindCoordinatorRequest(key="txn-wire", key_type=i8(1))
+    )
+    assert found.error_code == ErrorCode.none
+    address = f"{found.host}:{found.port}"
+    ipi = _wire(4, "init_producer_id")
+
+    def init() -> Any:
+        request = ipi.InitProducerIdRequest(
+            transactional_id=ipi.TransactionalId("txn-wire"),
+            transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+        )
+        return kafka_call(address, request)
+
+    first = init()
+    pid, epoch = first.producer_id, first.producer_epoch
+    ao = _wire(3, "add_offsets_to_txn")
+    added = kafka_call(
+        address,
+        ao.AddOffsetsToTxnRequest(
+            transactional_id=ao.TransactionalId("txn-wire"),
+            producer_id=pid,
+            producer_epoch=epoch,
+            group_id=ao.GroupId("g-wire"),
+        ),
+    )
+    assert added.error_code == ErrorCode.none
+    to = _wire(3, "txn_offset_commit")
+
+    def commit_offset(producer_epoch: int, member_id: str, generation: int) -> Any:
+        partition = to.TxnOffsetCommitRequestPartition(
+            partition_index=i32(0), committed_offset=i64(5), committed_metadata=None
+        )
+        request = to.TxnOffsetCommitRequest(
+            transactional_id=to.TransactionalId("txn-wire"),
+            group_id=to.GroupId("g-wire"),
+            producer_id=pid,
+            producer_epoch=i16(producer_epoch),
+            generation_id=i32(generation),
+            member_id=member_id,
+            topics=(
+                to.TxnOffsetCommitRequestTopic(
+                    name=to.TopicName("txn-in"), partitions=(partition,)
+                ),
+            ),
+        )
+        return kafka_call(address, request).topics[0].partitions[0].error_code
+
+    assert commit_offset(epoch, "ghost", 3) == ErrorCode.unknown_member_id
+    assert commit_offset(epoch + 1, "", -1) == ErrorCode.invalid_producer_epoch
+    assert commit_offset(epoch, "", -1) == ErrorCode.none
+    dt = _wire(0, "describe_transactions")
+    described = kafka_call(
+        address,
+        dt.DescribeTransactionsRequest(transactional_ids=(dt.TransactionalId("txn-wire"),)),
+    ).transaction_states[0]
+    # Described while open: Kafka gives a start time of -1 (which kio cannot read) otherwise.
+    assert (described.transaction_state, described.producer_epoch) == ("Ongoing", epoch)
+    assert described.transaction_start_time.timestamp() > 0
+    et = _wire(3, "end_txn")
+    wrong = kafka_call(
+        address,
+        et.EndTxnRequest(
+            transactional_id=et.TransactionalId("txn-wire"),
+            producer_id=et.ProducerId(pid + 1),
+            producer_epoch=epoch,
+            committed=True,
+        ),
+    )
+    assert wrong.error_code == ErrorCode.invalid_producer_id_mapping
+    assert init().error_code == ErrorCode.concurrent_transactions  # aborts the open one
+    deadline = time.monotonic() + 10
+    while (answer := init()).error_code == ErrorCode.concurrent_transactions:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (answer.error_code, answer.producer_id, answer.producer_epoch) == (
+        ErrorCode.none,
+        pid,
+        epoch + 2,  # one bump fenced the open transaction, one is the new instance's
+    )
+    assert commit_offset(epoch, "", -1) == ErrorCode.producer_fenced
+    of = _wire(7, "offset_fetch")
+    fetched = kafka_call(
+        address,
+        of.OffsetFetchRequest(group_id=of.GroupId("g-wire"), topics=None, require_stable=True),
+    )
+    assert fetched.error_code == ErrorCode.none and fetched.topics == ()  # aborted: nothing
+    lt = _wire(1, "list_transactions")
+    listed = kafka_call(address, lt.ListTransactionsRequest(state_filters=("Empty", "Nope")))
+    assert ("txn-wire", pid) in {
+        (t.transactional_id, t.producer_id) for t in listed.transaction_states
+    }
+    assert listed.unknown_state_filters == ("Nope",)
 
 
 def _leader_answer(boot: str, request: object, pick: Callable[[Any], Any]) -> Any:
