@@ -256,11 +256,6 @@ class PartitionReplica:
         first_open = self._committed_producers.first_open_offset()
         return bound if first_open is None else min(bound, first_open)
 
-    @property
-    def last_stable_offset(self) -> int:
-        """The LSO clients see, in Kafka offsets."""
-        return self._log.kafka_offset(max(self.raft_last_stable_offset, self._log_first()))
-
     def _log_first(self) -> int:
         return self._log.log_start_offset()
 
