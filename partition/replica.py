@@ -256,11 +256,6 @@ class PartitionReplica:
         first_open = self._committed_producers.first_open_offset()
         return bound if first_open is None else min(bound, first_open)
 
-    @property
-    def last_stable_offset(self) -> int:
-        """The LSO clients see, in Kafka offsets."""
-        return self._log.kafka_offset(max(self.raft_last_stable_offset, self._log_first()))
-
     def _log_first(self) -> int:
         return self._log.log_start_offset()
 
@@ -560,9 +555,11 @@ class PartitionReplica:
     async def _verify_transactions(self, headers: list[BatchHeader]) -> bool:
         """KIP-890 part 1: the first transactional batch of a producer's transaction here
         is accepted only if the coordinator added this partition to that transaction at
-        that epoch; InvalidTxnStateError (nothing written) otherwise. Batches the sequence
-        checks will refuse anyway (fenced, duplicates, gaps) are left to them. True when it
-        awaited the verifier."""
+        that epoch; InvalidTxnStateError (nothing written) otherwise. Fenced batches and
+        duplicates are left to the sequence checks. A batch that looks like a gap is
+        verified too: it may be the next of a pipelined request whose first batch is still
+        being verified, and waiting behind it (the waits end in order) keeps it from being
+        refused OUT_OF_ORDER_SEQUENCE. True when it awaited the verifier."""
         assert self._txn_verifier is not None
         producers = self._leader_view()
         first_batches = {
@@ -578,7 +575,7 @@ class PartitionReplica:
                 record_count=header.record_count,
                 transactional=True,
             ).verdict
-            is Verdict.NEW
+            in (Verdict.NEW, Verdict.OUT_OF_ORDER)
         }
         for producer_id, epoch in sorted(first_batches):
             if not await self._txn_verifier(producer_id, epoch):

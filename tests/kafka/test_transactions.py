@@ -20,6 +20,7 @@ from kio.schema.list_offsets.v6 import request as lo
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
+from raftlog.client import Consumer
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from tests.kafka.kafka_wire import create_topic, kafka_call
@@ -32,7 +33,7 @@ TOPICS = {"txn-a": 2, "txn-b": 1}  # three partitions over two topics
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+def txn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cluster = LocalCluster.create(tmp_path_factory.mktemp("txn"), node_count=3)
     cluster.start()
     try:
@@ -47,8 +48,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture(scope="module")
-def boot(cluster: LocalCluster) -> str:
-    return cluster.kafka_bootstrap
+def boot(txn_cluster: LocalCluster) -> str:
+    return txn_cluster.kafka_bootstrap
 
 
 def _producer(boot: str, transactional_id: str) -> object:
@@ -483,13 +484,42 @@ def test_an_open_transaction_holds_the_lso_and_describe_producers_shows_it(boot:
     assert "plain" in _read(boot, "read_committed", {"txn-b": 1}, 1)
 
 
+def test_raftlog_s_consumer_reads_committed_over_grpc(txn_cluster: LocalCluster) -> None:
+    """raftlog's own Consumer, on the gRPC fetch path, with isolation_level: read_committed
+    skips aborted records and markers, read_uncommitted sees the aborted records too."""
+    producer = _producer(txn_cluster.kafka_bootstrap, "txn-grpc-reader")
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    producer.produce("txn-a", value=b"grpc-committed", partition=1)  # type: ignore[attr-defined]
+    producer.commit_transaction(30)  # type: ignore[attr-defined]
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    producer.produce("txn-a", value=b"grpc-aborted", partition=1)  # type: ignore[attr-defined]
+    producer.flush(30)  # type: ignore[attr-defined]
+    producer.abort_transaction(30)  # type: ignore[attr-defined]
+    seen = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        with Consumer(
+            txn_cluster.bootstrap,
+            auto_offset_reset="earliest",
+            isolation_level=isolation,  # type: ignore[arg-type]
+            consumer_timeout_ms=1500,
+        ) as consumer:
+            consumer.assign([("txn-a", 1)])
+            seen[isolation] = {
+                r.value for r in consumer if r.value is not None and b"grpc" in r.value
+            }
+    assert seen["read_committed"] == {b"grpc-committed"}
+    assert seen["read_uncommitted"] == {b"grpc-committed", b"grpc-aborted"}
+
+
 # Last in the module: it kills a node of the module's cluster.
-def test_a_new_controller_finishes_the_transactions_of_the_old_one(cluster: LocalCluster) -> None:
+def test_a_new_controller_finishes_the_transactions_of_the_old_one(
+    txn_cluster: LocalCluster,
+) -> None:
     """SIGKILL of the coordinator (the controller) right after EndTxn was answered, so its
     markers may not all be written: the new controller writes them from the replicated state,
     read_committed readers see the whole transaction, and the producer carries on with the
     new coordinator."""
-    boot = cluster.kafka_bootstrap
+    boot = txn_cluster.kafka_bootstrap
     producer = _producer(boot, "txn-failover")
     producer.begin_transaction()  # type: ignore[attr-defined]
     _send_everywhere(producer, "failover-1")
@@ -498,7 +528,7 @@ def test_a_new_controller_finishes_the_transactions_of_the_old_one(cluster: Loca
     found = kafka_call(
         boot.split(",")[0], fc.FindCoordinatorRequest(key="txn-failover", key_type=i8(1))
     )
-    cluster.kill_node(int(found.node_id))
+    txn_cluster.kill_node(int(found.node_id))
     producer.begin_transaction()  # type: ignore[attr-defined]
     _send_everywhere(producer, "failover-2")
     producer.commit_transaction(60)  # type: ignore[attr-defined]
