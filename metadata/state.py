@@ -228,6 +228,10 @@ class MetadataState:
         table = self._transactions.transactions
         return tuple(table[t] for t in sorted(table))
 
+    def transaction_count(self) -> int:
+        """How many transactional ids the state holds."""
+        return len(self._transactions.transactions)
+
     def transaction_of_producer(self, producer_id: int) -> TransactionState | None:
         """The transactional id holding `producer_id`, if a transactional producer has it."""
         return self._transactions.of_producer(producer_id)

@@ -27,6 +27,7 @@ from raftlog.metadata.transactions import (
     PRODUCER_EPOCH_MAX,
     TRANSACTION_TIMEOUT_MS_MAX,
     TRANSACTIONAL_ID_CHARS_MAX,
+    TRANSACTIONAL_IDS_MAX,
     TransactionState,
     TxnState,
 )
@@ -122,6 +123,10 @@ def check_init_transaction(state: MetadataState, command: InitTransaction) -> Ap
     if problem is not None:
         return problem
     txn = state.transaction(command.transactional_id)
+    if txn is None and state.transaction_count() >= TRANSACTIONAL_IDS_MAX:
+        return reject(
+            ErrorCode.INVALID_REQUEST, f"{TRANSACTIONAL_IDS_MAX} transactional ids already held"
+        )
     if txn is not None and not (txn.state.ended or txn.state is TxnState.DEAD):
         return reject(
             ErrorCode.CONCURRENT_TRANSACTIONS,
@@ -139,8 +144,10 @@ def check_init_transaction(state: MetadataState, command: InitTransaction) -> Ap
         and owner is None
     )
     if not (bumped or fresh):
+        # Planned against a state another request changed first (two InitProducerId of one
+        # id racing): retriable, the retry plans against the new state.
         return reject(
-            ErrorCode.INVALID_REQUEST,
+            ErrorCode.CONCURRENT_TRANSACTIONS,
             f"producer id {command.producer_id} epoch {command.producer_epoch} does not follow "
             f"{None if txn is None else (txn.producer_id, txn.producer_epoch)} (a stale plan)",
         )

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_PRODUCER_EPOCH",
     "PRODUCER_EPOCH_MAX",
+    "TRANSACTIONAL_IDS_MAX",
     "TRANSACTIONAL_ID_CHARS_MAX",
     "TRANSACTION_TIMEOUT_MS_MAX",
     "VALID_PREVIOUS_STATES",
@@ -54,6 +55,9 @@ __all__ = [
 NO_PRODUCER_EPOCH = -1  # last_producer_epoch before any bump of this producer id
 PRODUCER_EPOCH_MAX = (1 << 15) - 1  # a producer epoch is Kafka's int16
 TRANSACTIONAL_ID_CHARS_MAX = 255
+# Transactional ids the metadata state holds at most (ids are not expired yet, so this is what
+# bounds the state; a new id past it gets INVALID_REQUEST).
+TRANSACTIONAL_IDS_MAX = 100_000
 # Kafka's transaction.max.timeout.ms default (15 minutes): a longer timeout is refused with
 # INVALID_TRANSACTION_TIMEOUT.
 TRANSACTION_TIMEOUT_MS_MAX = 900_000

@@ -99,27 +99,22 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _code(code: MetadataErrorCode, *, stale_plan: bool = False) -> ErrorCode:
-    """Kafka's code for a command's result. INVALID_REQUEST from a command planned against a
-    state that changed before it applied (`stale_plan`) is a race, retriable for the client."""
-    if stale_plan and code is MetadataErrorCode.INVALID_REQUEST:
-        return ErrorCode.concurrent_transactions
+def _code(code: MetadataErrorCode) -> ErrorCode:
+    """Kafka's code for a command's result (INVALID_REQUEST for one Kafka has no name for)."""
     return _CODES.get(code, ErrorCode.invalid_request)
 
 
 async def _submit(ctx: KafkaContext, command: Command) -> ErrorCode:
     """Commits `command`; its result's code. A controller that lost its term meanwhile is
     NOT_COORDINATOR; other failures COORDINATOR_NOT_AVAILABLE, retriable for every client (the
-    command may have applied: each request is safe to repeat, see `plan_end_txn`). Only an
-    InitTransaction is planned from a state it names (the producer id and epoch it follows),
-    so only its INVALID_REQUEST is a stale plan."""
+    command may have applied: each request is safe to repeat, see `plan_end_txn`)."""
     try:
         result = await ctx.node.submit(command, timeout_s=_SUBMIT_TIMEOUT_S)
     except errors.NotLeaderError:
         return ErrorCode.not_coordinator
     except (errors.RaftlogError, TimeoutError):
         return ErrorCode.coordinator_not_available
-    return _code(result.code, stale_plan=isinstance(command, InitTransaction))
+    return _code(result.code)
 
 
 def _refusal(ctx: KafkaContext, transactional_id: str) -> ErrorCode | None:

@@ -101,12 +101,12 @@ def test_producer_id_and_epoch_are_checked_with_kafkas_codes(log: Log) -> None:
 
 
 def test_init_needs_a_successor_of_the_producer(log: Log) -> None:
-    log.rejected(init(pid=500), ErrorCode.INVALID_REQUEST, "stale plan")  # never allocated
-    log.rejected(init(epoch=1), ErrorCode.INVALID_REQUEST)
+    log.rejected(init(pid=500), ErrorCode.CONCURRENT_TRANSACTIONS, "stale plan")  # not allocated
+    log.rejected(init(epoch=1), ErrorCode.CONCURRENT_TRANSACTIONS)
     log.rejected(init(timeout_ms=0), ErrorCode.INVALID_TRANSACTION_TIMEOUT)
     log.ok(init())
-    log.rejected(init(), ErrorCode.INVALID_REQUEST)  # the same epoch again
-    log.rejected(InitTransaction("other", 7, 0, 1000, 0), ErrorCode.INVALID_REQUEST)  # taken
+    log.rejected(init(), ErrorCode.CONCURRENT_TRANSACTIONS)  # the same epoch again
+    log.rejected(InitTransaction("other", 7, 0, 1000, 0), ErrorCode.CONCURRENT_TRANSACTIONS)
     log.ok(init(pid=8))  # rotation: a new producer id at epoch 0
     txn = log.state.transaction(TID)
     assert txn is not None and txn.last_producer_epoch == NO_PRODUCER_EPOCH
