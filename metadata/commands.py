@@ -72,6 +72,7 @@ __all__ = [
     "DeleteGroupOffsets",
     "DeleteTopic",
     "ErrorCode",
+    "ExpireTransactionalId",
     "FenceNode",
     "InitTransaction",
     "MetadataDecodeError",
@@ -410,6 +411,17 @@ class CompleteEndTransaction:
 
 
 @dataclass(frozen=True, slots=True)
+class ExpireTransactionalId:
+    """A transactional id unused for `expiration_ms` with no transaction open is forgotten
+    (Kafka's transactional.id.expiration.ms: the id goes Dead and is removed); its next
+    InitProducerId starts it afresh with a new producer id."""
+
+    transactional_id: str
+    expiration_ms: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class CommitTransactionOffsets:
     """TxnOffsetCommit: offsets of a consumer group held pending in the producer's open
     transaction (same fields as CommitGroupOffsets; epochs and metadata empty when all
@@ -447,6 +459,7 @@ Command: TypeAlias = (
     | PrepareEndTransaction
     | CompleteEndTransaction
     | CommitTransactionOffsets
+    | ExpireTransactionalId
 )
 
 # The wire schema, as data: command type -> field -> kind.
@@ -528,6 +541,7 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "producer_epoch": "int",
         "now_ms": "int",
     },
+    ExpireTransactionalId: {"transactional_id": "str", "expiration_ms": "int", "now_ms": "int"},
     CommitTransactionOffsets: {
         "transactional_id": "str",
         "producer_id": "int",

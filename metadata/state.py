@@ -68,6 +68,7 @@ from raftlog.metadata.commands import (
     DeleteGroupOffsets,
     DeleteTopic,
     ErrorCode,
+    ExpireTransactionalId,
     FenceNode,
     InitTransaction,
     MetadataDecodeError,
@@ -460,6 +461,10 @@ class MetadataState:
         self._transactions.complete_end(command, self._group_offsets)
         return OK
 
+    def _expire_transactional_id(self, command: ExpireTransactionalId) -> ApplyResult:
+        self._transactions.expire(command)
+        return OK
+
     def _commit_transaction_offsets(self, command: CommitTransactionOffsets) -> ApplyResult:
         self._transactions.commit_offsets(command)
         return OK
@@ -616,5 +621,9 @@ _HANDLERS: dict[
     CommitTransactionOffsets: (
         transaction_checks.check_commit_transaction_offsets,
         MetadataState._commit_transaction_offsets,
+    ),
+    ExpireTransactionalId: (
+        transaction_checks.check_expire_transactional_id,
+        MetadataState._expire_transactional_id,
     ),
 }

@@ -19,6 +19,7 @@ from raftlog.metadata.commands import (
     CommitTransactionOffsets,
     CompleteEndTransaction,
     ErrorCode,
+    ExpireTransactionalId,
     InitTransaction,
     PrepareEndTransaction,
     reject,
@@ -39,6 +40,7 @@ __all__ = [
     "check_add_to_transaction",
     "check_commit_transaction_offsets",
     "check_complete_end_transaction",
+    "check_expire_transactional_id",
     "check_init_transaction",
     "check_prepare_end_transaction",
     "check_transactional_id",
@@ -208,3 +210,17 @@ def check_commit_transaction_offsets(
             f"consumer group {command.group_id!r} was not added to the transaction",
         )
     return problem or checks.check_offsets(state, command)
+
+
+def check_expire_transactional_id(
+    state: MetadataState, command: ExpireTransactionalId
+) -> ApplyResult | None:
+    """Checked at apply against the id as it is then: an InitProducerId or a new transaction
+    applied after the controller decided keeps the id."""
+    txn = state.transaction(command.transactional_id)
+    if txn is None or not txn.expired(command.now_ms, command.expiration_ms):
+        return reject(
+            ErrorCode.CONCURRENT_TRANSACTIONS,
+            f"transactional id {command.transactional_id!r} is in use",
+        )
+    return None

@@ -16,6 +16,7 @@ from raftlog.metadata.commands import (
     AddToTransaction,
     CommitTransactionOffsets,
     CompleteEndTransaction,
+    ExpireTransactionalId,
     InitTransaction,
     PrepareEndTransaction,
     committed_offsets_of,
@@ -138,6 +139,11 @@ class TransactionTable:
     def commit_offsets(self, command: CommitTransactionOffsets) -> None:
         pending = self.pending_offsets.setdefault((command.group_id, command.producer_id), {})
         pending.update(committed_offsets_of(command))
+
+    def expire(self, command: ExpireTransactionalId) -> None:
+        txn = self.transactions.pop(command.transactional_id)
+        assert txn.state.ended and self._by_producer[txn.producer_id] == txn.transactional_id
+        del self._by_producer[txn.producer_id]
 
     def drop_topic(self, topic: str) -> None:
         """A deleted topic's pending offsets go with it (its committed ones do too)."""

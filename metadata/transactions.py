@@ -44,6 +44,7 @@ __all__ = [
     "PRODUCER_EPOCH_MAX",
     "TRANSACTIONAL_IDS_MAX",
     "TRANSACTIONAL_ID_CHARS_MAX",
+    "TRANSACTIONAL_ID_EXPIRATION_MS",
     "TRANSACTION_TIMEOUT_MS_MAX",
     "VALID_PREVIOUS_STATES",
     "TransactionState",
@@ -58,6 +59,9 @@ TRANSACTIONAL_ID_CHARS_MAX = 255
 # Transactional ids the metadata state holds at most (ids are not expired yet, so this is what
 # bounds the state; a new id past it gets INVALID_REQUEST).
 TRANSACTIONAL_IDS_MAX = 100_000
+# Kafka's transactional.id.expiration.ms default (7 days): an id unused that long, with no
+# transaction open, is forgotten by the coordinator.
+TRANSACTIONAL_ID_EXPIRATION_MS = 7 * 24 * 3600 * 1000
 # Kafka's transaction.max.timeout.ms default (15 minutes): a longer timeout is refused with
 # INVALID_TRANSACTION_TIMEOUT.
 TRANSACTION_TIMEOUT_MS_MAX = 900_000
@@ -133,6 +137,10 @@ class TransactionState:
     def is_producer(self, producer_id: int, producer_epoch: int) -> bool:
         """Whether (producer_id, producer_epoch) is this id's current producer."""
         return self.producer_id == producer_id and self.producer_epoch == producer_epoch
+
+    def expired(self, now_ms: int, expiration_ms: int) -> bool:
+        """No transaction open and unchanged for `expiration_ms`: the id may be forgotten."""
+        return self.state.ended and now_ms - self.updated_ms > expiration_ms
 
     def timed_out(self, now_ms: int) -> bool:
         """An open transaction older than its timeout (the coordinator aborts it)."""

@@ -16,7 +16,9 @@ old one stopped:
    already over, so it changes nothing readers see;
 2. every Ongoing transaction older than its timeout is aborted by the coordinator itself:
    PrepareEndTransaction(abort) with the epoch bumped, which fences its producer (its next
-   request carries an epoch from the past), then step 1.
+   request carries an epoch from the past), then step 1;
+3. every id with no transaction open and unchanged for TRANSACTIONAL_ID_EXPIRATION_MS is
+   forgotten (ExpireTransactionalId; its check at apply keeps an id used meanwhile).
 
 Bounds: at most `COMPLETIONS_IN_FLIGHT_MAX` transactions complete at once; a failed marker
 write is retried after `RETRY_BACKOFF_S`. The duty wakes on every metadata change and every
@@ -32,8 +34,16 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from raftlog.errors import RaftlogError
 from raftlog.metadata import ApplyResult, Command, MetadataState
-from raftlog.metadata.commands import CompleteEndTransaction, PrepareEndTransaction
-from raftlog.metadata.transactions import TransactionState, TxnState
+from raftlog.metadata.commands import (
+    CompleteEndTransaction,
+    ExpireTransactionalId,
+    PrepareEndTransaction,
+)
+from raftlog.metadata.transactions import (
+    TRANSACTIONAL_ID_EXPIRATION_MS,
+    TransactionState,
+    TxnState,
+)
 from raftlog.types import TxnMarker, TxnMarkerResult
 
 __all__ = ["COMPLETIONS_IN_FLIGHT_MAX", "TransactionMarkerDuty", "markers_of"]
@@ -119,6 +129,11 @@ class TransactionMarkerDuty:
                 self._start(txn.transactional_id, self._complete(txn, term))
             elif txn.timed_out(now_ms):
                 self._start(txn.transactional_id, self._abort_timed_out(txn, now_ms))
+            elif txn.expired(now_ms, TRANSACTIONAL_ID_EXPIRATION_MS):
+                expire = ExpireTransactionalId(
+                    txn.transactional_id, TRANSACTIONAL_ID_EXPIRATION_MS, now_ms
+                )
+                self._start(txn.transactional_id, self._expire(expire))
 
     def _start(self, transactional_id: str, work: Awaitable[None]) -> None:
         async def guarded() -> None:
@@ -159,6 +174,12 @@ class TransactionMarkerDuty:
         )  # fmt: skip
         command = PrepareEndTransaction(
             txn.transactional_id, txn.producer_id, txn.producer_epoch, False, True, now_ms
+        )
+        await self._submit(command)
+
+    async def _expire(self, command: ExpireTransactionalId) -> None:
+        log.info(
+            "transactional id %r: unused past its expiration: forgotten", command.transactional_id
         )
         await self._submit(command)
 

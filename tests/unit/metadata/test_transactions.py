@@ -17,6 +17,7 @@ from raftlog.metadata.commands import (
     CompleteEndTransaction,
     DeleteTopic,
     ErrorCode,
+    ExpireTransactionalId,
     InitTransaction,
     PrepareEndTransaction,
     decode_command,
@@ -170,6 +171,7 @@ def test_commands_round_trip_through_their_encoding() -> None:
         end(True, bump=True),
         CompleteEndTransaction(TID, 7, 0, 10),
         CommitTransactionOffsets(TID, 7, 0, "g", (("orders", PartitionId(0), 42),)),
+        ExpireTransactionalId(TID, 1000, 5000),
     ):
         assert decode_command(encode_command(command)) == command
 
@@ -203,3 +205,18 @@ def test_a_spent_epoch_takes_a_new_producer_id(log: Log) -> None:
     log.ok(plan.command)
     assert log.state.transaction_of_producer(9) is not None
     assert log.state.transaction_of_producer(7) is None
+
+
+def test_an_unused_id_expires_and_starts_afresh(log: Log) -> None:
+    week_ms = 7 * 24 * 3600 * 1000
+    log.ok(init(now_ms=0), add(0, now_ms=10))
+    log.rejected(
+        ExpireTransactionalId(TID, week_ms, week_ms + 20), ErrorCode.CONCURRENT_TRANSACTIONS
+    )
+    log.ok(end(False), CompleteEndTransaction(TID, 7, 0, 100))
+    log.rejected(
+        ExpireTransactionalId(TID, week_ms, week_ms + 100), ErrorCode.CONCURRENT_TRANSACTIONS
+    )
+    log.ok(ExpireTransactionalId(TID, week_ms, week_ms + 101))
+    assert log.state.transaction(TID) is None and log.state.transaction_of_producer(7) is None
+    log.ok(InitTransaction(TID, 8, 0, 1000, week_ms + 200))

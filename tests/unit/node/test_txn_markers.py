@@ -18,7 +18,7 @@ from raftlog.metadata.commands import (
     PrepareEndTransaction,
     encode_command,
 )
-from raftlog.metadata.transactions import TxnState
+from raftlog.metadata.transactions import TRANSACTIONAL_ID_EXPIRATION_MS, TxnState
 from raftlog.node.txn_markers import TransactionMarkerDuty
 from raftlog.types import PartitionId, TxnMarker, TxnMarkerResult
 from tests.unit.metadata.test_metadata_state import Log, create, register
@@ -117,6 +117,22 @@ async def _case_a_transaction_past_its_timeout_is_aborted_and_its_producer_fence
     )
 
 
+async def _case_an_id_unused_for_a_week_is_forgotten() -> None:
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 200))
+    fakes = Fakes(log)
+    duty = fakes.duty()
+    fakes.now_ms = 300
+    await _settle(duty)
+    fakes.now_ms = 300 + TRANSACTIONAL_ID_EXPIRATION_MS
+    await _settle(duty)
+    assert log.state.transaction("tx") is not None  # completed at 300: not past it yet
+    fakes.now_ms += 1
+    await _settle(duty)
+    assert log.state.transaction("tx") is None
+
+
 async def _case_nothing_happens_off_the_controller() -> None:
     log = Log()
     _open_transaction(log)
@@ -141,3 +157,7 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() -> 
 
 def test_nothing_happens_off_the_controller() -> None:
     asyncio.run(_case_nothing_happens_off_the_controller())
+
+
+def test_an_id_unused_for_a_week_is_forgotten() -> None:
+    asyncio.run(_case_an_id_unused_for_a_week_is_forgotten())
