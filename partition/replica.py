@@ -225,6 +225,9 @@ class PartitionReplica:
         # None: transactional batches are not checked against the coordinator (the test-only
         # switch `kafka.txn_verification` off, or a replica outside a node).
         self._txn_verifier = txn_verifier
+        # Producer id -> the verification its latest request awaits: a later request of the
+        # producer waits for it first, so pipelined requests reach the log in their order.
+        self._txn_verifying: dict[int, asyncio.Future[None]] = {}
         self._applied_bytes_since_checkpoint = 0
         self._applied_term = -1  # the term of the entry at _applied_offset
 
@@ -556,34 +559,62 @@ class PartitionReplica:
         """KIP-890 part 1: the first transactional batch of a producer's transaction here
         is accepted only if the coordinator added this partition to that transaction at
         that epoch; InvalidTxnStateError (nothing written) otherwise. Fenced batches and
-        duplicates are left to the sequence checks. A batch that looks like a gap is
-        verified too: it may be the next of a pipelined request whose first batch is still
-        being verified, and waiting behind it (the waits end in order) keeps it from being
-        refused OUT_OF_ORDER_SEQUENCE. True when it awaited the verifier."""
+        duplicates are left to the sequence checks. A request of a producer whose earlier
+        request is still being verified waits for that one first: a pipelining producer's
+        next batch would otherwise overtake it and be refused OUT_OF_ORDER_SEQUENCE. True
+        when it awaited anything (the caller checks leadership again)."""
         assert self._txn_verifier is not None
+        producer_ids = {h.producer_id for h in headers if h.is_transactional and h.producer_id >= 0}
+        waited = False
+        for producer_id in sorted(producer_ids):
+            pending = self._txn_verifying.get(producer_id)
+            if pending is not None:
+                await asyncio.shield(pending)  # its failure is its own request's
+                waited = True
+        first_batches = self._first_transactional_batches(headers)
+        if not first_batches:
+            return waited
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for producer_id, _ in first_batches:
+            self._txn_verifying[producer_id] = done
+        try:
+            for producer_id, epoch in first_batches:
+                if not await self._txn_verifier(producer_id, epoch):
+                    raise InvalidTxnStateError(
+                        f"{self.topic}-{self.partition} is not in the ongoing transaction of "
+                        f"producer {producer_id} at epoch {epoch}"
+                    )
+        finally:
+            for producer_id, _ in first_batches:
+                if self._txn_verifying.get(producer_id) is done:
+                    del self._txn_verifying[producer_id]
+            # Wakes the producer's next request; this one proposes before it runs (no
+            # await between here and the proposal).
+            done.set_result(None)
+        return True
+
+    def _first_transactional_batches(self, headers: list[BatchHeader]) -> list[tuple[int, int]]:
+        """(producer id, epoch) of the batches that would open a transaction here: no open
+        transaction in the leader's view, and not refused by the sequence checks anyway
+        (a gap is included: the batch before it may be in this very request)."""
         producers = self._leader_view()
-        first_batches = {
-            (header.producer_id, header.producer_epoch)
-            for header in headers
-            if header.is_transactional
-            and header.producer_id >= 0
-            and not producers.has_open_transaction(header.producer_id)
-            and producers.check(
-                producer_id=header.producer_id,
-                epoch=header.producer_epoch,
-                base_sequence=header.base_sequence,
-                record_count=header.record_count,
-                transactional=True,
-            ).verdict
-            in (Verdict.NEW, Verdict.OUT_OF_ORDER)
-        }
-        for producer_id, epoch in sorted(first_batches):
-            if not await self._txn_verifier(producer_id, epoch):
-                raise InvalidTxnStateError(
-                    f"{self.topic}-{self.partition} is not in the ongoing transaction of "
-                    f"producer {producer_id} at epoch {epoch}"
-                )
-        return bool(first_batches)
+        return sorted(
+            {
+                (header.producer_id, header.producer_epoch)
+                for header in headers
+                if header.is_transactional
+                and header.producer_id >= 0
+                and not producers.has_open_transaction(header.producer_id)
+                and producers.check(
+                    producer_id=header.producer_id,
+                    epoch=header.producer_epoch,
+                    base_sequence=header.base_sequence,
+                    record_count=header.record_count,
+                    transactional=True,
+                ).verdict
+                in (Verdict.NEW, Verdict.OUT_OF_ORDER)
+            }
+        )
 
     def _require_room(self, batches: list[bytes]) -> None:
         """Refuse the whole request, before any sequence is checked, when the leader could

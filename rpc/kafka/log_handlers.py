@@ -27,6 +27,7 @@ from raftlog.partition.replica import AbortedTransaction, OffsetSpec
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
+from raftlog.rpc.kafka.txn_handlers import TRANSACTIONAL_ID_RESOURCE_PREFIX
 from raftlog.rpc.security import Permission
 from raftlog.types import Commitment
 
@@ -66,11 +67,24 @@ async def produce(ctx: KafkaContext, request: Any, version: int) -> Any | None:
     refused for some of its records (INVALID_RECORD) names each in record_errors."""
     commitment = _COMMITMENTS.get(int(request.acks))
     timeout_ms = min(timedelta_ms(request.timeout), ctx.config.produce_timeout_ms_max)
+    # Kafka refuses a transactional produce whole without a write grant on its
+    # transactional id (the name `transactional_id:<id>`, as the coordinator's APIs).
+    transactional_id = request.transactional_id
+    txn_refusal = None
+    if transactional_id is not None and not ctx.allowed(
+        Permission.WRITE, TRANSACTIONAL_ID_RESOURCE_PREFIX + transactional_id
+    ):
+        txn_refusal = _Produced(
+            ErrorCode.transactional_id_authorization_failed,
+            message=f"no write permission on transactional id {transactional_id}",
+        )
     calls: list[tuple[str, int, Awaitable[_Produced]]] = []
     for topic in request.topic_data:
         for partition in topic.partition_data:
-            refusal = _produce_refusal(request, partition.records, commitment) or _denied(
-                ctx, Permission.WRITE, topic.name
+            refusal = (
+                txn_refusal
+                or _produce_refusal(request, partition.records, commitment)
+                or _denied(ctx, Permission.WRITE, topic.name)
             )
             if refusal is not None:
                 calls.append((topic.name, partition.index, _done(refusal)))

@@ -23,7 +23,8 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 from raftlog.client import Consumer
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.kafka_wire import create_topic, kafka_call
+from raftlog.storage.records import RecordInput, encode_batch
+from tests.kafka.kafka_wire import create_topic, kafka_call, produce_request
 
 kafka = pytest.importorskip("confluent_kafka")
 kafka_python = pytest.importorskip("kafka")
@@ -509,6 +510,31 @@ def test_raftlog_s_consumer_reads_committed_over_grpc(txn_cluster: LocalCluster)
             }
     assert seen["read_committed"] == {b"grpc-committed"}
     assert seen["read_uncommitted"] == {b"grpc-committed", b"grpc-aborted"}
+
+
+def test_a_transactional_batch_for_a_partition_not_in_a_transaction_is_refused(
+    txn_cluster: LocalCluster,
+) -> None:
+    """KIP-890 part 1 through a real node: a transactional batch of a producer whose
+    transaction never added the partition gets INVALID_TXN_STATE from its leader, and
+    nothing is written (the high watermark stays)."""
+    batch = encode_batch(
+        [RecordInput(None, b"stray", 0)],
+        producer_id=2**40,  # no transactional id has it
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    boot = txn_cluster.kafka_bootstrap
+    before = _lso_and_open_start(boot, 2**40)[1]
+    answers = [
+        kafka_call(address, produce_request("txn-b", batch)).responses[0].partition_responses[0]
+        for address in boot.split(",")
+    ]
+    codes = sorted(int(a.error_code) for a in answers)
+    not_leader = int(ErrorCode.not_leader_or_follower)
+    assert codes == sorted([int(ErrorCode.invalid_txn_state), not_leader, not_leader])
+    assert _lso_and_open_start(boot, 2**40)[1] == before
 
 
 # Last in the module: it kills a node of the module's cluster.

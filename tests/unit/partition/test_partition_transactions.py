@@ -266,3 +266,49 @@ def test_compaction_drops_the_records_of_aborted_transactions_only() -> None:
     assert parse_header(cleaned).last_offset == 12  # the batch keeps its offsets
     committed = batch(9, 12)
     assert clean_batch(committed, keep_all, aborted) == (committed, 0)
+
+
+def test_a_pipelined_request_waits_for_the_verification_of_the_one_before() -> None:
+    """librdkafka keeps up to five requests in flight: the second batch of a transaction
+    must not overtake the first while the first waits for the coordinator (it would be
+    refused OUT_OF_ORDER_SEQUENCE)."""
+
+    class SlowCoordinator(Coordinator):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def __call__(self, producer_id: int, epoch: int) -> bool:
+            # Only the first question waits (the node's metadata copy catches up meanwhile):
+            # a later one is answered at once, while the first's request still sleeps.
+            if not self.asked:
+                self.asked.append((producer_id, epoch))
+                await self.release.wait()
+                return (producer_id, epoch) in self.added
+            return await super().__call__(producer_id, epoch)
+
+    coordinator = SlowCoordinator()
+    coordinator.added = {(7, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+
+    async def scenario() -> list[int]:
+        leader = partition.leader
+        first = asyncio.ensure_future(
+            leader.produce([_batch(7, 0)], commitment=Commitment.QUORUM, timeout_s=TIMEOUT_S)
+        )
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(
+            leader.produce([_batch(7, 2)], commitment=Commitment.QUORUM, timeout_s=TIMEOUT_S)
+        )
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not first.done() and not second.done()
+        coordinator.release.set()
+        while not (first.done() and second.done()):
+            await asyncio.sleep(0)
+            partition.settle()
+        return [first.result().base_offset, second.result().base_offset]
+
+    first_offset, second_offset = asyncio.run(scenario())
+    assert second_offset == first_offset + 2
+    assert coordinator.asked == [(7, 0)]  # the second found the transaction open
