@@ -6,7 +6,10 @@ deterministically: each is first checked (`checks.py`, read only) then carried o
 records of `model.py`; it snapshots to canonical bytes (`snapshot_codec.py`). The
 controller's decisions (`controller.py`, `assignment.py`) are pure functions from that state
 and the time to commands, and `reassignment.py` is the partition leader's next step of a
-replica move. Nothing here does I/O: the node runtime proposes, commits and applies, and
+replica move. The transaction coordinator's state (`transactions.py`, one `TransactionState`
+per transactional id, and pending transactional offsets) lives here too, changed by its own
+commands (`transaction_checks.py`, `transaction_table.py`) and planned by
+`transaction_plans.py`. Nothing here does I/O: the node runtime proposes, commits and applies, and
 calls these functions.
 """
 

@@ -28,6 +28,7 @@ from raftlog.metadata.commands import (
     ApplyResult,
     AutoCreateTopic,
     CommitGroupOffsets,
+    CommitTransactionOffsets,
     CompleteDecommission,
     CompleteReassignment,
     CreatePartitions,
@@ -80,10 +81,13 @@ __all__ = [
     "check_fence",
     "check_heartbeat",
     "check_new_topic_name",
+    "check_offsets",
     "check_reassign",
     "check_register_node",
     "check_report_leader",
+    "consumer_group_id",
     "merged_topic_config",
+    "partition_known",
 ]
 
 
@@ -335,7 +339,7 @@ def check_create_partitions(state: MetadataState, command: CreatePartitions) -> 
     )
 
 
-def _partition_known(state: MetadataState, topic: str, partition: int) -> ApplyResult | None:
+def partition_known(state: MetadataState, topic: str, partition: int) -> ApplyResult | None:
     problem = _topic_known(state, topic)
     if problem is None and state.partition(topic, partition) is None:
         count = _topic(state, topic).partition_count
@@ -347,7 +351,7 @@ def _partition_known(state: MetadataState, topic: str, partition: int) -> ApplyR
 
 
 def check_reassign(state: MetadataState, command: ReassignPartition) -> ApplyResult | None:
-    problem = _partition_known(state, command.topic, command.partition)
+    problem = partition_known(state, command.topic, command.partition)
     if problem is not None:
         return problem
     where = f"{command.topic!r} partition {command.partition}"
@@ -372,7 +376,7 @@ def _group_of(
 ) -> ApplyResult | None:
     """A partition group's own report (`what`: "report", "completion") about a partition
     that exists and is still that group (not a deleted and re-created namesake)."""
-    problem = _partition_known(state, topic, partition)
+    problem = partition_known(state, topic, partition)
     if problem is not None:
         return problem
     current = _partition(state, topic, partition)
@@ -439,17 +443,7 @@ def check_allocate_producer_ids(
 def check_commit_group_offsets(
     state: MetadataState, command: CommitGroupOffsets
 ) -> ApplyResult | None:
-    problem = _consumer_group_id(command.group_id)
-    if problem is None and not 1 <= len(command.offsets) <= OFFSETS_PER_COMMIT_MAX:
-        problem = reject(
-            ErrorCode.INVALID_REQUEST,
-            f"a commit holds 1-{OFFSETS_PER_COMMIT_MAX} offsets, got {len(command.offsets)}",
-        )
-    if problem is None and len({(t, p) for t, p, _ in command.offsets}) != len(command.offsets):
-        problem = reject(ErrorCode.INVALID_REQUEST, "a commit names a partition twice")
-    problem = problem or _offset_details_problem(command)
-    for topic, partition, _ in command.offsets:
-        problem = problem or _partition_known(state, topic, partition)
+    problem = check_offsets(state, command)
     new_group = not state.has_consumer_group(command.group_id)
     if problem is None and new_group and state.consumer_group_count() >= CONSUMER_GROUPS_MAX:
         problem = reject(
@@ -459,7 +453,28 @@ def check_commit_group_offsets(
     return problem
 
 
-def _offset_details_problem(command: CommitGroupOffsets) -> ApplyResult | None:
+def check_offsets(
+    state: MetadataState, command: CommitGroupOffsets | CommitTransactionOffsets
+) -> ApplyResult | None:
+    """A commit's group id and offsets (a plain or a transactional one): 1 to
+    OFFSETS_PER_COMMIT_MAX of known partitions, each once, with valid details."""
+    problem = consumer_group_id(command.group_id)
+    if problem is None and not 1 <= len(command.offsets) <= OFFSETS_PER_COMMIT_MAX:
+        problem = reject(
+            ErrorCode.INVALID_REQUEST,
+            f"a commit holds 1-{OFFSETS_PER_COMMIT_MAX} offsets, got {len(command.offsets)}",
+        )
+    if problem is None and len({(t, p) for t, p, _ in command.offsets}) != len(command.offsets):
+        problem = reject(ErrorCode.INVALID_REQUEST, "a commit names a partition twice")
+    problem = problem or _offset_details_problem(command)
+    for topic, partition, _ in command.offsets:
+        problem = problem or partition_known(state, topic, partition)
+    return problem
+
+
+def _offset_details_problem(
+    command: CommitGroupOffsets | CommitTransactionOffsets,
+) -> ApplyResult | None:
     """Leader epochs and metadata: none, or one per offset; epochs in [-1, 2**31), metadata
     within the protocol's bound."""
     for name, details in (("leader_epochs", command.leader_epochs), ("metadata", command.metadata)):
@@ -525,7 +540,7 @@ def check_complete_decommission(
 
 
 def check_delete_group(state: MetadataState, command: DeleteGroup) -> ApplyResult | None:
-    problem = _consumer_group_id(command.group_id)
+    problem = consumer_group_id(command.group_id)
     if problem is None and not state.has_consumer_group(command.group_id):
         problem = reject(
             ErrorCode.UNKNOWN_GROUP, f"consumer group {command.group_id!r} has no offsets"
@@ -556,7 +571,7 @@ def _decommissioned(node_id: NodeId) -> ApplyResult:
     )
 
 
-def _consumer_group_id(group_id: str) -> ApplyResult | None:
+def consumer_group_id(group_id: str) -> ApplyResult | None:
     if not 1 <= len(group_id) <= CONSUMER_GROUP_ID_CHARS_MAX:
         return reject(
             ErrorCode.INVALID_REQUEST,

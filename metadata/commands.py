@@ -8,10 +8,10 @@ may come from an older or a buggy node, and a node that guessed at its meaning w
 Encoding (format version 1): one version byte, then UTF-8 JSON with sorted keys and no
 whitespace: `{"type": "<class name>", "<field>": <value>, ...}`. Each command type lists its
 fields and their kinds in `_FIELD_KINDS` (a table, not code): `int` is a JSON integer in
-[0, 2**63) and never a boolean, `str` a string, `ints` a list of them, `int_lists` a list of
-lists, `str_map` an object of strings, `strs` a list of strings, `epochs` a list of integers in
-[-1, 2**31) (-1: none), `offsets` a list of [topic, partition, offset], `partitions` a list of
-[topic, partition].
+[0, 2**63) and never a boolean, `bool` a JSON boolean, `str` a string, `ints` a list of
+them, `int_lists` a list of lists, `str_map` an object of strings, `strs` a list of strings,
+`epochs` a list of integers in [-1, 2**31) (-1: none), `offsets` a list of [topic, partition,
+offset], `partitions` a list of [topic, partition].
 Decode demands exactly the listed fields; anything else raises `MetadataDecodeError` naming
 the field and value, and `MetadataState.apply` turns that into an `INVALID_REQUEST` result
 instead of guessing.
@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, TypeAlias
 
 from raftlog.errors import RaftlogError
+from raftlog.metadata.model import NO_EPOCH, CommittedOffset
 from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "REPLICATION_FACTOR_MAX",
     "TOPIC_CONFIG_KEYS",
     "TOPIC_NAME_CHARS_MAX",
+    "AddToTransaction",
     "AllocateProducerIds",
     "AlterTopicConfig",
     "ApplyResult",
@@ -59,7 +61,9 @@ __all__ = [
     "AutoCreateTopic",
     "Command",
     "CommitGroupOffsets",
+    "CommitTransactionOffsets",
     "CompleteDecommission",
+    "CompleteEndTransaction",
     "CompleteReassignment",
     "CreatePartitions",
     "CreateTopic",
@@ -68,10 +72,13 @@ __all__ = [
     "DeleteGroupOffsets",
     "DeleteTopic",
     "ErrorCode",
+    "ExpireTransactionalId",
     "FenceNode",
+    "InitTransaction",
     "MetadataDecodeError",
     "MetadataError",
     "NodeHeartbeat",
+    "PrepareEndTransaction",
     "ReassignPartition",
     "RegisterNode",
     "ReportLeader",
@@ -79,6 +86,7 @@ __all__ = [
     "check_topic_config",
     "check_topic_name",
     "commit_group_offsets",
+    "committed_offsets_of",
     "decode_command",
     "encode_command",
     "offset_metadata_chars",
@@ -146,6 +154,13 @@ class ErrorCode(enum.Enum):
     NODE_DECOMMISSIONED = "NODE_DECOMMISSIONED"  # a decommissioned node may never come back
     DECOMMISSION_REFUSED = "DECOMMISSION_REFUSED"  # a metadata voter, or too few nodes left
     DECOMMISSION_INCOMPLETE = "DECOMMISSION_INCOMPLETE"  # the node still hosts replicas
+    # Transactions (Kafka's codes of the same names):
+    PRODUCER_FENCED = "PRODUCER_FENCED"  # an epoch older than the transactional id's
+    INVALID_PRODUCER_EPOCH = "INVALID_PRODUCER_EPOCH"  # an epoch newer than it, or unknown
+    INVALID_PRODUCER_ID_MAPPING = "INVALID_PRODUCER_ID_MAPPING"  # not the id's producer id
+    INVALID_TXN_STATE = "INVALID_TXN_STATE"  # a request its state cannot serve
+    CONCURRENT_TRANSACTIONS = "CONCURRENT_TRANSACTIONS"  # a commit or abort still completing
+    INVALID_TRANSACTION_TIMEOUT = "INVALID_TRANSACTION_TIMEOUT"
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,6 +359,83 @@ class CompleteDecommission:
     node_id: NodeId
 
 
+@dataclass(frozen=True, slots=True)
+class InitTransaction:
+    """InitProducerId of a transactional id: a new id's first producer id at epoch 0, or a
+    known id's next epoch (or, its epochs exhausted, a new producer id at epoch 0), with the
+    producer's transaction timeout. The id must have no transaction open."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddToTransaction:
+    """AddPartitionsToTxn and AddOffsetsToTxn: partitions and consumer groups join the
+    producer's transaction, which starts (Ongoing, its timeout from `now_ms`) if none was."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    partitions: tuple[tuple[str, PartitionId], ...]
+    groups: tuple[str, ...]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareEndTransaction:
+    """EndTxn, a fencing InitProducerId or a timeout: Ongoing -> PrepareCommit/PrepareAbort,
+    with the epoch bumped when `bump_epoch` (EndTxn v5+, KIP-890 part 2; and always when the
+    coordinator aborts on its own, fencing the producer). Markers follow."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    bump_epoch: bool
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteEndTransaction:
+    """Every marker of the transaction is written: PrepareX -> CompleteX; a commit's pending
+    transactional offsets become their groups' committed offsets, an abort's are dropped."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireTransactionalId:
+    """A transactional id unused for `expiration_ms` with no transaction open is forgotten
+    (Kafka's transactional.id.expiration.ms: the id goes Dead and is removed); its next
+    InitProducerId starts it afresh with a new producer id."""
+
+    transactional_id: str
+    expiration_ms: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitTransactionOffsets:
+    """TxnOffsetCommit: offsets of a consumer group held pending in the producer's open
+    transaction (same fields as CommitGroupOffsets; epochs and metadata empty when all
+    default)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    offsets: tuple[tuple[str, PartitionId, int], ...]
+    leader_epochs: tuple[int, ...] = ()
+    metadata: tuple[str, ...] = ()
+
+
 Command: TypeAlias = (
     RegisterNode
     | NodeHeartbeat
@@ -362,6 +454,12 @@ Command: TypeAlias = (
     | DeleteGroupOffsets
     | DecommissionNode
     | CompleteDecommission
+    | InitTransaction
+    | AddToTransaction
+    | PrepareEndTransaction
+    | CompleteEndTransaction
+    | CommitTransactionOffsets
+    | ExpireTransactionalId
 )
 
 # The wire schema, as data: command type -> field -> kind.
@@ -414,6 +512,45 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
     DeleteGroupOffsets: {"group_id": "str", "partitions": "partitions"},
     DecommissionNode: {"node_id": "int"},
     CompleteDecommission: {"node_id": "int"},
+    InitTransaction: {
+        "transactional_id": "str",
+        "producer_id": "int",
+        "producer_epoch": "int",
+        "timeout_ms": "int",
+        "now_ms": "int",
+    },
+    AddToTransaction: {
+        "transactional_id": "str",
+        "producer_id": "int",
+        "producer_epoch": "int",
+        "partitions": "partitions",
+        "groups": "strs",
+        "now_ms": "int",
+    },
+    PrepareEndTransaction: {
+        "transactional_id": "str",
+        "producer_id": "int",
+        "producer_epoch": "int",
+        "commit": "bool",
+        "bump_epoch": "bool",
+        "now_ms": "int",
+    },
+    CompleteEndTransaction: {
+        "transactional_id": "str",
+        "producer_id": "int",
+        "producer_epoch": "int",
+        "now_ms": "int",
+    },
+    ExpireTransactionalId: {"transactional_id": "str", "expiration_ms": "int", "now_ms": "int"},
+    CommitTransactionOffsets: {
+        "transactional_id": "str",
+        "producer_id": "int",
+        "producer_epoch": "int",
+        "group_id": "str",
+        "offsets": "offsets",
+        "leader_epochs": "epochs",
+        "metadata": "strs",
+    },
 }
 # Fields added after a command was first written: left out while they hold this default, so
 # the bytes of every command written before them (and their meaning) stay as they were.
@@ -573,6 +710,12 @@ def _decode_epochs(where: str, value: object) -> tuple[int, ...]:
     return tuple(epochs)
 
 
+def _decode_bool(where: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise MetadataDecodeError(f"{where}: expected a boolean, got {value!r}")
+    return value
+
+
 def _decode_str_map(where: str, value: object) -> dict[str, str]:
     if not isinstance(value, dict):
         raise MetadataDecodeError(f"{where}: expected an object, got {value!r}")
@@ -584,6 +727,7 @@ def _decode_str_map(where: str, value: object) -> dict[str, str]:
 def _decode_field(where: str, kind: str, value: object) -> object:
     decoders: dict[str, Callable[[str, object], object]] = {
         "int": decode_int,
+        "bool": _decode_bool,
         "str": decode_str,
         "ints": _decode_ints,
         "int_lists": lambda w, v: tuple(
@@ -633,6 +777,22 @@ def commit_group_offsets(
         commands.append(_commit_command(group_id, chunk))
     assert sum(len(c.offsets) for c in commands) == len(entries)
     return commands
+
+
+def committed_offsets_of(
+    command: CommitGroupOffsets | CommitTransactionOffsets,
+) -> list[tuple[tuple[str, int], CommittedOffset]]:
+    """The command's offsets by (topic, partition), each with its leader epoch and metadata
+    (the defaults where the command leaves those tuples empty)."""
+    count = len(command.offsets)
+    epochs = command.leader_epochs or (NO_EPOCH,) * count
+    metadata = command.metadata or ("",) * count
+    return [
+        ((topic, int(partition)), CommittedOffset(offset, epoch, text))
+        for (topic, partition, offset), epoch, text in zip(
+            command.offsets, epochs, metadata, strict=True
+        )
+    ]
 
 
 def _commit_command(

@@ -15,6 +15,14 @@ metadata] (leader_epoch -1 for none), and only then, so snapshots taken before t
 kept decode as they did, and still encode to the same bytes. Likewise a
 partition with a move under way also holds "target": [node ids], and only then, and a node
 that is not active holds "status" ("decommissioning" or "decommissioned"), and only then.
+Transactions, only when some transactional id is known:
+  "transactions": [{"transactional_id", "producer_id", "producer_epoch",
+                    "last_producer_epoch", "timeout_ms", "state", "partitions": [[topic,
+                    partition], ...] sorted, "groups": [group ids] sorted, "started_ms",
+                    "updated_ms"}] by id,
+and only when some are pending,
+  "pending_txn_offsets": [{"group_id", "producer_id", "offsets": [offset entries as above]}]
+by (group id, producer id).
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from raftlog.metadata.model import (
     PartitionInfo,
     TopicInfo,
 )
+from raftlog.metadata.transactions import NO_PRODUCER_EPOCH, TransactionState, TxnState
 from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 if TYPE_CHECKING:
@@ -64,6 +73,10 @@ class SnapshotContents:
     topics: dict[str, TopicInfo] = field(default_factory=dict)
     partitions: dict[str, tuple[PartitionInfo, ...]] = field(default_factory=dict)
     group_offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    transactions: dict[str, TransactionState] = field(default_factory=dict)
+    pending_offsets: dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]] = field(
+        default_factory=dict
+    )
 
 
 SNAPSHOT_FORMAT_VERSION = 1
@@ -101,7 +114,106 @@ def encode_snapshot(state: MetadataState) -> bytes:
             }
             for group_id in state.consumer_group_ids()
         ]
+    if state.transactions():
+        body["transactions"] = [_encode_transaction(t) for t in state.transactions()]
+    pending = state.pending_transaction_offsets()
+    if pending:
+        body["pending_txn_offsets"] = [
+            {
+                "group_id": group_id,
+                "producer_id": producer_id,
+                "offsets": [_encode_offset(t, p, c) for (t, p), c in offsets.items()],
+            }
+            for (group_id, producer_id), offsets in pending.items()
+        ]
     return bytes([SNAPSHOT_FORMAT_VERSION]) + canonical_json(body)
+
+
+_TRANSACTION_KEYS = (
+    "transactional_id",
+    "producer_id",
+    "producer_epoch",
+    "last_producer_epoch",
+    "timeout_ms",
+    "state",
+    "partitions",
+    "groups",
+    "started_ms",
+    "updated_ms",
+)
+
+
+def _encode_transaction(txn: TransactionState) -> dict[str, Any]:
+    return {
+        "transactional_id": txn.transactional_id,
+        "producer_id": txn.producer_id,
+        "producer_epoch": txn.producer_epoch,
+        "last_producer_epoch": txn.last_producer_epoch,
+        "timeout_ms": txn.timeout_ms,
+        "state": txn.state.value,
+        "partitions": [list(tp) for tp in sorted(txn.partitions)],
+        "groups": sorted(txn.groups),
+        "started_ms": txn.started_ms,
+        "updated_ms": txn.updated_ms,
+    }
+
+
+def _decode_transaction(where: str, raw: object) -> TransactionState:
+    fields_ = _object(where, raw, _TRANSACTION_KEYS)
+    state_name = decode_str(f"{where}.state", fields_["state"])
+    states = {s.value: s for s in TxnState}
+    if state_name not in states:
+        raise MetadataDecodeError(f"snapshot {where}.state: unknown state {state_name!r}")
+    epoch = decode_int(f"{where}.producer_epoch", fields_["producer_epoch"])
+    last_epoch = fields_["last_producer_epoch"]
+    if last_epoch != NO_PRODUCER_EPOCH:
+        last_epoch = decode_int(f"{where}.last_producer_epoch", last_epoch)
+    partitions = [
+        decode_topic_partition(f"{where}.partitions[{i}]", p, (2,), "[topic, partition]")[:2]
+        for i, p in enumerate(decode_list(f"{where}.partitions", fields_["partitions"]))
+    ]
+    groups = [
+        decode_str(f"{where}.groups[{i}]", g)
+        for i, g in enumerate(decode_list(f"{where}.groups", fields_["groups"]))
+    ]
+    txn_state = states[state_name]
+    if epoch >= 1 << 15 or last_epoch >= 1 << 15 or (txn_state.ended and (partitions or groups)):
+        raise MetadataDecodeError(f"snapshot {where}: epochs or contents out of range")
+    return TransactionState(
+        transactional_id=decode_str(f"{where}.transactional_id", fields_["transactional_id"]),
+        producer_id=decode_int(f"{where}.producer_id", fields_["producer_id"]),
+        producer_epoch=epoch,
+        last_producer_epoch=last_epoch,
+        timeout_ms=decode_int(f"{where}.timeout_ms", fields_["timeout_ms"]),
+        state=txn_state,
+        partitions=frozenset((t, int(p)) for t, p in partitions),
+        groups=frozenset(groups),
+        started_ms=decode_int(f"{where}.started_ms", fields_["started_ms"]),
+        updated_ms=decode_int(f"{where}.updated_ms", fields_["updated_ms"]),
+    )
+
+
+def _decode_transactions(contents: SnapshotContents, raw: object) -> None:
+    for i, item in enumerate(decode_list("transactions", raw)):
+        txn = _decode_transaction(f"transactions[{i}]", item)
+        if txn.transactional_id in contents.transactions:
+            raise MetadataDecodeError(f"snapshot transactions[{i}]: {txn.transactional_id!r} twice")
+        contents.transactions[txn.transactional_id] = txn
+
+
+def _decode_pending_offsets(contents: SnapshotContents, raw: object) -> None:
+    for i, item in enumerate(decode_list("pending_txn_offsets", raw)):
+        where = f"pending_txn_offsets[{i}]"
+        fields_ = _object(where, item, ("group_id", "producer_id", "offsets"))
+        key = (
+            decode_str(f"{where}.group_id", fields_["group_id"]),
+            decode_int(f"{where}.producer_id", fields_["producer_id"]),
+        )
+        entries = decode_list(f"{where}.offsets", fields_["offsets"])
+        offsets = dict(_decode_offset(f"{where}.offsets[{j}]", e) for j, e in enumerate(entries))
+        if key in contents.pending_offsets or not offsets or len(offsets) != len(entries):
+            raise MetadataDecodeError(f"snapshot {where}: {key} twice or empty")
+        contents.pending_offsets[key] = offsets
 
 
 def _encode_offset(topic: str, partition: int, committed: CommittedOffset) -> list[object]:
@@ -155,6 +267,8 @@ def decode_snapshot(data: bytes) -> SnapshotContents:
     keys = ("applied_offset", "cluster_id", "next_group_id", "next_producer_id", "nodes", "topics")
     body = parse_json_object(data[1:], what="snapshot")
     group_offsets = body.pop("group_offsets", None)  # present only when there are some
+    transactions = body.pop("transactions", None)  # likewise
+    pending_offsets = body.pop("pending_txn_offsets", None)  # likewise
     body = _object("root", body, keys)
     cluster_id = decode_str("cluster_id", body["cluster_id"])
     if not cluster_id:
@@ -178,6 +292,10 @@ def decode_snapshot(data: bytes) -> SnapshotContents:
         contents.partitions[topic.name] = partitions
     if group_offsets is not None:
         contents.group_offsets = _decode_group_offsets(group_offsets)
+    if transactions is not None:
+        _decode_transactions(contents, transactions)
+    if pending_offsets is not None:
+        _decode_pending_offsets(contents, pending_offsets)
     return contents
 
 

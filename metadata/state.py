@@ -32,7 +32,10 @@ What the state holds:
 - consumer groups' committed offsets: group name -> (topic, partition) -> the next offset to
   consume, with the leader epoch and metadata string the commit carried (`CommittedOffset`).
   Offsets of a deleted topic are dropped with it (a topic re-created under the same name
-  starts over); a group whose last offset went is forgotten.
+  starts over); a group whose last offset went is forgotten;
+- transactional ids (the transaction coordinator's state, `transactions.py`) and the pending
+  transactional offsets per (consumer group, producer id), which join the group's committed
+  offsets when their transaction's commit completes (`transaction_table.py`).
 
 Lookups by group id and by node scan the partitions (O(partitions)): the metadata of one
 cluster is small, and a derived index would be one more thing to keep consistent.
@@ -44,16 +47,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
-from raftlog.metadata import checks
+from raftlog.metadata import checks, transaction_checks
 from raftlog.metadata.commands import (
     OK,
+    AddToTransaction,
     AllocateProducerIds,
     AlterTopicConfig,
     ApplyResult,
     AutoCreateTopic,
     Command,
     CommitGroupOffsets,
+    CommitTransactionOffsets,
     CompleteDecommission,
+    CompleteEndTransaction,
     CompleteReassignment,
     CreatePartitions,
     CreateTopic,
@@ -62,12 +68,16 @@ from raftlog.metadata.commands import (
     DeleteGroupOffsets,
     DeleteTopic,
     ErrorCode,
+    ExpireTransactionalId,
     FenceNode,
+    InitTransaction,
     MetadataDecodeError,
     NodeHeartbeat,
+    PrepareEndTransaction,
     ReassignPartition,
     RegisterNode,
     ReportLeader,
+    committed_offsets_of,
     decode_command,
     reject,
 )
@@ -86,6 +96,8 @@ from raftlog.metadata.model import (
     TopicInfo,
 )
 from raftlog.metadata.snapshot_codec import SnapshotContents, decode_snapshot, encode_snapshot
+from raftlog.metadata.transaction_table import TransactionTable
+from raftlog.metadata.transactions import TransactionState
 from raftlog.types import NodeId, PartitionId, RaftGroupId
 
 # The records and constants live in raftlog.metadata.model; importers of this module keep
@@ -119,6 +131,7 @@ class MetadataState:
         self._topics: dict[str, TopicInfo] = {}
         self._partitions: dict[str, tuple[PartitionInfo, ...]] = {}
         self._group_offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
+        self._transactions = TransactionTable()
 
     # ---- read accessors ----------------------------------------------------------------
 
@@ -206,6 +219,36 @@ class MetadataState:
     def committed_offset(self, group_id: str, topic: str, partition: int) -> int | None:
         committed = self._group_offsets.get(group_id, {}).get((topic, partition))
         return None if committed is None else committed.offset
+
+    def transaction(self, transactional_id: str) -> TransactionState | None:
+        """The transaction coordinator's state of `transactional_id`; None if unknown."""
+        return self._transactions.get(transactional_id)
+
+    def transactions(self) -> tuple[TransactionState, ...]:
+        """Every transactional id's state, by id."""
+        table = self._transactions.transactions
+        return tuple(table[t] for t in sorted(table))
+
+    def transaction_count(self) -> int:
+        """How many transactional ids the state holds."""
+        return len(self._transactions.transactions)
+
+    def transaction_of_producer(self, producer_id: int) -> TransactionState | None:
+        """The transactional id holding `producer_id`, if a transactional producer has it."""
+        return self._transactions.of_producer(producer_id)
+
+    def pending_transaction_offsets(
+        self,
+    ) -> dict[tuple[str, int], dict[tuple[str, int], CommittedOffset]]:
+        """Transactional offsets waiting for their transaction's end, by (consumer group,
+        producer id), then (topic, partition)."""
+        pending = self._transactions.pending_offsets
+        return {key: dict(sorted(pending[key].items())) for key in sorted(pending)}
+
+    def has_pending_transaction_offsets(self, group_id: str) -> bool:
+        """Whether an open transaction holds offsets of `group_id` (OffsetFetch with
+        require_stable answers UNSTABLE_OFFSET_COMMIT meanwhile, KIP-447)."""
+        return self._transactions.has_pending_offsets(group_id)
 
     def raft_group_ids_for_node(self, node_id: NodeId) -> frozenset[RaftGroupId]:
         """The partition groups `node_id` must host (its replicas and the targets of moves
@@ -333,6 +376,7 @@ class MetadataState:
         # Raft group ids are not handed back: next_raft_group_id only grows.
         del self._topics[command.name]
         del self._partitions[command.name]
+        self._transactions.drop_topic(command.name)
         for group_id, offsets in list(self._group_offsets.items()):
             kept = {tp: o for tp, o in offsets.items() if tp[0] != command.name}
             if kept:
@@ -343,13 +387,7 @@ class MetadataState:
 
     def _commit_group_offsets(self, command: CommitGroupOffsets) -> ApplyResult:
         offsets = self._group_offsets.setdefault(command.group_id, {})
-        count = len(command.offsets)
-        epochs = command.leader_epochs or (NO_EPOCH,) * count
-        metadata = command.metadata or ("",) * count
-        for (topic, partition, offset), epoch, text in zip(
-            command.offsets, epochs, metadata, strict=True
-        ):
-            offsets[(topic, int(partition))] = CommittedOffset(offset, epoch, text)
+        offsets.update(committed_offsets_of(command))
         assert offsets, command
         return OK
 
@@ -407,6 +445,30 @@ class MetadataState:
         assert first < self._next_producer_id <= ALLOCATED_PRODUCER_ID_LIMIT
         return ApplyResult(ErrorCode.NONE, producer_id_first=first)
 
+    def _init_transaction(self, command: InitTransaction) -> ApplyResult:
+        self._transactions.init(command)
+        return OK
+
+    def _add_to_transaction(self, command: AddToTransaction) -> ApplyResult:
+        self._transactions.add(command)
+        return OK
+
+    def _prepare_end_transaction(self, command: PrepareEndTransaction) -> ApplyResult:
+        self._transactions.prepare_end(command)
+        return OK
+
+    def _complete_end_transaction(self, command: CompleteEndTransaction) -> ApplyResult:
+        self._transactions.complete_end(command, self._group_offsets)
+        return OK
+
+    def _expire_transactional_id(self, command: ExpireTransactionalId) -> ApplyResult:
+        self._transactions.expire(command)
+        return OK
+
+    def _commit_transaction_offsets(self, command: CommitTransactionOffsets) -> ApplyResult:
+        self._transactions.commit_offsets(command)
+        return OK
+
     # ---- snapshots ---------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
@@ -432,6 +494,7 @@ class MetadataState:
         state._topics = contents.topics
         state._partitions = contents.partitions
         state._group_offsets = contents.group_offsets
+        state._transactions.restore(contents.transactions, contents.pending_offsets)
         return state
 
     # ---- invariants --------------------------------------------------------------------
@@ -466,6 +529,10 @@ class MetadataState:
             unknown = [tp for tp in offsets if self.partition(*tp) is None]
             if not offsets or unknown:
                 violations.append(f"consumer group {group_id!r} offsets of {unknown or 'nothing'}")
+        violations += self._transactions.violations()
+        for (group_id, _), offsets in self._transactions.pending_offsets.items():
+            if any(self.partition(*tp) is None for tp in offsets):
+                violations.append(f"pending offsets of {group_id!r} for unknown partitions")
         return violations
 
     def check_invariants(self) -> None:
@@ -537,5 +604,26 @@ _HANDLERS: dict[
     CompleteDecommission: (
         checks.check_complete_decommission,
         MetadataState._complete_decommission,
+    ),
+    InitTransaction: (transaction_checks.check_init_transaction, MetadataState._init_transaction),
+    AddToTransaction: (
+        transaction_checks.check_add_to_transaction,
+        MetadataState._add_to_transaction,
+    ),
+    PrepareEndTransaction: (
+        transaction_checks.check_prepare_end_transaction,
+        MetadataState._prepare_end_transaction,
+    ),
+    CompleteEndTransaction: (
+        transaction_checks.check_complete_end_transaction,
+        MetadataState._complete_end_transaction,
+    ),
+    CommitTransactionOffsets: (
+        transaction_checks.check_commit_transaction_offsets,
+        MetadataState._commit_transaction_offsets,
+    ),
+    ExpireTransactionalId: (
+        transaction_checks.check_expire_transactional_id,
+        MetadataState._expire_transactional_id,
     ),
 }

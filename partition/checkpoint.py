@@ -30,22 +30,37 @@ from raftlog.storage.batch import crc32c
 from raftlog.storage.file_system import FileSystem, write_file_atomically
 from raftlog.types import Offset, Term
 
-__all__ = ["CHECKPOINT_FILE_NAME", "CheckpointStore", "PartitionCheckpoint", "checkpoint_bytes_max"]
+__all__ = [
+    "ABORTED_TXNS_MAX",
+    "CHECKPOINT_FILE_NAME",
+    "CheckpointStore",
+    "PartitionCheckpoint",
+    "checkpoint_bytes_max",
+]
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE_NAME = "partition-checkpoint"
 _HEAD = struct.Struct(">4sIqqI")  # magic, crc, offset, term, state bytes
 _MAGIC = b"RLPC"
-# An encoded producer (id, epoch, five remembered batches of four integers) as JSON stays
-# well under this; the bound keeps a corrupt length from making load read a huge file.
+# An encoded producer (id, epoch, five remembered batches of four integers, its open
+# transaction and coordinator epoch) as JSON stays well under this; the bound keeps a
+# corrupt length from making load read a huge file.
 _PRODUCER_BYTES_MAX = 1024
+# The aborted-transaction index rides along (producer id, first and last offset as JSON):
+# room for this many entries. A table with more is not checkpointed (`save` says so): a
+# restart then applies from the snapshot or the log's start, slower, never wrong.
+ABORTED_TXNS_MAX = 100_000
+_ABORTED_TXN_BYTES_MAX = 64
 
 
 def checkpoint_bytes_max(producers_max: int) -> int:
-    """The largest checkpoint a table of at most `producers_max` producers can encode to."""
+    """The largest checkpoint a table of at most `producers_max` producers (and at most
+    ABORTED_TXNS_MAX aborted transactions) can encode to."""
     assert producers_max > 0, producers_max
-    return _HEAD.size + producers_max * _PRODUCER_BYTES_MAX
+    return (
+        _HEAD.size + producers_max * _PRODUCER_BYTES_MAX + ABORTED_TXNS_MAX * _ABORTED_TXN_BYTES_MAX
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,10 +102,21 @@ class CheckpointStore:
         self.producers_max = producers_max
         self.bytes_max = checkpoint_bytes_max(producers_max)
 
-    def save(self, checkpoint: PartitionCheckpoint) -> None:
+    def save(self, checkpoint: PartitionCheckpoint) -> bool:
+        """Replace the checkpoint; False (and the older one stays) when the state is over
+        the bound, which only an aborted-transaction index past ABORTED_TXNS_MAX makes."""
         data = checkpoint.encode()
-        assert len(data) <= self.bytes_max, (len(data), self.bytes_max)
+        if len(data) > self.bytes_max:
+            log.warning(
+                "not checkpointing %s at offset %d: %d bytes > %d (aborted transactions)",
+                self.path,
+                checkpoint.offset,
+                len(data),
+                self.bytes_max,
+            )
+            return False
         write_file_atomically(self.files, self.path, data)
+        return True
 
     def load(self) -> PartitionCheckpoint | None:
         """The checkpoint on disk, or None when there is none or it cannot be trusted."""

@@ -15,14 +15,22 @@ started, `CleanerState.first_dirty_offset`) is at least `min.cleanable.dirty.rat
 when a dirty segment is older than `max.compaction.lag.ms`, or when a tombstone kept by the
 last pass has outlived `delete.retention.ms`. The state lives in memory: after a restart the
 first pass treats everything as dirty and rewrites what it must (cleaning is idempotent).
+
+Transactions, as Kafka's cleaner: `clean_below` is at most the last stable offset, so no
+open transaction's batch is cleaned; the records of aborted transactions (the replica's
+aborted index at planning time, `CleaningPass.aborted`) are dropped and never shadow a
+committed record of their key; markers stay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import bisect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from raftlog.config import LogConfig
+from raftlog.partition.producer_state import AbortedTxn
+from raftlog.storage.batch import BatchHeader
 from raftlog.storage.compaction import (
     CleanedSegment,
     SegmentToClean,
@@ -37,6 +45,7 @@ __all__ = [
     "CleanerState",
     "CleaningPass",
     "CompactionSettings",
+    "aborted_batches",
     "compaction_settings",
     "plan_cleaning",
     "run_cleaning",
@@ -103,6 +112,8 @@ class CleaningPass:
     delete_retention_ms: int
     dirty_end_offset: int
     tombstones_kept_ms: list[int] = field(default_factory=list)
+    # The aborted transactions (Raft offsets) whose batches lose their records.
+    aborted: tuple[AbortedTxn, ...] = ()
 
 
 def plan_cleaning(
@@ -112,9 +123,11 @@ def plan_cleaning(
     *,
     clean_below: int,
     now_ms: int,
+    aborted: Sequence[AbortedTxn] = (),
 ) -> CleaningPass | None:
     """The pass to run now on `log` (event loop), or None. `clean_below` is the first
-    offset the cleaner must not touch: min(high watermark, applied offset + 1)."""
+    offset the cleaner must not touch: the last stable offset (at most the high watermark
+    and the applied offset + 1); `aborted` the replica's aborted transactions."""
     if not settings.compact or log.is_repairing or log.is_closed:
         return None
     lag_horizon_ms = now_ms - settings.min_compaction_lag_ms
@@ -143,12 +156,14 @@ def plan_cleaning(
         now_ms=now_ms,
         delete_retention_ms=settings.delete_retention_ms,
         dirty_end_offset=cleanable[-1][0].end_offset,
+        aborted=tuple(a for a in aborted if a.first_offset < cleanable[-1][0].end_offset),
     )
 
 
 def run_cleaning(plan: CleaningPass, pace: Callable[[int], None]) -> list[CleanedSegment]:
     """Read the planned segments, write cleaned copies of those that shrink (disk thread)."""
-    latest = build_offset_map(plan.files, plan.segments, pace)
+    aborted = aborted_batches(plan.aborted)
+    latest = build_offset_map(plan.files, plan.segments, pace, aborted)
     keep_latest = latest_record_keeper(
         latest, now_ms=plan.now_ms, delete_retention_ms=plan.delete_retention_ms
     )
@@ -161,10 +176,33 @@ def run_cleaning(plan: CleaningPass, pace: Callable[[int], None]) -> list[Cleane
 
     cleaned = []
     for segment in plan.segments:
-        result = write_cleaned_segment(plan.files, plan.directory, segment, plan.config, keep, pace)
+        result = write_cleaned_segment(
+            plan.files, plan.directory, segment, plan.config, keep, pace, aborted
+        )
         if result is not None:
             cleaned.append(result)
     return cleaned
+
+
+def aborted_batches(aborted: Sequence[AbortedTxn]) -> Callable[[BatchHeader], bool]:
+    """Whether a batch belongs to one of the `aborted` transactions: transactional, of
+    that producer, from the transaction's first offset up to its ABORT marker (a producer's
+    transactions on a partition never overlap, so the latest start at or before the batch
+    is the only candidate)."""
+    starts: dict[int, list[tuple[int, int]]] = {}
+    for txn in sorted(aborted, key=lambda a: a.first_offset):
+        starts.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+
+    def is_aborted(header: BatchHeader) -> bool:
+        if not header.is_transactional or header.is_control:
+            return False
+        ranges = starts.get(header.producer_id)
+        if not ranges:
+            return False
+        index = bisect.bisect_right(ranges, (header.base_offset, 2**63)) - 1
+        return index >= 0 and header.base_offset < ranges[index][1]
+
+    return is_aborted
 
 
 def finish_cleaning(

@@ -60,11 +60,17 @@ def apply_retention(
 
     Only committed data is ever dropped: a cut above the commit offset waits. The snapshot
     is what a follower behind the new log start receives instead of the missing entries.
+    A cut past an open transaction's first offset waits too, until a marker ends it (the
+    coordinator aborts a transaction past its timeout): it would drop records whose fate
+    read_committed consumers have not learned yet, and the LSO with them.
     """
     if not keys_deleted:
         return  # cleanup.policy=compact: the cleaner keeps the latest of every key instead
     point = storage.log.retention_point(now_ms)
     if point is None:
+        return
+    first_open = replica.first_open_transaction_offset()
+    if first_open is not None and first_open < point:
         return
     offset = Offset(min(point, replica.group.node.commit_offset + 1) - 1)
     snapshot = storage.snapshot()

@@ -18,6 +18,25 @@ deleted with the log) may continue any sequence, as Kafka accepts (ProducerAppen
 is no current producer epoch ... accept writes with any sequence number"): refusing it
 OUT_OF_ORDER_SEQUENCE is fatal to librdkafka's idempotent producer (librdkafka test 0107).
 
+Transactions (KIP-98). A transactional batch opens its producer's transaction on the partition
+if none is open: the table keeps the transaction's first offset until a COMMIT or ABORT marker
+(a control batch with the producer's id and epoch) ends it. A non-transactional batch of a
+producer whose transaction is open is refused INVALID_TXN_STATE. A marker is refused when its
+producer epoch is older than the producer's (INVALID_PRODUCER_EPOCH) or its coordinator epoch
+older than the last marker's (TRANSACTION_COORDINATOR_FENCED); a marker for a producer the
+table does not know, or one with no open transaction, is written and ends nothing (Kafka's
+ProducerAppendInfo.appendEndTxnMarker: a marker of an empty transaction adds nothing to the
+aborted index). An ABORT that ends an open transaction adds (producer id, first offset, the
+marker's offset) to the *aborted index*, which read_committed fetches answer from; entries
+whose marker is below the log start are dropped. The earliest open transaction's first offset
+bounds the last stable offset (LSO), and a producer with an open transaction is never
+evicted (its transaction would stay open forever otherwise).
+
+Worked example, offsets in Raft offsets: producer 7 writes transactional batches at 10-11
+and 14, producer 8 one at 12; the earliest open transaction starts at 10, so the LSO is 10.
+An ABORT of 7 at 15 adds (7, 10, 15) to the aborted index and the LSO moves to 12 (8's
+transaction); a COMMIT of 8 at 16 adds nothing and the LSO is the high watermark again.
+
 The table is a pure value: it is rebuilt deterministically by applying committed batches in
 offset order (on every replica), saved in partition snapshots and checkpoints, and the leader
 checks new batches against a copy that also holds its own uncommitted appends.
@@ -25,12 +44,14 @@ checks new batches against a copy that also holds its own uncommitted appends.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import json
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ProducerStateTable", "SequenceVerdict", "Verdict"]
+__all__ = ["AbortedTxn", "ProducerStateTable", "SequenceVerdict", "Verdict"]
 
 # Kafka remembers the last five batches per producer: the most a producer keeps in flight.
 REMEMBERED_BATCHES_MAX = 5
@@ -43,6 +64,10 @@ class Verdict(enum.Enum):
     DUPLICATE = "duplicate"
     OUT_OF_ORDER = "out-of-order"
     FENCED = "fenced"
+    # A non-transactional batch while the producer's transaction is open.
+    INVALID_TXN_STATE = "invalid-txn-state"
+    # A marker from a coordinator older than the last marker's.
+    COORDINATOR_FENCED = "coordinator-fenced"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,12 +86,27 @@ class _Batch:
     last_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction: its first offset and its ABORT marker's offset (Kafka's
+    AbortedTxn, the aborted-transaction index entry)."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+
+    def __post_init__(self) -> None:
+        assert 0 <= self.first_offset < self.last_offset, self
+
+
 class _Producer:
-    __slots__ = ("batches", "epoch")
+    __slots__ = ("batches", "coordinator_epoch", "epoch", "txn_first_offset")
 
     def __init__(self, epoch: int) -> None:
         self.epoch = epoch
         self.batches: deque[_Batch] = deque(maxlen=REMEMBERED_BATCHES_MAX)
+        self.txn_first_offset = -1  # the open transaction's first offset; -1: none open
+        self.coordinator_epoch = -1  # of the last marker
 
     @property
     def last_sequence(self) -> int:
@@ -81,17 +121,41 @@ class ProducerStateTable:
         self._producers_max = producers_max
         # Ordered by last write, so eviction drops the producer idle the longest.
         self._producers: OrderedDict[int, _Producer] = OrderedDict()
+        # Producer id -> its open transaction's first offset (a copy of txn_first_offset,
+        # so the LSO does not scan every producer).
+        self._open: dict[int, int] = {}
+        # In marker order, so ordered by last_offset (markers are applied in offset order).
+        self._aborted: list[AbortedTxn] = []
 
     def __len__(self) -> int:
         return len(self._producers)
 
     def check(
-        self, *, producer_id: int, epoch: int, base_sequence: int, record_count: int
+        self,
+        *,
+        producer_id: int,
+        epoch: int,
+        base_sequence: int,
+        record_count: int,
+        transactional: bool = False,
     ) -> SequenceVerdict:
         assert producer_id >= 0 and record_count > 0
         producer = self._producers.get(producer_id)
         if producer is None:
             return SequenceVerdict(Verdict.NEW)
+        verdict = self._check_sequence(producer_id, producer, epoch, base_sequence, record_count)
+        if verdict.verdict is Verdict.NEW and not transactional and producer.txn_first_offset >= 0:
+            return SequenceVerdict(
+                Verdict.INVALID_TXN_STATE,
+                message=f"producer {producer_id} sent a non-transactional batch while its "
+                f"transaction from offset {producer.txn_first_offset} is open",
+            )
+        return verdict
+
+    @staticmethod
+    def _check_sequence(
+        producer_id: int, producer: _Producer, epoch: int, base_sequence: int, record_count: int
+    ) -> SequenceVerdict:
         if epoch > producer.epoch:
             if base_sequence == 0:
                 return SequenceVerdict(Verdict.NEW)
@@ -125,6 +189,14 @@ class ProducerStateTable:
         last = producer.batches[-1]
         return producer.epoch, last.last_sequence, last.last_offset
 
+    def describe_all(self) -> list[tuple[int, int, int, int, int]]:
+        """(producer id, epoch, last sequence, coordinator epoch, open transaction's first
+        offset or -1) of every producer remembered (Kafka's DescribeProducers)."""
+        return [
+            (pid, p.epoch, p.last_sequence, p.coordinator_epoch, p.txn_first_offset)
+            for pid, p in self._producers.items()
+        ]
+
     def record(
         self,
         *,
@@ -134,45 +206,167 @@ class ProducerStateTable:
         record_count: int,
         base_offset: int,
         last_offset: int,
+        transactional: bool = False,
     ) -> None:
-        """Remember a batch that was written (applied, or appended by this leader)."""
-        producer = self._producers.pop(producer_id, None)
-        if producer is None or epoch > producer.epoch:
-            producer = _Producer(epoch)
+        """Remember a batch that was written (applied, or appended by this leader); a
+        transactional one opens its producer's transaction if none is open."""
+        producer = self._take(producer_id, epoch)
         producer.batches.append(
             _Batch(base_sequence, base_sequence + record_count - 1, base_offset, last_offset)
         )
+        if transactional and producer.txn_first_offset < 0:
+            producer.txn_first_offset = base_offset
+            self._open[producer_id] = base_offset
         self._producers[producer_id] = producer
-        while len(self._producers) > self._producers_max:
-            self._producers.popitem(last=False)
+        self._evict()
+
+    def _take(self, producer_id: int, epoch: int) -> _Producer:
+        """The producer's entry, out of the table (the caller puts it back, last), moved to
+        `epoch` if that is newer: a new epoch forgets the old one's batches (its sequences
+        start again) but not an open transaction, which only a marker ends (as Kafka)."""
+        producer = self._producers.pop(producer_id, None)
+        if producer is None:
+            return _Producer(epoch)
+        if epoch > producer.epoch:
+            renewed = _Producer(epoch)
+            renewed.txn_first_offset = producer.txn_first_offset
+            renewed.coordinator_epoch = producer.coordinator_epoch
+            return renewed
+        return producer
+
+    def _evict(self) -> None:
+        """Drop the producers idle the longest beyond the bound, never one whose transaction
+        is open (its transaction would never end here)."""
+        if len(self._producers) <= self._producers_max:
+            return
+        for producer_id in list(self._producers):
+            if len(self._producers) <= self._producers_max:
+                return
+            if producer_id not in self._open:
+                del self._producers[producer_id]
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def check_marker(
+        self, *, producer_id: int, epoch: int, coordinator_epoch: int
+    ) -> SequenceVerdict:
+        """Whether a COMMIT/ABORT marker may be written (Kafka's checks for control batches
+        from the coordinator): NEW, FENCED or COORDINATOR_FENCED."""
+        producer = self._producers.get(producer_id)
+        if producer is None:
+            return SequenceVerdict(Verdict.NEW)
+        if epoch < producer.epoch:
+            return SequenceVerdict(
+                Verdict.FENCED,
+                message=f"marker of producer {producer_id} with epoch {epoch}, older than "
+                f"{producer.epoch}",
+            )
+        if coordinator_epoch < producer.coordinator_epoch:
+            return SequenceVerdict(
+                Verdict.COORDINATOR_FENCED,
+                message=f"marker of producer {producer_id} from coordinator epoch "
+                f"{coordinator_epoch}, older than {producer.coordinator_epoch}",
+            )
+        return SequenceVerdict(Verdict.NEW)
+
+    def end_transaction(
+        self, *, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool, offset: int
+    ) -> AbortedTxn | None:
+        """Apply a marker written at `offset`: the producer's open transaction (if any) ends;
+        an ABORT of an open one is added to the aborted index and returned."""
+        producer = self._producers.get(producer_id)
+        if producer is not None and producer.txn_first_offset > offset:
+            # A replay: a snapshot's table may be ahead of the snapshot's offset (the
+            # replica's compaction_snapshot), and this marker ended an earlier transaction.
+            return None
+        producer = self._take(producer_id, epoch)
+        first = producer.txn_first_offset
+        producer.txn_first_offset = -1
+        producer.coordinator_epoch = max(producer.coordinator_epoch, coordinator_epoch)
+        self._open.pop(producer_id, None)
+        self._producers[producer_id] = producer
+        self._evict()
+        if first < 0 or commit:
+            return None
+        aborted = AbortedTxn(producer_id, first, offset)
+        if self._aborted and self._aborted[-1].last_offset >= offset:
+            return aborted  # a replay (above): the index already holds it
+        self._aborted.append(aborted)
+        return aborted
+
+    def has_open_transaction(self, producer_id: int) -> bool:
+        return producer_id in self._open
+
+    def open_transaction_first_offset(self, producer_id: int) -> int | None:
+        """The first offset of `producer_id`'s open transaction (DescribeProducers'
+        current_txn_start_offset); None when none is open."""
+        return self._open.get(producer_id)
+
+    def first_open_offset(self) -> int | None:
+        """The first offset of the earliest open transaction: the LSO's bound."""
+        return min(self._open.values()) if self._open else None
+
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of every open transaction."""
+        return dict(self._open)
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in [start_offset, end_offset): those whose
+        marker is at or after `start_offset` and whose first offset is before `end_offset`
+        (what Kafka's fetch collects from its transaction index)."""
+        first = bisect.bisect_left(self._aborted, start_offset, key=lambda a: a.last_offset)
+        return [a for a in self._aborted[first:] if a.first_offset < end_offset]
+
+    def all_aborted(self) -> list[AbortedTxn]:
+        return list(self._aborted)
+
+    def drop_aborted_below(self, offset: int) -> None:
+        """Forget aborted transactions whose marker lies below `offset` (the log start)."""
+        kept = bisect.bisect_left(self._aborted, offset, key=lambda a: a.last_offset)
+        del self._aborted[:kept]
 
     def copy(self) -> ProducerStateTable:
         return ProducerStateTable.decode(self.encode(), producers_max=self._producers_max)
 
     def encode(self) -> bytes:
-        return json.dumps(
+        """JSON: {"producers": [[id, epoch, batches, txn first offset, coordinator epoch],
+        ...], "aborted": [[id, first offset, last offset], ...]}. A table written before
+        transactions is a bare list of [id, epoch, batches] (`decode` reads both)."""
+        producers = [
             [
+                pid,
+                p.epoch,
                 [
-                    pid,
-                    p.epoch,
-                    [
-                        [b.first_sequence, b.last_sequence, b.base_offset, b.last_offset]
-                        for b in p.batches
-                    ],
-                ]
-                for pid, p in self._producers.items()
-            ],
-            separators=(",", ":"),
-        ).encode()
+                    [b.first_sequence, b.last_sequence, b.base_offset, b.last_offset]
+                    for b in p.batches
+                ],
+                p.txn_first_offset,
+                p.coordinator_epoch,
+            ]
+            for pid, p in self._producers.items()
+        ]
+        aborted = [[a.producer_id, a.first_offset, a.last_offset] for a in self._aborted]
+        document = {"producers": producers, "aborted": aborted}
+        return json.dumps(document, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes, *, producers_max: int) -> ProducerStateTable:
         table = cls(producers_max=producers_max)
         if not data:
             return table
-        for pid, epoch, batches in json.loads(data):
+        document: Any = json.loads(data)
+        if isinstance(document, list):  # written before transactions
+            document = {"producers": document, "aborted": []}
+        for pid, epoch, batches, *txn in document["producers"]:
             producer = _Producer(int(epoch))
             for first, last, base, end in batches:
                 producer.batches.append(_Batch(int(first), int(last), int(base), int(end)))
+            if txn:
+                producer.txn_first_offset, producer.coordinator_epoch = int(txn[0]), int(txn[1])
+                if producer.txn_first_offset >= 0:
+                    table._open[int(pid)] = producer.txn_first_offset
             table._producers[int(pid)] = producer
+        table._aborted = [
+            AbortedTxn(int(pid), int(first), int(last)) for pid, first, last in document["aborted"]
+        ]
         return table

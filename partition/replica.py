@@ -11,6 +11,16 @@ then proposed as one Raft entry occupying `record_count` offsets. The storage la
 batch's base offset and leader epoch (the Raft term) when it appends. The answer waits for the
 requested acks: 0 = appended, 1 = durable on this leader, all = committed by a majority.
 
+Transactions (docs/transactions.md). A transactional batch opens its producer's transaction
+here; the first one of a transaction is accepted only if `txn_verifier` (the node's copy of
+the coordinator's state, KIP-890 part 1) shows this partition in that producer's ongoing
+transaction at that epoch, else INVALID_TXN_STATE and nothing is written. The coordinator
+ends it with a COMMIT or ABORT marker (`write_txn_marker`), one control batch through Raft.
+The last stable offset (LSO) is the first offset of the earliest open transaction, capped
+at the high watermark and at the applied offset + 1 (the producer table knows no later
+transaction); read_committed fetches stop there and carry the aborted transactions of what
+they return.
+
 High watermark = commit offset + 1 (exclusive, as in Kafka). Fetch returns whole batches
 strictly below it, never a byte above: a batch that straddles the watermark cannot exist,
 because commit offsets always land on entry boundaries.
@@ -28,7 +38,7 @@ import asyncio
 import enum
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,22 +47,43 @@ from raftlog.errors import (
     BatchOverSegmentError,
     BatchTooLargeError,
     CorruptBatchError,
+    InvalidTxnStateError,
     LeaderNotReadyError,
     NotLeaderError,
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     ProducerFencedError,
     RequestTimedOutError,
+    TransactionCoordinatorFencedError,
 )
 from raftlog.partition.checkpoint import CheckpointStore, PartitionCheckpoint
-from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT, ProducerStateTable, Verdict
+from raftlog.partition.producer_state import (
+    PRODUCERS_MAX_DEFAULT,
+    AbortedTxn,
+    ProducerStateTable,
+    Verdict,
+)
 from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
 from raftlog.runtime.group import RaftGroup
 from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
-from raftlog.storage.records import validate_records
+from raftlog.storage.records import decode_txn_marker, encode_txn_marker, validate_records
 from raftlog.types import Commitment, Offset, Term
 
-__all__ = ["FetchResult", "OffsetSpec", "PartitionLog", "PartitionReplica", "ProduceResult"]
+__all__ = [
+    "AbortedTransaction",
+    "FetchResult",
+    "OffsetSpec",
+    "PartitionLog",
+    "PartitionReplica",
+    "ProduceResult",
+    "ProducerDescription",
+    "TxnVerifier",
+]
+
+# KIP-890 part 1: whether the coordinator (the node's metadata copy) has this partition in
+# the producer's ongoing transaction at this epoch, (producer id, producer epoch) -> bool;
+# it may wait a short bounded time for the copy to catch up.
+TxnVerifier = Callable[[int, int], Awaitable[bool]]
 
 _logger = logging.getLogger(__name__)
 
@@ -128,11 +159,36 @@ class ProduceResult:
 
 
 @dataclass(frozen=True, slots=True)
+class AbortedTransaction:
+    """An aborted transaction a read_committed fetch lists (Kafka's FetchResponse entry):
+    records of `producer_id` from `first_offset` (a Kafka offset) on, up to its ABORT
+    marker, are to be skipped."""
+
+    producer_id: int
+    first_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerDescription:
+    """A producer as a partition's leader has it applied (Kafka's DescribeProducers entry);
+    `current_txn_start_offset` (a Kafka offset) is -1 without an open transaction."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class FetchResult:
     batches: bytes
     high_watermark: int
     log_start_offset: int
     leader_epoch: int
+    last_stable_offset: int = -1  # Kafka offset; -1 where not computed (never by a replica)
+    # None for read_uncommitted; the aborted transactions overlapping what is returned else.
+    aborted_transactions: tuple[AbortedTransaction, ...] | None = None
 
 
 class PartitionReplica:
@@ -146,6 +202,7 @@ class PartitionReplica:
         producers_max: int = PRODUCERS_MAX_DEFAULT,
         checkpoint: CheckpointStore | None = None,
         keys_required: Callable[[], bool] = lambda: False,
+        txn_verifier: TxnVerifier | None = None,
     ) -> None:
         assert checkpoint is None or checkpoint.producers_max >= producers_max
         self.topic = topic
@@ -165,6 +222,12 @@ class PartitionReplica:
         self._checkpoint = checkpoint
         # Whether the topic is compacted now (its config may change while the replica runs).
         self._keys_required = keys_required
+        # None: transactional batches are not checked against the coordinator (the test-only
+        # switch `kafka.txn_verification` off, or a replica outside a node).
+        self._txn_verifier = txn_verifier
+        # Producer id -> the verification its latest request awaits: a later request of the
+        # producer waits for it first, so pipelined requests reach the log in their order.
+        self._txn_verifying: dict[int, asyncio.Future[None]] = {}
         self._applied_bytes_since_checkpoint = 0
         self._applied_term = -1  # the term of the entry at _applied_offset
 
@@ -186,6 +249,29 @@ class PartitionReplica:
     def high_watermark(self) -> int:
         """The high watermark clients see, in Kafka offsets."""
         return self._log.kafka_offset(self.raft_high_watermark)
+
+    @property
+    def raft_last_stable_offset(self) -> int:
+        """The LSO in Raft offsets: the first offset of the earliest open transaction, else
+        the high watermark; never past the applied offset + 1, since the producer table
+        knows nothing of transactions opened after it (module docstring)."""
+        bound = min(self.raft_high_watermark, self._applied_offset + 1)
+        first_open = self._committed_producers.first_open_offset()
+        return bound if first_open is None else min(bound, first_open)
+
+    def _log_first(self) -> int:
+        return self._log.log_start_offset()
+
+    def first_open_transaction_offset(self) -> int | None:
+        """The Raft offset retention must keep: the earliest open transaction's first offset
+        (None when none is open): a cut above it would drop records not yet committed or
+        aborted, and the LSO with them."""
+        return self._committed_producers.first_open_offset()
+
+    def aborted_transactions_below(self, offset: int) -> tuple[AbortedTxn, ...]:
+        """The aborted transactions (Raft offsets) with records below `offset`: the log
+        cleaner drops their records (partition/cleaning.py)."""
+        return tuple(self._committed_producers.aborted_transactions(0, offset))
 
     @property
     def applied_offset(self) -> int:
@@ -220,7 +306,9 @@ class PartitionReplica:
         self._applied_offset = entry.last_offset
         if entry.kind is EntryKind.DATA:
             header = parse_header(entry.data)
-            if header.producer_id >= 0:
+            if header.producer_id >= 0 and header.is_control:
+                self._apply_marker(self._committed_producers, header, entry.data, entry.offset)
+            elif header.producer_id >= 0:
                 self._committed_producers.record(
                     producer_id=header.producer_id,
                     epoch=header.producer_epoch,
@@ -228,6 +316,7 @@ class PartitionReplica:
                     record_count=header.record_count,
                     base_offset=entry.offset,
                     last_offset=entry.last_offset,
+                    transactional=header.is_transactional,
                 )
         self._applied_term = entry.term
         self._applied_bytes_since_checkpoint += len(entry.data)
@@ -238,6 +327,23 @@ class PartitionReplica:
             self.save_checkpoint(entry.term)
         self._hw_advanced.set()
         self._hw_advanced = asyncio.Event()
+
+    @staticmethod
+    def _apply_marker(
+        producers: ProducerStateTable, header: BatchHeader, batch: bytes, offset: int
+    ) -> None:
+        """A COMMIT/ABORT marker ends its producer's transaction (a marker's one record is
+        decoded here: markers are few, and only the producer table reads them)."""
+        marker = decode_txn_marker(batch)
+        if marker is None:
+            return
+        producers.end_transaction(
+            producer_id=header.producer_id,
+            epoch=header.producer_epoch,
+            coordinator_epoch=marker.coordinator_epoch,
+            commit=marker.commit,
+            offset=offset,
+        )
 
     def save_checkpoint(self, term: Term) -> None:
         """Save the applied state; `term` is that of the last entry applied.
@@ -320,6 +426,9 @@ class PartitionReplica:
         """
         assert offset <= self.group.node.commit_offset, (offset, self.group.node.commit_offset)
         kafka_start = self._log.kafka_offset(offset + 1)
+        # Aborted transactions whose marker falls below the new log start skip nothing any
+        # more: no fetch can return their records.
+        self._committed_producers.drop_aborted_below(offset + 1)
         return Snapshot(
             SnapshotMeta(offset, term, membership),
             encode_snapshot_data(kafka_start, self.snapshot_data()),
@@ -339,6 +448,8 @@ class PartitionReplica:
         self._require_leader()
         keys_required = self._keys_required()
         headers = [self._verify(batch, keys_required=keys_required) for batch in batches]
+        if self._txn_verifier is not None and await self._verify_transactions(headers):
+            self._require_leader()  # it may have lost leadership while it waited
         self._require_room(batches)
         producers = self._leader_view()
         term = self.group.node.term  # the term of the view the sequences are checked against
@@ -444,6 +555,67 @@ class PartitionReplica:
             )
         return header
 
+    async def _verify_transactions(self, headers: list[BatchHeader]) -> bool:
+        """KIP-890 part 1: the first transactional batch of a producer's transaction here
+        is accepted only if the coordinator added this partition to that transaction at
+        that epoch; InvalidTxnStateError (nothing written) otherwise. Fenced batches and
+        duplicates are left to the sequence checks. A request of a producer whose earlier
+        request is still being verified waits for that one first: a pipelining producer's
+        next batch would otherwise overtake it and be refused OUT_OF_ORDER_SEQUENCE. True
+        when it awaited anything (the caller checks leadership again)."""
+        assert self._txn_verifier is not None
+        producer_ids = {h.producer_id for h in headers if h.is_transactional and h.producer_id >= 0}
+        waited = False
+        for producer_id in sorted(producer_ids):
+            pending = self._txn_verifying.get(producer_id)
+            if pending is not None:
+                await asyncio.shield(pending)  # its failure is its own request's
+                waited = True
+        first_batches = self._first_transactional_batches(headers)
+        if not first_batches:
+            return waited
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        for producer_id, _ in first_batches:
+            self._txn_verifying[producer_id] = done
+        try:
+            for producer_id, epoch in first_batches:
+                if not await self._txn_verifier(producer_id, epoch):
+                    raise InvalidTxnStateError(
+                        f"{self.topic}-{self.partition} is not in the ongoing transaction of "
+                        f"producer {producer_id} at epoch {epoch}"
+                    )
+        finally:
+            for producer_id, _ in first_batches:
+                if self._txn_verifying.get(producer_id) is done:
+                    del self._txn_verifying[producer_id]
+            # Wakes the producer's next request; this one proposes before it runs (no
+            # await between here and the proposal).
+            done.set_result(None)
+        return True
+
+    def _first_transactional_batches(self, headers: list[BatchHeader]) -> list[tuple[int, int]]:
+        """(producer id, epoch) of the batches that would open a transaction here: no open
+        transaction in the leader's view, and not refused by the sequence checks anyway
+        (a gap is included: the batch before it may be in this very request)."""
+        producers = self._leader_view()
+        return sorted(
+            {
+                (header.producer_id, header.producer_epoch)
+                for header in headers
+                if header.is_transactional
+                and header.producer_id >= 0
+                and not producers.has_open_transaction(header.producer_id)
+                and producers.check(
+                    producer_id=header.producer_id,
+                    epoch=header.producer_epoch,
+                    base_sequence=header.base_sequence,
+                    record_count=header.record_count,
+                    transactional=True,
+                ).verdict
+                in (Verdict.NEW, Verdict.OUT_OF_ORDER)
+            }
+        )
+
     def _require_room(self, batches: list[bytes]) -> None:
         """Refuse the whole request, before any sequence is checked, when the leader could
         not append it now (flow control, a leadership transfer): ProposalDroppedError.
@@ -474,6 +646,7 @@ class PartitionReplica:
             epoch=header.producer_epoch,
             base_sequence=header.base_sequence,
             record_count=header.record_count,
+            transactional=header.is_transactional,
         )
         if verdict.verdict is Verdict.NEW:
             return None
@@ -481,6 +654,9 @@ class PartitionReplica:
             return _Duplicate(verdict.base_offset, verdict.last_offset)
         if verdict.verdict is Verdict.FENCED:
             raise ProducerFencedError(verdict.message)
+        if verdict.verdict is Verdict.INVALID_TXN_STATE:
+            raise InvalidTxnStateError(verdict.message)
+        assert verdict.verdict is Verdict.OUT_OF_ORDER, verdict
         raise OutOfOrderSequenceError(verdict.message)
 
     @staticmethod
@@ -493,7 +669,74 @@ class PartitionReplica:
                 record_count=header.record_count,
                 base_offset=base_offset,
                 last_offset=base_offset + header.offset_count - 1,
+                transactional=header.is_transactional,
             )
+
+    async def write_txn_marker(
+        self,
+        *,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        timestamp_ms: int,
+        timeout_s: float,
+    ) -> int:
+        """Write a COMMIT or ABORT marker for `producer_id` (leader only) and wait until it
+        is committed; its Kafka offset. A marker with an epoch older than the producer's is
+        refused (ProducerFencedError: INVALID_PRODUCER_EPOCH), one from an older coordinator
+        TransactionCoordinatorFencedError; one for a producer with no open transaction here
+        is written and ends nothing, as Kafka does (the coordinator may retry a marker)."""
+        self._require_leader()
+        producers = self._leader_view()
+        verdict = producers.check_marker(
+            producer_id=producer_id, epoch=producer_epoch, coordinator_epoch=coordinator_epoch
+        )
+        if verdict.verdict is Verdict.FENCED:
+            raise ProducerFencedError(verdict.message)
+        if verdict.verdict is Verdict.COORDINATOR_FENCED:
+            raise TransactionCoordinatorFencedError(verdict.message)
+        assert verdict.verdict is Verdict.NEW, verdict
+        batch = encode_txn_marker(
+            commit=commit,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+            timestamp_ms=timestamp_ms,
+        )
+        self._require_room([batch])
+        base, future = self.group.propose(batch, offset_count=1, commitment=Commitment.QUORUM)
+        self._apply_marker(producers, parse_header(batch), batch, base)
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise RequestTimedOutError(
+                f"{self.topic}-{self.partition}: the marker of producer {producer_id} was not "
+                f"committed within {timeout_s:.3f}s; it may still be"
+            ) from None
+        return self._log.kafka_offset(base)
+
+    def transaction_start_offset(self, producer_id: int) -> int:
+        """The Kafka offset where `producer_id`'s open transaction starts (DescribeProducers'
+        current_txn_start_offset), -1 when none is open; leader only, from the applied
+        table as `describe_producer`."""
+        self._require_leader()
+        first = self._committed_producers.open_transaction_first_offset(producer_id)
+        # Retention keeps an open transaction's first offset (first_open_transaction_offset).
+        return -1 if first is None else self._log.kafka_offset(first)
+
+    def describe_producers(self) -> list[ProducerDescription]:
+        """Every producer the partition remembers, from the applied table (leader only)."""
+        self._require_leader()
+        kafka = self._log.kafka_offset
+        return [
+            ProducerDescription(pid, epoch, last_sequence, coordinator_epoch, kafka(first))
+            if first >= 0
+            else ProducerDescription(pid, epoch, last_sequence, coordinator_epoch, -1)
+            for pid, epoch, last_sequence, coordinator_epoch, first in (
+                self._committed_producers.describe_all()
+            )
+        ]
 
     def describe_producer(self, producer_id: int) -> tuple[int, int, int] | None:
         """(epoch, last sequence, last offset) a producer has *committed* here (KIP-664).
@@ -510,11 +753,15 @@ class PartitionReplica:
 
     # -- offsets -------------------------------------------------------------------------------
 
-    def list_offset(self, spec: OffsetSpec, timestamp_ms: int = 0) -> int:
-        """Earliest, latest (the high watermark) or the first committed offset whose batch
-        has a timestamp >= `timestamp_ms` (-1 when none)."""
+    def list_offset(
+        self, spec: OffsetSpec, timestamp_ms: int = 0, *, read_committed: bool = False
+    ) -> int:
+        """Earliest, latest (the high watermark; the LSO with `read_committed`) or the first
+        offset below that whose batch has a timestamp >= `timestamp_ms` (-1 when none)."""
         self._require_leader()
-        high_watermark = self.raft_high_watermark
+        high_watermark = (
+            self.raft_last_stable_offset if read_committed else self.raft_high_watermark
+        )
         if spec is OffsetSpec.EARLIEST:
             return self._log.kafka_offset(self._log.log_start_offset())
         if spec is OffsetSpec.LATEST:
@@ -547,44 +794,76 @@ class PartitionReplica:
         bytes_min: int = 1,
         allow_follower: bool = False,
         skip_emptied: bool = False,
+        read_committed: bool = False,
     ) -> FetchResult:
         """Committed batches from `offset`, long-polling up to `wait_ms_max` for `bytes_min`
-        (`skip_emptied`: PartitionLog.read)."""
+        (`skip_emptied`: PartitionLog.read); with `read_committed` (Kafka's isolation level
+        1) only below the LSO, with the aborted transactions among them."""
         if not allow_follower:
             self._require_leader()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_ms_max / 1000
         while True:
-            result = self._fetch_now(offset, bytes_max=bytes_max, skip_emptied=skip_emptied)
+            result = self._fetch_now(
+                offset,
+                bytes_max=bytes_max,
+                skip_emptied=skip_emptied,
+                read_committed=read_committed,
+            )
             remaining = deadline - loop.time()
             if len(result.batches) >= bytes_min or remaining <= 0:
                 return result
             try:
                 await asyncio.wait_for(self._hw_advanced.wait(), remaining)
             except TimeoutError:
-                return self._fetch_now(offset, bytes_max=bytes_max, skip_emptied=skip_emptied)
+                return self._fetch_now(
+                    offset,
+                    bytes_max=bytes_max,
+                    skip_emptied=skip_emptied,
+                    read_committed=read_committed,
+                )
 
-    def _fetch_now(self, offset: int, *, bytes_max: int, skip_emptied: bool) -> FetchResult:
+    def _fetch_now(
+        self, offset: int, *, bytes_max: int, skip_emptied: bool, read_committed: bool
+    ) -> FetchResult:
         """`offset` and the answer in Kafka offsets; the read stops below the Raft high
-        watermark."""
+        watermark, or the LSO with `read_committed` (an offset between the two is in range
+        and answers nothing yet, as Kafka)."""
         raft_high_watermark = self.raft_high_watermark
         high_watermark = self._log.kafka_offset(raft_high_watermark)
-        start = self._log.kafka_offset(self._log.log_start_offset())
+        raft_start = self._log.log_start_offset()
+        start = self._log.kafka_offset(raft_start)
         if offset < start or offset > high_watermark:
             raise OffsetOutOfRangeError(
                 offset, log_start_offset=start, log_end_offset=high_watermark
             )
+        raft_end = self.raft_last_stable_offset if read_committed else raft_high_watermark
+        raft_end = max(raft_end, raft_start)
+        end = self._log.kafka_offset(raft_end)
         data = (
             b""
-            if offset == high_watermark
+            if offset >= end
             else self._log.read_kafka(
-                offset,
-                bytes_max=bytes_max,
-                end_offset=raft_high_watermark,
-                skip_emptied=skip_emptied,
+                offset, bytes_max=bytes_max, end_offset=raft_end, skip_emptied=skip_emptied
             )
         )
-        return FetchResult(data, high_watermark, start, int(self.group.node.term))
+        aborted = None
+        if read_committed:
+            aborted = self._aborted_between(self._log.raft_offset(offset), raft_end) if data else ()
+        last_stable = self._log.kafka_offset(max(self.raft_last_stable_offset, raft_start))
+        term = int(self.group.node.term)
+        return FetchResult(data, high_watermark, start, term, last_stable, aborted)
+
+    def _aborted_between(self, raft_start: int, raft_end: int) -> tuple[AbortedTransaction, ...]:
+        """The aborted transactions with records in [raft_start, raft_end), their first
+        offsets in Kafka offsets (one below the log start reads as the log start)."""
+        log_first = self._log_first()
+        return tuple(
+            AbortedTransaction(
+                aborted.producer_id, self._log.kafka_offset(max(aborted.first_offset, log_first))
+            )
+            for aborted in self._committed_producers.aborted_transactions(raft_start, raft_end)
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -375,6 +375,13 @@ class KafkaConfig:
     # answered LEADER_NOT_AVAILABLE and created at a later Metadata), and how long one waits.
     auto_create_in_flight_max: int = 64
     auto_create_timeout_ms: int = 30_000
+    # KIP-890 part 1 (raftlog/node/txn_verification.py): a partition leader accepts the first
+    # transactional batch of a transaction only once its metadata copy shows the partition in
+    # that transaction, waiting up to txn_verification_wait_ms for the copy to catch up.
+    # Turning the check off is for tests only (the chaos suite shows its checker catches the
+    # anomalies the check prevents).
+    txn_verification: bool = True
+    txn_verification_wait_ms: int = 1_000
 
     def validate(self) -> KafkaConfig:
         _require_positive_ints(self)

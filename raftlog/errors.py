@@ -24,7 +24,9 @@ attributes: `retriable` says whether the same request may succeed later unchange
     │   ├── RequestTimedOutError    retriable; a produce's outcome is unknown
     │   ├── OutOfOrderSequenceError an idempotent producer skipped sequence numbers
     │   ├── InvalidRecordError      records the topic refuses, each named (record_errors)
-    │   └── ProducerFencedError     a producer epoch older than the one on record
+    │   ├── ProducerFencedError     a producer epoch older than the one on record
+    │   ├── InvalidTxnStateError    a produce the producer's transaction does not allow
+    │   └── TransactionCoordinatorFencedError  a marker from an older coordinator
     └── TransportError              node-to-node connections (raftlog.rpc.peer_transport)
         ├── FrameError              bytes off the wire that are not a valid frame (names what)
         └── HandshakeError          a HELLO from another cluster or an unknown node
@@ -41,6 +43,7 @@ __all__ = [
     "FrameError",
     "HandshakeError",
     "InvalidRecordError",
+    "InvalidTxnStateError",
     "LeaderNotReadyError",
     "LogClosedError",
     "MembershipChangeError",
@@ -55,6 +58,7 @@ __all__ = [
     "RaftlogError",
     "RequestTimedOutError",
     "StorageError",
+    "TransactionCoordinatorFencedError",
     "TransportError",
     "UnknownTopicOrPartitionError",
 ]
@@ -242,3 +246,14 @@ class InvalidRecordError(PartitionError):
 
 class ProducerFencedError(PartitionError):
     pass
+
+
+class InvalidTxnStateError(PartitionError):
+    """Kafka's INVALID_TXN_STATE: a transactional batch for a partition the coordinator has
+    not added to the producer's transaction (KIP-890), or a non-transactional batch while the
+    producer's transaction is open. Nothing of the request is written."""
+
+
+class TransactionCoordinatorFencedError(PartitionError):
+    """Kafka's TRANSACTION_COORDINATOR_FENCED: a marker whose coordinator epoch is older than
+    the last marker's for that producer (a deposed coordinator's late write)."""

@@ -97,6 +97,10 @@ class FrameKind(enum.IntEnum):
     # (raftlog.rpc.peer_calls; the transport carries their bodies as they are).
     CALL = 3
     REPLY = 4
+    # Transaction markers for a partition leader to write, and their outcome
+    # (raftlog.rpc.txn_marker_calls).
+    MARKERS = 5
+    MARKERS_REPLY = 6
 
 
 class MessageKind(enum.IntEnum):

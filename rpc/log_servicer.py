@@ -135,6 +135,10 @@ class LogServicer(pb_grpc.LogServicer):
             await _invalid(context, f"max_bytes: must be in [1, {FETCH_BYTES_MAX}]")
         if not 0 <= request.max_wait_ms <= WAIT_MS_MAX:
             await _invalid(context, f"max_wait_ms: must be in [0, {WAIT_MS_MAX}]")
+        if request.isolation_level not in (0, 1):
+            await _invalid(
+                context, f"isolation_level: must be 0 or 1, got {request.isolation_level}"
+            )
         try:
             result = await self._node.fetch(
                 request.topic,
@@ -144,6 +148,7 @@ class LogServicer(pb_grpc.LogServicer):
                 wait_ms_max=request.max_wait_ms,
                 bytes_min=max(1, request.min_bytes),
                 allow_follower=request.read_from_follower,
+                read_committed=request.isolation_level == 1,
             )
         except errors.RaftlogError as error:
             return pb.FetchResponse(error=error_proto(error, self._node))
@@ -152,6 +157,11 @@ class LogServicer(pb_grpc.LogServicer):
             high_watermark=result.high_watermark,
             log_start_offset=result.log_start_offset,
             leader_epoch=result.leader_epoch,
+            last_stable_offset=result.last_stable_offset,
+            aborted_transactions=[
+                pb.AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+                for a in result.aborted_transactions or ()
+            ],
         )
 
     async def ListOffsets(

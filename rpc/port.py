@@ -10,12 +10,13 @@ maps them to its own codes (a `leader_hint` on NotLeader/NotController names whe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from raftlog.metadata import ApplyResult, Command, CreateTopicRequest, MetadataState
-from raftlog.partition.replica import FetchResult, ProduceResult
+from raftlog.partition.replica import FetchResult, ProducerDescription, ProduceResult
 from raftlog.rpc.faults import FaultInjector
-from raftlog.types import Commitment, NodeId
+from raftlog.types import Commitment, NodeId, TxnMarker, TxnMarkerResult
 
 __all__ = ["MetadataCopy", "MetadataReadPort", "NodePort"]
 
@@ -108,18 +109,49 @@ class NodePort(MetadataReadPort, Protocol):
         bytes_min: int,
         allow_follower: bool = False,
         skip_emptied: bool = False,
+        read_committed: bool = False,
     ) -> FetchResult:
         """Committed batches from `offset` (raw bytes, never decoded), waiting up to
         `wait_ms_max` for `bytes_min`; with `skip_emptied`, without the batches compaction
-        emptied of every record (raftlog.storage.raft_log_storage, for Kafka clients)."""
+        emptied of every record (raftlog.storage.raft_log_storage, for Kafka clients); with
+        `read_committed`, only below the last stable offset, listing the aborted
+        transactions among them."""
         ...
 
-    def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
-        """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`."""
+    def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        spec: int,
+        timestamp_ms: int,
+        *,
+        read_committed: bool = False,
+    ) -> int:
+        """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`;
+        LATEST is the last stable offset with `read_committed`."""
+        ...
+
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerDescription]:
+        """Every producer the partition remembers, with its open transaction's first offset
+        (Kafka's DescribeProducers), answered by the partition leader."""
+        ...
+
+    def transaction_start_offset(self, topic: str, partition: int, producer_id: int) -> int:
+        """Where the producer's open transaction on the partition starts (DescribeProducers'
+        current_txn_start_offset), -1 if none; answered by the partition leader."""
         ...
 
     async def allocate_producer_id(self, *, timeout_s: float) -> int:
         """A producer id unique in the cluster (from a block committed by the quorum)."""
+        ...
+
+    async def write_txn_markers(
+        self, markers: Sequence[TxnMarker], *, timeout_s: float
+    ) -> list[TxnMarkerResult]:
+        """Kafka's WriteTxnMarkers: write each COMMIT/ABORT marker into its partition through
+        the partition's leader (here, or node to node on the peer transport), answering
+        each once its marker is committed; one result per marker, in order, with a Kafka
+        error code (0 = written)."""
         ...
 
     def is_controller(self) -> bool:

@@ -22,6 +22,12 @@ watermark (committed, the server's promise: a record past it could be lost in a 
 change), offsets strictly increasing since the last seek; control batches (a leader's no-op,
 a membership change) are skipped but advance `fetch_offset`, and records before it (a batch
 is returned whole even when the position lies inside it) are dropped.
+
+With `isolation_level="read_committed"` the server answers up to the last stable offset and
+lists the aborted transactions (producer id, first offset) among the batches; as Kafka's
+consumer, a producer joins the aborted set when the walk reaches its first offset, its
+transactional batches are skipped while it is in the set, and its transaction marker (a
+control batch that is transactional: told by attributes alone) takes it out again.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from raftlog.client.config import AutoOffsetReset, ConsumerConfig
 from raftlog.client.errors import ClientError, NotLeaderForPartitionError, server_error
 from raftlog.errors import CorruptBatchError
 from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.storage.batch import BatchHeader
 from raftlog.storage.records import Headers, RecordOutFields, decode_batch_fields
 
 __all__ = ["ConsumerRecord", "Fetcher", "PartitionState"]
@@ -163,6 +170,7 @@ class Fetcher:
             # fetch_max_wait_ms: a shorter wait would only make an idle consumer ask more often.
             max_wait_ms=self._config.fetch_max_wait_ms,
             min_bytes=self._config.fetch_min_bytes,
+            isolation_level=int(self._config.isolation_level == "read_committed"),
         )
         timeout_ms = self._config.connection.request_timeout_ms
         future = self._cluster.call_future(address, "Log.Fetch", request, timeout_ms=timeout_ms)
@@ -251,6 +259,9 @@ class Fetcher:
         data = response.batches
         position = 0
         where = f"fetch {tp.topic}/{tp.partition} from {fetch.address}"
+        aborted = AbortedFilter(
+            (a.producer_id, a.first_offset) for a in response.aborted_transactions
+        )
         while position < len(data):
             try:
                 header, fields = decode_batch_fields(
@@ -266,9 +277,10 @@ class Fetcher:
                     f"high watermark {response.high_watermark}"
                 )
             position += header.size_bytes
+            skipped = aborted.skips(header)  # fed every batch, in order
             if header.last_offset < state.fetch_offset:
                 continue  # wholly before the position (a batch is returned whole)
-            if not header.is_control:
+            if not skipped:
                 records = _consumer_records(tp, state, fields, where)
                 if records:
                     state.chunks.append(_Chunk(records, header.size_bytes))
@@ -298,6 +310,28 @@ class Fetcher:
             assert state.buffered_bytes >= 0 and bool(chunks) == (state.buffered_bytes > 0)
         assert len(records) <= limit
         return records
+
+
+class AbortedFilter:
+    """Which batches of one fetch answer a read_committed consumer skips (module
+    docstring): control batches, and batches of aborted transactions. Fed every batch of
+    the answer in offset order, those before the position included."""
+
+    __slots__ = ("_aborted", "_producers")
+
+    def __init__(self, aborted: Iterable[tuple[int, int]]) -> None:
+        # (first offset, producer id), latest first, so the earliest pops from the end.
+        self._aborted = sorted(((first, pid) for pid, first in aborted), reverse=True)
+        self._producers: set[int] = set()
+
+    def skips(self, header: BatchHeader) -> bool:
+        while self._aborted and self._aborted[-1][0] <= header.last_offset:
+            self._producers.add(self._aborted.pop()[1])
+        if header.is_control:
+            if header.is_transactional:  # a COMMIT/ABORT marker ends its producer's run
+                self._producers.discard(header.producer_id)
+            return True
+        return header.is_transactional and header.producer_id in self._producers
 
 
 def _consumer_records(

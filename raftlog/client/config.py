@@ -33,6 +33,9 @@ IDEMPOTENT_IN_FLIGHT_MAX = 5
 AcksOption = Literal["all", 1, 0, -1]
 CompressionOption = Literal["lz4", "zstd", "gzip"] | None
 AutoOffsetReset = Literal["earliest", "latest", "error"]
+# Kafka's isolation.level: read_committed reads up to the last stable offset and skips the
+# records of aborted transactions (docs/transactions.md).
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
 
 
 def _require(condition: bool, setting: str, message: str) -> None:
@@ -162,6 +165,7 @@ class ConsumerConfig:
     """Fetch sizes, waits and buffers of a Consumer."""
 
     auto_offset_reset: AutoOffsetReset = "latest"
+    isolation_level: IsolationLevel = "read_uncommitted"
     # Bytes asked of one partition per fetch (Kafka's max.partition.fetch.bytes); a batch
     # larger than this is still returned whole by the server.
     partition_fetch_bytes_max: int = 1 * MIB
@@ -186,6 +190,11 @@ class ConsumerConfig:
             self.auto_offset_reset in ("earliest", "latest", "error"),
             "auto_offset_reset",
             f"must be 'earliest', 'latest' or 'error', got {self.auto_offset_reset!r}",
+        )
+        _require(
+            self.isolation_level in ("read_uncommitted", "read_committed"),
+            "isolation_level",
+            f"must be 'read_uncommitted' or 'read_committed', got {self.isolation_level!r}",
         )
         _require(self.max_poll_records > 0, "max_poll_records", "must be positive")
         _require(self.partition_fetch_bytes_max > 0, "partition_fetch_bytes_max", "must be > 0")

@@ -57,7 +57,7 @@ from typing import Any
 from raftlog.client._connection import ConnectionOptions, TopicPartition
 from raftlog.client._consumer_group import GroupMember
 from raftlog.client._fetcher import ConsumerRecord, Fetcher, PartitionState
-from raftlog.client.config import AutoOffsetReset, ConsumerConfig
+from raftlog.client.config import AutoOffsetReset, ConsumerConfig, IsolationLevel
 from raftlog.client.errors import (
     ClientClosedError,
     ClientError,
@@ -93,6 +93,7 @@ class Consumer:
         bootstrap: str | Sequence[str],
         *,
         auto_offset_reset: AutoOffsetReset = "latest",
+        isolation_level: IsolationLevel = "read_uncommitted",
         partition_fetch_bytes_max: int = 1024 * 1024,
         fetch_max_wait_ms: int = 500,
         fetch_min_bytes: int = 1,
@@ -123,6 +124,7 @@ class Consumer:
         connection = options.config
         self.config = ConsumerConfig(
             auto_offset_reset=auto_offset_reset,
+            isolation_level=isolation_level,
             partition_fetch_bytes_max=partition_fetch_bytes_max,
             fetch_max_wait_ms=fetch_max_wait_ms,
             fetch_min_bytes=fetch_min_bytes,

@@ -6,17 +6,27 @@ replica or a Raft group to call into. Data calls go to the partition replica thi
 (`UnknownTopicOrPartitionError` if none); admin calls are planned on the controller and
 committed through the metadata quorum (`MetadataCalls`); metadata reads answer from this
 node's copy once it has caught up since the node started (`MetadataCatchUp`).
+
+Transaction markers (`write_txn_markers`, Kafka's WriteTxnMarkers) go to each partition's
+leader: written here when this node leads the partition, else grouped by the leader the
+metadata copy names and sent node to node (`raftlog.rpc.txn_marker_calls`); each answer
+comes once its marker is committed. A node serving a peer's markers writes only those of
+partitions it leads and never forwards them again.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from raftlog.errors import (
     CorruptBatchError,
+    FrameError,
     NotControllerError,
     NotLeaderError,
+    ProposalDroppedError,
+    RaftlogError,
+    RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
 from raftlog.metadata import (
@@ -29,11 +39,19 @@ from raftlog.metadata import (
 from raftlog.metadata.machine import MetadataMachine
 from raftlog.node.metadata_calls import MetadataCalls, MetadataCatchUp
 from raftlog.node.reconcile import Reconciler
-from raftlog.partition.replica import FetchResult, OffsetSpec, PartitionReplica, ProduceResult
+from raftlog.partition.replica import (
+    FetchResult,
+    OffsetSpec,
+    PartitionReplica,
+    ProducerDescription,
+    ProduceResult,
+)
 from raftlog.raft.types import Role
 from raftlog.rpc.faults import FaultInjector
+from raftlog.rpc.kafka.errors import kafka_error
+from raftlog.rpc.txn_marker_calls import MARKERS_PER_CALL_MAX, TxnMarkerCalls
 from raftlog.runtime import recorder
-from raftlog.types import Commitment, NodeId
+from raftlog.types import Commitment, NodeId, TxnMarker, TxnMarkerResult
 
 __all__ = ["NodeApi"]
 
@@ -51,6 +69,8 @@ class NodeApi:
         reconciler: Reconciler,
         is_fenced: Callable[[], bool],
         faults: FaultInjector | None,
+        marker_calls: Callable[[], TxnMarkerCalls],
+        wall_clock_ms: Callable[[], int],
     ) -> None:
         self.node_id = node_id
         self.metadata = metadata
@@ -60,6 +80,8 @@ class NodeApi:
         self._reconciler = reconciler
         self._replicas: Mapping[tuple[str, int], PartitionReplica] = reconciler.replicas
         self._is_fenced = is_fenced
+        self._marker_calls = marker_calls
+        self._wall_clock_ms = wall_clock_ms
 
     # -- metadata reads (raftlog.rpc.port.MetadataReadPort) -------------------------------
 
@@ -132,6 +154,7 @@ class NodeApi:
         bytes_min: int,
         allow_follower: bool = False,
         skip_emptied: bool = False,
+        read_committed: bool = False,
     ) -> FetchResult:
         """Committed batches from `offset`, raw; a damaged read starts a repair instead."""
         replica = self._replica(topic, partition)
@@ -143,6 +166,7 @@ class NodeApi:
                 bytes_min=bytes_min,
                 allow_follower=allow_follower,
                 skip_emptied=skip_emptied,
+                read_committed=read_committed,
             )
         except CorruptBatchError as error:
             # No damaged byte is served: the replica is reopened for a repair and the client
@@ -156,9 +180,28 @@ class NodeApi:
         recorder.recorder().on_fetch(len(result.batches))
         return result
 
-    def list_offsets(self, topic: str, partition: int, spec: int, timestamp_ms: int) -> int:
-        """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`."""
-        return self._replica(topic, partition).list_offset(OffsetSpec(spec), timestamp_ms)
+    def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        spec: int,
+        timestamp_ms: int,
+        *,
+        read_committed: bool = False,
+    ) -> int:
+        """The offset `spec` (an `OffsetSpec` value) names; by timestamp with `timestamp_ms`;
+        LATEST is the last stable offset with `read_committed`."""
+        return self._replica(topic, partition).list_offset(
+            OffsetSpec(spec), timestamp_ms, read_committed=read_committed
+        )
+
+    def describe_producers(self, topic: str, partition: int) -> list[ProducerDescription]:
+        """Every producer the partition remembers (Kafka's DescribeProducers)."""
+        return self._replica(topic, partition).describe_producers()
+
+    def transaction_start_offset(self, topic: str, partition: int, producer_id: int) -> int:
+        """Where the producer's open transaction on the partition starts, -1 if none."""
+        return self._replica(topic, partition).transaction_start_offset(producer_id)
 
     def describe_producer(
         self, topic: str, partition: int, producer_id: int
@@ -173,6 +216,89 @@ class NodeApi:
     async def allocate_producer_id(self, *, timeout_s: float) -> int:
         """A producer id unique in the cluster (from a block committed by the quorum)."""
         return await self._calls.allocate_producer_id(timeout_s=timeout_s)
+
+    # -- transaction markers ---------------------------------------------------------------
+
+    async def write_txn_markers(
+        self, markers: Sequence[TxnMarker], *, timeout_s: float
+    ) -> list[TxnMarkerResult]:
+        """Write each marker through its partition's leader, here or on a peer (module
+        docstring); one result per marker, in order, 0 once committed."""
+        codes: list[int | None] = [None] * len(markers)
+        local: list[int] = []
+        remote: dict[NodeId, list[int]] = {}
+        state = self.metadata.state
+        for index, marker in enumerate(markers):
+            replica = self._replicas.get((marker.topic, marker.partition))
+            if replica is not None and replica.group.node.role is Role.LEADER:
+                local.append(index)
+                continue
+            info = state.partition(marker.topic, marker.partition)
+            if info is None:
+                codes[index] = _code(UnknownTopicOrPartitionError(marker.topic, marker.partition))
+            elif info.leader_id is None or info.leader_id == self.node_id:
+                codes[index] = _code(NotLeaderError(leader_hint=None))
+            else:
+                remote.setdefault(NodeId(info.leader_id), []).append(index)
+        jobs = [self._write_local([markers[i] for i in local], timeout_s)]
+        order = list(local)  # the markers' indexes in the order the answers come back
+        for leader, indexes in remote.items():
+            for chunk_start in range(0, len(indexes), MARKERS_PER_CALL_MAX):
+                chunk = indexes[chunk_start : chunk_start + MARKERS_PER_CALL_MAX]
+                jobs.append(self._write_remote(leader, [markers[i] for i in chunk], timeout_s))
+                order.extend(chunk)
+        answers = [code for job in await asyncio.gather(*jobs) for code in job]
+        for index, code in zip(order, answers, strict=True):
+            codes[index] = code
+        return [
+            TxnMarkerResult(marker.topic, marker.partition, code)
+            for marker, code in zip(markers, codes, strict=True)
+            if code is not None
+        ]
+
+    async def write_local_txn_markers(
+        self, markers: Sequence[TxnMarker], timeout_s: float
+    ) -> list[TxnMarkerResult]:
+        """A peer's markers: those of partitions this node leads are written, the others
+        answered NOT_LEADER_OR_FOLLOWER / UNKNOWN_TOPIC_OR_PARTITION (never forwarded)."""
+        codes = await self._write_local(markers, timeout_s)
+        return [
+            TxnMarkerResult(marker.topic, marker.partition, code)
+            for marker, code in zip(markers, codes, strict=True)
+        ]
+
+    async def _write_local(self, markers: Sequence[TxnMarker], timeout_s: float) -> list[int]:
+        return list(await asyncio.gather(*(self._write_one(m, timeout_s) for m in markers)))
+
+    async def _write_one(self, marker: TxnMarker, timeout_s: float) -> int:
+        try:
+            replica = self._replica(marker.topic, marker.partition)
+            if self._is_fenced():
+                raise NotLeaderError(leader_hint=None)  # as produce: a fenced node leads nothing
+            await replica.write_txn_marker(
+                producer_id=marker.producer_id,
+                producer_epoch=marker.producer_epoch,
+                coordinator_epoch=marker.coordinator_epoch,
+                commit=marker.commit,
+                timestamp_ms=self._wall_clock_ms(),
+                timeout_s=timeout_s,
+            )
+        except RaftlogError as error:
+            return _code(error)
+        return 0
+
+    async def _write_remote(
+        self, leader: NodeId, markers: list[TxnMarker], timeout_s: float
+    ) -> list[int]:
+        try:
+            results = await self._marker_calls().call(leader, markers, timeout_s)
+        except TimeoutError:
+            return [_code(RequestTimedOutError("markers"))] * len(markers)
+        except (ProposalDroppedError, FrameError):
+            # Not sent, or the leader went away with the answer: the coordinator retries
+            # (a repeated marker ends nothing).
+            return [_code(NotLeaderError(leader_hint=None))] * len(markers)
+        return [result.error_code for result in results]
 
     # -- admin -----------------------------------------------------------------------------
 
@@ -225,3 +351,8 @@ class NodeApi:
             if partitions and all(p.leader_id is not None for p in partitions):
                 return
             await asyncio.sleep(0.05)
+
+
+def _code(error: RaftlogError) -> int:
+    """The Kafka error code a marker's result carries for `error`."""
+    return int(kafka_error(error).value)

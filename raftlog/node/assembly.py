@@ -23,15 +23,19 @@ from raftlog.node.liveness import NodeLiveness
 from raftlog.node.reassignment_driver import ReassignmentDriver
 from raftlog.node.reconcile import Reconciler
 from raftlog.node.scrubber import Scrubber
+from raftlog.node.txn_markers import SUBMIT_TIMEOUT_S, TransactionMarkerDuty
+from raftlog.rpc.codec import FrameKind
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.peer_calls import PeerCalls
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.security import security_peer_ssl
+from raftlog.rpc.txn_marker_calls import TxnMarkerCalls
 from raftlog.runtime.host import RaftGroupHost
 from raftlog.settings import NodeSettings
 from raftlog.storage.chaos_file_system import ChaosFileSystem
 from raftlog.storage.file_system import DATA_DIRECTORY_MODE, FileSystem, OsFileSystem
 from raftlog.storage.wall_clock import SystemWallClock, WallClock
+from raftlog.types import NodeId
 
 if TYPE_CHECKING:
     from raftlog.node.node import Node
@@ -52,6 +56,8 @@ __all__ = [
     "reassignment_driver",
     "reconciler",
     "scrubber",
+    "transaction_marker_duty",
+    "txn_marker_calls",
     "wall_clock",
 ]
 
@@ -95,9 +101,22 @@ def peer_transport(node: Node) -> PeerTransport:
         on_peer_restart=node.on_peer_restart,
         # Node liveness stands in for the heartbeats of quiesced groups.
         on_peer_liveness=lambda peer, alive: node.host.set_peer_reachable(peer, reachable=alive),
-        on_call_frame=lambda sender, kind, body: node.peer_calls.on_frame(sender, kind, body),
-        on_peer_disconnected=lambda peer: node.peer_calls.peer_disconnected(peer),
+        on_call_frame=lambda sender, kind, body: on_call_frame(node, sender, kind, body),
+        on_peer_disconnected=lambda peer: on_peer_disconnected(node, peer),
     )
+
+
+def on_call_frame(node: Node, sender: NodeId, kind: FrameKind, body: memoryview) -> None:
+    """CALL/REPLY frames are metadata calls, MARKERS/MARKERS_REPLY transaction markers."""
+    if kind in (FrameKind.MARKERS, FrameKind.MARKERS_REPLY):
+        node.txn_marker_calls.on_frame(sender, kind, body)
+    else:
+        node.peer_calls.on_frame(sender, kind, body)
+
+
+def on_peer_disconnected(node: Node, peer: NodeId) -> None:
+    node.peer_calls.peer_disconnected(peer)
+    node.txn_marker_calls.peer_disconnected(peer)
 
 
 def peer_calls(node: Node) -> PeerCalls:
@@ -107,6 +126,17 @@ def peer_calls(node: Node) -> PeerCalls:
         serve=lambda sender, command, timeout_s: node.metadata_calls.serve_call(
             sender, command, timeout_s
         ),
+        spawn=node.spawn,
+        calls_in_flight_max=node.config.transport.calls_in_flight_max,
+    )
+
+
+def txn_marker_calls(node: Node) -> TxnMarkerCalls:
+    """Transaction markers for partition leaders travel on the transport too; a peer's are
+    written here only for partitions this node leads."""
+    return TxnMarkerCalls(
+        send=node.transport.send_call_frame,
+        serve=lambda markers, timeout_s: node.api.write_local_txn_markers(markers, timeout_s),
         spawn=node.spawn,
         calls_in_flight_max=node.config.transport.calls_in_flight_max,
     )
@@ -160,6 +190,7 @@ def reconciler(node: Node) -> Reconciler:
         create_turn_ms_max=config.replica_create_turn_ms_max,
         clock=node.clock,
         call_soon=lambda callback: asyncio.get_running_loop().call_soon(callback),
+        txn_verifier=node.txn_verification.verifier,
     )
     node.host.on_storage_damage = reconciler.on_read_damage
     return reconciler
@@ -249,6 +280,19 @@ def controller_duties(node: Node) -> ControllerDuties:
         metadata_group=node.require_metadata_group,
         metadata=lambda: node.metadata.state,
         submit=node.metadata_calls.submit,
+    )
+
+
+def transaction_marker_duty(node: Node) -> TransactionMarkerDuty:
+    """The transaction coordinator's markers and timeouts, while this node is controller."""
+    return TransactionMarkerDuty(
+        state=lambda: node.metadata.state,
+        controller_term=lambda: controller_term_of(node.metadata_group),
+        submit=lambda command: node.metadata_calls.submit(command, timeout_s=SUBMIT_TIMEOUT_S),
+        write_markers=lambda markers, timeout_s: node.api.write_txn_markers(
+            markers, timeout_s=timeout_s
+        ),
+        wall_clock_ms=node.wall_clock.now_ms,
     )
 
 

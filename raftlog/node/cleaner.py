@@ -31,6 +31,7 @@ from raftlog.partition.cleaning import (
     plan_cleaning,
     run_cleaning,
 )
+from raftlog.partition.producer_state import AbortedTxn
 from raftlog.storage.compaction import CleanedSegment
 from raftlog.storage.log import SegmentedLog
 from raftlog.types import RaftGroupId
@@ -48,6 +49,8 @@ class CleanTarget:
     log: SegmentedLog
     settings: CompactionSettings
     clean_below: int
+    # The replica's aborted transactions (Raft offsets) whose records a pass drops.
+    aborted: tuple[AbortedTxn, ...] = ()
 
 
 class LogCleaner:
@@ -102,7 +105,7 @@ class LogCleaner:
         state = self._states.setdefault(target.raft_group_id, CleanerState())
         plan = plan_cleaning(
             target.log, target.settings, state, clean_below=target.clean_below,
-            now_ms=self._now_ms(),
+            now_ms=self._now_ms(), aborted=target.aborted,
         )  # fmt: skip
         if plan is None:
             return 0

@@ -50,6 +50,7 @@ from raftlog.node import assembly, front_ends
 from raftlog.node.api import NodeApi
 from raftlog.node.duties import NodeDuties
 from raftlog.node.metadata_calls import MetadataCalls, MetadataCatchUp
+from raftlog.node.txn_verification import TxnVerification
 from raftlog.rpc.forwarding import ControllerForwarder
 from raftlog.rpc.server import ApiServer, start_api_server
 from raftlog.runtime.clock import MonotonicClock, RetentionClock, SystemMonotonicClock
@@ -108,10 +109,16 @@ class Node:
             wait_ms=self.config.metadata.catch_up_wait_ms,
         )
         self.metadata.listeners.append(self.catch_up.observe)
+        self.txn_verification = TxnVerification(
+            metadata=self.metadata,
+            wait_ms=self.config.kafka.txn_verification_wait_ms,
+            enabled=self.config.kafka.txn_verification,
+        )
 
     def _build_raft_engine(self) -> None:
         self.transport = assembly.peer_transport(self)
         self.peer_calls = assembly.peer_calls(self)
+        self.txn_marker_calls = assembly.txn_marker_calls(self)
         self.host = assembly.raft_group_host(self)
         self.raft_groups = assembly.raft_group_factory(self)
         self.reconciler = assembly.reconciler(self)
@@ -161,8 +168,11 @@ class Node:
             reconciler=self.reconciler,
             is_fenced=self.duties.is_fenced,
             faults=self.faults,
+            marker_calls=lambda: self.txn_marker_calls,
+            wall_clock_ms=self.wall_clock.now_ms,
         )
         self.kafka = front_ends.kafka_listener(self.api, self.consumer_groups, self.settings)
+        self.txn_markers = assembly.transaction_marker_duty(self)
 
     # -- what other parts and the metrics read ---------------------------------------------
 
@@ -212,6 +222,8 @@ class Node:
         self.spawn(self.duties.retention_loop(), "retention")
         self.spawn(self.scrubber.run(), "scrubber")
         self.spawn(self.cleaner.run(), "cleaner")
+        self.metadata.listeners.append(self.txn_markers.wake)
+        self.spawn(self.txn_markers.run(), "txn-markers")
 
     def _open_metadata_group(self) -> None:
         directory = self.settings.data_dir / "metadata"
@@ -239,6 +251,7 @@ class Node:
         self.host.close()
         await _cancel_all(set(self._tasks))
         self.peer_calls.close()
+        self.txn_marker_calls.close()
         await self.transport.close()
         for group in list(self.host.groups()):
             group.fail_waiters(NotLeaderError(leader_hint=None))

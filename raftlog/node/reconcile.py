@@ -41,7 +41,7 @@ from raftlog.partition.checkpoint import CheckpointStore
 from raftlog.partition.cleaning import CompactionSettings, compaction_settings
 from raftlog.partition.policy import apply_retention, topic_log_config
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
-from raftlog.partition.replica import PartitionReplica
+from raftlog.partition.replica import PartitionReplica, TxnVerifier
 from raftlog.runtime.clock import MonotonicClock
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.host import RaftGroupHost
@@ -79,6 +79,7 @@ class Reconciler:
         create_turn_ms_max: float,
         clock: MonotonicClock,
         call_soon: Callable[[Callable[[], None]], object],
+        txn_verifier: Callable[[str, int], TxnVerifier | None] = lambda topic, partition: None,
     ) -> None:
         assert creates_per_turn_max > 0 and create_turn_ms_max > 0, (
             creates_per_turn_max,
@@ -98,6 +99,8 @@ class Reconciler:
         self._create_turn_s_max = create_turn_ms_max / 1000
         self._clock = clock
         self._call_soon = call_soon
+        # Each replica's KIP-890 check (raftlog.node.txn_verification).
+        self._txn_verifier = txn_verifier
         self._more_scheduled = False
         # Each node's (incarnation, raft address) when this node caught up: a registration
         # differing from it was committed since, so it is newer than --peers.
@@ -197,10 +200,12 @@ class Reconciler:
         for raft_group_id, replica in sorted(self.replicas_by_raft_group.items()):
             settings = self.compaction_settings(replica.topic)
             if settings.compact and raft_group_id in storages:
-                clean_below = min(replica.raft_high_watermark, replica.applied_offset + 1)
-                targets.append(
-                    CleanTarget(raft_group_id, storages[raft_group_id].log, settings, clean_below)
-                )
+                # The LSO is at most min(high watermark, applied offset + 1): below it, no
+                # open transaction's batch (partition/cleaning.py).
+                clean_below = replica.raft_last_stable_offset
+                log = storages[raft_group_id].log
+                aborted = replica.aborted_transactions_below(clean_below)
+                targets.append(CleanTarget(raft_group_id, log, settings, clean_below, aborted))
         return targets
 
     def apply_retention(self, now_ms: int) -> None:
@@ -318,6 +323,7 @@ class Reconciler:
             config=log_config,
             checkpoint=checkpoint,
             keys_required=lambda: self.compaction_settings(topic).compact,
+            txn_verifier=self._txn_verifier(topic, partition),
         )
         group = self._factory.make_group(raft_group_id, storage, hard_state_store, voters, replica)
         replica.attach(group)

@@ -22,6 +22,12 @@ Kept records are copied byte for byte (their offset and timestamp deltas are rel
 the unchanged header); a compressed batch is recompressed with its codec (Snappy, which
 raftlog cannot write, and empty batches become uncompressed).
 
+Transactions (Kafka's cleaner): a batch of an aborted transaction (`BatchAborted`, which the
+caller answers from the partition's aborted index) loses every record and adds no key to
+the offset map, so it never shadows a committed record of its key; transaction markers, as
+every control batch, stay. The caller cleans nothing at or above the last stable offset, so
+no batch of an open transaction is ever judged.
+
 The swap (`swap_in_cleaned`), crash-safe at every step: cleaned segments are written,
 indexed and fsynced under `cleaner/` with their final names. Then (1) the old segments'
 index files are removed, directory synced; (2) each cleaned `.log` is renamed over the old
@@ -188,15 +194,27 @@ def _segment_batches(files: FileSystem, path: str, pace: Callable[[int], None]) 
         handle.close()
 
 
+# Whether a batch belongs to an aborted transaction (its records are to be dropped).
+BatchAborted = Callable[[BatchHeader], bool]
+
+
+def _never_aborted(header: BatchHeader) -> bool:
+    return False
+
+
 def build_offset_map(
-    files: FileSystem, segments: Sequence[SegmentToClean], pace: Callable[[int], None]
+    files: FileSystem,
+    segments: Sequence[SegmentToClean],
+    pace: Callable[[int], None],
+    aborted: BatchAborted = _never_aborted,
 ) -> dict[bytes, int]:
-    """Key -> offset of its latest record in `segments` (control batches hold no keys)."""
+    """Key -> offset of its latest record in `segments` (control batches hold no keys, nor
+    do aborted transactions' batches count)."""
     latest: dict[bytes, int] = {}
     for segment in segments:
         for batch in _segment_batches(files, segment.path, pace):
             header = parse_header(batch)
-            if header.is_control or header.record_count == 0:
+            if header.is_control or header.record_count == 0 or aborted(header):
                 continue
             parsed = _parsed(batch, header)
             for _start, _end, offset_delta, _ts, key, _tomb in parsed[1] if parsed else ():
@@ -205,18 +223,26 @@ def build_offset_map(
     return latest
 
 
-def clean_batch(batch: bytes, keep: KeepRecord) -> tuple[bytes, int]:
-    """`(batch without the records keep refuses, how many it refused)`; the header keeps
-    every field but the length, record count, CRC (and codec, for an emptied batch)."""
+def clean_batch(
+    batch: bytes, keep: KeepRecord, aborted: BatchAborted = _never_aborted
+) -> tuple[bytes, int]:
+    """`(batch without the records keep refuses, how many it refused)`; an aborted
+    transaction's batch keeps none. The header keeps every field but the length, record
+    count, CRC (and codec, for an emptied batch)."""
     header = parse_header(batch)
     if header.is_control or header.record_count == 0:
-        return batch, 0  # membership and leader changes stay: Raft needs them
+        # Membership and leader changes stay (Raft needs them), and transaction markers
+        # (readers need them to end a transaction).
+        return batch, 0
     parsed = _parsed(batch, header)
     if parsed is None:
         return batch, 0
     data, spans = parsed
     base, first_ms = header.base_offset, header.first_timestamp
-    kept = [s for s in spans if keep(base + s[2], s[4], s[5], first_ms + s[3])]
+    if aborted(header):
+        kept = []
+    else:
+        kept = [s for s in spans if keep(base + s[2], s[4], s[5], first_ms + s[3])]
     if len(kept) == len(spans):
         return batch, 0
     section = b"".join(data[s[0] : s[1]] for s in kept)
@@ -277,12 +303,13 @@ def write_cleaned_segment(
     config: LogConfig,
     keep: KeepRecord,
     pace: Callable[[int], None],
+    aborted: BatchAborted = _never_aborted,
 ) -> CleanedSegment | None:
     """Write the cleaned copy of `segment` and its index files under `cleaner/`, fsynced;
     None when cleaning would remove nothing (no copy is written)."""
     batches, removed, before = [], 0, 0
     for batch in _segment_batches(files, segment.path, pace):
-        cleaned, count = clean_batch(batch, keep)
+        cleaned, count = clean_batch(batch, keep, aborted)
         batches.append(cleaned)
         removed += count
         before += len(batch)

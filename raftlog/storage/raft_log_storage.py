@@ -73,6 +73,7 @@ from raftlog.storage.records import (
     CONTROL_LEADER_CHANGE,
     CONTROL_VOTERS,
     decode_control_batch,
+    decode_txn_marker,
     encode_control_batch,
 )
 from raftlog.storage.wall_clock import SystemWallClock, WallClock
@@ -654,11 +655,18 @@ def _is_plain_batch(data: bytes, offset_count: int) -> bool:
         header = parse_header(data)
     except StorageError:
         return False
-    return (
-        header.size_bytes == len(data)
-        and header.offset_count == offset_count
-        and not header.is_control
-    )
+    if header.size_bytes != len(data) or header.offset_count != offset_count:
+        return False
+    if not header.is_control:
+        return True
+    # A transaction marker is stored as the partition leader built it: a control batch
+    # that takes a Kafka offset and reaches clients (raftlog.storage.control_batches).
+    if not header.is_transactional:
+        return False
+    try:
+        return decode_txn_marker(data) is not None
+    except StorageError:
+        return False
 
 
 def _with_offset_count(batch: bytes, offset_count: int) -> bytes:

@@ -57,7 +57,13 @@ of machine a megabyte of new pages costs more in page faults than the bytes cost
 
 from __future__ import annotations
 
-from raftlog.storage.control_batches import decode_control_batch, encode_control_batch
+from raftlog.storage.control_batches import (
+    TxnMarkerRecord,
+    decode_control_batch,
+    decode_txn_marker,
+    encode_control_batch,
+    encode_txn_marker,
+)
 from raftlog.storage.record_decoder import decode_batch, decode_batch_fields
 from raftlog.storage.record_encoder import encode_batch
 from raftlog.storage.record_format import (
@@ -88,12 +94,15 @@ __all__ = [
     "RecordFields",
     "RecordInput",
     "RecordOutFields",
+    "TxnMarkerRecord",
     "decode_batch",
     "decode_batch_fields",
     "decode_control_batch",
+    "decode_txn_marker",
     "decode_varint",
     "encode_batch",
     "encode_control_batch",
+    "encode_txn_marker",
     "encode_unsigned_varint",
     "encode_varint",
     "validate_records",

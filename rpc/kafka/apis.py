@@ -24,6 +24,7 @@ from raftlog.rpc.kafka import (
     group_offset_handlers,
     log_handlers,
     producer_id_handlers,
+    txn_handlers,
 )
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
@@ -110,12 +111,39 @@ def _group_apis() -> list[Api]:
     ]
 
 
+def _transaction_apis() -> list[Api]:
+    t = txn_handlers
+    return [
+        # v4+ is the brokers' batched form with verify_only (KIP-890 part 1).
+        Api(t.ADD_PARTITIONS_TO_TXN, "AddPartitionsToTxn", 0, 5, t.add_partitions_to_txn),
+        Api(t.ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn", 0, 4, t.add_offsets_to_txn),
+        # v5 bumps the epoch at every end (KIP-890 part 2).
+        Api(t.END_TXN, "EndTxn", 0, 5, t.end_txn),
+        Api(t.TXN_OFFSET_COMMIT, "TxnOffsetCommit", 0, 4, t.txn_offset_commit),
+        Api(
+            t.DESCRIBE_TRANSACTIONS,
+            "DescribeTransactions",
+            0,
+            0,
+            t.describe_transactions,
+        ),
+        Api(t.LIST_TRANSACTIONS, "ListTransactions", 0, 1, t.list_transactions),
+    ]
+
+
 APIS: dict[int, Api] = {
     api.key: api
     for api in (
         Api(log_handlers.PRODUCE, "Produce", 3, 9, log_handlers.produce),
         Api(log_handlers.FETCH, "Fetch", 4, 12, log_handlers.fetch),
         Api(log_handlers.LIST_OFFSETS, "ListOffsets", 1, 6, log_handlers.list_offsets),
+        Api(
+            log_handlers.DESCRIBE_PRODUCERS,
+            "DescribeProducers",
+            0,
+            0,
+            log_handlers.describe_producers,
+        ),
         Api(cluster_handlers.METADATA, "Metadata", 1, 12, cluster_handlers.metadata),
         Api(API_VERSIONS, "ApiVersions", 0, 3, api_versions),
         *_group_apis(),
@@ -149,7 +177,7 @@ APIS: dict[int, Api] = {
             producer_id_handlers.INIT_PRODUCER_ID,
             "InitProducerId",
             0,
-            4,
+            5,
             producer_id_handlers.init_producer_id,
         ),
         Api(
@@ -166,5 +194,6 @@ APIS: dict[int, Api] = {
             1,
             cluster_handlers.describe_cluster,
         ),
+        *_transaction_apis(),
     )
 }

@@ -40,7 +40,7 @@ __all__ = [
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT = 10, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 13, 14, 15, 16
-_GROUP_KEY = 0
+_GROUP_KEY, _TRANSACTION_KEY = 0, 1  # FindCoordinator's key types
 _SKIP_ASSIGNMENT_VERSION = 9  # JoinGroup's skip_assignment (KIP-814)
 
 
@@ -57,10 +57,10 @@ def consumer_group_has_members(ctx: KafkaContext, group_id: str) -> bool:
 
 
 async def find_coordinator(ctx: KafkaContext, request: Any, version: int) -> Any:
-    """FindCoordinator v0 to v4 (v4: several keys): every group's coordinator is the controller,
-    read from the node port (`controller_id`) with its registered Kafka address. Answers
-    COORDINATOR_NOT_AVAILABLE while no controller, or none with a Kafka address, is known, and
-    TRANSACTIONAL_ID_AUTHORIZATION_FAILED for a transaction key (transactions are not supported)."""
+    """FindCoordinator v0 to v4 (v4: several keys): every group's and every transactional id's
+    coordinator is the controller, read from the node port (`controller_id`) with its registered
+    Kafka address. Answers COORDINATOR_NOT_AVAILABLE while no controller, or none with a Kafka
+    address, is known, INVALID_REQUEST for a key type other than GROUP and TRANSACTION."""
     module = response_module(FIND_COORDINATOR, version)
     keys = list(request.coordinator_keys) if hasattr(request, "coordinator_keys") else [request.key]
     answers = [_coordinator(ctx, int(getattr(request, "key_type", _GROUP_KEY))) for _ in keys]
@@ -78,12 +78,11 @@ async def find_coordinator(ctx: KafkaContext, request: Any, version: int) -> Any
 
 def _coordinator(ctx: KafkaContext, key_type: int) -> dict[str, Any]:
     none = {"node_id": -1, "host": "", "port": -1}
-    if key_type != _GROUP_KEY:
-        message = "raftlog has no transaction coordinator: transactions are not supported"
+    if key_type not in (_GROUP_KEY, _TRANSACTION_KEY):
         return {
             **none,
-            "error_code": ErrorCode.transactional_id_authorization_failed,
-            "error_message": message,
+            "error_code": ErrorCode.invalid_request,
+            "error_message": f"unknown coordinator key type {key_type}",
         }
     controller = ctx.node.controller_id
     address = "" if controller is None else ctx.kafka_address_of(controller)

@@ -172,10 +172,12 @@ async def offset_fetch(ctx: KafkaContext, request: Any, version: int) -> Any:
     on) and metadata each was committed with, read from the node port's metadata copy; -1, -1 and
     "" where none is committed. Answers NOT_COORDINATOR off the controller, the commit check's
     code (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID) for a refused member,
-    TOPIC_AUTHORIZATION_FAILED per partition without read permission."""
+    TOPIC_AUTHORIZATION_FAILED per partition without read permission, and with require_stable
+    (v7 on) UNSTABLE_OFFSET_COMMIT per partition an open transaction holds an offset of."""
     module = response_module(OFFSET_FETCH, version)
     if not hasattr(request, "groups"):  # v1-v7: one group
-        code, topics = _fetch_group(ctx, module, request.group_id, request.topics, None, -1)
+        stable = bool(getattr(request, "require_stable", False))  # v7 on (KIP-447)
+        code, topics = _fetch_group(ctx, module, request.group_id, request.topics, None, -1, stable)
         return build(
             module.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics, error_code=code
         )
@@ -183,7 +185,9 @@ async def offset_fetch(ctx: KafkaContext, request: Any, version: int) -> Any:
     for group in request.groups:  # v8 on (KIP-709), v9 with the KIP-848 member
         member_id = getattr(group, "member_id", None)
         epoch = int(getattr(group, "member_epoch", -1))
-        code, topics = _fetch_group(ctx, module, group.group_id, group.topics, member_id, epoch)
+        code, topics = _fetch_group(
+            ctx, module, group.group_id, group.topics, member_id, epoch, request.require_stable
+        )
         answers.append(
             build(
                 module.OffsetFetchResponseGroup,
@@ -202,6 +206,7 @@ def _fetch_group(
     topics: Any,
     member_id: str | None,
     member_epoch: int,
+    require_stable: bool,
 ) -> tuple[ErrorCode, tuple[Any, ...]]:
     if not coordinating(ctx):
         return ErrorCode.not_coordinator, ()
@@ -211,7 +216,20 @@ def _fetch_group(
         )
         if refusal is not GroupErrorCode.NONE:
             return commit_error(refusal), ()
-    committed = ctx.node.metadata.state.committed(group_id)
+    state = ctx.node.metadata.state
+    committed = state.committed(group_id)
+    # Partitions with offsets an open transaction holds: with require_stable the client waits
+    # (UNSTABLE_OFFSET_COMMIT is retriable) rather than read an offset about to change.
+    unstable = (
+        {
+            tp
+            for (group, _), offsets in state.pending_transaction_offsets().items()
+            if group == group_id
+            for tp in offsets
+        }
+        if require_stable
+        else set()
+    )
     if topics is None:
         wanted: dict[str, list[int]] = {}
         for topic, partition in committed:
@@ -235,9 +253,11 @@ def _fetch_group(
             committed_offset=found.offset,
             committed_leader_epoch=found.leader_epoch,
             metadata=found.metadata,
-            error_code=ErrorCode.none
-            if ctx.allowed(Permission.READ, name)
-            else ErrorCode.topic_authorization_failed,
+            error_code=ErrorCode.topic_authorization_failed
+            if not ctx.allowed(Permission.READ, name)
+            else ErrorCode.unstable_offset_commit
+            if (name, partition) in unstable
+            else ErrorCode.none,
         )
 
     return ErrorCode.none, tuple(

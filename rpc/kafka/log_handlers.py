@@ -4,8 +4,12 @@ service makes (OffsetForLeaderEpoch: KIP-320's truncation check, answered by the
 Record batches stay opaque: a produced partition's records are handed to `produce` as one
 batch (Kafka's v3+ rule: exactly one RecordBatch v2 per partition), where the leader verifies
 its CRC and walks its record framing as for any producer; fetched batches go back as the
-bytes the log holds. Fetch answers committed offsets only (below the high watermark), with
-last stable offset = high watermark, since raftlog has no open transactions.
+bytes the log holds. Fetch answers committed offsets only (below the high watermark); with
+isolation_level read_committed (1) only below the last stable offset, with the aborted
+transactions of what it returns, so the client skips their records (the node never decodes
+records: a client tells markers by their batch attributes). Transactional batches are
+checked by the partition leader (KIP-890: the partition must be in the producer's
+transaction), not here.
 """
 
 from __future__ import annotations
@@ -19,25 +23,28 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
 
 from raftlog import errors
-from raftlog.partition.replica import OffsetSpec
+from raftlog.partition.replica import AbortedTransaction, OffsetSpec
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
+from raftlog.rpc.kafka.txn_handlers import TRANSACTIONAL_ID_RESOURCE_PREFIX
 from raftlog.rpc.security import Permission
 from raftlog.types import Commitment
 
 __all__ = [
+    "DESCRIBE_PRODUCERS",
     "FETCH",
     "LIST_OFFSETS",
     "OFFSET_FOR_LEADER_EPOCH",
     "PRODUCE",
+    "describe_producers",
     "fetch",
     "list_offsets",
     "offset_for_leader_epoch",
     "produce",
 ]
 
-PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 23
+PRODUCE, FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_PRODUCERS = 0, 1, 2, 23, 61
 
 _COMMITMENTS = {0: Commitment.NONE, 1: Commitment.LEADER, -1: Commitment.QUORUM}
 _EARLIEST_TIMESTAMP, _LATEST_TIMESTAMP = -2, -1
@@ -60,11 +67,24 @@ async def produce(ctx: KafkaContext, request: Any, version: int) -> Any | None:
     refused for some of its records (INVALID_RECORD) names each in record_errors."""
     commitment = _COMMITMENTS.get(int(request.acks))
     timeout_ms = min(timedelta_ms(request.timeout), ctx.config.produce_timeout_ms_max)
+    # Kafka refuses a transactional produce whole without a write grant on its
+    # transactional id (the name `transactional_id:<id>`, as the coordinator's APIs).
+    transactional_id = request.transactional_id
+    txn_refusal = None
+    if transactional_id is not None and not ctx.allowed(
+        Permission.WRITE, TRANSACTIONAL_ID_RESOURCE_PREFIX + transactional_id
+    ):
+        txn_refusal = _Produced(
+            ErrorCode.transactional_id_authorization_failed,
+            message=f"no write permission on transactional id {transactional_id}",
+        )
     calls: list[tuple[str, int, Awaitable[_Produced]]] = []
     for topic in request.topic_data:
         for partition in topic.partition_data:
-            refusal = _produce_refusal(request, partition.records, commitment) or _denied(
-                ctx, Permission.WRITE, topic.name
+            refusal = (
+                txn_refusal
+                or _produce_refusal(request, partition.records, commitment)
+                or _denied(ctx, Permission.WRITE, topic.name)
             )
             if refusal is not None:
                 calls.append((topic.name, partition.index, _done(refusal)))
@@ -120,6 +140,18 @@ def _denied(ctx: KafkaContext, permission: Permission, topic: str) -> _Produced 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Fetched:
+    """One partition's fetch answer (-1 offsets on an error)."""
+
+    code: ErrorCode
+    batches: bytes = b""
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    last_stable_offset: int = -1
+    aborted: tuple[AbortedTransaction, ...] | None = None
+
+
 async def _done(value: _Produced) -> _Produced:
     return value
 
@@ -130,11 +162,6 @@ def _produce_refusal(
     if commitment is None:
         return _Produced(
             ErrorCode.invalid_required_acks, message=f"acks must be 0, 1 or -1, got {request.acks}"
-        )
-    if request.transactional_id is not None:
-        return _Produced(
-            ErrorCode.transactional_id_authorization_failed,
-            message="transactions are not supported by raftlog",
         )
     if not records:
         return _Produced(ErrorCode.corrupt_message, message="no record batch for the partition")
@@ -175,23 +202,24 @@ async def fetch(ctx: KafkaContext, request: Any, version: int) -> Any:
     ]
     wait_ms = min(max(timedelta_ms(request.max_wait), 0), ctx.config.fetch_wait_ms_max)
     answers = await _fetch_all(ctx, request, wanted)
-    fetched = sum(len(a[1]) for a in answers if a[0] is ErrorCode.none)
+    fetched = sum(len(a.batches) for a in answers if a.code is ErrorCode.none)
     if wait_ms > 0 and fetched < max(1, int(request.min_bytes)):
-        await _wait_for_data(ctx, wanted, answers, wait_ms)
+        await _wait_for_data(ctx, request, wanted, answers, wait_ms)
         answers = await _fetch_all(ctx, request, wanted)
     return _fetch_response(request, version, wanted, answers)
 
 
 async def _fetch_all(
     ctx: KafkaContext, request: Any, wanted: list[tuple[str, Any]]
-) -> list[tuple[ErrorCode, bytes, int, int]]:
-    """(error, batches, high watermark, log start offset) per partition, in order, within
-    the response's max_bytes (the first partition with data always gets a batch)."""
+) -> list[_Fetched]:
+    """Per partition, in order, within the response's max_bytes (the first partition with
+    data always gets a batch)."""
     budget = int(getattr(request, "max_bytes", 0x7FFFFFFF)) or 0x7FFFFFFF
+    read_committed = _read_committed(request)
     answers = []
     for topic, partition in wanted:
         if not ctx.allowed(Permission.READ, topic):
-            answers.append((ErrorCode.topic_authorization_failed, b"", -1, -1))
+            answers.append(_Fetched(ErrorCode.topic_authorization_failed))
             continue
         bytes_max = max(1, min(int(partition.partition_max_bytes), budget))
         try:
@@ -205,23 +233,41 @@ async def _fetch_all(
                 # An answer with batches but no record makes a Kafka client suspect its size
                 # limit (raftlog.storage.raft_log_storage.RaftLog.read).
                 skip_emptied=True,
+                read_committed=read_committed,
             )
         except errors.RaftlogError as error:
-            answers.append((kafka_error(error), b"", -1, -1))
+            answers.append(_Fetched(kafka_error(error)))
             continue
         batches = result.batches if budget > 0 else b""
         budget -= len(batches)
-        answers.append((ErrorCode.none, batches, result.high_watermark, result.log_start_offset))
+        aborted = result.aborted_transactions
+        answers.append(
+            _Fetched(
+                ErrorCode.none,
+                batches,
+                result.high_watermark,
+                result.log_start_offset,
+                result.last_stable_offset,
+                None if aborted is None else (aborted if batches else ()),
+            )
+        )
     return answers
+
+
+def _read_committed(request: Any) -> bool:
+    return int(getattr(request, "isolation_level", 0)) == _READ_COMMITTED
 
 
 async def _wait_for_data(
     ctx: KafkaContext,
+    request: Any,
     wanted: list[tuple[str, Any]],
-    answers: list[tuple[ErrorCode, bytes, int, int]],
+    answers: list[_Fetched],
     wait_ms: int,
 ) -> None:
-    """Until any partition that answered has data past its fetch offset, or `wait_ms`."""
+    """Until any partition that answered has data past its fetch offset (below the LSO
+    under read_committed), or `wait_ms`."""
+    read_committed = _read_committed(request)
     polls = [
         asyncio.ensure_future(
             ctx.node.fetch(
@@ -231,10 +277,11 @@ async def _wait_for_data(
                 bytes_max=1,
                 wait_ms_max=wait_ms,
                 bytes_min=1,
+                read_committed=read_committed,
             )
         )
         for (topic, partition), answer in zip(wanted, answers, strict=True)
-        if answer[0] is ErrorCode.none
+        if answer.code is ErrorCode.none
     ]
     if not polls:
         return
@@ -251,27 +298,33 @@ def _fetch_response(
     request: Any,
     version: int,
     wanted: list[tuple[str, Any]],
-    answers: list[tuple[ErrorCode, bytes, int, int]],
+    answers: list[_Fetched],
 ) -> Any:
     module = response_module(FETCH, version)
-    # Null under read_uncommitted, empty under read_committed: there are never aborted
-    # transactions, so read_committed reads exactly what read_uncommitted reads.
-    aborted = () if int(getattr(request, "isolation_level", 0)) == _READ_COMMITTED else None
     by_topic: dict[str, list[Any]] = {}
-    for (topic, partition), (code, batches, high_watermark, log_start) in zip(
-        wanted, answers, strict=True
-    ):
+    for (topic, partition), answer in zip(wanted, answers, strict=True):
+        # Null under read_uncommitted (and on an error), a list under read_committed.
+        aborted = None
+        if answer.aborted is not None:
+            aborted = tuple(
+                build(
+                    module.AbortedTransaction,
+                    producer_id=a.producer_id,
+                    first_offset=a.first_offset,
+                )
+                for a in answer.aborted
+            )
         by_topic.setdefault(topic, []).append(
             build(
                 module.PartitionData,
                 partition_index=partition.partition,
-                error_code=code,
-                high_watermark=high_watermark,
-                last_stable_offset=high_watermark,
-                log_start_offset=log_start,
+                error_code=answer.code,
+                high_watermark=answer.high_watermark,
+                last_stable_offset=answer.last_stable_offset,
+                log_start_offset=answer.log_start_offset,
                 aborted_transactions=aborted,
                 preferred_read_replica=-1,
-                records=Records(batches),
+                records=Records(answer.batches),
             )
         )
     return build(
@@ -288,10 +341,11 @@ def _fetch_response(
 
 async def list_offsets(ctx: KafkaContext, request: Any, version: int) -> Any:
     """ListOffsets v1 to v6: per partition, the log start (timestamp -2), the high watermark (-1)
-    or the first committed offset of a batch at or after a timestamp (-1 if none), from the node
-    port's `list_offsets` (the partition leader). Answers INVALID_REQUEST for any other negative
-    timestamp, TOPIC_AUTHORIZATION_FAILED without read permission, and `kafka_error`'s code
-    (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION...) for a raftlog error."""
+        (the last stable offset under read_committed) or the first committed offset of a batch at
+    or after a timestamp (-1 if none), from the node
+        port's `list_offsets` (the partition leader). Answers INVALID_REQUEST for any other negative
+        timestamp, TOPIC_AUTHORIZATION_FAILED without read permission, and `kafka_error`'s code
+        (NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION...) for a raftlog error."""
     module = response_module(LIST_OFFSETS, version)
     state = ctx.node.metadata.state
     topics = []
@@ -299,7 +353,11 @@ async def list_offsets(ctx: KafkaContext, request: Any, version: int) -> Any:
         parts = []
         for partition in topic.partitions:
             code, offset = _list_offset(
-                ctx, topic.name, int(partition.partition_index), int(partition.timestamp)
+                ctx,
+                topic.name,
+                int(partition.partition_index),
+                int(partition.timestamp),
+                read_committed=_read_committed(request),
             )
             info = state.partition(topic.name, int(partition.partition_index))
             parts.append(
@@ -319,7 +377,7 @@ async def list_offsets(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 def _list_offset(
-    ctx: KafkaContext, topic: str, partition: int, timestamp: int
+    ctx: KafkaContext, topic: str, partition: int, timestamp: int, *, read_committed: bool
 ) -> tuple[ErrorCode, int]:
     if not ctx.allowed(Permission.READ, topic):
         return ErrorCode.topic_authorization_failed, -1
@@ -332,7 +390,10 @@ def _list_offset(
     else:
         return ErrorCode.invalid_request, -1
     try:
-        return ErrorCode.none, ctx.node.list_offsets(topic, partition, int(spec), timestamp)
+        offset = ctx.node.list_offsets(
+            topic, partition, int(spec), timestamp, read_committed=read_committed
+        )
+        return ErrorCode.none, offset
     except errors.RaftlogError as error:
         return kafka_error(error), -1
 
@@ -379,3 +440,48 @@ async def offset_for_leader_epoch(ctx: KafkaContext, request: Any, version: int)
     return build(
         module.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(topics)
     )
+
+
+async def describe_producers(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """DescribeProducers v0 (KIP-664): per partition, every producer its leader remembers
+    (from the applied producer table) with its epoch, last sequence, coordinator epoch and
+    current_txn_start_offset (-1 without an open transaction; a hanging transaction shows
+    here). TOPIC_AUTHORIZATION_FAILED without read permission, `kafka_error`'s code for a
+    raftlog error (NOT_LEADER_OR_FOLLOWER on a follower). raftlog keeps no per-producer
+    timestamp: last_timestamp is -1."""
+    module = response_module(DESCRIBE_PRODUCERS, version)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            code, message, producers = ErrorCode.none, None, []
+            if not ctx.allowed(Permission.READ, topic.name):
+                code = ErrorCode.topic_authorization_failed
+            else:
+                try:
+                    producers = ctx.node.describe_producers(topic.name, int(index))
+                except errors.RaftlogError as error:
+                    code, message = kafka_error(error), str(error)
+            active = tuple(
+                build(
+                    module.ProducerState,
+                    producer_id=p.producer_id,
+                    producer_epoch=p.producer_epoch,
+                    last_sequence=p.last_sequence,
+                    last_timestamp=-1,
+                    coordinator_epoch=p.coordinator_epoch,
+                    current_txn_start_offset=p.current_txn_start_offset,
+                )
+                for p in producers
+            )
+            partitions.append(
+                build(
+                    module.PartitionResponse,
+                    partition_index=index,
+                    error_code=code,
+                    error_message=message,
+                    active_producers=active,
+                )
+            )
+        topics.append(build(module.TopicResponse, name=topic.name, partitions=tuple(partitions)))
+    return build(module.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

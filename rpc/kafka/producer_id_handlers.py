@@ -1,12 +1,11 @@
-"""InitProducerId: producer ids for idempotent producers.
+"""InitProducerId: producer ids for idempotent and transactional producers.
 
 Idempotence is raftlog's own: a producer id from the same allocator the gRPC
 `InitProducerId` uses (blocks handed out by the metadata quorum), epoch 0, and every batch
 checked against the partition's producer table by the same `produce` call, so a retried
 batch answers with its original offsets and is never written twice. A producer asking again
-(after an error, KIP-360) gets a fresh id, which Kafka clients accept. Transactions are not
-supported: a transactional id gets Kafka's TRANSACTIONAL_ID_AUTHORIZATION_FAILED, a fatal
-error for the client, never a silent success.
+(after an error, KIP-360) gets a fresh id, which Kafka clients accept. A transactional id
+goes to the transaction coordinator (`txn_handlers.init_transactional_producer`).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ from raftlog.metadata.state import ALLOCATED_PRODUCER_ID_LIMIT
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
+from raftlog.rpc.kafka.txn_handlers import init_transactional_producer
 
 __all__ = ["INIT_PRODUCER_ID", "init_producer_id"]
 
@@ -28,15 +28,14 @@ _ALLOCATE_TIMEOUT_S = 10.0
 
 
 async def init_producer_id(ctx: KafkaContext, request: Any, version: int) -> Any:
-    """InitProducerId v0 to v4: a fresh producer id at epoch 0 from the node's allocator
-    (`ctx.node.allocate_producer_id`). Answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for a
-    transactional id (transactions are not supported), REQUEST_TIMED_OUT if allocation takes over
-    ten seconds, and `kafka_error`'s code for a raftlog error; producer id and epoch are -1 on any
-    error."""
+    """InitProducerId v0 to v5: without a transactional id a fresh producer id at epoch 0 from
+    the node's allocator (`ctx.node.allocate_producer_id`), REQUEST_TIMED_OUT if allocation takes
+    over ten seconds, and `kafka_error`'s code for a raftlog error; with one, the transaction
+    coordinator's answer. Producer id and epoch are -1 on any error."""
     module = response_module(INIT_PRODUCER_ID, version)
-    code, producer_id = ErrorCode.none, -1
+    code, producer_id, epoch = ErrorCode.none, -1, 0
     if request.transactional_id is not None:
-        code = ErrorCode.transactional_id_authorization_failed
+        code, producer_id, epoch = await init_transactional_producer(ctx, request, version)
     else:
         try:
             producer_id = await ctx.node.allocate_producer_id(timeout_s=_ALLOCATE_TIMEOUT_S)
@@ -52,5 +51,5 @@ async def init_producer_id(ctx: KafkaContext, request: Any, version: int) -> Any
         throttle_time=NO_THROTTLE,
         error_code=code,
         producer_id=producer_id,
-        producer_epoch=0 if code is ErrorCode.none else -1,
+        producer_epoch=epoch if code is ErrorCode.none else -1,
     )

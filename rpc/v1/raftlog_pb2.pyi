@@ -127,7 +127,7 @@ class ProduceResponse(_message.Message):
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., base_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., log_append_time_ms: _Optional[int] = ..., high_watermark: _Optional[int] = ...) -> None: ...
 
 class FetchRequest(_message.Message):
-    __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms", "min_bytes", "read_from_follower")
+    __slots__ = ("topic", "partition", "offset", "max_bytes", "max_wait_ms", "min_bytes", "read_from_follower", "isolation_level")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -135,6 +135,7 @@ class FetchRequest(_message.Message):
     MAX_WAIT_MS_FIELD_NUMBER: _ClassVar[int]
     MIN_BYTES_FIELD_NUMBER: _ClassVar[int]
     READ_FROM_FOLLOWER_FIELD_NUMBER: _ClassVar[int]
+    ISOLATION_LEVEL_FIELD_NUMBER: _ClassVar[int]
     topic: str
     partition: int
     offset: int
@@ -142,21 +143,34 @@ class FetchRequest(_message.Message):
     max_wait_ms: int
     min_bytes: int
     read_from_follower: bool
-    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., read_from_follower: _Optional[bool] = ...) -> None: ...
+    isolation_level: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ..., max_wait_ms: _Optional[int] = ..., min_bytes: _Optional[int] = ..., read_from_follower: _Optional[bool] = ..., isolation_level: _Optional[int] = ...) -> None: ...
+
+class AbortedTransaction(_message.Message):
+    __slots__ = ("producer_id", "first_offset")
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    producer_id: int
+    first_offset: int
+    def __init__(self, producer_id: _Optional[int] = ..., first_offset: _Optional[int] = ...) -> None: ...
 
 class FetchResponse(_message.Message):
-    __slots__ = ("error", "batches", "high_watermark", "log_start_offset", "leader_epoch")
+    __slots__ = ("error", "batches", "high_watermark", "log_start_offset", "leader_epoch", "last_stable_offset", "aborted_transactions")
     ERROR_FIELD_NUMBER: _ClassVar[int]
     BATCHES_FIELD_NUMBER: _ClassVar[int]
     HIGH_WATERMARK_FIELD_NUMBER: _ClassVar[int]
     LOG_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LEADER_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    LAST_STABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     error: Error
     batches: bytes
     high_watermark: int
     log_start_offset: int
     leader_epoch: int
-    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., batches: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ...) -> None: ...
+    last_stable_offset: int
+    aborted_transactions: _containers.RepeatedCompositeFieldContainer[AbortedTransaction]
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., batches: _Optional[bytes] = ..., high_watermark: _Optional[int] = ..., log_start_offset: _Optional[int] = ..., leader_epoch: _Optional[int] = ..., last_stable_offset: _Optional[int] = ..., aborted_transactions: _Optional[_Iterable[_Union[AbortedTransaction, _Mapping]]] = ...) -> None: ...
 
 class ListOffsetsRequest(_message.Message):
     __slots__ = ("topic", "partition", "spec", "timestamp_ms")

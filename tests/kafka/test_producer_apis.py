@@ -43,31 +43,39 @@ def test_idempotent_producer_writes_each_record_once(kafka_cluster: LocalCluster
     assert sorted(keys) == sorted(b"%d" % i for i in range(500))
 
 
-def test_a_transactional_producer_is_refused_with_a_fatal_error(
-    kafka_cluster: LocalCluster,
-) -> None:
-    producer = kafka.Producer(
-        {"bootstrap.servers": kafka_cluster.kafka_bootstrap, "transactional.id": "t1"}
-    )
-    with pytest.raises(kafka.KafkaException) as raised:
-        producer.init_transactions(15)
-    error = raised.value.args[0]
-    assert error.fatal()
-    assert error.code() in (
-        kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-        kafka.KafkaError._UNSUPPORTED_FEATURE,  # no transaction coordinator to find
-    )
-    # The broker's own answer to InitProducerId with a transactional id:
+def _init_transactional(address: str, timeout_s: int) -> tuple[ErrorCode, int, int]:
     request = ipi.InitProducerIdRequest(
         transactional_id=ipi.TransactionalId("t1"),
-        transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+        transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=timeout_s)),
         producer_id=ipi.ProducerId(-1),
         producer_epoch=i16(-1),
     )
-    node = next(iter(kafka_cluster.nodes.values()))
-    response = kafka_call(f"127.0.0.1:{node.kafka_port}", request)
-    assert response.error_code == ErrorCode.transactional_id_authorization_failed
-    assert response.producer_id == -1
+    response = kafka_call(address, request)
+    return response.error_code, int(response.producer_id), int(response.producer_epoch)
+
+
+def test_init_producer_id_with_a_transactional_id_answers_on_the_coordinator_only(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """The controller is the transaction coordinator: it hands out a producer id at epoch 0,
+    then bumps the epoch at each InitProducerId of the same id; the other nodes answer
+    NOT_COORDINATOR, and a timeout past transaction.max.timeout.ms is refused."""
+    answers = {
+        node_id: _init_transactional(f"127.0.0.1:{node.kafka_port}", 60)
+        for node_id, node in kafka_cluster.nodes.items()
+    }
+    coordinators = [n for n, (code, _, _) in answers.items() if code == ErrorCode.none]
+    assert len(coordinators) == 1, answers
+    assert all(
+        code == ErrorCode.not_coordinator
+        for n, (code, _, _) in answers.items()
+        if n not in coordinators
+    ), answers
+    address = f"127.0.0.1:{kafka_cluster.nodes[coordinators[0]].kafka_port}"
+    _, producer_id, epoch = answers[coordinators[0]]
+    assert producer_id >= 0 and epoch == 0
+    assert _init_transactional(address, 60) == (ErrorCode.none, producer_id, 1)
+    assert _init_transactional(address, 3600)[0] == ErrorCode.invalid_transaction_timeout
 
 
 def test_offset_for_leader_epoch_is_the_raft_term_and_high_watermark(

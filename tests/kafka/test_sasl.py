@@ -35,6 +35,7 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalClus
         + "".join(f'"{token}" = "{name}"\n' for name, token in TOKENS.items())
         + '[permissions.admin]\n"*" = ["read", "write", "admin"]\n'
         + '[permissions.alice]\n"alice-*" = ["read", "write"]\n'
+        + '"transactional_id:alice-*" = ["write"]\n'
         + '[permissions.node]\n"*" = ["read", "write", "admin", "cluster"]\n'
     )
     tokens.chmod(0o600)
@@ -160,3 +161,17 @@ def test_authorized_operations_follow_the_token_s_grants(
             topics = kafka.TopicCollection([name])
             futures = client.describe_topics(topics, include_authorized_operations=True)
             assert set(futures[name].result(timeout=20).authorized_operations) == ops, user
+
+
+def test_a_transactional_id_needs_a_grant(secure: tuple[LocalCluster, Path]) -> None:
+    """A token uses a transactional id only with `write` on `transactional_id:<id>`; any other
+    id is TRANSACTIONAL_ID_AUTHORIZATION_FAILED, fatal for the producer."""
+    alice = _sasl(secure, "alice", TOKENS["alice"])
+    allowed = kafka.Producer({**alice, "transactional.id": "alice-tx"})
+    allowed.init_transactions(30)
+    refused = kafka.Producer({**alice, "transactional.id": "bob-tx"})
+    with pytest.raises(kafka.KafkaException) as raised:
+        refused.init_transactions(30)
+    error = raised.value.args[0]
+    assert error.code() == kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert error.fatal()

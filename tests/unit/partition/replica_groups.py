@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from raftlog.config import LogConfig, RaftConfig
-from raftlog.partition.replica import PartitionReplica
+from raftlog.partition.replica import PartitionReplica, TxnVerifier
 from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import Membership, Message
@@ -65,7 +65,12 @@ class NoReads:
 
 class ReplicaGroups:
     def __init__(
-        self, *, topic: str = "t", partition: int = 0, config: RaftConfig = CONFIG
+        self,
+        *,
+        topic: str = "t",
+        partition: int = 0,
+        config: RaftConfig = CONFIG,
+        txn_verifier: TxnVerifier | None = None,
     ) -> None:
         membership = Membership(voters=frozenset(NODES))
         self.cut: set[NodeId] = set()
@@ -76,7 +81,11 @@ class ReplicaGroups:
         for node_id in NODES:
             storage = MemoryStorage()
             replica = PartitionReplica(
-                topic=topic, partition=partition, log=NoReads(), config=LogConfig()
+                topic=topic,
+                partition=partition,
+                log=NoReads(),
+                config=LogConfig(),
+                txn_verifier=txn_verifier,
             )
             node = RaftNode(
                 node_id=node_id,

@@ -27,7 +27,7 @@ from raftlog.raft.types import Entry, EntryKind
 from raftlog.storage.batch import parse_header
 from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.raft_log_storage import RaftLogStorage
-from raftlog.storage.records import RecordInput, encode_batch
+from raftlog.storage.records import RecordInput, encode_batch, encode_txn_marker
 from raftlog.types import Offset, Term
 
 PRODUCERS_MAX = 8
@@ -235,4 +235,85 @@ def test_a_clean_stop_checkpoints_everything_applied(tmp_path: Path) -> None:
     before = (tmp_path / "log" / CHECKPOINT_FILE_NAME).stat().st_ino
     restarted.checkpoint_on_close()
     assert (tmp_path / "log" / CHECKPOINT_FILE_NAME).stat().st_ino == before
+    storage.close()
+
+
+def test_a_state_over_the_bound_is_not_checkpointed_and_the_older_one_stays(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+    older = PartitionCheckpoint(Offset(5), Term(1), b"[]")
+    assert store.save(older)
+    huge = PartitionCheckpoint(Offset(9), Term(1), b" " * checkpoint_bytes_max(PRODUCERS_MAX))
+    assert not store.save(huge)
+    assert store.load() == older
+
+
+def _transactional_entries(seed: int, count: int) -> list[Entry]:
+    """Transactions of a few producers, interleaved: each opens with transactional batches
+    and ends with a COMMIT or ABORT marker (a control batch, stored as built), some left
+    open at the end."""
+    rng = random.Random(seed)
+    sequences: dict[int, int] = {}
+    open_now: set[int] = set()
+    entries, offset = [], 0
+    for _ in range(count):
+        producer = rng.randrange(4)
+        if producer in open_now and rng.random() < 0.3:
+            batch = encode_txn_marker(
+                commit=rng.random() < 0.5,
+                producer_id=producer,
+                producer_epoch=0,
+                coordinator_epoch=1,
+                timestamp_ms=0,
+            )
+            open_now.discard(producer)
+            entries.append(Entry(Term(1), Offset(offset), 1, EntryKind.DATA, batch))
+            offset += 1
+            continue
+        records = rng.randint(1, 3)
+        batch = encode_batch(
+            [RecordInput(None, rng.randbytes(rng.randint(10, 300)), 0) for _ in range(records)],
+            producer_id=producer,
+            producer_epoch=0,
+            base_sequence=sequences.get(producer, 0),
+            is_transactional=True,
+        )
+        open_now.add(producer)
+        sequences[producer] = sequences.get(producer, 0) + records
+        entries.append(Entry(Term(1), Offset(offset), records, EntryKind.DATA, batch))
+        offset += records
+    return entries
+
+
+def test_open_transactions_and_the_aborted_index_survive_a_restart(tmp_path: Path) -> None:
+    entries = _transactional_entries(5, 300)
+    storage = _log_with(tmp_path / "log", entries)
+    # Markers are stored as the leader built them (not wrapped as Raft's opaque data) and
+    # read back as the same data entries.
+    read = list(storage.entries(Offset(0), bytes_max=2**30))
+    shape = [(e.offset, e.offset_count, e.kind, parse_header(e.data).attributes) for e in read]
+    assert shape == [
+        (e.offset, e.offset_count, e.kind, parse_header(e.data).attributes) for e in entries
+    ]
+    on_disk = [storage.log.read(e.offset, bytes_max=1).headers[0] for e in entries]
+    markers = [h for h in on_disk if h.is_control]
+    assert markers and all(h.is_transactional and h.producer_id >= 0 for h in markers)
+    running = _replica(storage, checkpoints=True)
+    running.recover(storage)
+    _apply_after(running, storage, -1)
+    storage.close()
+
+    storage = RaftLogStorage.open(tmp_path / "log", config=CONFIG)
+    restarted = _replica(storage, checkpoints=True)
+    applied = restarted.recover(storage)
+    assert applied > 0
+    _apply_after(restarted, storage, applied)
+    rebuilt = _replica(storage, checkpoints=False)
+    rebuilt.recover(storage)
+    _apply_after(rebuilt, storage, -1)
+
+    table = rebuilt._committed_producers
+    assert table.all_aborted() and table.open_transactions()  # the seed covers both
+    assert restarted.snapshot_data() == rebuilt.snapshot_data() == running.snapshot_data()
     storage.close()

@@ -1,0 +1,568 @@
+"""Kafka transactions end to end with confluent-kafka (librdkafka): commit and abort across three
+partitions of two topics seen by read_committed and read_uncommitted consumers, zombie fencing
+of an older instance of a transactional id, and send_offsets_to_transaction in a
+consume-transform-produce loop; kafka-python's and aiokafka's transactional producers commit
+and abort across the same partitions. One cluster for the module."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import importlib
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kio.schema.describe_producers.v0 import request as dp
+from kio.schema.errors import ErrorCode
+from kio.schema.list_offsets.v6 import request as lo
+from kio.schema.types import BrokerId, TopicName
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
+
+from raftlog.client import Consumer
+from raftlog.cluster_cli import wait_for_controller
+from raftlog.local_cluster import LocalCluster
+from raftlog.storage.records import RecordInput, encode_batch
+from tests.kafka.kafka_wire import create_topic, kafka_call, produce_request
+
+kafka = pytest.importorskip("confluent_kafka")
+kafka_python = pytest.importorskip("kafka")
+aiokafka = pytest.importorskip("aiokafka")
+
+TOPICS = {"txn-a": 2, "txn-b": 1}  # three partitions over two topics
+
+
+@pytest.fixture(scope="module")
+def txn_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    cluster = LocalCluster.create(tmp_path_factory.mktemp("txn"), node_count=3)
+    cluster.start()
+    try:
+        wait_for_controller(cluster.bootstrap, timeout_s=60)
+        for name, partitions in TOPICS.items():
+            create_topic(cluster, name, partitions=partitions)
+        create_topic(cluster, "txn-in", partitions=1)
+        create_topic(cluster, "txn-out", partitions=1)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def boot(txn_cluster: LocalCluster) -> str:
+    return txn_cluster.kafka_bootstrap
+
+
+def _producer(boot: str, transactional_id: str) -> object:
+    producer = kafka.Producer(
+        {
+            "bootstrap.servers": boot,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": 30_000,
+        }
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def _send_everywhere(producer: object, tag: str) -> None:
+    for name, partitions in TOPICS.items():
+        for partition in range(partitions):
+            value = f"{tag}-{name}-{partition}".encode()
+            producer.produce(name, value=value, partition=partition)  # type: ignore[attr-defined]
+
+
+def _read(
+    boot: str, isolation: str, topics: dict[str, int], count_min: int, tags: tuple[str, ...] = ()
+) -> list[str]:
+    """Every value in `topics` from the start (of those starting with one of `tags`, when
+    given), reading until `count_min` of them were seen and then one more second (so anything
+    that should not be there has time to show up)."""
+    consumer = kafka.Consumer(
+        {
+            "bootstrap.servers": boot,
+            "group.id": f"reader-{isolation}-{time.monotonic_ns()}",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign(
+        [
+            kafka.TopicPartition(name, p, kafka.OFFSET_BEGINNING)
+            for name, partitions in topics.items()
+            for p in range(partitions)
+        ]
+    )
+    values: list[str] = []
+    settle_until = None
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            if settle_until is None and len(values) >= count_min:
+                settle_until = time.monotonic() + 1.0
+            if settle_until is not None and time.monotonic() > settle_until:
+                break
+            message = consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            value = message.value().decode()
+            if not tags or value.startswith(tags):
+                values.append(value)
+    finally:
+        consumer.close()
+    return sorted(values)
+
+
+def test_commit_and_abort_across_partitions(boot: str) -> None:
+    producer = _producer(boot, "txn-commit-abort")
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    _send_everywhere(producer, "committed")
+    producer.commit_transaction(30)  # type: ignore[attr-defined]
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    _send_everywhere(producer, "aborted")
+    producer.flush(30)  # type: ignore[attr-defined]
+    producer.abort_transaction(30)  # type: ignore[attr-defined]
+    committed = sorted(
+        f"committed-{n}-{p}" for n, partitions in TOPICS.items() for p in range(partitions)
+    )
+    aborted = [v.replace("committed", "aborted") for v in committed]
+    tags = ("committed-", "aborted-")
+    assert _read(boot, "read_committed", TOPICS, 3, tags) == committed
+    assert _read(boot, "read_uncommitted", TOPICS, 6, tags) == sorted(committed + aborted)
+
+
+def test_an_older_instance_is_fenced_and_its_writes_never_visible(boot: str) -> None:
+    topics = {"txn-b": 1}
+    older = _producer(boot, "txn-zombie")
+    older.begin_transaction()  # type: ignore[attr-defined]
+    older.produce("txn-b", value=b"zombie-1", partition=0)  # type: ignore[attr-defined]
+    older.flush(30)  # type: ignore[attr-defined]
+    newer = _producer(boot, "txn-zombie")  # aborts the older one's transaction
+    older.produce("txn-b", value=b"zombie-2", partition=0)  # type: ignore[attr-defined]
+    with pytest.raises(kafka.KafkaException) as raised:
+        # The partition refuses the late batch (its epoch is older than the abort marker's,
+        # INVALID_PRODUCER_EPOCH), which librdkafka raises as fatal _FENCED from flush
+        # already; otherwise the commit fails.
+        older.flush(10)  # type: ignore[attr-defined]
+        older.commit_transaction(10)  # type: ignore[attr-defined]
+    assert raised.value.args[0].fatal() or raised.value.args[0].txn_requires_abort()
+    newer.begin_transaction()  # type: ignore[attr-defined]
+    newer.produce("txn-b", value=b"newer", partition=0)  # type: ignore[attr-defined]
+    newer.commit_transaction(30)  # type: ignore[attr-defined]
+    seen = _read(boot, "read_committed", topics, 1)
+    assert "newer" in seen
+    assert not [v for v in seen if v.startswith("zombie")], seen
+
+
+def test_consume_transform_produce_commits_offsets_with_the_output(boot: str) -> None:
+    feeder = kafka.Producer({"bootstrap.servers": boot, "acks": "all"})
+    for i in range(10):
+        feeder.produce("txn-in", value=f"in-{i}".encode(), partition=0)
+    assert feeder.flush(30) == 0
+    group = "txn-transformer"
+    consumer = kafka.Consumer(
+        {
+            "bootstrap.servers": boot,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    consumer.assign([kafka.TopicPartition("txn-in", 0, kafka.OFFSET_BEGINNING)])
+    producer = _producer(boot, "txn-transformer")
+    taken: list[object] = []
+    deadline = time.monotonic() + 30
+    while len(taken) < 10 and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            taken.append(message)
+    assert len(taken) == 10
+    for aborting, batch in ((True, taken[:5]), (False, taken[:5]), (False, taken[5:])):
+        producer.begin_transaction()  # type: ignore[attr-defined]
+        for message in batch:
+            value = message.value().decode().replace("in", "out")  # type: ignore[attr-defined]
+            producer.produce("txn-out", value=value.encode(), partition=0)  # type: ignore[attr-defined]
+        last = batch[-1].offset()  # type: ignore[attr-defined]
+        offsets = [kafka.TopicPartition("txn-in", 0, last + 1)]
+        producer.send_offsets_to_transaction(  # type: ignore[attr-defined]
+            offsets, consumer.consumer_group_metadata(), 30
+        )
+        if aborting:
+            producer.abort_transaction(30)  # type: ignore[attr-defined]
+            committed = consumer.committed([kafka.TopicPartition("txn-in", 0)], 10)
+            assert committed[0].offset < 0  # nothing committed by the aborted transaction
+        else:
+            producer.commit_transaction(30)  # type: ignore[attr-defined]
+    consumer.close()
+    assert _read(boot, "read_committed", {"txn-out": 1}, 10) == sorted(
+        f"out-{i}" for i in range(10)
+    )
+    checker = kafka.Consumer({"bootstrap.servers": boot, "group.id": group})
+    committed = checker.committed([kafka.TopicPartition("txn-in", 0)], 10)
+    checker.close()
+    assert committed[0].offset == 10
+
+
+def _expected(tag: str) -> tuple[list[str], list[str]]:
+    """The values `_send_everywhere` writes for `tag`-committed and `tag`-aborted."""
+    committed = sorted(
+        f"{tag}-committed-{n}-{p}" for n, partitions in TOPICS.items() for p in range(partitions)
+    )
+    return committed, [v.replace("-committed-", "-aborted-") for v in committed]
+
+
+def _check_readers(boot: str, tag: str) -> None:
+    committed, aborted = _expected(tag)
+    assert _read(boot, "read_committed", TOPICS, 3, (f"{tag}-",)) == committed
+    assert _read(boot, "read_uncommitted", TOPICS, 6, (f"{tag}-",)) == sorted(committed + aborted)
+
+
+def test_kafka_python_transactions_commit_and_abort(boot: str) -> None:
+    producer = kafka_python.KafkaProducer(
+        bootstrap_servers=boot, transactional_id="txn-kafka-python"
+    )
+    try:
+        producer.init_transactions()
+        for outcome in ("committed", "aborted"):
+            producer.begin_transaction()
+            for name, partitions in TOPICS.items():
+                for partition in range(partitions):
+                    value = f"kp-{outcome}-{name}-{partition}".encode()
+                    producer.send(name, value=value, partition=partition)
+            if outcome == "committed":
+                producer.commit_transaction()
+            else:
+                producer.flush()
+                producer.abort_transaction()
+    finally:
+        producer.close(timeout=10)
+    _check_readers(boot, "kp")
+
+
+async def _aiokafka_transactions(boot: str) -> None:
+    producer = aiokafka.AIOKafkaProducer(bootstrap_servers=boot, transactional_id="txn-aiokafka")
+    await producer.start()
+    try:
+        for outcome in ("committed", "aborted"):
+            await producer.begin_transaction()
+            sent = [
+                await producer.send(
+                    name, value=f"aio-{outcome}-{name}-{partition}".encode(), partition=partition
+                )
+                for name, partitions in TOPICS.items()
+                for partition in range(partitions)
+            ]
+            await asyncio.gather(*sent)
+            if outcome == "committed":
+                await producer.commit_transaction()
+            else:
+                await producer.abort_transaction()
+    finally:
+        await producer.stop()
+
+
+def test_aiokafka_transactions_commit_and_abort(boot: str) -> None:
+    asyncio.run(_aiokafka_transactions(boot))
+    _check_readers(boot, "aio")
+
+
+def _wire(version: int, api: str) -> Any:
+    return importlib.import_module(f"kio.schema.{api}.v{version}.request")
+
+
+def test_refused_requests_get_kafkas_codes_and_write_nothing(boot: str) -> None:
+    """Raw requests to the coordinator: a member that is not in the group, a producer id that
+    is not the id's, a fenced epoch; a second InitProducerId aborts the open transaction
+    (CONCURRENT_TRANSACTIONS until done) and its transactional offsets never commit."""
+    fc = _wire(3, "find_coordinator")
+    found = kafka_call(
+        boot.split(",")[0], fc.FindCoordinatorRequest(key="txn-wire", key_type=i8(1))
+    )
+    assert found.error_code == ErrorCode.none
+    address = f"{found.host}:{found.port}"
+    ipi = _wire(4, "init_producer_id")
+
+    def init() -> Any:
+        request = ipi.InitProducerIdRequest(
+            transactional_id=ipi.TransactionalId("txn-wire"),
+            transaction_timeout=i32Timedelta.parse(datetime.timedelta(seconds=60)),
+        )
+        return kafka_call(address, request)
+
+    first = init()
+    pid, epoch = first.producer_id, first.producer_epoch
+    ao = _wire(3, "add_offsets_to_txn")
+    added = kafka_call(
+        address,
+        ao.AddOffsetsToTxnRequest(
+            transactional_id=ao.TransactionalId("txn-wire"),
+            producer_id=pid,
+            producer_epoch=epoch,
+            group_id=ao.GroupId("g-wire"),
+        ),
+    )
+    assert added.error_code == ErrorCode.none
+    # A partition added but never written to: its ABORT marker below ends nothing, and must
+    # not stall the abort. v5 verify_only (the brokers' KIP-890 check) sees only that one.
+    ap3, ap5 = _wire(3, "add_partitions_to_txn"), _wire(5, "add_partitions_to_txn")
+    added = kafka_call(
+        address,
+        ap3.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=ap3.TransactionalId("txn-wire"),
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(
+                ap3.AddPartitionsToTxnTopic(name=ap3.TopicName("txn-a"), partitions=(i32(0),)),
+            ),
+        ),
+    )
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == (
+        ErrorCode.none
+    )
+    verified = kafka_call(
+        address,
+        ap5.AddPartitionsToTxnRequest(
+            transactions=(
+                ap5.AddPartitionsToTxnTransaction(
+                    transactional_id=ap5.TransactionalId("txn-wire"),
+                    producer_id=pid,
+                    producer_epoch=epoch,
+                    verify_only=True,
+                    topics=(
+                        ap5.AddPartitionsToTxnTopic(
+                            name=ap5.TopicName("txn-a"), partitions=(i32(0), i32(1))
+                        ),
+                    ),
+                ),
+            )
+        ),
+    )
+    codes = [
+        r.partition_error_code
+        for r in verified.results_by_transaction[0].topic_results[0].results_by_partition
+    ]
+    assert codes == [ErrorCode.none, ErrorCode.invalid_txn_state]
+    to = _wire(3, "txn_offset_commit")
+
+    def commit_offset(producer_epoch: int, member_id: str, generation: int) -> Any:
+        partition = to.TxnOffsetCommitRequestPartition(
+            partition_index=i32(0), committed_offset=i64(5), committed_metadata=None
+        )
+        request = to.TxnOffsetCommitRequest(
+            transactional_id=to.TransactionalId("txn-wire"),
+            group_id=to.GroupId("g-wire"),
+            producer_id=pid,
+            producer_epoch=i16(producer_epoch),
+            generation_id=i32(generation),
+            member_id=member_id,
+            topics=(
+                to.TxnOffsetCommitRequestTopic(
+                    name=to.TopicName("txn-in"), partitions=(partition,)
+                ),
+            ),
+        )
+        return kafka_call(address, request).topics[0].partitions[0].error_code
+
+    assert commit_offset(epoch, "ghost", 3) == ErrorCode.unknown_member_id
+    assert commit_offset(epoch + 1, "", -1) == ErrorCode.invalid_producer_epoch
+    assert commit_offset(epoch, "", -1) == ErrorCode.none
+    dt = _wire(0, "describe_transactions")
+    described = kafka_call(
+        address,
+        dt.DescribeTransactionsRequest(transactional_ids=(dt.TransactionalId("txn-wire"),)),
+    ).transaction_states[0]
+    # Described while open: Kafka gives a start time of -1 (which kio cannot read) otherwise.
+    assert (described.transaction_state, described.producer_epoch) == ("Ongoing", epoch)
+    assert described.transaction_start_time.timestamp() > 0
+    et = _wire(3, "end_txn")
+    wrong = kafka_call(
+        address,
+        et.EndTxnRequest(
+            transactional_id=et.TransactionalId("txn-wire"),
+            producer_id=et.ProducerId(pid + 1),
+            producer_epoch=epoch,
+            committed=True,
+        ),
+    )
+    assert wrong.error_code == ErrorCode.invalid_producer_id_mapping
+    assert init().error_code == ErrorCode.concurrent_transactions  # aborts the open one
+    deadline = time.monotonic() + 10
+    while (answer := init()).error_code == ErrorCode.concurrent_transactions:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (answer.error_code, answer.producer_id, answer.producer_epoch) == (
+        ErrorCode.none,
+        pid,
+        epoch + 2,  # one bump fenced the open transaction, one is the new instance's
+    )
+    assert commit_offset(epoch, "", -1) == ErrorCode.producer_fenced
+    of = _wire(7, "offset_fetch")
+    fetched = kafka_call(
+        address,
+        of.OffsetFetchRequest(group_id=of.GroupId("g-wire"), topics=None, require_stable=True),
+    )
+    assert fetched.error_code == ErrorCode.none and fetched.topics == ()  # aborted: nothing
+    lt = _wire(1, "list_transactions")
+    listed = kafka_call(address, lt.ListTransactionsRequest(state_filters=("Empty", "Nope")))
+    assert ("txn-wire", pid) in {
+        (t.transactional_id, t.producer_id) for t in listed.transaction_states
+    }
+    assert listed.unknown_state_filters == ("Nope",)
+
+
+def _leader_answer(boot: str, request: object, pick: Callable[[Any], Any]) -> Any:
+    """The one node whose answer for txn-b's partition is not NOT_LEADER_OR_FOLLOWER."""
+    answers = [pick(kafka_call(address, request)) for address in boot.split(",")]
+    led = [a for a in answers if a.error_code != ErrorCode.not_leader_or_follower]
+    assert len(led) == 1, answers
+    return led[0]
+
+
+def _lso_and_open_start(boot: str, producer_id: int) -> tuple[int, int, int]:
+    """(read_committed LATEST, read_uncommitted LATEST, the producer's
+    current_txn_start_offset) of txn-b/0, from its leader."""
+    offsets = []
+    for isolation in (1, 0):
+        request = lo.ListOffsetsRequest(
+            replica_id=BrokerId(-1),
+            isolation_level=i8(isolation),
+            topics=(
+                lo.ListOffsetsTopic(
+                    name=TopicName("txn-b"),
+                    partitions=(
+                        lo.ListOffsetsPartition(
+                            partition_index=i32(0),
+                            current_leader_epoch=i32(-1),
+                            timestamp=i64(-1),
+                        ),
+                    ),
+                ),
+            ),
+        )
+        answer = _leader_answer(boot, request, lambda r: r.topics[0].partitions[0])
+        assert answer.error_code == ErrorCode.none
+        offsets.append(int(answer.offset))
+    request = dp.DescribeProducersRequest(
+        topics=(dp.TopicRequest(name=TopicName("txn-b"), partition_indexes=(i32(0),)),)
+    )
+    answer = _leader_answer(boot, request, lambda r: r.topics[0].partitions[0])
+    assert answer.error_code == ErrorCode.none
+    starts = [
+        int(p.current_txn_start_offset)
+        for p in answer.active_producers
+        if int(p.producer_id) == producer_id
+    ]
+    return offsets[0], offsets[1], starts[0] if starts else -1
+
+
+def test_an_open_transaction_holds_the_lso_and_describe_producers_shows_it(boot: str) -> None:
+    producer = _producer(boot, "txn-lso")
+    plain = kafka.Producer({"bootstrap.servers": boot, "acks": "all"})
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    producer.produce("txn-b", value=b"open", partition=0)  # type: ignore[attr-defined]
+    producer.flush(30)  # type: ignore[attr-defined]
+    plain.produce("txn-b", value=b"plain", partition=0)
+    assert plain.flush(30) == 0
+    # The transactional producer is the one with an open transaction on txn-b/0.
+    request = dp.DescribeProducersRequest(
+        topics=(dp.TopicRequest(name=TopicName("txn-b"), partition_indexes=(i32(0),)),)
+    )
+    answer = _leader_answer(boot, request, lambda r: r.topics[0].partitions[0])
+    (open_producer,) = [
+        int(p.producer_id) for p in answer.active_producers if p.current_txn_start_offset >= 0
+    ]
+    lso, high_watermark, start = _lso_and_open_start(boot, open_producer)
+    assert lso == start < high_watermark  # the plain record after it is not stable yet
+    producer.commit_transaction(30)  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        lso, high_watermark, start = _lso_and_open_start(boot, open_producer)
+        if start == -1 and lso == high_watermark:
+            break
+        time.sleep(0.05)
+    assert start == -1 and lso == high_watermark  # the marker ended it
+    assert "plain" in _read(boot, "read_committed", {"txn-b": 1}, 1)
+
+
+def test_raftlog_s_consumer_reads_committed_over_grpc(txn_cluster: LocalCluster) -> None:
+    """raftlog's own Consumer, on the gRPC fetch path, with isolation_level: read_committed
+    skips aborted records and markers, read_uncommitted sees the aborted records too."""
+    producer = _producer(txn_cluster.kafka_bootstrap, "txn-grpc-reader")
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    producer.produce("txn-a", value=b"grpc-committed", partition=1)  # type: ignore[attr-defined]
+    producer.commit_transaction(30)  # type: ignore[attr-defined]
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    producer.produce("txn-a", value=b"grpc-aborted", partition=1)  # type: ignore[attr-defined]
+    producer.flush(30)  # type: ignore[attr-defined]
+    producer.abort_transaction(30)  # type: ignore[attr-defined]
+    seen = {}
+    for isolation in ("read_committed", "read_uncommitted"):
+        with Consumer(
+            txn_cluster.bootstrap,
+            auto_offset_reset="earliest",
+            isolation_level=isolation,  # type: ignore[arg-type]
+            consumer_timeout_ms=1500,
+        ) as consumer:
+            consumer.assign([("txn-a", 1)])
+            seen[isolation] = {
+                r.value for r in consumer if r.value is not None and b"grpc" in r.value
+            }
+    assert seen["read_committed"] == {b"grpc-committed"}
+    assert seen["read_uncommitted"] == {b"grpc-committed", b"grpc-aborted"}
+
+
+def test_a_transactional_batch_for_a_partition_not_in_a_transaction_is_refused(
+    txn_cluster: LocalCluster,
+) -> None:
+    """KIP-890 part 1 through a real node: a transactional batch of a producer whose
+    transaction never added the partition gets INVALID_TXN_STATE from its leader, and
+    nothing is written (the high watermark stays)."""
+    batch = encode_batch(
+        [RecordInput(None, b"stray", 0)],
+        producer_id=2**40,  # no transactional id has it
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    boot = txn_cluster.kafka_bootstrap
+    before = _lso_and_open_start(boot, 2**40)[1]
+    answers = [
+        kafka_call(address, produce_request("txn-b", batch)).responses[0].partition_responses[0]
+        for address in boot.split(",")
+    ]
+    codes = sorted(int(a.error_code) for a in answers)
+    not_leader = int(ErrorCode.not_leader_or_follower)
+    assert codes == sorted([int(ErrorCode.invalid_txn_state), not_leader, not_leader])
+    assert _lso_and_open_start(boot, 2**40)[1] == before
+
+
+# Last in the module: it kills a node of the module's cluster.
+def test_a_new_controller_finishes_the_transactions_of_the_old_one(
+    txn_cluster: LocalCluster,
+) -> None:
+    """SIGKILL of the coordinator (the controller) right after EndTxn was answered, so its
+    markers may not all be written: the new controller writes them from the replicated state,
+    read_committed readers see the whole transaction, and the producer carries on with the
+    new coordinator."""
+    boot = txn_cluster.kafka_bootstrap
+    producer = _producer(boot, "txn-failover")
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    _send_everywhere(producer, "failover-1")
+    producer.commit_transaction(30)  # type: ignore[attr-defined]
+    fc = _wire(3, "find_coordinator")
+    found = kafka_call(
+        boot.split(",")[0], fc.FindCoordinatorRequest(key="txn-failover", key_type=i8(1))
+    )
+    txn_cluster.kill_node(int(found.node_id))
+    producer.begin_transaction()  # type: ignore[attr-defined]
+    _send_everywhere(producer, "failover-2")
+    producer.commit_transaction(60)  # type: ignore[attr-defined]
+    survivors = ",".join(a for a in boot.split(",") if not a.endswith(f":{found.port}"))
+    expected = sorted(
+        f"failover-{round_}-{n}-{p}"
+        for round_ in (1, 2)
+        for n, partitions in TOPICS.items()
+        for p in range(partitions)
+    )
+    assert _read(survivors, "read_committed", TOPICS, 6, ("failover-",)) == expected

@@ -1,0 +1,163 @@
+"""The controller's transaction duty on a real metadata state, with the marker writes and the
+command submission as recording fakes: markers for every existing partition of a preparing
+transaction at its (bumped) epoch, completion only once every marker is written, the abort of
+a transaction past its timeout with an epoch bump, and nothing while not the controller."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from raftlog.metadata.commands import (
+    AddToTransaction,
+    AllocateProducerIds,
+    ApplyResult,
+    Command,
+    CompleteEndTransaction,
+    InitTransaction,
+    PrepareEndTransaction,
+    encode_command,
+)
+from raftlog.metadata.transactions import TRANSACTIONAL_ID_EXPIRATION_MS, TxnState
+from raftlog.node.txn_markers import TransactionMarkerDuty
+from raftlog.types import PartitionId, TxnMarker, TxnMarkerResult
+from tests.unit.metadata.test_metadata_state import Log, create, register
+
+
+class Fakes:
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.term: int | None = 4
+        self.now_ms = 0
+        self.markers: list[TxnMarker] = []
+        self.marker_code = 0
+
+    async def submit(self, command: Command) -> ApplyResult:
+        return self.log.apply(encode_command(command))
+
+    async def write(self, markers: Sequence[TxnMarker], timeout_s: float) -> list[TxnMarkerResult]:
+        self.markers += markers
+        return [TxnMarkerResult(m.topic, m.partition, self.marker_code) for m in markers]
+
+    def duty(self) -> TransactionMarkerDuty:
+        return TransactionMarkerDuty(
+            state=lambda: self.log.state,
+            controller_term=lambda: self.term,
+            submit=self.submit,
+            write_markers=self.write,
+            wall_clock_ms=lambda: self.now_ms,
+        )
+
+
+def _open_transaction(log: Log) -> None:
+    log.ok(register(1), register(2), register(3), create("orders"), AllocateProducerIds(10))
+    log.ok(InitTransaction("tx", 3, 0, 1000, 0))
+    partitions = (("orders", PartitionId(0)), ("orders", PartitionId(2)))
+    log.ok(AddToTransaction("tx", 3, 0, partitions, (), 100))
+
+
+async def _settle(duty: TransactionMarkerDuty) -> None:
+    duty.step()
+    await asyncio.sleep(0)
+    await asyncio.gather(*duty._in_flight.values())
+
+
+def _state(log: Log) -> TxnState:
+    txn = log.state.transaction("tx")
+    assert txn is not None
+    return txn.state
+
+
+async def _case_a_decided_commit_gets_its_markers_then_completes() -> None:
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, True, 200))
+    fakes = Fakes(log)
+    fakes.now_ms = 300
+    await _settle(fakes.duty())
+    assert [(m.topic, m.partition, m.producer_epoch, m.commit) for m in fakes.markers] == [
+        ("orders", 0, 1, True),
+        ("orders", 2, 1, True),
+    ]
+    assert {m.coordinator_epoch for m in fakes.markers} == {4}
+    assert _state(log) is TxnState.COMPLETE_COMMIT
+
+
+async def _case_no_completion_until_every_marker_is_written() -> None:
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, False, False, 200))
+    fakes = Fakes(log)
+    fakes.marker_code = 6  # NOT_LEADER_OR_FOLLOWER
+    duty = fakes.duty()
+    await _settle(duty)
+    assert _state(log) is TxnState.PREPARE_ABORT
+    fakes.marker_code = 0
+    await _settle(duty)
+    assert _state(log) is TxnState.COMPLETE_ABORT
+    assert all(not m.commit for m in fakes.markers)
+
+
+async def _case_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() -> None:
+    log = Log()
+    _open_transaction(log)
+    fakes = Fakes(log)
+    duty = fakes.duty()
+    fakes.now_ms = 1100  # started at 100, timeout 1000 ms: not yet past it
+    await _settle(duty)
+    assert _state(log) is TxnState.ONGOING
+    fakes.now_ms = 1101
+    await _settle(duty)
+    await _settle(duty)
+    txn = log.state.transaction("tx")
+    assert txn is not None and txn.state is TxnState.COMPLETE_ABORT
+    assert txn.producer_epoch == 1  # the producer's epoch 0 is fenced
+    assert log.apply(encode_command(CompleteEndTransaction("tx", 3, 0, 0))).code.name == (
+        "PRODUCER_FENCED"
+    )
+
+
+async def _case_an_id_unused_for_a_week_is_forgotten() -> None:
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 200))
+    fakes = Fakes(log)
+    duty = fakes.duty()
+    fakes.now_ms = 300
+    await _settle(duty)
+    fakes.now_ms = 300 + TRANSACTIONAL_ID_EXPIRATION_MS
+    await _settle(duty)
+    assert log.state.transaction("tx") is not None  # completed at 300: not past it yet
+    fakes.now_ms += 1
+    await _settle(duty)
+    assert log.state.transaction("tx") is None
+
+
+async def _case_nothing_happens_off_the_controller() -> None:
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 200))
+    fakes = Fakes(log)
+    fakes.term = None
+    await _settle(fakes.duty())
+    assert not fakes.markers and _state(log) is TxnState.PREPARE_COMMIT
+
+
+def test_a_decided_commit_gets_its_markers_then_completes() -> None:
+    asyncio.run(_case_a_decided_commit_gets_its_markers_then_completes())
+
+
+def test_no_completion_until_every_marker_is_written() -> None:
+    asyncio.run(_case_no_completion_until_every_marker_is_written())
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() -> None:
+    asyncio.run(_case_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced())
+
+
+def test_nothing_happens_off_the_controller() -> None:
+    asyncio.run(_case_nothing_happens_off_the_controller())
+
+
+def test_an_id_unused_for_a_week_is_forgotten() -> None:
+    asyncio.run(_case_an_id_unused_for_a_week_is_forgotten())

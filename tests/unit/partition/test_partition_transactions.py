@@ -1,0 +1,314 @@
+"""Transactions on a partition (docs/transactions.md, "Partitions"): transactional batches
+checked against the coordinator (KIP-890 part 1, through an injected verifier), COMMIT/ABORT
+markers through Raft, the last stable offset and the aborted index, on every replica. Three
+real Raft groups over in-memory storage, driven by hand (replica_groups.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from raftlog.errors import (
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    ProducerFencedError,
+    TransactionCoordinatorFencedError,
+)
+from raftlog.partition.cleaning import aborted_batches
+from raftlog.partition.policy import apply_retention
+from raftlog.partition.producer_state import AbortedTxn
+from raftlog.partition.replica import OffsetSpec
+from raftlog.storage.batch import parse_header
+from raftlog.storage.compaction import clean_batch, latest_record_keeper
+from raftlog.storage.records import RecordInput, encode_batch
+from raftlog.types import Commitment
+from tests.unit.partition.replica_groups import LEADER, ReplicaGroups
+
+TIMEOUT_S = 60.0  # never reached: the tests resolve every wait by driving the groups
+T = TypeVar("T")
+
+
+def _batch(producer_id: int, sequence: int, *, epoch: int = 0, transactional: bool = True) -> bytes:
+    return encode_batch(
+        [RecordInput(None, b"value", 0), RecordInput(None, b"value", 0)],
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        is_transactional=transactional,
+    )
+
+
+class Coordinator:
+    """The verifier a node builds from its metadata copy: which (producer, epoch) have this
+    partition in their ongoing transaction."""
+
+    def __init__(self) -> None:
+        self.added: set[tuple[int, int]] = set()
+        self.asked: list[tuple[int, int]] = []
+
+    async def __call__(self, producer_id: int, epoch: int) -> bool:
+        self.asked.append((producer_id, epoch))
+        return (producer_id, epoch) in self.added
+
+
+def _drive(partition: ReplicaGroups, coroutine: Coroutine[Any, Any, T]) -> T:
+    async def scenario() -> T:
+        task = asyncio.ensure_future(coroutine)
+        while not task.done():
+            await asyncio.sleep(0)
+            partition.settle()
+        return task.result()
+
+    return asyncio.run(scenario())
+
+
+def _produce(partition: ReplicaGroups, batch: bytes) -> int:
+    coroutine = partition.leader.produce([batch], commitment=Commitment.QUORUM, timeout_s=TIMEOUT_S)
+    return _drive(partition, coroutine).base_offset
+
+
+def _marker(
+    partition: ReplicaGroups,
+    producer_id: int,
+    *,
+    commit: bool,
+    epoch: int = 0,
+    coordinator_epoch: int = 0,
+) -> int:
+    coroutine = partition.leader.write_txn_marker(
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        coordinator_epoch=coordinator_epoch,
+        commit=commit,
+        timestamp_ms=1000,
+        timeout_s=TIMEOUT_S,
+    )
+    return _drive(partition, coroutine)
+
+
+def test_the_lso_stops_at_the_earliest_open_transaction_on_every_replica() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0), (8, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    plain = _produce(partition, _batch(5, 0, transactional=False))
+    first_7 = _produce(partition, _batch(7, 0))
+    first_8 = _produce(partition, _batch(8, 0))
+    _produce(partition, _batch(7, 2))
+    for replica in partition.replicas.values():
+        assert replica.raft_last_stable_offset == first_7 > plain
+    assert partition.leader.list_offset(OffsetSpec.LATEST, read_committed=True) == first_7
+    assert partition.leader.list_offset(OffsetSpec.LATEST) == partition.leader.high_watermark
+    assert partition.leader.transaction_start_offset(7) == first_7
+    aborted_at = _marker(partition, 7, commit=False)
+    for replica in partition.replicas.values():
+        assert replica.raft_last_stable_offset == first_8
+    committed_at = _marker(partition, 8, commit=True)
+    assert committed_at == aborted_at + 1  # a marker takes one offset
+    for replica in partition.replicas.values():
+        assert replica.raft_last_stable_offset == replica.raft_high_watermark
+        table = replica._committed_producers
+        assert [(a.producer_id, a.first_offset, a.last_offset) for a in table.all_aborted()] == [
+            (7, first_7, aborted_at)
+        ]
+    assert partition.leader.transaction_start_offset(7) == -1
+    # Only the first batch of each transaction asked the coordinator.
+    assert coordinator.asked == [(7, 0), (8, 0)]
+
+
+def test_a_transactional_batch_for_a_partition_not_in_the_transaction_writes_nothing() -> None:
+    coordinator = Coordinator()
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    end = partition.leader.raft_high_watermark
+    with pytest.raises(InvalidTxnStateError, match="not in the ongoing transaction"):
+        _produce(partition, _batch(7, 0))
+    assert partition.leader.raft_high_watermark == end
+    coordinator.added = {(7, 1)}  # added at a later epoch only
+    with pytest.raises(InvalidTxnStateError):
+        _produce(partition, _batch(7, 0))
+    _produce(partition, _batch(7, 0, epoch=1))
+
+
+def test_a_plain_batch_while_the_transaction_is_open_is_invalid_txn_state() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    _produce(partition, _batch(7, 0))
+    with pytest.raises(InvalidTxnStateError, match="non-transactional"):
+        _produce(partition, _batch(7, 2, transactional=False))
+    _marker(partition, 7, commit=True)
+    _produce(partition, _batch(7, 2, transactional=False))
+
+
+def test_markers_from_the_past_are_refused_and_markers_for_unknown_producers_written() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 3)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    _produce(partition, _batch(7, 0, epoch=3))
+    end = partition.leader.raft_high_watermark
+    with pytest.raises(ProducerFencedError, match="older than 3"):
+        _marker(partition, 7, commit=True, epoch=2)
+    assert partition.leader.raft_high_watermark == end
+    # KIP-890 part 2: the marker carries the bumped epoch, fencing the ended transaction's
+    # late batches.
+    _marker(partition, 7, commit=True, epoch=4, coordinator_epoch=5)
+    with pytest.raises(ProducerFencedError):
+        _produce(partition, _batch(7, 2, epoch=3))
+    with pytest.raises(TransactionCoordinatorFencedError, match="coordinator epoch 4"):
+        _marker(partition, 7, commit=False, epoch=4, coordinator_epoch=4)
+    # A producer the partition never saw: written (as Kafka), it ends nothing.
+    offset = _marker(partition, 99, commit=False)
+    assert offset == partition.leader.raft_high_watermark - 1
+    for replica in partition.replicas.values():
+        assert replica._committed_producers.all_aborted() == []
+        assert replica.raft_last_stable_offset == replica.raft_high_watermark
+
+
+def test_after_a_bumped_marker_the_next_transaction_starts_at_sequence_zero() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0), (7, 1)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    _produce(partition, _batch(7, 0))
+    _marker(partition, 7, commit=False, epoch=1)
+    with pytest.raises(OutOfOrderSequenceError):
+        _produce(partition, _batch(7, 2, epoch=1))
+    _produce(partition, _batch(7, 0, epoch=1))
+
+
+def test_the_aborted_index_and_open_transactions_survive_a_snapshot() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0), (8, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    first_7 = _produce(partition, _batch(7, 0))
+    first_8 = _produce(partition, _batch(8, 0))
+    aborted_at = _marker(partition, 7, commit=False)
+    data = partition.leader.snapshot_data()
+    table = type(partition.leader._committed_producers).decode(data, producers_max=10)
+    assert table.first_open_offset() == first_8
+    assert [(a.first_offset, a.last_offset) for a in table.all_aborted()] == [(first_7, aborted_at)]
+
+
+class _ExpiredLog:
+    """Storage whose segments below `point` have all expired; a cut is a test failure."""
+
+    def __init__(self, point: int) -> None:
+        self.point = point
+        self.log = self
+
+    def retention_point(self, now_ms: int) -> int:
+        return self.point
+
+    def first_offset(self) -> int:
+        return 0
+
+    def snapshot(self) -> None:
+        return None
+
+    def term_at(self, offset: int) -> int:
+        return 1
+
+    def config_entries(self) -> list[object]:
+        return []
+
+    def compact(self, snapshot: object) -> None:
+        raise AssertionError("retention cut past an open transaction")
+
+
+def test_retention_never_cuts_past_an_open_transaction() -> None:
+    coordinator = Coordinator()
+    coordinator.added = {(7, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+    _produce(partition, _batch(5, 0, transactional=False))
+    first_7 = _produce(partition, _batch(7, 0))
+    _produce(partition, _batch(5, 2, transactional=False))
+    storage = _ExpiredLog(partition.leader.raft_high_watermark)
+    bootstrap = partition.groups[LEADER].bootstrap_membership
+    apply_retention(partition.leader, storage, bootstrap, 0)  # type: ignore[arg-type]
+    assert partition.leader.first_open_transaction_offset() == first_7
+
+
+def test_compaction_drops_the_records_of_aborted_transactions_only() -> None:
+    aborted = aborted_batches([AbortedTxn(7, 10, 15), AbortedTxn(8, 3, 4)])
+
+    def batch(producer_id: int, base_offset: int, *, transactional: bool = True) -> bytes:
+        return encode_batch(
+            [RecordInput(b"k", b"v", 0)],
+            base_offset=base_offset,
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=0,
+            is_transactional=transactional,
+        )
+
+    verdicts = {
+        (pid, offset, transactional): aborted(parse_header(batch(pid, offset, transactional=t)))
+        for pid, offset, transactional in [
+            (7, 10, True),
+            (7, 14, True),
+            (7, 15, True),  # after the marker: the next transaction
+            (7, 9, True),
+            (7, 12, False),  # not transactional
+            (8, 3, True),
+            (9, 12, True),  # another producer
+        ]
+        for t in [transactional]
+    }
+    assert [key for key, verdict in verdicts.items() if verdict] == [
+        (7, 10, True),
+        (7, 14, True),
+        (8, 3, True),
+    ]
+    keep_all = latest_record_keeper({}, now_ms=0, delete_retention_ms=0)
+    cleaned, removed = clean_batch(batch(7, 12), keep_all, aborted)
+    assert removed == 1 and parse_header(cleaned).record_count == 0
+    assert parse_header(cleaned).last_offset == 12  # the batch keeps its offsets
+    committed = batch(9, 12)
+    assert clean_batch(committed, keep_all, aborted) == (committed, 0)
+
+
+def test_a_pipelined_request_waits_for_the_verification_of_the_one_before() -> None:
+    """librdkafka keeps up to five requests in flight: the second batch of a transaction
+    must not overtake the first while the first waits for the coordinator (it would be
+    refused OUT_OF_ORDER_SEQUENCE)."""
+
+    class SlowCoordinator(Coordinator):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def __call__(self, producer_id: int, epoch: int) -> bool:
+            # Only the first question waits (the node's metadata copy catches up meanwhile):
+            # a later one is answered at once, while the first's request still sleeps.
+            if not self.asked:
+                self.asked.append((producer_id, epoch))
+                await self.release.wait()
+                return (producer_id, epoch) in self.added
+            return await super().__call__(producer_id, epoch)
+
+    coordinator = SlowCoordinator()
+    coordinator.added = {(7, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+
+    async def scenario() -> list[int]:
+        leader = partition.leader
+        first = asyncio.ensure_future(
+            leader.produce([_batch(7, 0)], commitment=Commitment.QUORUM, timeout_s=TIMEOUT_S)
+        )
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(
+            leader.produce([_batch(7, 2)], commitment=Commitment.QUORUM, timeout_s=TIMEOUT_S)
+        )
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not first.done() and not second.done()
+        coordinator.release.set()
+        while not (first.done() and second.done()):
+            await asyncio.sleep(0)
+            partition.settle()
+        return [first.result().base_offset, second.result().base_offset]
+
+    first_offset, second_offset = asyncio.run(scenario())
+    assert second_offset == first_offset + 2
+    assert coordinator.asked == [(7, 0)]  # the second found the transaction open
