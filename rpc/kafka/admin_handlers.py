@@ -7,10 +7,13 @@ the controller) and retry there. `validate_only` runs the controller's own plann
 (`plan_create_topic`, `plan_create_partitions`: pure functions of the metadata state) and
 commits nothing. Manual replica assignments are refused: raftlog places replicas itself.
 
-The topics of one request are handled concurrently, as Kafka's controller handles them: each
-create waits for its partitions' leaders, so one after another a request for 100 topics took
-100 such waits and ran past the client's timeout (librdkafka's 0045_subscribe_many_updates).
-The controller still plans them one at a time, so the outcome is the same in either order.
+The topics of a CreateTopics or CreatePartitions request are handled concurrently, as Kafka's
+controller handles them: each waits for its new partitions' leaders, so one after another a
+request for 100 topics took 100 such waits and ran past the client's timeout (librdkafka's
+0045_subscribe_many_updates). The controller still plans them one at a time, so the outcome
+is the same in either order. DeleteTopics deletes one topic after another: a delete is one
+metadata commit with no wait for leaders, and a request's hundred deletes at once would
+overrun the metadata group's proposals_max (NOT_ENOUGH_REPLICAS for the excess).
 """
 
 from __future__ import annotations
@@ -166,7 +169,7 @@ async def delete_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
         else list(request.topic_names or ())
     )
     timeout_s = _timeout_s(ctx, request)
-    outcomes = await asyncio.gather(*(_delete_topic(ctx, name, timeout_s) for name in names))
+    outcomes = [await _delete_topic(ctx, name, timeout_s) for name in names]
     results = tuple(
         build(
             module.DeletableTopicResult,

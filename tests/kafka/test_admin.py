@@ -203,7 +203,8 @@ def test_the_topics_of_one_request_are_created_and_deleted_together(
     for its leaders, and the waits overlap, as on Kafka), not twenty times as long:
     librdkafka's 0045_subscribe_many_updates creates 100 topics in one request within 30 s.
     The bound is relative to a single create on the same cluster, so a slow machine moves
-    both. One DeleteTopics request then deletes them all."""
+    both. One DeleteTopics request then deletes them all (one after another: twenty deletes
+    at once would overrun the metadata group's proposals_max, as librdkafka's 100 did)."""
     client = _client(kafka_cluster)
 
     def create(names: list[str]) -> float:
