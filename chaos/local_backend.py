@@ -95,10 +95,13 @@ class LocalBackend:
             self._serve_flags += ("--set", f"metadata.rebalance_grace_ms={rebalance_grace_ms}")
         if group_session_timeout_ms is not None:
             # Consumer groups: a new controller grants partitions only a session timeout
-            # after it took over, so the default 10 s would leave a short run's members idle.
+            # after it took over, so the default 10 s would leave a short run's members idle;
+            # for the same reason classic groups (Kafka clients) skip Kafka's 3 s initial
+            # rebalance delay, which each new controller would start over.
             self._serve_flags += (
                 "--set", f"metadata.group_session_timeout_ms={group_session_timeout_ms}",
                 "--set", f"metadata.group_heartbeat_interval_ms={group_session_timeout_ms // 6}",
+                "--set", "kafka.group_initial_rebalance_delay_ms=0",
             )  # fmt: skip
         if scrub_round_pause_ms is not None:
             # corrupt: a damaged closed segment is found by the scrubber within the run, not

@@ -50,12 +50,15 @@ def _require(condition: bool, setting: str, message: str) -> None:
         raise ConfigError(f"{setting}: {message}")
 
 
-def _require_positive_ints(section: object) -> None:
+def _require_positive_ints(section: object, *, zero_allowed: tuple[str, ...] = ()) -> None:
     for f in fields(section):  # type: ignore[arg-type]
         value = getattr(section, f.name)
         if isinstance(value, bool) or not isinstance(value, int):
             continue
-        _require(value > 0, f.name, f"must be positive, got {value}")
+        if f.name in zero_allowed:
+            _require(value >= 0, f.name, f"must not be negative, got {value}")
+        else:
+            _require(value > 0, f.name, f"must be positive, got {value}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -382,9 +385,14 @@ class KafkaConfig:
     # anomalies the check prevents).
     txn_verification: bool = True
     txn_verification_wait_ms: int = 1_000
+    # Kafka's group.initial.rebalance.delay.ms, with its default: the first rebalance of an
+    # empty classic group waits this long, and again while members keep joining (up to the
+    # rebalance timeout), so consumers started together get their partitions in one
+    # generation instead of one rebalance each. 0 completes the join at once.
+    group_initial_rebalance_delay_ms: int = 3_000
 
     def validate(self) -> KafkaConfig:
-        _require_positive_ints(self)
+        _require_positive_ints(self, zero_allowed=("group_initial_rebalance_delay_ms",))
         return self
 
 

@@ -601,8 +601,9 @@ class SegmentedLog:
         self, timestamp_ms: int, *, skip: Callable[[int], bool] | None = None
     ) -> int | None:
         """Base offset of the first batch whose max_timestamp >= `timestamp_ms` (batch
-        granularity, as the node never decodes records) and whose base offset `skip` does
-        not leave out (Raft's own entries), or None when there is none."""
+        granularity: the segments index batches; `RaftLogStorage` decodes the batch found for
+        its record) and whose base offset `skip` does not leave out (Raft's own entries), or
+        None when there is none."""
         self._check_open()
         for segment in self._segments:
             if segment.size_bytes and segment.max_timestamp_ms >= timestamp_ms:

@@ -69,6 +69,7 @@ from raftlog.storage.file_system import (
     write_file_atomically,
 )
 from raftlog.storage.log import FlushTicket, LogDamage, SegmentedLog
+from raftlog.storage.record_decoder import decode_batch
 from raftlog.storage.records import (
     CONTROL_LEADER_CHANGE,
     CONTROL_VOTERS,
@@ -376,11 +377,30 @@ class RaftLogStorage:
         return b"".join(kept) if kept else last_emptied
 
     def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
-        """The first data batch at or after `timestamp_ms`: Raft's own entries carry the
-        wall-clock time of their append, never a record's, so they are stepped over."""
+        """The first record at or after `timestamp_ms`, as Kafka's log answers ListOffsets:
+        the segment index finds the first data batch whose max timestamp reaches it (Raft's
+        own entries carry the wall-clock time of their append, never a record's, so they are
+        stepped over), then that one batch is decoded for the record, since a batch's records
+        need not be in timestamp order and a client asks for a record (librdkafka's
+        0054_offset_time sends two records in one batch and asks for the second's time)."""
         internal = frozenset(self.internal_offsets())
         offset = self.log.offset_for_timestamp(timestamp_ms, skip=internal.__contains__)
-        return None if offset is None else max(offset, int(self.first_offset()))
+        if offset is None:
+            return None
+        offset = max(offset, int(self.first_offset()))
+        return self._first_record_at(offset, timestamp_ms)
+
+    def _first_record_at(self, offset: int, timestamp_ms: int) -> int:
+        """The offset of the first record from `offset` on in the batch holding `offset` whose
+        timestamp is at least `timestamp_ms`; `offset` itself for a batch that does not decode
+        (the batch as a whole still qualifies by its max timestamp)."""
+        batches = self.log.batches(offset, bytes_max=1)
+        try:
+            records = decode_batch(batches[0][1]).records
+        except CorruptBatchError:
+            return offset
+        found = (r.offset for r in records if r.offset >= offset and r.timestamp_ms >= timestamp_ms)
+        return next(found, offset)
 
     # --- Kafka offsets (raftlog.storage.kafka_offsets) ---------------------------------
 

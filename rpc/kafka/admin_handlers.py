@@ -6,10 +6,19 @@ controller answers NOT_CONTROLLER, and Kafka's admin clients refresh metadata (w
 the controller) and retry there. `validate_only` runs the controller's own planning
 (`plan_create_topic`, `plan_create_partitions`: pure functions of the metadata state) and
 commits nothing. Manual replica assignments are refused: raftlog places replicas itself.
+
+The topics of a CreateTopics or CreatePartitions request are handled concurrently, as Kafka's
+controller handles them: each waits for its new partitions' leaders, so one after another a
+request for 100 topics took 100 such waits and ran past the client's timeout (librdkafka's
+0045_subscribe_many_updates). The controller still plans them one at a time, so the outcome
+is the same in either order. DeleteTopics deletes one topic after another: a delete is one
+metadata commit with no wait for leaders, and a request's hundred deletes at once would
+overrun the metadata group's proposals_max (NOT_ENOUGH_REPLICAS for the excess).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -78,11 +87,12 @@ async def create_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
     permission, NOT_CONTROLLER off the controller, REQUEST_TIMED_OUT, or the metadata result's
     code (TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS, INVALID_CONFIG...)."""
     module = response_module(CREATE_TOPICS, version)
-    results = []
-    for topic in request.topics:
-        code, message = await _create_topic(ctx, request, topic)
-        results.append(_created(ctx, module, topic.name, code, message))
-    return build(module.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+    outcomes = await asyncio.gather(*(_create_topic(ctx, request, t) for t in request.topics))
+    results = tuple(
+        _created(ctx, module, topic.name, code, message)
+        for topic, (code, message) in zip(request.topics, outcomes, strict=True)
+    )
+    return build(module.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=results)
 
 
 async def _create_topic(ctx: KafkaContext, request: Any, topic: Any) -> Outcome:
@@ -159,26 +169,26 @@ async def delete_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
         else list(request.topic_names or ())
     )
     timeout_s = _timeout_s(ctx, request)
-    results = []
-    for name in names:
-        code: ErrorCode
-        message: str | None
-        if name is None:
-            code, message = ErrorCode.unknown_topic_id, "raftlog deletes topics by name"
-        elif not ctx.allowed(Permission.ADMIN, name):
-            code, message = ErrorCode.topic_authorization_failed, f"no admin permission on {name}"
-        else:
-            code, message = await _admin_call(ctx.node.delete_topic(name, timeout_s=timeout_s))
-        results.append(
-            build(
-                module.DeletableTopicResult,
-                name=name,
-                topic_id=None,
-                error_code=code,
-                error_message=message,
-            )
+    outcomes = [await _delete_topic(ctx, name, timeout_s) for name in names]
+    results = tuple(
+        build(
+            module.DeletableTopicResult,
+            name=name,
+            topic_id=None,
+            error_code=code,
+            error_message=message,
         )
-    return build(module.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
+        for name, (code, message) in zip(names, outcomes, strict=True)
+    )
+    return build(module.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=results)
+
+
+async def _delete_topic(ctx: KafkaContext, name: str | None, timeout_s: float) -> Outcome:
+    if name is None:
+        return ErrorCode.unknown_topic_id, "raftlog deletes topics by name"
+    if not ctx.allowed(Permission.ADMIN, name):
+        return ErrorCode.topic_authorization_failed, f"no admin permission on {name}"
+    return await _admin_call(ctx.node.delete_topic(name, timeout_s=timeout_s))
 
 
 async def create_partitions(ctx: KafkaContext, request: Any, version: int) -> Any:
@@ -189,36 +199,37 @@ async def create_partitions(ctx: KafkaContext, request: Any, version: int) -> An
     (INVALID_PARTITIONS, UNKNOWN_TOPIC_OR_PARTITION)."""
     module = response_module(CREATE_PARTITIONS, version)
     timeout_s = _timeout_s(ctx, request)
-    results = []
-    for topic in request.topics:
-        code: ErrorCode
-        message: str | None
-        if topic.assignments:
-            code, message = ErrorCode.invalid_replica_assignment, "raftlog places replicas itself"
-        elif not ctx.allowed(Permission.ADMIN, topic.name):
-            code = ErrorCode.topic_authorization_failed
-            message = f"no admin permission on {topic.name}"
-        elif request.validate_only:
-            plan = plan_create_partitions(
-                ctx.node.metadata.state,
-                topic.name,
-                topic.count,
-                _now_ms(),
-                config=ctx.node_config.metadata,
-            )
-            code, message = (
-                _result(plan) if isinstance(plan, ApplyResult) else (ErrorCode.none, None)
-            )
-        else:
-            code, message = await _admin_call(
-                ctx.node.create_partitions(topic.name, topic.count, timeout_s=timeout_s)
-            )
-        results.append(
-            build(
-                module.CreatePartitionsTopicResult,
-                name=topic.name,
-                error_code=code,
-                error_message=message,
-            )
+    outcomes = await asyncio.gather(
+        *(_create_partitions(ctx, request, topic, timeout_s) for topic in request.topics)
+    )
+    results = tuple(
+        build(
+            module.CreatePartitionsTopicResult,
+            name=topic.name,
+            error_code=code,
+            error_message=message,
         )
-    return build(module.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+        for topic, (code, message) in zip(request.topics, outcomes, strict=True)
+    )
+    return build(module.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=results)
+
+
+async def _create_partitions(
+    ctx: KafkaContext, request: Any, topic: Any, timeout_s: float
+) -> Outcome:
+    if topic.assignments:
+        return ErrorCode.invalid_replica_assignment, "raftlog places replicas itself"
+    if not ctx.allowed(Permission.ADMIN, topic.name):
+        return ErrorCode.topic_authorization_failed, f"no admin permission on {topic.name}"
+    if request.validate_only:
+        plan = plan_create_partitions(
+            ctx.node.metadata.state,
+            topic.name,
+            topic.count,
+            _now_ms(),
+            config=ctx.node_config.metadata,
+        )
+        return _result(plan) if isinstance(plan, ApplyResult) else (ErrorCode.none, None)
+    return await _admin_call(
+        ctx.node.create_partitions(topic.name, topic.count, timeout_s=timeout_s)
+    )

@@ -25,6 +25,11 @@ A group moves Empty -> PreparingRebalance -> CompletingRebalance -> Stable:
   does with its heartbeat timer). A member waiting in JoinGroup or SyncGroup is not expired.
 - A new member first gets MEMBER_ID_REQUIRED with its id (KIP-394) and joins with it; ids
   handed out but unused expire after `_PENDING_MEMBER_MS`.
+- The first rebalance of an empty group waits `initial_rebalance_delay_ms` (Kafka's
+  group.initial.rebalance.delay.ms and its InitialDelayedJoin) even once every member has
+  joined, and waits that long again (at most, within the largest rebalance timeout) while new
+  members keep joining: consumers started together get one generation, not one rebalance
+  each (librdkafka's 0089, 0102, 0113 and 0118 start two consumers and count rebalances).
 
 Static membership (KIP-345), as Kafka's GroupMetadataManager runs it. A member that joins with
 a group instance id gets a member id at once (no MEMBER_ID_REQUIRED). A later JoinGroup with
@@ -83,8 +88,16 @@ __all__ = [
 class ClassicGroups:
     """Every classic group this node coordinates (bounded by `groups_max`, `members_max`)."""
 
-    def __init__(self, *, clock_ms: Callable[[], int], groups_max: int, members_max: int) -> None:
+    def __init__(
+        self,
+        *,
+        clock_ms: Callable[[], int],
+        groups_max: int,
+        members_max: int,
+        initial_rebalance_delay_ms: int = 0,
+    ) -> None:
         self._clock_ms = clock_ms
+        self._initial_delay_ms = initial_rebalance_delay_ms
         self._groups_max = groups_max
         self._members_max = members_max
         self._groups: dict[str, ClassicGroup] = {}
@@ -355,6 +368,7 @@ class ClassicGroups:
                 now_ms,
             )
             self._queue_session(group, member)
+            group.new_member_added = group.initial_delay
         member.protocols = request.protocols
         member.session_timeout_ms = request.session_timeout_ms
         member.rebalance_timeout_ms = request.rebalance_timeout_ms
@@ -370,15 +384,42 @@ class ClassicGroups:
         # Members waiting for a sync of the generation being replaced learn it now.
         for member in group.members.values():
             answer_sync(member, SyncAnswer(ErrorCode.rebalance_in_progress))
+        was_empty = group.state is GroupState.EMPTY
         group.state = GroupState.PREPARING_REBALANCE
         timeout_ms = max(m.rebalance_timeout_ms for m in group.members.values())
-        group.join_deadline = asyncio.get_running_loop().call_later(
-            timeout_ms / 1000, self._complete_join, group
-        )
+        loop = asyncio.get_running_loop()
+        if was_empty and self._initial_delay_ms > 0:
+            group.initial_delay, group.new_member_added = True, False
+            remaining_ms = max(timeout_ms - self._initial_delay_ms, 0)
+            group.join_deadline = loop.call_later(
+                self._initial_delay_ms / 1000, self._initial_delay_due, group, remaining_ms
+            )
+            return
+        group.join_deadline = loop.call_later(timeout_ms / 1000, self._complete_join, group)
+
+    def _initial_delay_due(self, group: ClassicGroup, remaining_ms: int) -> None:
+        """The initial delay passed: wait once more if a member joined meanwhile and the
+        rebalance timeout leaves time (Kafka's InitialDelayedJoin.onComplete), else start the
+        generation."""
+        if group.state is not GroupState.PREPARING_REBALANCE or not group.initial_delay:
+            return
+        if group.new_member_added and remaining_ms > 0:
+            group.new_member_added = False
+            delay_ms = min(self._initial_delay_ms, remaining_ms)
+            group.join_deadline = asyncio.get_running_loop().call_later(
+                delay_ms / 1000, self._initial_delay_due, group, remaining_ms - delay_ms
+            )
+            return
+        group.initial_delay = False
+        self._complete_join(group)
 
     def _maybe_complete_join(self, group: ClassicGroup) -> None:
         waiting = [m for m in group.members.values() if m.joined is None or m.joined.done()]
-        if group.state is GroupState.PREPARING_REBALANCE and not waiting:
+        if (
+            group.state is GroupState.PREPARING_REBALANCE
+            and not waiting
+            and not group.initial_delay
+        ):
             self._complete_join(group)
 
     def _complete_join(self, group: ClassicGroup) -> None:
@@ -387,6 +428,7 @@ class ClassicGroups:
         If only static members are left and none rejoined, the rebalance waits on."""
         if group.state is not GroupState.PREPARING_REBALANCE:
             return
+        group.initial_delay = False
         if group.join_deadline is not None:
             group.join_deadline.cancel()
             group.join_deadline = None

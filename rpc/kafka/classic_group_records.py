@@ -112,6 +112,11 @@ class ClassicGroup:
     pending: dict[str, int] = field(default_factory=dict)  # handed-out id -> when, ms
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> member id
     join_deadline: asyncio.TimerHandle | None = None
+    # The first rebalance of an empty group waits out the initial delay (Kafka's
+    # InitialDelayedJoin) even when every member has joined; a member joining meanwhile
+    # extends it (`new_member_added`).
+    initial_delay: bool = False
+    new_member_added: bool = False
 
 
 def identity_refusal(

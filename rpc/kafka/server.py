@@ -76,6 +76,7 @@ class KafkaListener:
             clock_ms=monotonic_ms,
             groups_max=config.metadata.groups_max,
             members_max=config.metadata.group_members_max,
+            initial_rebalance_delay_ms=config.kafka.group_initial_rebalance_delay_ms,
         )
         self._context = KafkaContext(
             node=node,

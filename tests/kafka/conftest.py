@@ -12,7 +12,10 @@ from raftlog.local_cluster import LocalCluster
 
 @pytest.fixture(scope="module")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster.create(tmp_path_factory.mktemp("kafka"), node_count=3)
+    # No initial rebalance delay (Kafka's 3 s default, test_initial_rebalance_delay.py): each
+    # classic group a test starts would wait it out, which the suite's time cannot afford.
+    flags = ("--set", "kafka.group_initial_rebalance_delay_ms=0")
+    cluster = LocalCluster.create(tmp_path_factory.mktemp("kafka"), node_count=3, node_flags=flags)
     cluster.start()
     try:
         wait_for_controller(cluster.bootstrap, timeout_s=60)

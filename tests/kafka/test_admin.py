@@ -196,6 +196,35 @@ def test_concurrent_creates_and_partition_additions_all_succeed(
     }
 
 
+def test_the_topics_of_one_request_are_created_and_deleted_together(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """Twenty topics in one CreateTopics request take about as long as one (each create waits
+    for its leaders, and the waits overlap, as on Kafka), not twenty times as long:
+    librdkafka's 0045_subscribe_many_updates creates 100 topics in one request within 30 s.
+    The bound is relative to a single create on the same cluster, so a slow machine moves
+    both. One DeleteTopics request then deletes them all (one after another: twenty deletes
+    at once would overrun the metadata group's proposals_max, as librdkafka's 100 did)."""
+    client = _client(kafka_cluster)
+
+    def create(names: list[str]) -> float:
+        topics = [admin_module.NewTopic(n, num_partitions=1, replication_factor=3) for n in names]
+        started = time.monotonic()
+        futures = client.create_topics(topics, operation_timeout=60, request_timeout=90)  # type: ignore[attr-defined]
+        assert [_outcome(futures[n]) for n in names] == [None] * len(names)
+        return time.monotonic() - started
+
+    single = max(create(["one-request-single-a"]), create(["one-request-single-b"]))
+    names = [f"one-request-{i}" for i in range(20)]
+    together = create(names)
+    assert together < 8 * single, (together, single)
+
+    futures = client.delete_topics(names, operation_timeout=60)  # type: ignore[attr-defined]
+    assert [_outcome(futures[n]) for n in names] == [None] * len(names)
+    listed = client.list_topics(timeout=10).topics  # type: ignore[attr-defined]
+    assert not set(names) & set(listed)
+
+
 def _metadata_errors(cluster: LocalCluster, names: list[str]) -> list[ErrorCode]:
     request = md.MetadataRequest(
         topics=tuple(md.MetadataRequestTopic(topic_id=None, name=md.TopicName(n)) for n in names),

@@ -87,8 +87,7 @@ def test_acks_all_records_read_back_with_offsets_keys_headers_timestamps(
 
 
 def test_list_offsets_earliest_latest_and_by_timestamp(kafka_cluster: LocalCluster) -> None:
-    """Timestamps resolve to the first batch holding a later one (raftlog's rule, as in its
-    gRPC ListOffsets: record batches are not opened), so each flush is its own batch here."""
+    """Earliest, latest, and a timestamp resolved to the first record at or after it."""
     create_topic(kafka_cluster, "cf-offsets", partitions=1)
     boot = kafka_cluster.kafka_bootstrap
     now_ms = int(time.time() * 1000)
@@ -106,6 +105,33 @@ def test_list_offsets_earliest_latest_and_by_timestamp(kafka_cluster: LocalClust
         later = kafka.TopicPartition("cf-offsets", 0, now_ms + 3_600_000)
         (none,) = consumer.offsets_for_times([later], timeout=10)
         assert none.offset == -1  # no record that late: Kafka's "no such offset"
+    finally:
+        consumer.close()
+
+
+def test_list_offsets_by_timestamp_finds_the_record_inside_a_batch(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """A timestamp resolves to the first record at or after it, inside one batch too (as
+    Kafka's log answers; librdkafka's 0054_offset_time): 200 records lingered into one batch
+    with timestamps T, T+1, ..."""
+    create_topic(kafka_cluster, "cf-offsets-in-batch", partitions=1)
+    boot = kafka_cluster.kafka_bootstrap
+    base = int(time.time() * 1000)
+    delivered = _produce(
+        boot, "cf-offsets-in-batch", partitions=1, timestamp_ms=base, **{"linger.ms": 1000}
+    )
+    assert sorted(offset for _, offset in delivered) == list(range(COUNT))
+    consumer = kafka.Consumer({"bootstrap.servers": boot, "group.id": "unused"})
+    try:
+        found = []
+        for asked in [base, base + 1, base + 150, base + COUNT - 1, base + COUNT]:
+            # One query per timestamp: librdkafka keeps one entry per partition in a query.
+            wanted = kafka.TopicPartition("cf-offsets-in-batch", 0, asked)
+            (answer,) = consumer.offsets_for_times([wanted], timeout=10)
+            assert answer.error is None, answer.error
+            found.append(answer.offset)
+        assert found == [0, 1, 150, COUNT - 1, -1]
     finally:
         consumer.close()
 
