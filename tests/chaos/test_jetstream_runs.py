@@ -178,7 +178,7 @@ def run_with_minority_damage(out: Path, *, seed: int, duration_s: float, sync: s
     return results, backend.damage
 
 
-@pytest.mark.slow
+@pytest.mark.soak  # the same nemesis runs on raftlog in make test (test_chaos_runs.py)
 def test_minority_file_damage_runs_to_a_verdict_with_every_damage_recorded(
     tmp_path: Path,
 ) -> None:
