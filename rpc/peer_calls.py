@@ -32,9 +32,7 @@ per peer (more are answered DROPPED at once, which the caller may retry).
 
 from __future__ import annotations
 
-import asyncio
 import enum
-import itertools
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Coroutine
@@ -55,6 +53,7 @@ from raftlog.metadata.commands import (
     decode_command,
     encode_command,
 )
+from raftlog.rpc.call_table import CallTable, SendFrame
 from raftlog.rpc.codec import FRAME_HEADER, FrameKind
 from raftlog.types import NodeId
 
@@ -167,8 +166,6 @@ def decode_reply(body: memoryview) -> Reply:
 
 # Serves one call on the controller: the caller's node, the command, how long it may take.
 Serve = Callable[[NodeId, Command, float], Awaitable[ApplyResult]]
-# Queues one frame for a peer; False when the transport dropped it.
-SendFrame = Callable[[NodeId, bytes], bool]
 # Runs a task the node supervises (one that fails stops the node: Node._spawn).
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 
@@ -180,40 +177,28 @@ class PeerCalls:
     def __init__(
         self, *, send: SendFrame, serve: Serve, spawn: Spawn, calls_in_flight_max: int
     ) -> None:
-        assert calls_in_flight_max > 0, calls_in_flight_max
         self._send = send
         self._serve = serve
         self._spawn = spawn
-        self._calls_in_flight_max = calls_in_flight_max
-        self._call_ids = itertools.count()
-        # Calls waiting for a reply: call id -> (callee, future).
-        self._waiting: dict[int, tuple[NodeId, asyncio.Future[Reply]]] = {}
-        # How many calls of each caller are being served.
-        self._serving: dict[NodeId, int] = {}
-        self._closed = False
+        self._calls: CallTable[Reply] = CallTable(
+            send=send, calls_in_flight_max=calls_in_flight_max
+        )
 
     # --- the caller's end ---
 
     def has_room(self) -> bool:
         """Whether another call may wait for a reply now (else the caller forwards by gRPC)."""
-        return len(self._waiting) < self._calls_in_flight_max and not self._closed
+        return self._calls.has_room()
 
     async def call(self, peer: NodeId, command: Command, timeout_s: float) -> ApplyResult:
         """Submit `command` on `peer`, the controller; its result once committed. Raises
         NotControllerError (with the callee's hint), ProposalDroppedError or TimeoutError."""
         assert self.has_room(), "call() only while has_room()"
-        call_id = next(self._call_ids)
+        call_id = self._calls.next_call_id()
         frame = encode_call(
             Call(call_id, min(_U32_MAX, int(timeout_s * 1000)), encode_command(command))
         )
-        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self._waiting[call_id] = (peer, future)
-        try:
-            if not self._send(peer, frame):
-                raise ProposalDroppedError(f"the call to node {peer} could not be queued")
-            reply = await asyncio.wait_for(future, timeout_s)
-        finally:
-            self._waiting.pop(call_id, None)
+        reply = await self._calls.call(peer, call_id, frame, timeout_s)
         return self._outcome(peer, reply)
 
     @staticmethod
@@ -230,9 +215,7 @@ class PeerCalls:
     def peer_disconnected(self, peer: NodeId) -> None:
         """The connection `peer` dialed to this node closed: the replies it had queued for
         us went with it, so the calls waiting on it fail now (retriably)."""
-        for callee, future in self._waiting.values():
-            if callee == peer and not future.done():
-                future.set_exception(NotControllerError(leader_hint=None))
+        self._calls.fail_peer(peer, lambda: NotControllerError(leader_hint=None))
 
     # --- frames from peers ---
 
@@ -240,27 +223,22 @@ class PeerCalls:
         """A CALL or REPLY frame from `sender` (raises FrameError on a malformed one)."""
         if kind is FrameKind.REPLY:
             reply = decode_reply(body)
-            waiting = self._waiting.get(reply.call_id)
-            if waiting is not None and waiting[0] == sender and not waiting[1].done():
-                waiting[1].set_result(reply)
+            self._calls.complete(sender, reply.call_id, reply)
             return
         assert kind is FrameKind.CALL, kind
         call = decode_call(body)
-        serving = self._serving.get(sender, 0)
-        if self._closed or serving >= self._calls_in_flight_max:
-            message = f"{serving} calls of node {sender} in flight"
+        if not self._calls.start_serving(sender):
+            message = f"{self._calls.serving(sender)} calls of node {sender} in flight"
             reply = Reply(call.call_id, CallStatus.DROPPED, message=message)
             self._send(sender, encode_reply(reply))
             return
-        self._serving[sender] = serving + 1
         self._spawn(self._answer(sender, call), f"metadata-call-from-{sender}")
 
     async def _answer(self, sender: NodeId, call: Call) -> None:
         try:
             await self._answer_once(sender, call)
         finally:
-            self._serving[sender] -= 1
-            assert self._serving[sender] >= 0, (sender, self._serving[sender])
+            self._calls.done_serving(sender)
 
     async def _answer_once(self, sender: NodeId, call: Call) -> None:
         try:
@@ -283,12 +261,9 @@ class PeerCalls:
         self._send(sender, encode_reply(reply))
 
     def waiting(self) -> int:
-        return len(self._waiting)
+        return self._calls.waiting()
 
     def close(self) -> None:
         """Serve no more calls (those being served are the spawner's to cancel) and fail
         every call still waiting."""
-        self._closed = True
-        for _, future in self._waiting.values():
-            if not future.done():
-                future.set_exception(NotControllerError(leader_hint=None))
+        self._calls.close(lambda: NotControllerError(leader_hint=None))

@@ -29,14 +29,13 @@ most MARKERS_PER_CALL_MAX markers a frame.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import struct
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from raftlog.errors import FrameError, ProposalDroppedError
+from raftlog.rpc.call_table import CallTable, SendFrame
 from raftlog.rpc.codec import FRAME_HEADER, FrameKind
 from raftlog.types import NodeId, TxnMarker, TxnMarkerResult
 
@@ -167,8 +166,6 @@ def _topic(body: memoryview, position: int, length: int, frame: str) -> str:
 
 # Writes markers of partitions this node leads (never forwarding): one result per marker.
 Serve = Callable[[Sequence[TxnMarker], float], Awaitable[list[TxnMarkerResult]]]
-# Queues one frame for a peer; False when the transport dropped it.
-SendFrame = Callable[[NodeId, bytes], bool]
 # Runs a task the node supervises (one that fails stops the node).
 Spawn = Callable[[Coroutine[Any, Any, None], str], None]
 
@@ -180,18 +177,15 @@ class TxnMarkerCalls:
     def __init__(
         self, *, send: SendFrame, serve: Serve, spawn: Spawn, calls_in_flight_max: int
     ) -> None:
-        assert calls_in_flight_max > 0, calls_in_flight_max
         self._send = send
         self._serve = serve
         self._spawn = spawn
-        self._calls_in_flight_max = calls_in_flight_max
-        self._call_ids = itertools.count()
-        self._waiting: dict[int, tuple[NodeId, asyncio.Future[MarkerReply]]] = {}
-        self._serving: dict[NodeId, int] = {}
-        self._closed = False
+        self._calls: CallTable[MarkerReply] = CallTable(
+            send=send, calls_in_flight_max=calls_in_flight_max
+        )
 
     def has_room(self) -> bool:
-        return len(self._waiting) < self._calls_in_flight_max and not self._closed
+        return self._calls.has_room()
 
     async def call(
         self, peer: NodeId, markers: Sequence[TxnMarker], timeout_s: float
@@ -200,19 +194,12 @@ class TxnMarkerCalls:
         order. Raises ProposalDroppedError (not sent, or the peer went away) or
         TimeoutError: the markers may or may not have been written."""
         if not self.has_room():
-            raise ProposalDroppedError(f"{len(self._waiting)} marker calls in flight")
-        call_id = next(self._call_ids)
+            raise ProposalDroppedError(f"{self._calls.waiting()} marker calls in flight")
+        call_id = self._calls.next_call_id()
         frame = encode_marker_call(
             MarkerCall(call_id, min(_U32_MAX, int(timeout_s * 1000)), tuple(markers))
         )
-        future: asyncio.Future[MarkerReply] = asyncio.get_running_loop().create_future()
-        self._waiting[call_id] = (peer, future)
-        try:
-            if not self._send(peer, frame):
-                raise ProposalDroppedError(f"the marker call to node {peer} could not be queued")
-            reply = await asyncio.wait_for(future, timeout_s)
-        finally:
-            self._waiting.pop(call_id, None)
+        reply = await self._calls.call(peer, call_id, frame, timeout_s)
         wanted = [(marker.topic, marker.partition) for marker in markers]
         got = [(result.topic, result.partition) for result in reply.results]
         if got != wanted:
@@ -221,28 +208,22 @@ class TxnMarkerCalls:
 
     def peer_disconnected(self, peer: NodeId) -> None:
         """The connection `peer` dialed to this node closed, with any reply queued on it."""
-        for callee, future in self._waiting.values():
-            if callee == peer and not future.done():
-                future.set_exception(ProposalDroppedError(f"node {peer} disconnected"))
+        self._calls.fail_peer(peer, lambda: ProposalDroppedError(f"node {peer} disconnected"))
 
     def on_frame(self, sender: NodeId, kind: FrameKind, body: memoryview) -> None:
         """A MARKERS or MARKERS_REPLY frame from `sender` (FrameError on a malformed one)."""
         if kind is FrameKind.MARKERS_REPLY:
             reply = decode_marker_reply(body)
-            waiting = self._waiting.get(reply.call_id)
-            if waiting is not None and waiting[0] == sender and not waiting[1].done():
-                waiting[1].set_result(reply)
+            self._calls.complete(sender, reply.call_id, reply)
             return
         assert kind is FrameKind.MARKERS, kind
         call = decode_marker_call(body)
-        serving = self._serving.get(sender, 0)
-        if self._closed or serving >= self._calls_in_flight_max:
+        if not self._calls.start_serving(sender):
             results = tuple(
                 TxnMarkerResult(m.topic, m.partition, _NOT_LEADER_OR_FOLLOWER) for m in call.markers
             )
             self._send(sender, encode_marker_reply(MarkerReply(call.call_id, results)))
             return
-        self._serving[sender] = serving + 1
         self._spawn(self._answer(sender, call), f"txn-markers-from-{sender}")
 
     async def _answer(self, sender: NodeId, call: MarkerCall) -> None:
@@ -251,12 +232,8 @@ class TxnMarkerCalls:
             assert len(results) == len(call.markers), (results, call.markers)
             self._send(sender, encode_marker_reply(MarkerReply(call.call_id, tuple(results))))
         finally:
-            self._serving[sender] -= 1
-            assert self._serving[sender] >= 0, (sender, self._serving[sender])
+            self._calls.done_serving(sender)
 
     def close(self) -> None:
         """Serve no more calls and fail every call still waiting."""
-        self._closed = True
-        for _, future in self._waiting.values():
-            if not future.done():
-                future.set_exception(ProposalDroppedError("the node is stopping"))
+        self._calls.close(lambda: ProposalDroppedError("the node is stopping"))

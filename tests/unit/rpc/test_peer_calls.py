@@ -202,7 +202,7 @@ def test_calls_beyond_the_bound_are_dropped_at_once() -> None:
             await asyncio.sleep(0.001)
         assert not calls_a.has_room()
         # The caller's own bound: a third waiting call goes elsewhere (gRPC) meanwhile.
-        calls_a._calls_in_flight_max = 3
+        calls_a._calls.calls_in_flight_max = 3
         with pytest.raises(ProposalDroppedError, match="2 calls of node 1 in flight"):
             await calls_a.call(B, HEARTBEAT, 10.0)
         assert len(callee.served) == 2
