@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from raftlog.config import TransportConfig
 from raftlog.raft.types import AppendRequest, Entry, EntryKind, HeartbeatRequest, Message
@@ -90,3 +90,63 @@ async def pair(
 
 async def closing(*transports: PeerTransport) -> None:
     await asyncio.gather(*(transport.close() for transport in transports))
+
+
+class CallEnds(Protocol):
+    """What a node-to-node calls object (PeerCalls, TxnMarkerCalls) gives its transport."""
+
+    def on_frame(self, sender: NodeId, kind: codec.FrameKind, body: memoryview) -> None: ...
+
+    def peer_disconnected(self, peer: NodeId) -> None: ...
+
+
+CallsT = TypeVar("CallsT", bound=CallEnds)
+# The tasks serving calls (a node supervises them: Node._spawn).
+call_tasks: set[asyncio.Task[None]] = set()
+
+
+def spawn_call_task(coroutine: Coroutine[Any, Any, None], name: str) -> None:
+    call_tasks.add(asyncio.create_task(coroutine, name=name))
+
+
+def frame_body(frame: bytes, kind: codec.FrameKind) -> memoryview:
+    """The body of one framed `frame`, checking its header says `kind` and its length."""
+    length, frame_kind = codec.FRAME_HEADER.unpack_from(frame)
+    assert frame_kind == kind and length == len(frame) - 4
+    return memoryview(frame)[codec.FRAME_HEADER.size :]
+
+
+async def call_pair(
+    make_calls: Callable[[Callable[[NodeId, bytes], bool]], CallsT],
+    *,
+    connect: bool = True,
+    inbox_b: Inbox | None = None,
+) -> tuple[PeerTransport, PeerTransport, CallsT, CallsT, int]:
+    """Nodes A and B on loopback transports, each with the calls object `make_calls` builds
+    around its transport's frame sender; returns both transports, both calls objects and
+    B's port. `inbox_b` records B's Raft traffic. B knows A; A dials B here only with
+    `connect`."""
+    calls: dict[NodeId, CallsT] = {}
+    transports: dict[NodeId, PeerTransport] = {}
+    inbox_b = inbox_b if inbox_b is not None else Inbox()
+    for node_id, inbox in ((A, Inbox()), (B, inbox_b)):
+        transport = PeerTransport(
+            node_id=node_id,
+            cluster_id="test",
+            config=FAST,
+            on_messages=inbox,
+            rng=random.Random(node_id),
+            on_call_frame=lambda sender, kind, body, n=node_id: calls[n].on_frame(
+                sender, kind, body
+            ),
+            on_peer_disconnected=lambda peer, n=node_id: calls[n].peer_disconnected(peer),
+        )
+        transports[node_id] = transport
+        calls[node_id] = make_calls(transport.send_call_frame)
+    ports = {n: (await t.start("127.0.0.1", 0))[1] for n, t in transports.items()}
+    transports[B].update_peers({A: ("127.0.0.1", ports[A])})
+    if connect:
+        transports[A].update_peers({B: ("127.0.0.1", ports[B])})
+        await transports[A].wait_connected(B)
+        await transports[B].wait_connected(A)
+    return transports[A], transports[B], calls[A], calls[B], ports[B]

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from loopback import FAST, A, B, Inbox, append, closing, run
+from loopback import FAST, A, B, Inbox, append, call_pair, closing, frame_body, run, spawn_call_task
 
 from raftlog.errors import FrameError, NotControllerError, ProposalDroppedError
 from raftlog.metadata import ApplyResult, Command, ErrorCode, NodeHeartbeat
-from raftlog.rpc.codec import FRAME_HEADER, FrameKind, Item
+from raftlog.rpc.codec import FrameKind, Item
 from raftlog.rpc.peer_calls import (
     Call,
     CallStatus,
@@ -30,14 +30,6 @@ from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.types import NodeId, RaftGroupId
 
 HEARTBEAT = NodeHeartbeat(node_id=A, incarnation=7, now_ms=1000)
-# The tasks serving calls (a node supervises them: Node._spawn).
-_tasks: set[asyncio.Task[None]] = set()
-
-
-def _body(frame: bytes, kind: FrameKind) -> memoryview:
-    length, frame_kind = FRAME_HEADER.unpack_from(frame)
-    assert frame_kind == kind and length == len(frame) - 4
-    return memoryview(frame)[FRAME_HEADER.size :]
 
 
 @given(
@@ -47,7 +39,7 @@ def _body(frame: bytes, kind: FrameKind) -> memoryview:
 )
 def test_a_call_survives_its_codec(call_id: int, timeout_ms: int, command: bytes) -> None:
     call = Call(call_id, timeout_ms, command)
-    assert decode_call(_body(encode_call(call), FrameKind.CALL)) == call
+    assert decode_call(frame_body(encode_call(call), FrameKind.CALL)) == call
 
 
 _RESULTS = st.builds(
@@ -70,7 +62,7 @@ _REPLIES = st.one_of(
 
 @given(reply=_REPLIES)
 def test_a_reply_survives_its_codec(reply: Reply) -> None:
-    assert decode_reply(_body(encode_reply(reply), FrameKind.REPLY)) == reply
+    assert decode_reply(frame_body(encode_reply(reply), FrameKind.REPLY)) == reply
 
 
 @given(data=st.binary(max_size=60))
@@ -85,7 +77,7 @@ def test_truncated_frames_are_named() -> None:
         decode_call(memoryview(b"\x00" * 5))
     with pytest.raises(FrameError, match="truncated REPLY"):
         decode_reply(memoryview(b"\x00" * 5))
-    reply = bytearray(_body(encode_reply(Reply(1, CallStatus.TIMED_OUT)), FrameKind.REPLY))
+    reply = bytearray(frame_body(encode_reply(Reply(1, CallStatus.TIMED_OUT)), FrameKind.REPLY))
     reply[8] = 9  # no such status
     with pytest.raises(FrameError, match="status 9"):
         decode_reply(memoryview(reply))
@@ -116,37 +108,14 @@ async def _calls_pair(
     connect: bool = True,
     inbox_b: Inbox | None = None,
 ) -> tuple[PeerTransport, PeerTransport, PeerCalls, PeerCalls, int]:
-    """Node A calls node B (listening on the port returned last); `inbox_b` records B's
-    Raft traffic. B knows A; A dials B here only with `connect`."""
-    calls: dict[NodeId, PeerCalls] = {}
-    transports: dict[NodeId, PeerTransport] = {}
-    inbox_b = inbox_b if inbox_b is not None else Inbox()
-    for node_id, inbox in ((A, Inbox()), (B, inbox_b)):
-        transport = PeerTransport(
-            node_id=node_id,
-            cluster_id="test",
-            config=FAST,
-            on_messages=inbox,
-            rng=random.Random(node_id),
-            on_call_frame=lambda sender, kind, body, n=node_id: calls[n].on_frame(
-                sender, kind, body
-            ),
-            on_peer_disconnected=lambda peer, n=node_id: calls[n].peer_disconnected(peer),
+    """Node A calls node B (listening on the port returned last)."""
+
+    def make(send: Callable[[NodeId, bytes], bool]) -> PeerCalls:
+        return PeerCalls(
+            send=send, serve=callee, spawn=spawn_call_task, calls_in_flight_max=calls_in_flight_max
         )
-        transports[node_id] = transport
-        calls[node_id] = PeerCalls(
-            send=transport.send_call_frame,
-            serve=callee,
-            spawn=lambda coroutine, name: _tasks.add(asyncio.create_task(coroutine, name=name)),
-            calls_in_flight_max=calls_in_flight_max,
-        )
-    ports = {n: (await t.start("127.0.0.1", 0))[1] for n, t in transports.items()}
-    transports[B].update_peers({A: ("127.0.0.1", ports[A])})
-    if connect:
-        transports[A].update_peers({B: ("127.0.0.1", ports[B])})
-        await transports[A].wait_connected(B)
-        await transports[B].wait_connected(A)
-    return transports[A], transports[B], calls[A], calls[B], ports[B]
+
+    return await call_pair(make, connect=connect, inbox_b=inbox_b)
 
 
 def test_a_call_returns_the_controllers_result() -> None:

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from loopback import FAST, A, B, Inbox, closing, run
+from loopback import B, call_pair, closing, frame_body, run, spawn_call_task
 
 from raftlog.errors import FrameError, ProposalDroppedError
-from raftlog.rpc.codec import FRAME_HEADER, FrameKind
+from raftlog.rpc.codec import FrameKind
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.rpc.txn_marker_calls import (
     MarkerCall,
@@ -28,7 +27,6 @@ from raftlog.rpc.txn_marker_calls import (
 )
 from raftlog.types import NodeId, TxnMarker, TxnMarkerResult
 
-_tasks: set[asyncio.Task[None]] = set()
 _TOPICS = st.text(min_size=1, max_size=20)
 _MARKERS = st.builds(
     TxnMarker,
@@ -44,12 +42,6 @@ _RESULTS = st.builds(
 )
 
 
-def _body(frame: bytes, kind: FrameKind) -> memoryview:
-    length, frame_kind = FRAME_HEADER.unpack_from(frame)
-    assert frame_kind == kind and length == len(frame) - 4
-    return memoryview(frame)[FRAME_HEADER.size :]
-
-
 @given(
     call_id=st.integers(0, 2**64 - 1),
     timeout_ms=st.integers(0, 2**32 - 1),
@@ -59,14 +51,14 @@ def test_a_marker_call_survives_its_codec(
     call_id: int, timeout_ms: int, markers: list[TxnMarker]
 ) -> None:
     call = MarkerCall(call_id, timeout_ms, tuple(markers))
-    assert decode_marker_call(_body(encode_marker_call(call), FrameKind.MARKERS)) == call
+    assert decode_marker_call(frame_body(encode_marker_call(call), FrameKind.MARKERS)) == call
 
 
 @given(call_id=st.integers(0, 2**64 - 1), results=st.lists(_RESULTS, max_size=5))
 def test_a_marker_reply_survives_its_codec(call_id: int, results: list[TxnMarkerResult]) -> None:
     reply = MarkerReply(call_id, tuple(results))
     frame = encode_marker_reply(reply)
-    assert decode_marker_reply(_body(frame, FrameKind.MARKERS_REPLY)) == reply
+    assert decode_marker_reply(frame_body(frame, FrameKind.MARKERS_REPLY)) == reply
 
 
 @given(data=st.binary(max_size=80))
@@ -78,7 +70,7 @@ def test_malformed_marker_frames_raise_frame_error_only(data: bytes) -> None:
 
 def test_a_marker_call_with_trailing_bytes_is_refused() -> None:
     marker = TxnMarker(7, 1, 0, True, "t", 0)
-    body = bytes(_body(encode_marker_call(MarkerCall(1, 5, (marker,))), FrameKind.MARKERS))
+    body = bytes(frame_body(encode_marker_call(MarkerCall(1, 5, (marker,))), FrameKind.MARKERS))
     with pytest.raises(FrameError, match="follow"):
         decode_marker_call(memoryview(body + b"x"))
 
@@ -106,33 +98,13 @@ class Leader:
 async def _pair(
     leader: Leader, *, calls_in_flight_max: int = 8
 ) -> tuple[PeerTransport, PeerTransport, TxnMarkerCalls]:
-    calls: dict[NodeId, TxnMarkerCalls] = {}
-    transports: dict[NodeId, PeerTransport] = {}
-    for node_id in (A, B):
-        transport = PeerTransport(
-            node_id=node_id,
-            cluster_id="test",
-            config=FAST,
-            on_messages=Inbox(),
-            rng=random.Random(node_id),
-            on_call_frame=lambda sender, kind, body, n=node_id: calls[n].on_frame(
-                sender, kind, body
-            ),
-            on_peer_disconnected=lambda peer, n=node_id: calls[n].peer_disconnected(peer),
+    def make(send: Callable[[NodeId, bytes], bool]) -> TxnMarkerCalls:
+        return TxnMarkerCalls(
+            send=send, serve=leader, spawn=spawn_call_task, calls_in_flight_max=calls_in_flight_max
         )
-        transports[node_id] = transport
-        calls[node_id] = TxnMarkerCalls(
-            send=transport.send_call_frame,
-            serve=leader,
-            spawn=lambda coroutine, name: _tasks.add(asyncio.create_task(coroutine, name=name)),
-            calls_in_flight_max=calls_in_flight_max,
-        )
-    ports = {n: (await t.start("127.0.0.1", 0))[1] for n, t in transports.items()}
-    transports[B].update_peers({A: ("127.0.0.1", ports[A])})
-    transports[A].update_peers({B: ("127.0.0.1", ports[B])})
-    await transports[A].wait_connected(B)
-    await transports[B].wait_connected(A)
-    return transports[A], transports[B], calls[A]
+
+    a, b, calls_a, _, _ = await call_pair(make)
+    return a, b, calls_a
 
 
 def test_markers_are_answered_by_the_leader_in_order() -> None:
