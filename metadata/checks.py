@@ -86,6 +86,7 @@ __all__ = [
     "check_register_node",
     "check_report_leader",
     "consumer_group_id",
+    "id_length",
     "merged_topic_config",
     "partition_known",
 ]
@@ -572,10 +573,13 @@ def _decommissioned(node_id: NodeId) -> ApplyResult:
 
 
 def consumer_group_id(group_id: str) -> ApplyResult | None:
-    if not 1 <= len(group_id) <= CONSUMER_GROUP_ID_CHARS_MAX:
+    return id_length("consumer group id", group_id, CONSUMER_GROUP_ID_CHARS_MAX)
+
+
+def id_length(what: str, value: str, chars_max: int) -> ApplyResult | None:
+    """INVALID_REQUEST unless `value` (an id named `what`) has 1 to `chars_max` characters."""
+    if not 1 <= len(value) <= chars_max:
         return reject(
-            ErrorCode.INVALID_REQUEST,
-            f"consumer group id must be 1-{CONSUMER_GROUP_ID_CHARS_MAX} characters, "
-            f"got {len(group_id)}",
+            ErrorCode.INVALID_REQUEST, f"{what} must be 1-{chars_max} characters, got {len(value)}"
         )
     return None

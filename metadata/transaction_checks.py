@@ -49,13 +49,7 @@ __all__ = [
 
 
 def check_transactional_id(transactional_id: str) -> ApplyResult | None:
-    if not 1 <= len(transactional_id) <= TRANSACTIONAL_ID_CHARS_MAX:
-        return reject(
-            ErrorCode.INVALID_REQUEST,
-            f"transactional id must be 1-{TRANSACTIONAL_ID_CHARS_MAX} characters, "
-            f"got {len(transactional_id)}",
-        )
-    return None
+    return checks.id_length("transactional id", transactional_id, TRANSACTIONAL_ID_CHARS_MAX)
 
 
 def producer_problem(
