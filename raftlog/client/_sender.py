@@ -308,6 +308,8 @@ class Sender:
                     retry_at = now + self.config.connection.retry_backoff_ms / 1000
                     self.accumulator.requeue(batch, retry_at=retry_at)
                     continue
+                if error is None:
+                    self.accumulator.written(batch)
                 self.accumulator.complete(batch, in_flight=True)
                 final.append((batch, offset, error))
         return final

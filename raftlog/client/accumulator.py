@@ -14,7 +14,9 @@ are its `unresolved` batches, oldest first. A batch that must be retried goes ba
 partition's queue after the retries older than it and before every batch never sent, with a
 `retry_at` time, and it leaves again only once it is the partition's oldest unresolved batch
 (Kafka's rule): retries go out one at a time and in order, so the leader sees each partition's
-sequence numbers in order again. A finished batch releases its bytes.
+sequence numbers in order again. With idempotence, a partition's first batch under a producer
+identity goes alone, and the batches behind it wait for its answer (`_alone`). A finished batch
+releases its bytes.
 
 All state is guarded by one `threading.Condition`, which the producer's sender also waits on;
 every change that could make a batch ready notifies it.
@@ -262,10 +264,13 @@ class Accumulator:
         linger_ms: int,
         clock: Callable[[], float],
         max_in_flight: int = 1,
+        sequenced: bool = False,
     ) -> None:
         assert BATCH_HEADER_BYTES < batch_bytes_max <= buffer_bytes_max
         assert max_in_flight >= 1
         self.max_in_flight = max_in_flight
+        # Idempotence: a partition's first batch under an identity goes alone (`_alone`).
+        self.sequenced = sequenced
         self.batch_bytes_max = batch_bytes_max
         self.buffer_bytes_max = buffer_bytes_max
         self.linger_s = linger_ms / 1000
@@ -287,6 +292,8 @@ class Accumulator:
         # given up. A batch never encoded leaves only behind batches encoded under the
         # current one (see `may_encode`).
         self.producer_generation = 0
+        # Per partition, the generation under which a batch of it was last written.
+        self._written_generation: dict[TopicPartition, int] = {}
 
     def append(
         self,
@@ -411,6 +418,8 @@ class Accumulator:
                     break
                 elif not self.may_encode(head):
                     break  # a batch of an earlier producer identity is unresolved
+                elif self._alone(tp):
+                    break  # the partition's first batch under this identity is unanswered
                 elif (
                     self.linger_s == 0
                     and not (head.closed or urgent)
@@ -449,8 +458,8 @@ class Accumulator:
             if head.drain_order >= 0:
                 if self._unresolved[tp][0] is head:
                     times.append(head.retry_at)
-            elif not self.may_encode(head):
-                continue  # behind an earlier identity's batch: an answer wakes the sender
+            elif not self.may_encode(head) or self._alone(tp):
+                continue  # behind an earlier identity's or a first batch: an answer wakes
             elif head.closed:
                 times.append(head.retry_at)
             elif self.linger_s == 0 and self._in_flight.get(tp, 0) > 0:
@@ -476,6 +485,28 @@ class Accumulator:
             if earlier.producer_generation != generation:
                 return False
         return True
+
+    def _alone(self, tp: TopicPartition) -> bool:
+        """Whether `tp` has a batch in flight that must stay alone: the partition has no
+        batch written under the current identity yet.
+
+        A leader accepts any sequence from a producer it does not know (Kafka does, for
+        producers whose state was deleted), and gRPC may hand two concurrent calls to the
+        leader in either order. Were a second batch sent beside the first, it could be
+        written first, at its own sequence, and the first then refused out of order: the
+        records written out of the order sent. Once one batch is written the leader knows
+        the producer, and a batch overtaking another is refused and retried in order."""
+        return (
+            self.sequenced
+            and self._in_flight.get(tp, 0) > 0
+            and self._written_generation.get(tp) != self.producer_generation
+        )
+
+    def written(self, batch: ProducerBatch) -> None:
+        """`batch` was written: the leader of its partition knows its producer identity."""
+        assert self._is_held()
+        if batch.producer_generation == self.producer_generation:
+            self._written_generation[batch.tp] = batch.producer_generation
 
     def may_follow_unresolved(self, batch: ProducerBatch) -> bool:
         """Whether an OUT_OF_ORDER answer to in-flight `batch` may be explained by an earlier

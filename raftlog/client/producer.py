@@ -157,6 +157,7 @@ class Producer:
             linger_ms=linger_ms,
             clock=clock,
             max_in_flight=self.config.in_flight_per_partition_max,
+            sequenced=self.config.enable_idempotence,
         )
         self._sender = Sender(
             cluster=self._cluster,

@@ -243,9 +243,12 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
     def _check_sequence(partition: FakePartition, header: Any) -> pb.ProduceResponse | None:
         """As the real leader (partition/producer_state.py): the last five batches of a
         producer's current epoch are remembered, a batch equal to one of them is a duplicate,
-        an older epoch is fenced and a newer one starts again at sequence 0."""
+        an older epoch is fenced and a newer one starts again at sequence 0; a producer the
+        partition does not know yet may start at any sequence (Kafka's ProducerAppendInfo)."""
         written = partition.producers.get(header.producer_id, [])
-        epoch = written[-1][4] if written else -1
+        if not written:
+            return None
+        epoch = written[-1][4]
         if header.producer_epoch < epoch:
             return pb.ProduceResponse(error=error(pb.INVALID_PRODUCER_EPOCH, f"epoch {epoch}"))
         written = [batch for batch in written if batch[4] == header.producer_epoch]
@@ -258,7 +261,7 @@ class FakeNode(pb_grpc.LogServicer, pb_grpc.AdminServicer):  # type: ignore[misc
                     base_offset=remembered[2],
                     last_offset=remembered[3],
                 )
-        expected = written[-1][1] + 1 if written else 0
+        expected = written[-1][1] + 1 if written else 0  # a new epoch starts at 0
         if header.base_sequence != expected:
             partition.out_of_order_answered += 1
             return pb.ProduceResponse(error=error(pb.OUT_OF_ORDER_SEQUENCE, f"expected {expected}"))

@@ -61,10 +61,24 @@ def producer(cluster: FakeCluster, **options: object) -> Producer:
 
 
 def send_and_check(
-    cluster: FakeCluster, client: Producer, count: int, *, in_flight: int
+    cluster: FakeCluster,
+    client: Producer,
+    count: int,
+    *,
+    in_flight: int,
+    planted: tuple[int, ...] = (),
 ) -> list[int]:
     """Send `count` one-record batches to events/0 while answers are held; check that exactly
-    `in_flight` are sent before the first answer; open the gate and return the offsets."""
+    `in_flight` are sent before the first answer; open the gate and return the offsets.
+    `planted`: the errors the first of those requests get.
+
+    A partition's first batch under a producer identity goes alone (raftlog.client.accumulator,
+    `_alone`), so one record to each partition is written first, at offset 0."""
+    for partition in (0, 1):
+        assert client.send("events", value=b"first", partition=partition).result(TIMEOUT_S)
+    with cluster.state.condition:
+        cluster.state.requests.clear()
+        cluster.state.fail_next["Produce"] = list(planted)
     cluster.state.produce_gate.clear()
     futures = [client.send("events", value=value(i), partition=0) for i in range(count)]
     wait_for_produce_requests(cluster, in_flight)
@@ -76,7 +90,7 @@ def send_and_check(
         assert produce_requests(cluster) == in_flight + 1
     cluster.state.produce_gate.set()
     offsets = [future.result(TIMEOUT_S).offset for future in futures]
-    assert wake.result(TIMEOUT_S).offset == 0
+    assert wake.result(TIMEOUT_S).offset == 1
     return offsets
 
 
@@ -87,8 +101,8 @@ def test_batches_in_flight_are_bounded_and_land_once_in_send_order(
     with producer(cluster) as client:
         assert client.config.in_flight_per_partition_max == 5
         offsets = send_and_check(cluster, client, 12, in_flight=5)
-    assert offsets == list(range(12))
-    assert stored_values(cluster, "events", 0) == [(i, value(i)) for i in range(12)]
+    assert offsets == list(range(1, 13))
+    assert stored_values(cluster, "events", 0)[1:] == [(i + 1, value(i)) for i in range(12)]
 
 
 def test_a_failed_batch_and_those_after_it_are_retried_in_order(cluster: FakeCluster) -> None:
@@ -96,11 +110,10 @@ def test_a_failed_batch_and_those_after_it_are_retried_in_order(cluster: FakeClu
     # after it in sequence then get OUT_OF_ORDER, retriable while the refused one is
     # unresolved, and all are resent in order with their sequence numbers.
     cluster.state.create_topic("events", 2)
-    cluster.state.fail_next["Produce"] = [pb.NOT_LEADER]
     with producer(cluster) as client:
-        offsets = send_and_check(cluster, client, 6, in_flight=5)
-    assert offsets == list(range(6))
-    assert stored_values(cluster, "events", 0) == [(i, value(i)) for i in range(6)]
+        offsets = send_and_check(cluster, client, 6, in_flight=5, planted=(pb.NOT_LEADER,))
+    assert offsets == list(range(1, 7))
+    assert stored_values(cluster, "events", 0)[1:] == [(i + 1, value(i)) for i in range(6)]
 
 
 def test_lost_answers_are_answered_as_duplicates_with_their_offsets(cluster: FakeCluster) -> None:
@@ -156,7 +169,7 @@ def test_non_idempotent_producers_keep_one_batch_in_flight_unless_asked(
     cluster.state.create_topic("events", 2)
     with producer(cluster, acks=1, enable_idempotence=False) as client:
         assert client.config.in_flight_per_partition_max == 1
-        assert send_and_check(cluster, client, 3, in_flight=1) == [0, 1, 2]
+        assert send_and_check(cluster, client, 3, in_flight=1) == [1, 2, 3]
 
 
 @pytest.mark.parametrize("bad", [0, 6, -1, True, 2.5, "5"])

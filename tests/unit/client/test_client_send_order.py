@@ -211,3 +211,27 @@ def test_a_late_attempt_of_an_old_epoch_is_fenced_once_the_new_epoch_wrote(
     assert stored_values(cluster) == [value(0), value(3), value(4)]
     producers = cluster.state.partition("events", 0).producers
     assert [batch[4] for batch in next(iter(producers.values()))] == [0, 1, 1]
+
+
+def test_a_partitions_first_batch_goes_alone_so_no_batch_overtakes_it(
+    cluster: FakeCluster, client: Producer
+) -> None:
+    # A leader accepts any sequence from a producer it does not know (Kafka's rule, for a
+    # producer whose state was deleted), and gRPC may hand two concurrent calls to the leader
+    # in either order. A second batch sent while the partition's first is unanswered could
+    # so be written first, and the first then refused out of order (make test, loaded:
+    # "producer 0 sent sequence 0, expected 3000"). Here the leader holds the first request,
+    # and takes a second one, if the client sends it meanwhile, before it.
+    release_first = hold_next_request(cluster)
+    release_second = hold_next_request(cluster)
+    futures = [send(client, i) for i in range(3)]  # record 2 closes record 1's batch
+    if wait_for_produce_requests(cluster, 2, timeout_s=2.0):
+        release_second.set()  # the second batch overtakes the first
+        with cluster.state.condition:
+            assert cluster.state.condition.wait_for(
+                lambda: cluster.state.produce_answers >= 1, TIMEOUT_S
+            )
+    release_first.set()
+    release_second.set()
+    assert [future.result(TIMEOUT_S).offset for future in futures] == [0, 1, 2]
+    assert stored_values(cluster) == [value(i) for i in range(3)]
