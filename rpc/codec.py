@@ -73,7 +73,7 @@ __all__ = [
     "item_size_bytes",
 ]
 
-PROTOCOL_VERSION = 2  # 2: CALL and REPLY frames
+PROTOCOL_VERSION = 3  # 2: CALL and REPLY frames; 3: MARKERS and MARKERS_REPLY frames
 CLUSTER_ID_BYTES_MAX = 255
 
 Item: TypeAlias = tuple[RaftGroupId, Message]
