@@ -58,6 +58,11 @@ async def _admin_call(call: Awaitable[ApplyResult]) -> Outcome:
     """Await a controller write; map its result or error onto (code, message)."""
     try:
         result = await call
+    except errors.ProposalDroppedError as error:
+        # Written nowhere (not proposed, or replaced by a new leader's entry). Kafka's admin
+        # clients retry NOT_CONTROLLER after a metadata refresh; NOT_ENOUGH_REPLICAS, what a
+        # dropped produce gets, would end their call.
+        return ErrorCode.not_controller, str(error)
     except errors.RaftlogError as error:
         return kafka_error(error), str(error)
     except TimeoutError:

@@ -1,7 +1,9 @@
-"""The topics of one CreateTopics request are created together
-(raftlog.rpc.kafka.admin_handlers.create_topics): every topic's create is under way before
+"""CreateTopics on the Kafka listener (raftlog.rpc.kafka.admin_handlers.create_topics).
+
+The topics of one request are created together: every topic's create is under way before
 any finishes, so the request waits for its slowest topic's leaders, not for the sum of all
-of them (librdkafka's 0045_subscribe_many_updates creates 100 topics in one request)."""
+of them (librdkafka's 0045_subscribe_many_updates creates 100 topics in one request). A
+create the controller dropped unwritten gets NOT_CONTROLLER, which admin clients retry."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i32Timedelta
 
 from raftlog.config import NodeConfig
+from raftlog.errors import ProposalDroppedError
 from raftlog.metadata import ApplyResult, CreateTopicRequest, MetadataState
 from raftlog.metadata.commands import ErrorCode as MetadataErrorCode
 from raftlog.rpc.kafka.admin_handlers import create_topics
@@ -33,10 +36,13 @@ class _Node:
         self.metadata = _Metadata()
         self.under_way: list[str] = []
         self.finish = asyncio.Event()
+        self.dropped: set[str] = set()
 
     async def create_topic(self, request: CreateTopicRequest, *, timeout_s: float) -> ApplyResult:
         self.under_way.append(request.name)
         await self.finish.wait()
+        if request.name in self.dropped:
+            raise ProposalDroppedError("a newer leader's entry replaced it")
         return ApplyResult(MetadataErrorCode.NONE)
 
 
@@ -83,3 +89,17 @@ def test_every_create_of_one_request_is_under_way_before_any_finishes() -> None:
 
     response = asyncio.run(scenario())
     assert [topic.error_code for topic in response.topics] == [ErrorCode.none] * TOPICS
+
+
+def test_a_create_the_controller_dropped_gets_not_controller() -> None:
+    async def scenario() -> Any:
+        ctx = _Context()
+        ctx.node.dropped.add("dropped")
+        ctx.node.finish.set()
+        return await create_topics(ctx, _request(["dropped", "kept"]), 7)  # type: ignore[arg-type]
+
+    response = asyncio.run(scenario())
+    assert [(t.name, t.error_code) for t in response.topics] == [
+        ("dropped", ErrorCode.not_controller),
+        ("kept", ErrorCode.none),
+    ]
