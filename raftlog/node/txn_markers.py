@@ -44,6 +44,7 @@ from raftlog.metadata.transactions import (
     TransactionState,
     TxnState,
 )
+from raftlog.runtime.recorder import recorder
 from raftlog.types import TxnMarker, TxnMarkerResult
 
 __all__ = ["COMPLETIONS_IN_FLIGHT_MAX", "TransactionMarkerDuty", "markers_of"]
@@ -166,6 +167,8 @@ class TransactionMarkerDuty:
         result = await self._submit(command)
         if not result.ok:
             log.info("transaction %r: completion refused: %s", txn.transactional_id, result)
+            return
+        recorder().on_transaction_completed(commit=txn.state is TxnState.PREPARE_COMMIT)
 
     async def _abort_timed_out(self, txn: TransactionState, now_ms: int) -> None:
         log.info(
@@ -175,7 +178,8 @@ class TransactionMarkerDuty:
         command = PrepareEndTransaction(
             txn.transactional_id, txn.producer_id, txn.producer_epoch, False, True, now_ms
         )
-        await self._submit(command)
+        if (await self._submit(command)).ok:
+            recorder().on_transaction_timed_out()
 
     async def _expire(self, command: ExpireTransactionalId) -> None:
         log.info(
