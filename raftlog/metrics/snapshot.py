@@ -38,6 +38,7 @@ __all__ = [
     "PartitionSample",
     "TransactionsSample",
     "capture",
+    "transactions_sample",
 ]
 
 
@@ -187,7 +188,7 @@ def _node_snapshot(view: NodeView, partitions: tuple[PartitionSample, ...]) -> N
     is_controller = view.is_controller()
     state = view.metadata.state
     consumer_groups = _consumer_groups(state, partitions) if is_controller else ()
-    transactions = _transactions(state, view.wall_clock.now_ms()) if is_controller else None
+    transactions = transactions_sample(state, view.wall_clock.now_ms()) if is_controller else None
     snapshot = NodeSnapshot(
         node_id=view.node_id,
         is_controller=is_controller,
@@ -253,7 +254,7 @@ def _consumer_groups(
     return tuple(samples)
 
 
-def _transactions(state: MetadataState, now_ms: int) -> TransactionsSample:
+def transactions_sample(state: MetadataState, now_ms: int) -> TransactionsSample:
     """Open transactions by state, and how long ago the oldest began (by the coordinator's
     clock: `started_ms` was stamped by the controller that opened it)."""
     counts = dict.fromkeys(OPEN_TXN_STATES, 0)
