@@ -12,8 +12,8 @@ cluster (started with --chaos for the marker hold) and confluent-kafka clients.
 - A consume-transform-produce worker (tests/kafka/txn_transformer.py) killed with SIGKILL
   inside a transaction and restarted: output equals input, no duplicate, no loss.
 
-Each killed node is restarted and leadership is back on the preferred replicas before the next
-test. The longer runs (more rounds, aborts too, several kills of the worker) are soak.
+A kill test first restarts any node an earlier one killed and waits for leadership to be back
+on the preferred replicas. The longer runs (more rounds, aborts too, several kills of the worker) are soak.
 """
 
 from __future__ import annotations
@@ -113,10 +113,14 @@ def _victim(cluster: LocalCluster) -> tuple[int, int]:
     return next((p, n) for p, n in sorted(_leaders(cluster).items()) if n != controller)
 
 
-def _restart(cluster: LocalCluster, node: int) -> None:
-    """Start the killed `node` again and wait until every partition is led by its preferred
-    replica (so the next test finds leaders on every node)."""
-    cluster.start_node(node)
+def _all_running(cluster: LocalCluster) -> None:
+    """Start the nodes a test killed again and wait until every partition is led by its
+    preferred replica, so a test finds leaders on every node. (A kill test leaves its node
+    down for the next: the worker's test runs as well on two nodes, and make test saves a
+    restart.)"""
+    for node in cluster.nodes:
+        if not cluster.is_running(node):
+            cluster.start_node(node)
 
     def settled() -> bool:
         with Admin(cluster.bootstrap) as admin:
@@ -126,18 +130,19 @@ def _restart(cluster: LocalCluster, node: int) -> None:
                 for p in admin.describe_topic(name).partitions
             )
 
-    wait_until(settled, timeout_s=60, what=f"node {node} back and leading its partitions")
+    wait_until(settled, timeout_s=60, what="every node up and leading its partitions")
 
 
 # -- transactions ---------------------------------------------------------------------------
 
 
-def _produce(producer: Any, tag: str) -> list[str]:
-    """One record `tag-<p>` to each partition of TOPIC, acknowledged; the values."""
+def _produce(producer: Any, tag: str, *, flush: bool = True) -> list[str]:
+    """One record `tag-<p>` to each partition of TOPIC (acknowledged, with `flush`); the
+    values."""
     values = [f"{tag}-{p}" for p in range(PARTITIONS)]
     for p, record in enumerate(values):
         producer.produce(TOPIC, value=record.encode(), partition=p)
-    assert producer.flush(30) == 0
+    assert not flush or producer.flush(30) == 0
     return values
 
 
@@ -233,17 +238,20 @@ def _promtool_accepts(cluster: LocalCluster) -> None:
 
 def _kill_before_end_txn(cluster: LocalCluster, round_: int, *, commit: bool) -> None:
     """(a) The transaction produced to every partition (so each was added to it); the leader of
-    one is killed; it produces again (to the new leader) and ends."""
+    one is killed while a second round of batches is on its way (the producer retries it to
+    the new leader, whose copy of the producer state drops a batch the old one committed); a
+    third round, and the end."""
+    _all_running(cluster)
     partition, victim = _victim(cluster)
     producer = transactional_producer(cluster.kafka_bootstrap, f"kill-before-end-{round_}")
     producer.begin_transaction()
     written = _produce(producer, f"a{round_}-first")
+    written += _produce(producer, f"a{round_}-second", flush=False)
     cluster.kill_node(victim)
-    written += _produce(producer, f"a{round_}-second")
+    written += _produce(producer, f"a{round_}-third")
     learned = end_transaction(producer, commit=commit)
     assert learned == (COMMITTED if commit else ABORTED), f"partition {partition}: {learned}"
     _check_all_or_nothing(cluster, written, learned)
-    _restart(cluster, victim)
 
 
 def _kill_between_prepare_and_marker(cluster: LocalCluster, round_: int, *, commit: bool) -> None:
@@ -251,6 +259,7 @@ def _kill_between_prepare_and_marker(cluster: LocalCluster, round_: int, *, comm
     PrepareCommit (or PrepareAbort) is committed, the other partitions get their markers and
     this one's LSO stays behind; then the victim is killed and the new leader takes the
     marker."""
+    _all_running(cluster)
     partition, victim = _victim(cluster)
     address = cluster.nodes[victim].client_address
     assert send_fault_rules(address, {"hold_txn_markers": True}, 10)
@@ -272,7 +281,6 @@ def _kill_between_prepare_and_marker(cluster: LocalCluster, round_: int, *, comm
     cluster.kill_node(victim)
     _check_all_or_nothing(cluster, written, learned)
     wait_until(lambda: _open(cluster, state) == 0, timeout_s=30, what=f"{state} completed")
-    _restart(cluster, victim)
 
 
 def test_killing_a_partition_leader_before_end_txn_leaves_the_transaction_whole(
