@@ -13,7 +13,8 @@ cluster (started with --chaos for the marker hold) and confluent-kafka clients.
   inside a transaction and restarted: output equals input, no duplicate, no loss.
 
 A kill test first restarts any node an earlier one killed and waits for leadership to be back
-on the preferred replicas. The longer runs (more rounds, aborts too, several kills of the worker) are soak.
+on the preferred replicas. The longer runs (more rounds, aborts too, several kills of the
+worker) are soak.
 """
 
 from __future__ import annotations
