@@ -122,6 +122,7 @@ class FaultCounters:
     duplicated: int = 0
     delayed: int = 0
     reordered: int = 0
+    held_txn_markers: int = 0  # markers refused under hold_txn_markers
 
 
 @dataclass(frozen=True, slots=True)

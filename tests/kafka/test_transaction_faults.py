@@ -20,6 +20,7 @@ worker) are soak.
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import signal
 import subprocess
@@ -29,12 +30,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from raftlog.chaos.local_backend import send_fault_rules
 from raftlog.client import Admin
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
+from raftlog.rpc.v1 import raftlog_pb2 as pb
+from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from tests.integration.conftest import wait_until
 from tests.integration.test_metrics import scrape, value, value_or_zero
 from tests.kafka.kafka_wire import create_topic
@@ -96,11 +100,28 @@ def _open(cluster: LocalCluster, state: str) -> float:
     return value(text, "raftlog_transactions_open", state=state)
 
 
+def _partition_value(cluster: LocalCluster, node: int, partition: int, name: str) -> float:
+    text = scrape(cluster.nodes[node])
+    return value(text, name, topic=TOPIC, partition=str(partition))
+
+
 def _lso_lag(cluster: LocalCluster, node: int, partition: int) -> float:
     """The LSO lag of `partition` on its leader `node`."""
-    text = scrape(cluster.nodes[node])
-    labels = {"topic": TOPIC, "partition": str(partition)}
-    return value(text, "raftlog_partition_last_stable_offset_lag_offsets", **labels)
+    name = "raftlog_partition_last_stable_offset_lag_offsets"
+    return _partition_value(cluster, node, partition, name)
+
+
+def _high_watermark(cluster: LocalCluster, node: int, partition: int) -> float:
+    return _partition_value(cluster, node, partition, "raftlog_partition_high_watermark")
+
+
+def _fault_state(cluster: LocalCluster, node: int) -> dict[str, Any]:
+    """The node's fault rules and counters (Internal.SetFaults with no rule)."""
+    with grpc.insecure_channel(cluster.nodes[node].client_address) as channel:
+        stub = pb_grpc.InternalStub(channel)  # type: ignore[no-untyped-call]
+        reply = stub.SetFaults(pb.SetFaultsRequest(rules_json="{}"), timeout=10)
+    state: dict[str, Any] = json.loads(reply.state_json)
+    return state
 
 
 def _leaders(cluster: LocalCluster) -> dict[int, int]:
@@ -279,6 +300,15 @@ def _kill_between_prepare_and_marker(cluster: LocalCluster, round_: int, *, comm
     )
     assert _open(cluster, state) == 1  # decided, a marker missing
     assert _lso_lag(cluster, victim, partition) == 1  # the record waits for its marker
+    # The coordinator retries the held marker, and only that one: the other partitions'
+    # high watermarks stay where their one marker put them.
+    high_watermarks = {p: _high_watermark(cluster, leaders[p], p) for p in others}
+    wait_until(
+        lambda: _fault_state(cluster, victim)["counters"]["held_txn_markers"] >= 3,
+        timeout_s=30,
+        what="the coordinator retrying the held marker",
+    )
+    assert {p: _high_watermark(cluster, leaders[p], p) for p in others} == high_watermarks
     cluster.kill_node(victim)
     _check_all_or_nothing(cluster, written, learned)
     wait_until(lambda: _open(cluster, state) == 0, timeout_s=30, what=f"{state} completed")
