@@ -129,10 +129,12 @@ def _leaders(cluster: LocalCluster) -> dict[int, int]:
         return {p.id: p.leader for p in admin.describe_topic(TOPIC).partitions if p.leader}
 
 
-def _victim(cluster: LocalCluster) -> tuple[int, int]:
-    """(partition, its leader) for a partition the controller does not lead."""
-    controller = _controller(cluster)
-    return next((p, n) for p, n in sorted(_leaders(cluster).items()) if n != controller)
+def _victim(cluster: LocalCluster, *, controller: bool = False) -> tuple[int, int]:
+    """(partition, its leader) for a partition the controller does not lead (does lead, with
+    `controller`)."""
+    controller_id = _controller(cluster)
+    leaders = sorted(_leaders(cluster).items())
+    return next((p, n) for p, n in leaders if (n == controller_id) == controller)
 
 
 def _all_running(cluster: LocalCluster) -> None:
@@ -276,13 +278,16 @@ def _kill_before_end_txn(cluster: LocalCluster, round_: int, *, commit: bool) ->
     _check_all_or_nothing(cluster, written, learned)
 
 
-def _kill_between_prepare_and_marker(cluster: LocalCluster, round_: int, *, commit: bool) -> None:
+def _kill_between_prepare_and_marker(
+    cluster: LocalCluster, round_: int, *, commit: bool, coordinator_too: bool = False
+) -> None:
     """(b) The victim, leader of one partition, holds its markers: EndTxn is answered once
     PrepareCommit (or PrepareAbort) is committed, the other partitions get their markers and
     this one's LSO stays behind; then the victim is killed and the new leader takes the
-    marker."""
+    marker. With `coordinator_too` the victim is the controller as well, so a new coordinator
+    must finish the transaction from the replicated state."""
     _all_running(cluster)
-    partition, victim = _victim(cluster)
+    partition, victim = _victim(cluster, controller=coordinator_too)
     address = cluster.nodes[victim].client_address
     assert send_fault_rules(address, {"hold_txn_markers": True}, 10)
     producer = transactional_producer(cluster.kafka_bootstrap, f"kill-before-marker-{round_}")
@@ -332,6 +337,7 @@ def test_partition_leader_kills_soak(cluster: LocalCluster, round_: int) -> None
     commit = round_ % 2 == 0
     _kill_before_end_txn(cluster, round_, commit=commit)
     _kill_between_prepare_and_marker(cluster, round_, commit=commit)
+    _kill_between_prepare_and_marker(cluster, 10 + round_, commit=commit, coordinator_too=True)
 
 
 # -- a consume-transform-produce worker killed mid-transaction -------------------------------
