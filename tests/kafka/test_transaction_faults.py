@@ -100,6 +100,11 @@ def _open(cluster: LocalCluster, state: str) -> float:
     return value(text, "raftlog_transactions_open", state=state)
 
 
+def _oldest_open_age_seconds(cluster: LocalCluster) -> float:
+    text = scrape(cluster.nodes[_controller(cluster)])
+    return value(text, "raftlog_transaction_oldest_open_age_seconds")
+
+
 def _partition_value(cluster: LocalCluster, node: int, partition: int, name: str) -> float:
     text = scrape(cluster.nodes[node])
     return value(text, name, topic=TOPIC, partition=str(partition))
@@ -210,20 +215,13 @@ def test_an_open_transaction_shows_in_the_gauges_and_its_end_in_the_counters(
     _produce(producer, "metrics-open-1")
     _produce(producer, "metrics-open-2")
     assert _open(cluster, "Ongoing") == 1
-    controller_text = scrape(cluster.nodes[_controller(cluster)])
-    assert value(controller_text, "raftlog_transaction_oldest_open_age_seconds") > 0
+    assert _oldest_open_age_seconds(cluster) > 0
     # Two records a partition past the open transaction's first offset: both above the LSO.
     assert [_lso_lag(cluster, leaders[p], p) for p in range(PARTITIONS)] == [2] * PARTITIONS
     assert end_transaction(producer, commit=True) == COMMITTED
     wait_until(lambda: moved(committed=1), timeout_s=30, what="the commit counted")
     assert _open(cluster, "Ongoing") == 0
-    assert (
-        value(
-            scrape(cluster.nodes[_controller(cluster)]),
-            "raftlog_transaction_oldest_open_age_seconds",
-        )
-        == 0
-    )
+    assert _oldest_open_age_seconds(cluster) == 0
     wait_until(
         lambda: all(_lso_lag(cluster, leaders[p], p) == 0 for p in range(PARTITIONS)),
         timeout_s=30,
