@@ -259,6 +259,11 @@ class PartitionReplica:
         first_open = self._committed_producers.first_open_offset()
         return bound if first_open is None else min(bound, first_open)
 
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO clients see (read_committed reads stop before it), in Kafka offsets."""
+        return self._log.kafka_offset(self.raft_last_stable_offset)
+
     def _log_first(self) -> int:
         return self._log.log_start_offset()
 

@@ -373,6 +373,11 @@ def apply_fault_rules(injector: FaultInjector, rules: dict[str, object]) -> None
         fields = dict(link)
         peer = fields.pop("peer", None)
         injector.set_link(None if peer is None else NodeId(int(peer)), LinkFaults(**fields))
+    hold = rules.get("hold_txn_markers")  # {"hold_txn_markers": true|false} (tests)
+    if hold is not None:
+        if not isinstance(hold, bool):
+            raise ValueError(f"hold_txn_markers: expected true or false, got {hold!r}")
+        injector.hold_txn_markers(hold)
     clock = rules.get("clock")  # {"clock": {"offset_ms": N, "rate": R}} (the chaos suite)
     if clock is not None:
         if not isinstance(clock, dict) or not set(clock) <= {"offset_ms", "rate"}:
@@ -400,6 +405,7 @@ def fault_state_json(injector: FaultInjector) -> str:
             "links": {str(k): dataclasses.asdict(v) for k, v in sorted(state.links.items())},
             "counters": dataclasses.asdict(injector.counters),
             "clock": {"offset_ms": injector.clock.offset_ms, "rate": injector.clock.rate},
+            "hold_txn_markers": injector.holds_txn_markers,
         },
         sort_keys=True,
     )

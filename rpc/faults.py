@@ -22,6 +22,12 @@ network would do to a TCP segment carrying them, lifted to where the kernel cann
 All randomness comes from the `random.Random` passed in, so a chaos run replays from its seed.
 Rules for one peer (`set_link(peer, ...)`) override the default rule (`set_link(None, ...)`).
 
+Marker holds. `hold_txn_markers` makes this node, as a partition leader, refuse every
+transaction marker (COMMIT/ABORT) it is asked to write, answering REQUEST_TIMED_OUT as if
+the write had timed out, so the coordinator keeps retrying: a test stops a transaction
+between its decision (PrepareCommit/PrepareAbort, committed) and its markers on this node's
+partitions, deterministically, then kills the node or lifts the hold (`heal` lifts it too).
+
 Clock faults. The injector also owns the node's wall clock (`ChaosClock`): the system clock
 plus a settable offset and an optional rate, so the chaos suite can jump one node's clock by
 minutes or skew nodes against each other (`set_clock`; `heal` puts it back on the system
@@ -116,6 +122,7 @@ class FaultCounters:
     duplicated: int = 0
     delayed: int = 0
     reordered: int = 0
+    held_txn_markers: int = 0  # markers refused under hold_txn_markers
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +201,8 @@ class FaultInjector:
         self._links: dict[NodeId, LinkFaults] = {}
         self.counters = FaultCounters()
         self.active = False  # False: every frame is delivered untouched
+        # True: markers for partitions this node leads are refused (module docstring).
+        self.holds_txn_markers = False
 
     # --- admin API (called by the chaos suite through an admin RPC) ---
 
@@ -225,9 +234,15 @@ class FaultInjector:
         """Move this node's wall clock (see `ChaosClock.set`)."""
         self.clock.set(offset_ms=offset_ms, rate=rate)
 
+    def hold_txn_markers(self, hold: bool) -> None:
+        """Refuse (True) or write again (False) the transaction markers this node leads."""
+        self.holds_txn_markers = hold
+
     def heal(self) -> None:
-        """Remove every rule: the network is whole again and the clock is the system's."""
+        """Remove every rule: the network is whole again, the clock is the system's and
+        markers are written."""
         self.clock.reset()
+        self.holds_txn_markers = False
         self._blocked_outgoing.clear()
         self._blocked_incoming.clear()
         self._default_link = CLEAN

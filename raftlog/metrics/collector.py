@@ -36,6 +36,7 @@ class SnapshotCollector(Collector):
         yield from _node_families(snapshot)
         yield from _partition_families(snapshot.partitions)
         yield from _consumer_group_families(snapshot)
+        yield from _transaction_families(snapshot)
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -88,6 +89,12 @@ _LEADER_GAUGES: tuple[tuple[str, str, Callable[[PartitionSample], int]], ...] = 
      lambda p: p.replicas),
     ("raftlog_partition_in_sync_replicas", "Voters in sync, the leader included (on the leader)",
      lambda p: p.in_sync_replicas),
+    ("raftlog_partition_last_stable_offset",
+     "Last stable offset: read_committed reads stop before it (on the leader)",
+     lambda p: p.last_stable_offset),
+    ("raftlog_partition_last_stable_offset_lag_offsets",
+     "High watermark minus last stable offset: held back by open transactions (on the leader)",
+     lambda p: p.last_stable_offset_lag),
 )  # fmt: skip
 
 
@@ -137,3 +144,23 @@ def _consumer_group_families(snapshot: NodeSnapshot) -> Iterator[Metric]:
             lag.add_metric(values, sample.lag_offsets)
     yield committed
     yield lag
+
+
+def _transaction_families(snapshot: NodeSnapshot) -> Iterator[Metric]:
+    """On the controller only: it is every transactional id's coordinator."""
+    transactions = snapshot.transactions
+    if transactions is None:
+        return
+    open_ = GaugeMetricFamily(
+        "raftlog_transactions_open",
+        "Open transactions on the coordinator, by state (Ongoing, PrepareCommit, PrepareAbort)",
+        labels=("state",),
+    )
+    for state, count in transactions.open_by_state:
+        open_.add_metric([state.value], count)
+    yield open_
+    yield _gauge(
+        "raftlog_transaction_oldest_open_age_seconds",
+        "Time since the oldest open transaction began (0 when none is open)",
+        transactions.oldest_open_age_ms / 1000,
+    )

@@ -29,6 +29,12 @@ REQUEST_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
 # finer than REQUEST_BUCKETS_S below a millisecond, where most stages lie.
 STAGE_BUCKETS_S = (0.00002, 0.00005, 0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02,
                    0.05, 0.1, 0.25, 0.5, 1.0, 2.5)  # fmt: skip
+# raftlog_transactions_<outcome>_total, counted by the coordinator (the controller).
+TRANSACTION_COUNTERS = (
+    ("committed", "Transactions this node as coordinator completed with a commit"),
+    ("aborted", "Transactions this node as coordinator completed with an abort (timeouts too)"),
+    ("timed_out", "Transactions this node as coordinator aborted for passing their timeout"),
+)  # fmt: skip
 LOOP_LAG_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -91,6 +97,10 @@ class PrometheusRecorder(Recorder):
             buckets=REQUEST_BUCKETS_S,
             registry=registry,
         )
+        self.transactions = {
+            outcome: Counter(f"raftlog_transactions_{outcome}", documentation, registry=registry)
+            for outcome, documentation in TRANSACTION_COUNTERS
+        }
 
         self.produce_stages = ProduceStageHistograms()
         registry.register(self.produce_stages)
@@ -124,6 +134,12 @@ class PrometheusRecorder(Recorder):
 
     def on_produce_stages(self, protocol: str, seconds: Sequence[float]) -> None:
         self.produce_stages.observe(protocol, seconds)
+
+    def on_transaction_completed(self, *, commit: bool) -> None:
+        self.transactions["committed" if commit else "aborted"].inc()
+
+    def on_transaction_timed_out(self) -> None:
+        self.transactions["timed_out"].inc()
 
     def record_request(
         self, *, protocol: str, api: str, error_code: int | str, seconds: float

@@ -9,7 +9,8 @@ exposition (`raftlog.metrics.collector`) then renders the copy off the loop.
 Cardinality: the per-partition figures are one series per hosted replica, the follower lag
 one per follower of a partition this node leads (at most replicas - 1 each), the consumer
 group figures one per committed (group, partition) on the controller only, which the
-metadata state bounds (`CONSUMER_GROUPS_MAX`).
+metadata state bounds (`CONSUMER_GROUPS_MAX`), and the coordinator's open transactions a
+fixed few series (a count per open state and the oldest one's age), on the controller only.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from raftlog.metadata.state import MetadataState
+from raftlog.metadata.transactions import TxnState
 from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.types import Role
 from raftlog.runtime.group import RaftGroup
 from raftlog.storage.raft_log_storage import RaftLogStorage
+from raftlog.storage.wall_clock import WallClock
 from raftlog.types import NodeId
 
 __all__ = [
@@ -33,7 +36,9 @@ __all__ = [
     "NodeSnapshot",
     "NodeView",
     "PartitionSample",
+    "TransactionsSample",
     "capture",
+    "transactions_sample",
 ]
 
 
@@ -67,6 +72,9 @@ class NodeView(Protocol):
     @property
     def metadata(self) -> MetadataView: ...
 
+    @property
+    def wall_clock(self) -> WallClock: ...
+
     def is_controller(self) -> bool: ...
 
 
@@ -91,6 +99,13 @@ class PartitionSample:
     followers: tuple[FollowerSample, ...] = ()
     replicas: int = 0
     in_sync_replicas: int = 0
+    # The LSO (Kafka offset: read_committed reads stop before it), on the leader only.
+    last_stable_offset: int = 0
+
+    @property
+    def last_stable_offset_lag(self) -> int:
+        """Offsets committed but not yet stable: held back by an open transaction."""
+        return max(0, self.high_watermark - self.last_stable_offset)
 
     @property
     def under_replicated(self) -> bool:
@@ -106,6 +121,22 @@ class ConsumerGroupSample:
     lag_offsets: int | None  # None when this node hosts no replica of the partition
 
 
+# The states of an open transaction (decided or not): the ones the gauges count.
+OPEN_TXN_STATES = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionsSample:
+    """The transaction coordinator's open transactions (the controller's copy of the state)."""
+
+    open_by_state: tuple[tuple[TxnState, int], ...]  # one per OPEN_TXN_STATES, in order
+    oldest_open_age_ms: int  # since the oldest open transaction began; 0 when none is open
+
+    def __post_init__(self) -> None:
+        assert tuple(state for state, _ in self.open_by_state) == OPEN_TXN_STATES, self
+        assert self.oldest_open_age_ms >= 0, self
+
+
 @dataclass(frozen=True, slots=True)
 class NodeSnapshot:
     node_id: NodeId
@@ -115,6 +146,7 @@ class NodeSnapshot:
     raft_groups_awake: int  # not quiesced
     partitions: tuple[PartitionSample, ...]
     consumer_groups: tuple[ConsumerGroupSample, ...]
+    transactions: TransactionsSample | None = None  # on the controller only
 
     @property
     def under_replicated(self) -> int:
@@ -154,7 +186,9 @@ async def capture(view: NodeView) -> tuple[NodeSnapshot, float]:
 def _node_snapshot(view: NodeView, partitions: tuple[PartitionSample, ...]) -> NodeSnapshot:
     groups = tuple(view.host.groups())
     is_controller = view.is_controller()
-    consumer_groups = _consumer_groups(view.metadata.state, partitions) if is_controller else ()
+    state = view.metadata.state
+    consumer_groups = _consumer_groups(state, partitions) if is_controller else ()
+    transactions = transactions_sample(state, view.wall_clock.now_ms()) if is_controller else None
     snapshot = NodeSnapshot(
         node_id=view.node_id,
         is_controller=is_controller,
@@ -163,6 +197,7 @@ def _node_snapshot(view: NodeView, partitions: tuple[PartitionSample, ...]) -> N
         raft_groups_awake=view.host.awake_count(),
         partitions=partitions,
         consumer_groups=consumer_groups,
+        transactions=transactions,
     )
     assert snapshot.raft_groups_led <= snapshot.raft_groups
     return snapshot
@@ -176,8 +211,9 @@ def _partition_sample(replica: PartitionReplica) -> PartitionSample:
     log_end_offset = int(node.last_offset) + 1
     is_leader = node.role is Role.LEADER
     followers: tuple[FollowerSample, ...] = ()
-    replicas = in_sync = 0
+    replicas = in_sync = last_stable_offset = 0
     if is_leader:
+        last_stable_offset = replica.last_stable_offset
         followers = tuple(
             FollowerSample(peer, max(0, log_end_offset - 1 - int(progress.match)))
             for peer, progress in sorted(node.progress.items())
@@ -199,6 +235,7 @@ def _partition_sample(replica: PartitionReplica) -> PartitionSample:
         followers=followers,
         replicas=replicas,
         in_sync_replicas=in_sync,
+        last_stable_offset=last_stable_offset,
     )
 
 
@@ -215,3 +252,17 @@ def _consumer_groups(
             lag = None if high_watermark is None else max(0, high_watermark - committed)
             samples.append(ConsumerGroupSample(group, topic, partition, committed, lag))
     return tuple(samples)
+
+
+def transactions_sample(state: MetadataState, now_ms: int) -> TransactionsSample:
+    """Open transactions by state, and how long ago the oldest began (by the coordinator's
+    clock: `started_ms` was stamped by the controller that opened it)."""
+    counts = dict.fromkeys(OPEN_TXN_STATES, 0)
+    started_ms_min: int | None = None
+    for txn in state.transactions():
+        if txn.state in counts:
+            counts[txn.state] += 1
+            if started_ms_min is None or txn.started_ms < started_ms_min:
+                started_ms_min = txn.started_ms
+    age_ms = 0 if started_ms_min is None else max(0, now_ms - started_ms_min)
+    return TransactionsSample(tuple(counts.items()), age_ms)

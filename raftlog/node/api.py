@@ -275,6 +275,9 @@ class NodeApi:
             replica = self._replica(marker.topic, marker.partition)
             if self._is_fenced():
                 raise NotLeaderError(leader_hint=None)  # as produce: a fenced node leads nothing
+            if self.faults is not None and self.faults.holds_txn_markers:
+                self.faults.counters.held_txn_markers += 1
+                raise RequestTimedOutError("markers held (test fault hold_txn_markers)")
             await replica.write_txn_marker(
                 producer_id=marker.producer_id,
                 producer_epoch=marker.producer_epoch,

@@ -13,7 +13,9 @@ old one stopped:
    (or its partition is gone) the controller commits CompleteEndTransaction, which also
    commits or drops the transaction's pending offsets. A marker written twice (a controller
    change between markers and completion) ends nothing new: the partition's transaction is
-   already over, so it changes nothing readers see;
+   already over, so it changes nothing readers see. A retry after some markers failed
+   (a partition without a leader, say) writes only the others: each marker takes an offset,
+   so rewriting those already written would add one to every healthy partition per retry;
 2. every Ongoing transaction older than its timeout is aborted by the coordinator itself:
    PrepareEndTransaction(abort) with the epoch bumped, which fences its producer (its next
    request carries an epoch from the past), then step 1;
@@ -44,6 +46,7 @@ from raftlog.metadata.transactions import (
     TransactionState,
     TxnState,
 )
+from raftlog.runtime.recorder import recorder
 from raftlog.types import TxnMarker, TxnMarkerResult
 
 __all__ = ["COMPLETIONS_IN_FLIGHT_MAX", "TransactionMarkerDuty", "markers_of"]
@@ -98,6 +101,11 @@ class TransactionMarkerDuty:
         self._wall_clock_ms = wall_clock_ms
         self._wake = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
+        # Per transactional id whose completion is under way: (producer id, epoch, controller
+        # term) and the partitions whose markers that attempt wrote. At most one entry per id
+        # in the state; cleared when the term changes, dropped when the completion commits.
+        self._written: dict[str, tuple[tuple[int, int, int], frozenset[tuple[str, int]]]] = {}
+        self._written_term: int | None = None
 
     def wake(self) -> None:
         """A metadata listener: something may have become preparing."""
@@ -116,6 +124,9 @@ class TransactionMarkerDuty:
     def step(self) -> None:
         """One pass: start completing preparing transactions, abort timed-out ones."""
         term = self._controller_term()
+        if term != self._written_term:
+            self._written.clear()
+            self._written_term = term
         if term is None:
             return
         state = self._state()
@@ -151,10 +162,18 @@ class TransactionMarkerDuty:
         )
 
     async def _complete(self, txn: TransactionState, term: int) -> None:
-        markers = markers_of(self._state(), txn, term)
+        attempt = (txn.producer_id, txn.producer_epoch, term)
+        earlier = self._written.get(txn.transactional_id)
+        written = earlier[1] if earlier is not None and earlier[0] == attempt else frozenset()
+        markers = [
+            m for m in markers_of(self._state(), txn, term) if (m.topic, m.partition) not in written
+        ]
         results = await self._write_markers(markers, MARKER_TIMEOUT_S) if markers else []
-        failed = [r for r in results if r.error_code not in (_NONE, _UNKNOWN_TOPIC_OR_PARTITION)]
+        done = (_NONE, _UNKNOWN_TOPIC_OR_PARTITION)
+        failed = [r for r in results if r.error_code not in done]
         if failed:
+            written |= {(r.topic, r.partition) for r in results if r.error_code in done}
+            self._written[txn.transactional_id] = (attempt, written)
             log.info("transaction %r: markers not written yet: %s", txn.transactional_id, failed)
             await asyncio.sleep(RETRY_BACKOFF_S)
             return
@@ -164,8 +183,11 @@ class TransactionMarkerDuty:
             txn.transactional_id, txn.producer_id, txn.producer_epoch, self._wall_clock_ms()
         )
         result = await self._submit(command)
+        self._written.pop(txn.transactional_id, None)
         if not result.ok:
             log.info("transaction %r: completion refused: %s", txn.transactional_id, result)
+            return
+        recorder().on_transaction_completed(commit=txn.state is TxnState.PREPARE_COMMIT)
 
     async def _abort_timed_out(self, txn: TransactionState, now_ms: int) -> None:
         log.info(
@@ -175,7 +197,8 @@ class TransactionMarkerDuty:
         command = PrepareEndTransaction(
             txn.transactional_id, txn.producer_id, txn.producer_epoch, False, True, now_ms
         )
-        await self._submit(command)
+        if (await self._submit(command)).ok:
+            recorder().on_transaction_timed_out()
 
     async def _expire(self, command: ExpireTransactionalId) -> None:
         log.info(

@@ -52,6 +52,13 @@ class Recorder:
     def on_produce_stages(self, protocol: str, seconds: Sequence[float]) -> None:
         """One produce batch's stages (`produce_trace.STAGES`, in order) in seconds."""
 
+    def on_transaction_completed(self, *, commit: bool) -> None:
+        """The coordinator (controller) committed a transaction's end: every marker was written
+        and CompleteEndTransaction applied (`commit` False: an abort, timed out ones too)."""
+
+    def on_transaction_timed_out(self) -> None:
+        """The coordinator decided to abort a transaction open past its timeout."""
+
     def record_request(
         self, *, protocol: str, api: str, error_code: int | str, seconds: float
     ) -> None:

@@ -25,6 +25,8 @@ from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.records import RecordInput, encode_batch
 from tests.kafka.kafka_wire import create_topic, kafka_call, produce_request
+from tests.kafka.txn_helpers import read_values as _read
+from tests.kafka.txn_helpers import transactional_producer as _producer
 
 kafka = pytest.importorskip("confluent_kafka")
 kafka_python = pytest.importorskip("kafka")
@@ -53,64 +55,11 @@ def boot(txn_cluster: LocalCluster) -> str:
     return txn_cluster.kafka_bootstrap
 
 
-def _producer(boot: str, transactional_id: str) -> object:
-    producer = kafka.Producer(
-        {
-            "bootstrap.servers": boot,
-            "transactional.id": transactional_id,
-            "transaction.timeout.ms": 30_000,
-        }
-    )
-    producer.init_transactions(30)
-    return producer
-
-
 def _send_everywhere(producer: object, tag: str) -> None:
     for name, partitions in TOPICS.items():
         for partition in range(partitions):
             value = f"{tag}-{name}-{partition}".encode()
             producer.produce(name, value=value, partition=partition)  # type: ignore[attr-defined]
-
-
-def _read(
-    boot: str, isolation: str, topics: dict[str, int], count_min: int, tags: tuple[str, ...] = ()
-) -> list[str]:
-    """Every value in `topics` from the start (of those starting with one of `tags`, when
-    given), reading until `count_min` of them were seen and then one more second (so anything
-    that should not be there has time to show up)."""
-    consumer = kafka.Consumer(
-        {
-            "bootstrap.servers": boot,
-            "group.id": f"reader-{isolation}-{time.monotonic_ns()}",
-            "isolation.level": isolation,
-            "enable.auto.commit": False,
-        }
-    )
-    consumer.assign(
-        [
-            kafka.TopicPartition(name, p, kafka.OFFSET_BEGINNING)
-            for name, partitions in topics.items()
-            for p in range(partitions)
-        ]
-    )
-    values: list[str] = []
-    settle_until = None
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline:
-            if settle_until is None and len(values) >= count_min:
-                settle_until = time.monotonic() + 1.0
-            if settle_until is not None and time.monotonic() > settle_until:
-                break
-            message = consumer.poll(0.2)
-            if message is None or message.error() is not None:
-                continue
-            value = message.value().decode()
-            if not tags or value.startswith(tags):
-                values.append(value)
-    finally:
-        consumer.close()
-    return sorted(values)
 
 
 def test_commit_and_abort_across_partitions(boot: str) -> None:

@@ -7,9 +7,18 @@ parser); Readys in, counters out. Reading a live node is the integration test's
 
 from __future__ import annotations
 
+import dataclasses
+
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from raftlog.metadata.commands import (
+    AddToTransaction,
+    AllocateProducerIds,
+    InitTransaction,
+    PrepareEndTransaction,
+)
+from raftlog.metadata.transactions import TxnState
 from raftlog.metrics.collector import SnapshotCollector
 from raftlog.metrics.events import PrometheusRecorder
 from raftlog.metrics.snapshot import (
@@ -17,11 +26,14 @@ from raftlog.metrics.snapshot import (
     FollowerSample,
     NodeSnapshot,
     PartitionSample,
+    TransactionsSample,
+    transactions_sample,
 )
 from raftlog.metrics.status import NodeFigures, status_lines
 from raftlog.raft.types import Ready, Role, SoftState, VoteRequest
 from raftlog.runtime import recorder as metrics
-from raftlog.types import NodeId, Offset, Term
+from raftlog.types import NodeId, Offset, PartitionId, Term
+from tests.unit.metadata.test_metadata_state import Log, create, register
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -123,6 +135,64 @@ def test_consumer_groups_come_from_the_controller_only() -> None:
     assert (lag, elsewhere) not in samples  # no local high watermark to subtract from
     follower = _render(_snapshot(controller=False, partitions=(_partition(0, leader=True),)))
     assert not [k for k in follower if k[0] in (committed, lag)]
+
+
+def test_transactions_come_from_the_controller_and_the_lso_lag_from_leaders() -> None:
+    open_by_state = (
+        (TxnState.ONGOING, 2),
+        (TxnState.PREPARE_COMMIT, 1),
+        (TxnState.PREPARE_ABORT, 0),
+    )
+    transactions = TransactionsSample(open_by_state, oldest_open_age_ms=1500)
+    led = PartitionSample(
+        topic="orders", partition=0, is_leader=True, has_leader=True, leader_epoch=4,
+        high_watermark=100, log_start_offset=0, log_end_offset=100, size_bytes=0,
+        replicas=3, in_sync_replicas=3, last_stable_offset=97,
+    )  # fmt: skip
+    partitions = (led, _partition(1, leader=False))
+    snapshot = _snapshot(controller=True, partitions=partitions)
+    samples = _render(dataclasses.replace(snapshot, transactions=transactions))
+    opened = "raftlog_transactions_open"
+    assert samples[(opened, (("state", "Ongoing"),))] == 2
+    assert samples[(opened, (("state", "PrepareCommit"),))] == 1
+    assert samples[(opened, (("state", "PrepareAbort"),))] == 0
+    assert samples[("raftlog_transaction_oldest_open_age_seconds", ())] == 1.5
+    assert samples[("raftlog_partition_last_stable_offset", _labels(0))] == 97
+    assert samples[("raftlog_partition_last_stable_offset_lag_offsets", _labels(0))] == 3
+    assert ("raftlog_partition_last_stable_offset_lag_offsets", _labels(1)) not in samples
+    follower = _render(_snapshot(controller=False, partitions=partitions))
+    assert not [k for k in follower if k[0].startswith("raftlog_transaction")]
+
+
+def test_the_transactions_sample_counts_open_states_and_the_oldest_age() -> None:
+    log = Log()
+    log.ok(register(1), register(2), register(3), create("orders"), AllocateProducerIds(10))
+    assert transactions_sample(log.state, 5000).oldest_open_age_ms == 0
+    orders = (("orders", PartitionId(0)),)
+    for index, started_ms in enumerate((100, 300, 700)):
+        log.ok(InitTransaction(f"tx{index}", index, 0, 60_000, 0))
+        log.ok(AddToTransaction(f"tx{index}", index, 0, orders, (), started_ms))
+    log.ok(PrepareEndTransaction("tx0", 0, 0, True, False, 800))
+    log.ok(InitTransaction("idle", 3, 0, 60_000, 0))  # Empty: not open
+    sample = transactions_sample(log.state, 5000)
+    assert sample.open_by_state == (
+        (TxnState.ONGOING, 2), (TxnState.PREPARE_COMMIT, 1), (TxnState.PREPARE_ABORT, 0)
+    )  # fmt: skip
+    assert sample.oldest_open_age_ms == 4900  # tx0, decided but not complete, is still open
+
+
+def test_transaction_outcomes_are_counted() -> None:
+    registry = CollectorRegistry(auto_describe=False)
+    recorder = PrometheusRecorder(registry)
+    recorder.on_transaction_completed(commit=True)
+    recorder.on_transaction_completed(commit=False)
+    recorder.on_transaction_completed(commit=False)
+    recorder.on_transaction_timed_out()
+    counted = {
+        outcome: registry.get_sample_value(f"raftlog_transactions_{outcome}_total")
+        for outcome in ("committed", "aborted", "timed_out")
+    }
+    assert counted == {"committed": 1, "aborted": 2, "timed_out": 1}
 
 
 def test_nothing_is_rendered_before_the_first_snapshot() -> None:

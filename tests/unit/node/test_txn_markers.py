@@ -31,13 +31,19 @@ class Fakes:
         self.now_ms = 0
         self.markers: list[TxnMarker] = []
         self.marker_code = 0
+        self.refused: set[int] = set()  # partitions answered NOT_LEADER_OR_FOLLOWER
 
     async def submit(self, command: Command) -> ApplyResult:
         return self.log.apply(encode_command(command))
 
     async def write(self, markers: Sequence[TxnMarker], timeout_s: float) -> list[TxnMarkerResult]:
         self.markers += markers
-        return [TxnMarkerResult(m.topic, m.partition, self.marker_code) for m in markers]
+        return [
+            TxnMarkerResult(
+                m.topic, m.partition, 6 if m.partition in self.refused else self.marker_code
+            )
+            for m in markers
+        ]
 
     def duty(self) -> TransactionMarkerDuty:
         return TransactionMarkerDuty(
@@ -98,6 +104,23 @@ async def _case_no_completion_until_every_marker_is_written() -> None:
     assert all(not m.commit for m in fakes.markers)
 
 
+async def _case_a_retry_writes_only_the_markers_not_yet_written() -> None:
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 200))
+    fakes = Fakes(log)
+    fakes.refused = {2}  # orders-2 has no leader for a while
+    duty = fakes.duty()
+    await _settle(duty)
+    await _settle(duty)
+    assert _state(log) is TxnState.PREPARE_COMMIT
+    fakes.refused = set()
+    await _settle(duty)
+    assert _state(log) is TxnState.COMPLETE_COMMIT
+    # orders-0 took its marker once; orders-2 was asked until it was written.
+    assert [m.partition for m in fakes.markers] == [0, 2, 2, 2]
+
+
 async def _case_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() -> None:
     log = Log()
     _open_transaction(log)
@@ -149,6 +172,10 @@ def test_a_decided_commit_gets_its_markers_then_completes() -> None:
 
 def test_no_completion_until_every_marker_is_written() -> None:
     asyncio.run(_case_no_completion_until_every_marker_is_written())
+
+
+def test_a_retry_writes_only_the_markers_not_yet_written() -> None:
+    asyncio.run(_case_a_retry_writes_only_the_markers_not_yet_written())
 
 
 def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() -> None:

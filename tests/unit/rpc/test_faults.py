@@ -5,6 +5,7 @@ than the test or only checked for delivery)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import pytest
@@ -12,6 +13,7 @@ from loopback import FAST, A, B, C, Inbox, closing, heartbeat, node, run
 
 from raftlog.errors import ConfigError
 from raftlog.raft.types import HeartbeatRequest, Message
+from raftlog.rpc.admin_servicer import apply_fault_rules, fault_state_json
 from raftlog.rpc.faults import DELIVER, Direction, FaultInjector, FrameFate, LinkFaults
 from raftlog.rpc.peer_transport import PeerTransport
 from raftlog.types import NodeId, Offset, RaftGroupId, Term
@@ -225,3 +227,17 @@ def test_link_faults_are_validated(settings: dict[str, float]) -> None:
 def test_heartbeat_helper_is_what_arrives() -> None:
     # Guards the helpers the scenarios above compare against.
     assert heartbeat(A, B, 3) == HeartbeatRequest(Term(1), A, B, Offset(3), read_context=3)
+
+
+def test_the_marker_hold_is_set_by_its_rule_and_lifted_by_heal() -> None:
+    injector = FaultInjector(rng=random.Random(1))
+    apply_fault_rules(injector, {"hold_txn_markers": True})
+    assert injector.holds_txn_markers and not injector.active  # frames are not touched
+    assert json.loads(fault_state_json(injector))["hold_txn_markers"] is True
+    apply_fault_rules(injector, {"hold_txn_markers": False})
+    assert not injector.holds_txn_markers
+    apply_fault_rules(injector, {"hold_txn_markers": True})
+    injector.heal()
+    assert not injector.holds_txn_markers
+    with pytest.raises(ValueError, match="hold_txn_markers"):
+        apply_fault_rules(injector, {"hold_txn_markers": "yes"})
