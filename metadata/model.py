@@ -78,6 +78,11 @@ class PartitionInfo:
     # The replicas a move under way leads to (None when no move is): other nodes than
     # `replicas`, in preferred-leader order.
     target: tuple[NodeId, ...] | None = None
+    # The Raft term the partition's group starts at: the highest leader epoch any partition
+    # had reported when this one was created. A client that cached a deleted topic's leader
+    # epoch ignores metadata with a lower one for the same name (librdkafka does, its topic
+    # id changed or not), so a recreated topic's leaders must have higher epochs.
+    first_term: int = 0
 
     @property
     def preferred_leader(self) -> NodeId:

@@ -9,7 +9,9 @@ where leader_id and leader_epoch are -1 while no leader has reported, and applie
 -1 before the first command. Decoding is as strict as for commands. When consumer groups
 have committed offsets the root also holds
   "group_offsets": [{"group_id", "offsets": [[topic, partition, offset], ...]}] by group,
-and only then, so snapshots taken before consumer groups existed still decode. An offset
+and only then, so snapshots taken before consumer groups existed still decode. Once a leader
+reported an epoch above 0 the root holds "leader_epoch_high", and a partition created after
+that its "first_term", each only then. An offset
 committed with a leader epoch or metadata is [topic, partition, offset, leader_epoch,
 metadata] (leader_epoch -1 for none), and only then, so snapshots taken before those were
 kept decode as they did, and still encode to the same bytes. Likewise a
@@ -69,6 +71,7 @@ class SnapshotContents:
     applied_offset: int
     next_raft_group_id: int
     next_producer_id: int
+    leader_epoch_high: int = 0
     nodes: dict[NodeId, NodeInfo] = field(default_factory=dict)
     topics: dict[str, TopicInfo] = field(default_factory=dict)
     partitions: dict[str, tuple[PartitionInfo, ...]] = field(default_factory=dict)
@@ -104,6 +107,8 @@ def encode_snapshot(state: MetadataState) -> bytes:
         ],
         "topics": [_encode_topic(t, state.partitions(t.name)) for t in state.topics()],
     }
+    if state.leader_epoch_high:
+        body["leader_epoch_high"] = state.leader_epoch_high
     if state.consumer_group_ids():
         body["group_offsets"] = [
             {
@@ -242,6 +247,8 @@ def _encode_partition(p: PartitionInfo) -> dict[str, Any]:
     }
     if p.target is not None:
         encoded["target"] = list(p.target)
+    if p.first_term:
+        encoded["first_term"] = p.first_term
     return encoded
 
 
@@ -269,6 +276,7 @@ def decode_snapshot(data: bytes) -> SnapshotContents:
     group_offsets = body.pop("group_offsets", None)  # present only when there are some
     transactions = body.pop("transactions", None)  # likewise
     pending_offsets = body.pop("pending_txn_offsets", None)  # likewise
+    leader_epoch_high = body.pop("leader_epoch_high", 0)  # likewise
     body = _object("root", body, keys)
     cluster_id = decode_str("cluster_id", body["cluster_id"])
     if not cluster_id:
@@ -278,6 +286,7 @@ def decode_snapshot(data: bytes) -> SnapshotContents:
         applied_offset=_int_or_none("applied_offset", body["applied_offset"]),
         next_raft_group_id=decode_int("next_group_id", body["next_group_id"]),
         next_producer_id=decode_int("next_producer_id", body["next_producer_id"]),
+        leader_epoch_high=decode_int("leader_epoch_high", leader_epoch_high),
     )
     for i, raw in enumerate(decode_list("nodes", body["nodes"])):
         node = _decode_node(f"nodes[{i}]", raw)
@@ -390,8 +399,8 @@ def _decode_topic(where: str, raw: object) -> tuple[TopicInfo, tuple[PartitionIn
 
 def _decode_partition(where: str, topic: str, index: int, raw: object) -> PartitionInfo:
     keys: tuple[str, ...] = ("group_id", "replicas", "leader_id", "leader_epoch")
-    if isinstance(raw, dict) and "target" in raw:
-        keys += ("target",)
+    if isinstance(raw, dict):
+        keys += tuple(k for k in ("target", "first_term") if k in raw)
     fields_ = _object(where, raw, keys)
     leader_id = _int_or_none(f"{where}.leader_id", fields_["leader_id"])
     replicas = decode_list(f"{where}.replicas", fields_["replicas"])
@@ -407,4 +416,5 @@ def _decode_partition(where: str, topic: str, index: int, raw: object) -> Partit
         leader_id=None if leader_id == NO_EPOCH else NodeId(leader_id),
         leader_epoch=_int_or_none(f"{where}.leader_epoch", fields_["leader_epoch"]),
         target=target,
+        first_term=decode_int(f"{where}.first_term", fields_.get("first_term", 0)),
     )

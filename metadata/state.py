@@ -127,6 +127,8 @@ class MetadataState:
         self._applied_offset = -1
         self._next_raft_group_id = int(FIRST_PARTITION_RAFT_GROUP_ID)
         self._next_producer_id = 0
+        # The highest leader epoch ever reported, of partitions deleted since too.
+        self._leader_epoch_high = 0
         self._nodes: dict[NodeId, NodeInfo] = {}
         self._topics: dict[str, TopicInfo] = {}
         self._partitions: dict[str, tuple[PartitionInfo, ...]] = {}
@@ -151,6 +153,12 @@ class MetadataState:
     @property
     def next_producer_id(self) -> int:
         return self._next_producer_id
+
+    @property
+    def leader_epoch_high(self) -> int:
+        """The highest leader epoch any partition reported, deleted ones included: new
+        partitions start their Raft groups at this term (`PartitionInfo.first_term`)."""
+        return self._leader_epoch_high
 
     def nodes(self) -> tuple[NodeInfo, ...]:
         return tuple(self._nodes[n] for n in sorted(self._nodes))
@@ -357,6 +365,7 @@ class MetadataState:
                 replicas=tuple(replicas),
                 leader_id=None,
                 leader_epoch=NO_EPOCH,
+                first_term=self._leader_epoch_high,
             )
             for i, (replicas, raft_group_id) in enumerate(
                 zip(assignments, raft_group_ids, strict=True)
@@ -436,6 +445,7 @@ class MetadataState:
     def _report_leader(self, command: ReportLeader) -> ApplyResult:
         current = self._partitions[command.topic][command.partition]
         updated = replace(current, leader_id=command.leader_id, leader_epoch=command.epoch)
+        self._leader_epoch_high = max(self._leader_epoch_high, command.epoch)
         self._replace_partition(updated)
         return OK
 
@@ -490,6 +500,7 @@ class MetadataState:
         state._applied_offset = contents.applied_offset
         state._next_raft_group_id = contents.next_raft_group_id
         state._next_producer_id = contents.next_producer_id
+        state._leader_epoch_high = contents.leader_epoch_high
         state._nodes = contents.nodes
         state._topics = contents.topics
         state._partitions = contents.partitions
@@ -559,6 +570,11 @@ def _partition_violations(
         violations.append(f"{where} replicas {list(p.replicas)} name unregistered nodes")
     if (p.leader_id is None) != (p.leader_epoch == NO_EPOCH):
         violations.append(f"{where} leader {p.leader_id} with epoch {p.leader_epoch}")
+    if not 0 <= p.first_term <= state.leader_epoch_high or p.leader_epoch > state.leader_epoch_high:
+        violations.append(
+            f"{where} first term {p.first_term}, leader epoch {p.leader_epoch}, above the "
+            f"highest reported ({state.leader_epoch_high})"
+        )
     if p.target is not None and (
         len(p.target) != topic.replication_factor
         or len(set(p.target)) != len(p.target)

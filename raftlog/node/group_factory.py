@@ -17,13 +17,13 @@ from pathlib import Path
 from raftlog.config import LogConfig, NodeConfig
 from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.node import RaftNode
-from raftlog.raft.types import Membership
+from raftlog.raft.types import HardState, Membership
 from raftlog.runtime.group import RaftGroup, StateMachine
 from raftlog.storage.file_system import FileSystem
 from raftlog.storage.hard_state import FileHardStateStore
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.wall_clock import WallClock
-from raftlog.types import NodeId, Offset, RaftGroupId
+from raftlog.types import NodeId, Offset, RaftGroupId, Term
 
 __all__ = ["RaftGroupFactory"]
 
@@ -67,7 +67,11 @@ class RaftGroupFactory:
         hard_state_store: FileHardStateStore,
         voters: frozenset[NodeId],
         machine: StateMachine,
+        *,
+        first_term: int = 0,
     ) -> RaftGroup:
+        """`first_term`: the term a new group starts at (`PartitionInfo.first_term`); a node
+        may always move to a higher term with no vote, so it is safe on a restart too."""
         # A partition restart resumes applying after the replica's checkpoint, not offset 0.
         applied_offset = (
             machine.recover(storage) if isinstance(machine, PartitionReplica) else Offset(-1)
@@ -84,11 +88,14 @@ class RaftGroupFactory:
                 raft_group_id,
                 storage.damage.describe(),
             )
+        hard_state = hard_state_store.load()
+        if hard_state.term < first_term:
+            hard_state = HardState(term=Term(first_term))
         node = RaftNode(
             node_id=self._node_id,
             config=config,
             storage=storage,
-            hard_state=hard_state_store.load(),
+            hard_state=hard_state,
             rng=random.Random(self._rng.getrandbits(64)),
             bootstrap_membership=Membership(voters=voters),
             applied_offset=applied_offset,

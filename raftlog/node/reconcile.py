@@ -325,7 +325,15 @@ class Reconciler:
             keys_required=lambda: self.compaction_settings(topic).compact,
             txn_verifier=self._txn_verifier(topic, partition),
         )
-        group = self._factory.make_group(raft_group_id, storage, hard_state_store, voters, replica)
+        info = self._metadata().partition(topic, partition)
+        group = self._factory.make_group(
+            raft_group_id,
+            storage,
+            hard_state_store,
+            voters,
+            replica,
+            first_term=0 if info is None else info.first_term,
+        )
         replica.attach(group)
         group.on_leadership_change = self._on_leadership_change
         self.replicas[(topic, partition)] = replica

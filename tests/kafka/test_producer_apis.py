@@ -182,7 +182,9 @@ def test_an_idempotent_producer_continues_into_a_recreated_topic(
 ) -> None:
     # The recreated partition knows nothing of the producer, whose next batch continues its
     # sequence: Kafka accepts it (librdkafka test 0107). Refused OUT_OF_ORDER_SEQUENCE, the
-    # producer raised a fatal error and produced nothing more.
+    # producer raised a fatal error and produced nothing more. And librdkafka ignores metadata
+    # whose leader epoch is below the one it cached for the name: were the new partition's
+    # epoch lower than the deleted one's, the producer's records stayed queued forever.
     create_topic(kafka_cluster, "recreated", partitions=1)
     fatal: list[object] = []
     producer = kafka.Producer(
@@ -193,8 +195,10 @@ def test_an_idempotent_producer_continues_into_a_recreated_topic(
         producer.produce("recreated", value=b"before-%d" % i, partition=0)
     assert producer.flush(30) == 0
     admin = Admin(kafka_cluster.bootstrap)
+    deleted_epoch = admin.describe_topic("recreated").partitions[0].epoch
     admin.delete_topic("recreated")
     create_topic(kafka_cluster, "recreated", partitions=1)
+    assert admin.describe_topic("recreated").partitions[0].epoch > deleted_epoch
     admin.close()
     failures: list[object] = []
     for i in range(10):

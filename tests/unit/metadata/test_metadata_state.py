@@ -314,6 +314,26 @@ def test_delete_topic_keeps_group_ids_unique(with_topic: Log) -> None:
     assert p0 is not None and p0.raft_group_id == 4
 
 
+def test_a_recreated_topic_starts_its_groups_above_every_reported_leader_epoch(
+    with_topic: Log,
+) -> None:
+    # A client that cached the deleted topic's leader epoch ignores metadata with a lower one
+    # for the same name (librdkafka: "ignoring outdated metadata update"): the new topic's
+    # groups start at a term no lower than any epoch reported before, so their leaders'
+    # epochs are higher.
+    assert [p.first_term for p in with_topic.state.partitions("orders")] == [0, 0, 0]
+    with_topic.ok(ReportLeader("orders", PartitionId(1), RaftGroupId(2), NodeId(2), 5))
+    with_topic.ok(ReportLeader("orders", PartitionId(0), RaftGroupId(1), NodeId(1), 2))
+    with_topic.ok(DeleteTopic("orders"))
+    assert with_topic.state.leader_epoch_high == 5
+    with_topic.ok(create(first_raft_group_id=4))
+    assert [p.first_term for p in with_topic.state.partitions("orders")] == [5, 5, 5]
+    restored = MetadataState.restore(with_topic.state.snapshot())
+    assert restored.leader_epoch_high == 5
+    assert restored.partitions("orders") == with_topic.state.partitions("orders")
+    assert restored.snapshot() == with_topic.state.snapshot()
+
+
 def test_create_partitions(with_topic: Log) -> None:
     with_topic.ok(CreatePartitions("orders", ((NodeId(3), NodeId(2)),), (RaftGroupId(4),)))
     topic = with_topic.state.topic("orders")
