@@ -335,7 +335,10 @@ async def txn_offset_commit(ctx: KafkaContext, request: Any, version: int) -> An
     committed = [w for w, ok in zip(wanted, allowed, strict=True) if ok]
     code = refusal or _member_refusal(ctx, request, committed)
     if code is None and committed:
-        epochs = tuple(max(int(p.committed_leader_epoch), NO_EPOCH) for _, p in committed)
+        # v2 on carries the leader epoch of the last record consumed; before it, none.
+        epochs = tuple(
+            max(int(getattr(p, "committed_leader_epoch", NO_EPOCH)), NO_EPOCH) for _, p in committed
+        )
         metadata = tuple(p.committed_metadata or "" for _, p in committed)
         command = CommitTransactionOffsets(
             request.transactional_id,

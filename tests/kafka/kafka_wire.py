@@ -4,6 +4,7 @@ hide them behind their own state machines)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import importlib
 import io
@@ -19,6 +20,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from raftlog.client import Admin
+from raftlog.client.errors import TopicAlreadyExistsError
 from raftlog.local_cluster import LocalCluster
 
 
@@ -77,7 +79,9 @@ def create_topic(cluster: LocalCluster, name: str, *, partitions: int) -> None:
     metadata for minutes and do not refresh it on every NOT_LEADER (aiokafka resetting an
     offset) would otherwise keep asking the first leader."""
     with Admin(cluster.bootstrap) as admin:
-        admin.create_topic(name, partitions=partitions, replication_factor=3)
+        # The client asks again after a slow answer; then the first attempt made it.
+        with contextlib.suppress(TopicAlreadyExistsError):
+            admin.create_topic(name, partitions=partitions, replication_factor=3)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             described = admin.describe_topic(name)

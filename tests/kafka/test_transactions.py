@@ -316,6 +316,25 @@ def test_refused_requests_get_kafkas_codes_and_write_nothing(boot: str) -> None:
     assert commit_offset(epoch, "ghost", 3) == ErrorCode.unknown_member_id
     assert commit_offset(epoch + 1, "", -1) == ErrorCode.invalid_producer_epoch
     assert commit_offset(epoch, "", -1) == ErrorCode.none
+    to0 = _wire(0, "txn_offset_commit")  # no leader epoch before v2 (aiokafka sends v0)
+    partition0 = to0.TxnOffsetCommitRequestPartition(
+        partition_index=i32(0), committed_offset=i64(6), committed_metadata=None
+    )
+    answer0 = kafka_call(
+        address,
+        to0.TxnOffsetCommitRequest(
+            transactional_id=to0.TransactionalId("txn-wire"),
+            group_id=to0.GroupId("g-wire"),
+            producer_id=pid,
+            producer_epoch=epoch,
+            topics=(
+                to0.TxnOffsetCommitRequestTopic(
+                    name=to0.TopicName("txn-in"), partitions=(partition0,)
+                ),
+            ),
+        ),
+    )
+    assert answer0.topics[0].partitions[0].error_code == ErrorCode.none
     dt = _wire(0, "describe_transactions")
     described = kafka_call(
         address,
