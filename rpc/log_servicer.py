@@ -170,9 +170,17 @@ class LogServicer(pb_grpc.LogServicer):
         await _check_partition(context, request.topic, request.partition)
         if request.spec not in (pb.EARLIEST, pb.LATEST, pb.TIMESTAMP):
             await _invalid(context, f"spec: unknown value {request.spec}")
+        if request.isolation_level not in (0, 1):
+            await _invalid(
+                context, f"isolation_level: must be 0 or 1, got {request.isolation_level}"
+            )
         try:
             offset = self._node.list_offsets(
-                request.topic, request.partition, request.spec, request.timestamp_ms
+                request.topic,
+                request.partition,
+                request.spec,
+                request.timestamp_ms,
+                read_committed=request.isolation_level == 1,
             )
         except errors.RaftlogError as error:
             return pb.ListOffsetsResponse(error=error_proto(error, self._node))

@@ -262,6 +262,11 @@ METHOD_RULES: dict[str, Rule] = {
     "/raftlog.v1.Admin/ListTopics": _AUTHENTICATED,
     "/raftlog.v1.Admin/DescribeCluster": _AUTHENTICATED,
     "/raftlog.v1.Admin/DecommissionNode": _CLUSTER,  # changes the cluster itself
+    # Every transactional id of every principal, and fencing another's producer: operators
+    # only (Kafka's abort writes markers, which needs ClusterAction).
+    "/raftlog.v1.Admin/ListTransactions": _CLUSTER,
+    "/raftlog.v1.Admin/DescribeTransaction": _CLUSTER,
+    "/raftlog.v1.Admin/AbortTransaction": _CLUSTER,
     "/raftlog.v1.Internal/SubmitMetadata": _CLUSTER,
     "/raftlog.v1.Internal/SetFaults": _CLUSTER,
     "/raftlog.v1.Groups/ConsumerGroupHeartbeat": Rule(Permission.READ, _topics),

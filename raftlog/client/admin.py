@@ -1,4 +1,5 @@
-"""The Admin client: create, delete, grow, list and describe topics; describe the cluster.
+"""The Admin client: create, delete, grow, list and describe topics; describe the cluster;
+list, describe and abort transactions.
 
 Theory of operation. Admin requests may be sent to any node; a node that is not the metadata
 controller answers NOT_CONTROLLER naming the controller (`leader_id`, `leader_address`), and
@@ -34,6 +35,7 @@ __all__ = [
     "NodeDescription",
     "PartitionDescription",
     "TopicDescription",
+    "TransactionDescription",
 ]
 
 # NOT_CONTROLLER hints followed for one request before giving up (an election settles in a
@@ -77,6 +79,41 @@ class ClusterDescription:
     cluster_id: str
     controller_id: int | None
     nodes: tuple[NodeDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A transactional id as its coordinator holds it (Kafka's TransactionDescription).
+    `start_time_ms` is -1 when no transaction is open; `age_ms` is the open transaction's age
+    by the answering node's clock (-1 when none is open)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str  # Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort, Complete*
+    coordinator_id: int | None
+    start_time_ms: int
+    last_update_ms: int
+    timeout_ms: int
+    partitions: tuple[tuple[str, int], ...]
+    groups: tuple[str, ...]
+    age_ms: int
+
+
+def transaction_description(info: pb.TransactionInfo, now_ms: int) -> TransactionDescription:
+    return TransactionDescription(
+        transactional_id=info.transactional_id,
+        producer_id=info.producer_id,
+        producer_epoch=info.producer_epoch,
+        state=info.state,
+        coordinator_id=info.coordinator_id if info.coordinator_id >= 0 else None,
+        start_time_ms=info.start_time_ms,
+        last_update_ms=info.last_update_ms,
+        timeout_ms=info.timeout_ms,
+        partitions=tuple((tp.topic, p) for tp in info.partitions for p in tp.partitions),
+        groups=tuple(info.groups),
+        age_ms=max(0, now_ms - info.start_time_ms) if info.start_time_ms >= 0 else -1,
+    )
 
 
 def topic_description(info: pb.TopicInfo) -> TopicDescription:
@@ -224,6 +261,31 @@ class Admin:
         )
         controller = response.controller_id if response.controller_id >= 0 else None
         return ClusterDescription(response.cluster_id, controller, nodes)
+
+    def list_transactions(self, states: Sequence[str] = ()) -> list[TransactionDescription]:
+        """Every transactional id the coordinator knows, in the given states (default all)."""
+        request = pb.ListTransactionsRequest(states=list(states))
+        response = self._call("Admin.ListTransactions", request, concerning="list transactions")
+        return [transaction_description(t, response.now_ms) for t in response.transactions]
+
+    def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        request = pb.DescribeTransactionRequest(transactional_id=transactional_id)
+        concerning = f"describe transactional id {transactional_id!r}"
+        response = self._call("Admin.DescribeTransaction", request, concerning=concerning)
+        return transaction_description(response.transaction, response.now_ms)
+
+    def abort_transaction(self, transactional_id: str) -> TransactionDescription | None:
+        """Abort `transactional_id`'s open transaction through its coordinator, fencing its
+        producer; returns once every ABORT marker is written (the id as it is then, None if
+        it expired meanwhile). INVALID_TXN_STATE when no transaction is open."""
+        request = pb.AbortTransactionRequest(
+            transactional_id=transactional_id, timeout_ms=self._timeout_ms
+        )
+        concerning = f"abort the transaction of {transactional_id!r}"
+        response = self._call("Admin.AbortTransaction", request, concerning=concerning)
+        if not response.HasField("transaction"):
+            return None
+        return transaction_description(response.transaction, response.now_ms)
 
     def _call(self, rpc: str, request: Any, *, concerning: str) -> Any:
         """Send to any reachable node, following NOT_CONTROLLER hints (module docstring).

@@ -361,6 +361,21 @@ class AdminStub:
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeRequest.SerializeToString,
                 response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeResponse.FromString,
                 _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/raftlog.v1.Admin/ListTransactions',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransaction = channel.unary_unary(
+                '/raftlog.v1.Admin/DescribeTransaction',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionResponse.FromString,
+                _registered_method=True)
+        self.AbortTransaction = channel.unary_unary(
+                '/raftlog.v1.Admin/AbortTransaction',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -414,6 +429,24 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -456,6 +489,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DecommissionNode,
                     request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeRequest.FromString,
                     response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'DescribeTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransaction,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionResponse.SerializeToString,
+            ),
+            'AbortTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortTransaction,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -674,6 +722,87 @@ class Admin:
             '/raftlog.v1.Admin/DecommissionNode',
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeRequest.SerializeToString,
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Admin/ListTransactions',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Admin/DescribeTransaction',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Admin/AbortTransaction',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,
