@@ -189,7 +189,9 @@ class Admin:
             config=dict(config or {}),
             timeout_ms=self._timeout_ms,
         )
-        response = self._call("Admin.CreateTopic", request, concerning=f"create topic {name!r}")
+        response = self.call_controller(
+            "Admin.CreateTopic", request, concerning=f"create topic {name!r}"
+        )
         return topic_description(response.topic)
 
     def alter_topic_config(
@@ -206,7 +208,7 @@ class Admin:
             name=name, set=dict(set_config or {}), delete=list(delete_keys),
             timeout_ms=self._timeout_ms,
         )  # fmt: skip
-        response = self._call(
+        response = self.call_controller(
             "Admin.AlterTopicConfig", request, concerning=f"alter config of topic {name!r}"
         )
         return topic_description(response.topic)
@@ -214,7 +216,7 @@ class Admin:
     def delete_topic(self, name: str) -> None:
         _require_name(name)
         request = pb.DeleteTopicRequest(name=name, timeout_ms=self._timeout_ms)
-        self._call("Admin.DeleteTopic", request, concerning=f"delete topic {name!r}")
+        self.call_controller("Admin.DeleteTopic", request, concerning=f"delete topic {name!r}")
 
     def create_partitions(self, name: str, total_count: int) -> None:
         """Grow topic `name` to `total_count` partitions (never shrinks)."""
@@ -225,7 +227,7 @@ class Admin:
             name=name, total_count=total_count, timeout_ms=self._timeout_ms
         )
         concerning = f"create partitions of topic {name!r} (to {total_count})"
-        self._call("Admin.CreatePartitions", request, concerning=concerning)
+        self.call_controller("Admin.CreatePartitions", request, concerning=concerning)
 
     def decommission_node(self, node_id: int) -> None:
         """Start taking observer `node_id` out of the cluster (its replicas move to other
@@ -234,21 +236,29 @@ class Admin:
         if node_id < 0:
             raise ClientError(f"node id must be non-negative, got {node_id}")
         request = pb.DecommissionNodeRequest(node_id=node_id, timeout_ms=self._timeout_ms)
-        self._call("Admin.DecommissionNode", request, concerning=f"decommission node {node_id}")
+        self.call_controller(
+            "Admin.DecommissionNode", request, concerning=f"decommission node {node_id}"
+        )
 
     def list_topics(self) -> list[str]:
-        response = self._call("Admin.ListTopics", pb.ListTopicsRequest(), concerning="list topics")
+        response = self.call_controller(
+            "Admin.ListTopics", pb.ListTopicsRequest(), concerning="list topics"
+        )
         return sorted(response.names)
 
     def describe_topic(self, name: str) -> TopicDescription:
         _require_name(name)
         request = pb.DescribeTopicRequest(name=name)
-        response = self._call("Admin.DescribeTopic", request, concerning=f"describe topic {name!r}")
+        response = self.call_controller(
+            "Admin.DescribeTopic", request, concerning=f"describe topic {name!r}"
+        )
         return topic_description(response.topic)
 
     def describe_cluster(self) -> ClusterDescription:
         request = pb.DescribeClusterRequest()
-        response = self._call("Admin.DescribeCluster", request, concerning="describe cluster")
+        response = self.call_controller(
+            "Admin.DescribeCluster", request, concerning="describe cluster"
+        )
         nodes = tuple(
             NodeDescription(
                 node.node_id,
@@ -265,13 +275,15 @@ class Admin:
     def list_transactions(self, states: Sequence[str] = ()) -> list[TransactionDescription]:
         """Every transactional id the coordinator knows, in the given states (default all)."""
         request = pb.ListTransactionsRequest(states=list(states))
-        response = self._call("Admin.ListTransactions", request, concerning="list transactions")
+        response = self.call_controller(
+            "Admin.ListTransactions", request, concerning="list transactions"
+        )
         return [transaction_description(t, response.now_ms) for t in response.transactions]
 
     def describe_transaction(self, transactional_id: str) -> TransactionDescription:
         request = pb.DescribeTransactionRequest(transactional_id=transactional_id)
         concerning = f"describe transactional id {transactional_id!r}"
-        response = self._call("Admin.DescribeTransaction", request, concerning=concerning)
+        response = self.call_controller("Admin.DescribeTransaction", request, concerning=concerning)
         return transaction_description(response.transaction, response.now_ms)
 
     def abort_transaction(self, transactional_id: str) -> TransactionDescription | None:
@@ -282,13 +294,15 @@ class Admin:
             transactional_id=transactional_id, timeout_ms=self._timeout_ms
         )
         concerning = f"abort the transaction of {transactional_id!r}"
-        response = self._call("Admin.AbortTransaction", request, concerning=concerning)
+        response = self.call_controller("Admin.AbortTransaction", request, concerning=concerning)
         if not response.HasField("transaction"):
             return None
         return transaction_description(response.transaction, response.now_ms)
 
-    def _call(self, rpc: str, request: Any, *, concerning: str) -> Any:
-        """Send to any reachable node, following NOT_CONTROLLER hints (module docstring).
+    def call_controller(self, rpc: str, request: Any, *, concerning: str) -> Any:
+        """Send `rpc` (a "Service.Method" name) to any reachable node, following
+        NOT_CONTROLLER hints (module docstring); the transactional Producer's coordinator
+        calls go this way too.
 
         While the metadata quorum elects a controller (NOT_CONTROLLER with no hint) the
         request waits `retry_backoff_ms` and tries again, for up to one request timeout: a

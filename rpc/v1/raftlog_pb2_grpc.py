@@ -64,6 +64,26 @@ class LogStub:
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersRequest.SerializeToString,
                 response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersResponse.FromString,
                 _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/raftlog.v1.Log/AddPartitionsToTxn',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/raftlog.v1.Log/AddOffsetsToTxn',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/raftlog.v1.Log/TxnOffsetCommit',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/raftlog.v1.Log/EndTxn',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -105,6 +125,30 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddPartitionsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +181,26 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.DescribeProducers,
                     request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersRequest.FromString,
                     response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -301,6 +365,114 @@ class Log:
             '/raftlog.v1.Log/DescribeProducers',
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersRequest.SerializeToString,
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/AddPartitionsToTxn',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/AddOffsetsToTxn',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/TxnOffsetCommit',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/EndTxn',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnResponse.FromString,
             options,
             channel_credentials,
             insecure,

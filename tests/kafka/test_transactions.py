@@ -22,7 +22,8 @@ from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from raftlog.cli import main as cli_main
-from raftlog.client import Admin, Consumer
+from raftlog.client import Admin, Consumer, Producer
+from raftlog.client.errors import ProducerFencedError, TransactionError
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.records import RecordInput, encode_batch
@@ -556,6 +557,54 @@ def test_an_operator_lists_describes_and_aborts_a_hanging_transaction(
         hanging.flush(10)  # type: ignore[attr-defined]
         hanging.commit_transaction(10)  # type: ignore[attr-defined]
     assert raised.value.args[0].fatal() or raised.value.args[0].txn_requires_abort()
+
+
+def _committed_offset(boot: str, group_id: str, topic: str, partition: int) -> int:
+    consumer = kafka.Consumer({"bootstrap.servers": boot, "group.id": group_id})
+    try:
+        (tp,) = consumer.committed([kafka.TopicPartition(topic, partition)], timeout=30)
+        return int(tp.offset)
+    finally:
+        consumer.close()
+
+
+def test_raftlogs_own_transactional_producer_over_grpc(txn_cluster: LocalCluster) -> None:
+    """raftlog.client.Producer with a transactional_id, on the gRPC API: a committed and an
+    aborted transaction across three partitions of two topics, each with offsets sent to the
+    transaction; read_committed readers (confluent-kafka) see the committed records only and
+    the group's offset is the committed transaction's; a second instance fences the first."""
+    grpc_boot, boot = txn_cluster.bootstrap, txn_cluster.kafka_bootstrap
+    with Producer(grpc_boot, transactional_id="grpc-txn") as producer:
+        producer.init_transactions()
+        for tag, offset, commit in (("own-committed", 5, True), ("own-aborted", 9, False)):
+            producer.begin_transaction()
+            for name, partitions in TOPICS.items():
+                for partition in range(partitions):
+                    value = f"{tag}-{name}-{partition}".encode()
+                    producer.send(name, value=value, partition=partition)
+            producer.send_offsets_to_transaction({("txn-in", 0): offset}, "grpc-txn-group")
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+        tags = ("own-committed", "own-aborted")
+        committed = sorted(
+            f"own-committed-{n}-{p}" for n, parts in TOPICS.items() for p in range(parts)
+        )
+        aborted = [v.replace("committed", "aborted") for v in committed]
+        assert _read(boot, "read_committed", TOPICS, 3, tags) == committed
+        assert _read(boot, "read_uncommitted", TOPICS, 6, tags) == sorted(committed + aborted)
+        assert _committed_offset(boot, "grpc-txn-group", "txn-in", 0) == 5
+
+        producer.begin_transaction()
+        producer.send("txn-b", value=b"own-zombie", partition=0).result(timeout=30)
+        with Producer(grpc_boot, transactional_id="grpc-txn") as newer:
+            newer.init_transactions()  # aborts the older instance's transaction
+            with pytest.raises((ProducerFencedError, TransactionError)):
+                producer.send("txn-b", value=b"own-zombie-late", partition=0)
+                producer.commit_transaction()
+        seen = _read(boot, "read_committed", {"txn-b": 1}, 1, ("own-committed", "own-zombie"))
+        assert seen == ["own-committed-txn-b-0"]
 
 
 # Last in the module: it kills a node of the module's cluster.
