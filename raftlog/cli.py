@@ -1,4 +1,4 @@
-"""The `raftlog` command line: `serve`, `cluster`, `topic`, `produce`, `consume`, ...
+"""The `raftlog` command line: `serve`, `cluster`, `topic`, `produce`, `consume`, `txn`, ...
 
 Every command has `--help`, prints errors as one clear line on stderr and exits non-zero on
 any failure (2 for bad usage or settings, 1 for operational errors).
@@ -19,6 +19,7 @@ _REGISTRARS: list[tuple[str, str]] = [
     ("raftlog.serve", "add_serve_parser"),
     ("raftlog.cluster_cli", "add_cluster_parser"),
     ("raftlog.client_cli", "add_client_parsers"),
+    ("raftlog.txn_cli", "add_txn_parser"),
     ("raftlog.chaos.cli", "add_chaos_parser"),
 ]
 

@@ -20,7 +20,14 @@ from raftlog.errors import RaftlogError
 if TYPE_CHECKING:
     from raftlog.client.admin import TopicDescription
 
-__all__ = ["add_client_parsers", "resolve_bootstrap"]
+__all__ = [
+    "UsageError",
+    "add_client_parsers",
+    "add_common_options",
+    "guarded",
+    "resolve_bootstrap",
+    "security_options",
+]
 
 
 class UsageError(Exception):
@@ -44,7 +51,7 @@ def resolve_bootstrap(flag: str | None, directory: Path | None = None) -> str:
     )
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def add_common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap", help="HOST:PORT[,HOST:PORT...] of any nodes")
     parser.add_argument("--dir", type=Path, help="a local cluster's directory (cluster.json)")
     # Security settings (docs/security.md).
@@ -54,7 +61,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
 
 
-def _security(args: argparse.Namespace) -> dict[str, object]:
+def security_options(args: argparse.Namespace) -> dict[str, object]:
     """Keyword options for Admin/Producer/Consumer: TLS CA, client certificate and token
     (flag, then env)."""
     token = args.token or os.environ.get("RAFTLOG_TOKEN") or None
@@ -100,7 +107,7 @@ def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     create.add_argument("--replication-factor", type=int, default=3)
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     for action in (create, *(actions.add_parser(a, help=f"{a} topics") for a in ("list",))):
-        _common(action)
+        add_common_options(action)
     describe = actions.add_parser("describe", help="partitions, leaders, replicas, watermarks")
     describe.add_argument("name")
     delete = actions.add_parser("delete", help="delete a topic and its data")
@@ -110,16 +117,16 @@ def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
     for action in (describe, delete, alter):
-        _common(action)
-    topic.set_defaults(func=_guard(_topic))
+        add_common_options(action)
+    topic.set_defaults(func=guarded(_topic))
 
     produce = subparsers.add_parser("produce", help="send each line of stdin as a record")
     produce.add_argument("topic")
     produce.add_argument("--acks", choices=("0", "1", "all"), default="all")
     produce.add_argument("--key", help="the key of every record (default: none)")
     produce.add_argument("--partition", type=int)
-    _common(produce)
-    produce.set_defaults(func=_guard(_produce))
+    add_common_options(produce)
+    produce.set_defaults(func=guarded(_produce))
 
     consume = subparsers.add_parser("consume", help="print committed records")
     consume.add_argument("topic")
@@ -128,11 +135,11 @@ def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     consume.add_argument("--max-records", type=int)
     consume.add_argument("--timeout-ms", type=int, default=3000, help="stop after this idle time")
     consume.add_argument("--format", choices=("value", "json"), default="value")
-    _common(consume)
-    consume.set_defaults(func=_guard(_consume))
+    add_common_options(consume)
+    consume.set_defaults(func=guarded(_consume))
 
 
-def _guard(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def guarded(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
             result: int = command(args)
@@ -163,7 +170,7 @@ def _parse_configs(items: list[str]) -> dict[str, str]:
 def _topic(args: argparse.Namespace) -> int:
     from raftlog.client import Admin
 
-    admin = Admin(resolve_bootstrap(args.bootstrap, args.dir), **_security(args))  # type: ignore[arg-type]
+    admin = Admin(resolve_bootstrap(args.bootstrap, args.dir), **security_options(args))  # type: ignore[arg-type]
     try:
         if args.topic_command == "create":
             admin.create_topic(
@@ -182,7 +189,7 @@ def _topic(args: argparse.Namespace) -> int:
             for key, value in sorted(topic.config.items()):
                 print(f"  config {key}={value}")
             watermarks = leaders_high_watermarks(
-                resolve_bootstrap(args.bootstrap, args.dir), _security(args), topic
+                resolve_bootstrap(args.bootstrap, args.dir), security_options(args), topic
             )
             for p in topic.partitions:
                 print(
@@ -213,7 +220,7 @@ def _produce(args: argparse.Namespace) -> int:
     futures = []
     bootstrap = resolve_bootstrap(args.bootstrap, args.dir)
     # Idempotence needs acks=all (as in Kafka); the weaker acks send without it.
-    security = _security(args)
+    security = security_options(args)
     with Producer(bootstrap, acks=acks, enable_idempotence=acks == "all", **security) as producer:  # type: ignore[arg-type]
         for line in sys.stdin.buffer:
             value = line.rstrip(b"\n")
@@ -230,7 +237,7 @@ def _produce(args: argparse.Namespace) -> int:
 def _consume(args: argparse.Namespace) -> int:
     from raftlog.client import Consumer
 
-    consumer = Consumer(resolve_bootstrap(args.bootstrap, args.dir), **_security(args))  # type: ignore[arg-type]
+    consumer = Consumer(resolve_bootstrap(args.bootstrap, args.dir), **security_options(args))  # type: ignore[arg-type]
     try:
         partitions = (
             [args.partition]

@@ -15,8 +15,10 @@ reports), which a node forwards on its own through `Internal.SubmitMetadata`.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -33,6 +35,14 @@ from raftlog.metadata import (
 )
 from raftlog.metadata.commands import MetadataDecodeError
 from raftlog.rpc.faults import Direction, FaultInjector, LinkFaults
+from raftlog.rpc.txn_admin import (
+    AbortWait,
+    abort_done,
+    describe_transaction,
+    list_transactions,
+    plan_abort,
+    transaction_info,
+)
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.types import NodeId
@@ -58,7 +68,10 @@ _RESULT_CODES = {
     ErrorCode.INVALID_PARTITIONS: pb.INVALID_PARTITIONS,
     ErrorCode.INVALID_REPLICATION_FACTOR: pb.INVALID_REPLICATION_FACTOR,
     ErrorCode.INVALID_CONFIG: pb.INVALID_CONFIG,
+    ErrorCode.INVALID_TXN_STATE: pb.INVALID_TXN_STATE,
 }
+# How often an abort's answer looks whether the marker duty completed it (a metadata apply).
+_ABORT_POLL_S = 0.02
 
 
 def result_error(result: ApplyResult) -> pb.Error | None:
@@ -89,6 +102,10 @@ def _raftlog_error(error: errors.RaftlogError, node: MetadataReadPort) -> pb.Err
         leader_id=-1 if leader is None else leader,
         leader_address="" if leader is None else node.leader_address(leader),
     )
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def _timeout_s(timeout_ms: int) -> float:
@@ -297,6 +314,61 @@ class AdminServicer(pb_grpc.AdminServicer):
                 error=pb.Error(code=pb.REQUEST_TIMED_OUT, message="decommission not committed")
             )
         return pb.DecommissionNodeResponse(error=result_error(result))
+
+    async def ListTransactions(
+        self, request: pb.ListTransactionsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.ListTransactionsResponse:
+        refusal = await metadata_read_refusal(self._node)
+        if refusal is not None:
+            return pb.ListTransactionsResponse(error=refusal)
+        state = self._node.metadata.state
+        return list_transactions(state, request, _controller(self._node), _now_ms())
+
+    async def DescribeTransaction(
+        self, request: pb.DescribeTransactionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DescribeTransactionResponse:
+        refusal = await metadata_read_refusal(self._node)
+        if refusal is not None:
+            return pb.DescribeTransactionResponse(error=refusal)
+        state = self._node.metadata.state
+        return describe_transaction(
+            state, request.transactional_id, _controller(self._node), _now_ms()
+        )
+
+    async def AbortTransaction(
+        self, request: pb.AbortTransactionRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AbortTransactionResponse:
+        """rpc/txn_admin.py: decide the abort (fencing the producer), then wait for the
+        marker duty to complete it, so the answer means the markers are written."""
+        node, tid = self._node, request.transactional_id
+        if not node.is_controller():
+            error = NotControllerError(leader_hint=node.controller_id)
+            return pb.AbortTransactionResponse(error=_raftlog_error(error, node))
+        deadline = time.monotonic() + _timeout_s(request.timeout_ms)
+        plan = plan_abort(node.metadata.state, tid, _now_ms())
+        if isinstance(plan, pb.Error):
+            return pb.AbortTransactionResponse(error=plan)
+        if not isinstance(plan, AbortWait):
+            try:
+                result = await node.submit(plan, timeout_s=_timeout_s(request.timeout_ms))
+            except errors.RaftlogError as error:
+                return pb.AbortTransactionResponse(error=_raftlog_error(error, node))
+            except TimeoutError:
+                return pb.AbortTransactionResponse(error=pb.Error(code=pb.REQUEST_TIMED_OUT))
+            error_proto = result_error(result)
+            if error_proto is not None:
+                return pb.AbortTransactionResponse(error=error_proto)
+            plan = AbortWait(plan.producer_id)
+        while not abort_done(node.metadata.state, tid, plan):
+            if time.monotonic() >= deadline:
+                message = "abort decided (producer fenced); its ABORT markers not all written yet"
+                return pb.AbortTransactionResponse(
+                    error=pb.Error(code=pb.REQUEST_TIMED_OUT, message=message, retriable=True)
+                )
+            await asyncio.sleep(_ABORT_POLL_S)
+        txn = node.metadata.state.transaction(tid)
+        info = None if txn is None else transaction_info(txn, _controller(node))
+        return pb.AbortTransactionResponse(transaction=info, now_ms=_now_ms())
 
 
 class InternalServicer(pb_grpc.InternalServicer):

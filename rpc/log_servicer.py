@@ -16,6 +16,7 @@ import grpc
 
 from raftlog import errors
 from raftlog.metadata.state import ALLOCATED_PRODUCER_ID_LIMIT
+from raftlog.rpc import txn_producer_calls as txn_calls
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.runtime.produce_trace import begin as begin_produce_trace
@@ -170,9 +171,17 @@ class LogServicer(pb_grpc.LogServicer):
         await _check_partition(context, request.topic, request.partition)
         if request.spec not in (pb.EARLIEST, pb.LATEST, pb.TIMESTAMP):
             await _invalid(context, f"spec: unknown value {request.spec}")
+        if request.isolation_level not in (0, 1):
+            await _invalid(
+                context, f"isolation_level: must be 0 or 1, got {request.isolation_level}"
+            )
         try:
             offset = self._node.list_offsets(
-                request.topic, request.partition, request.spec, request.timestamp_ms
+                request.topic,
+                request.partition,
+                request.spec,
+                request.timestamp_ms,
+                read_committed=request.isolation_level == 1,
             )
         except errors.RaftlogError as error:
             return pb.ListOffsetsResponse(error=error_proto(error, self._node))
@@ -191,6 +200,8 @@ class LogServicer(pb_grpc.LogServicer):
     async def InitProducerId(
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.InitProducerIdResponse:
+        if request.transactional_id:
+            return await txn_calls.init_transactional_producer(self._node, request)
         try:
             producer_id = await self._node.allocate_producer_id(timeout_s=10.0)
         except errors.RaftlogError as error:
@@ -202,6 +213,26 @@ class LogServicer(pb_grpc.LogServicer):
         # Ids from 2**62 up belong to clients that derive their own (the Spark sink).
         assert 0 <= producer_id < ALLOCATED_PRODUCER_ID_LIMIT, producer_id
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
+
+    async def AddPartitionsToTxn(
+        self, request: pb.AddPartitionsToTxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AddPartitionsToTxnResponse:
+        return await txn_calls.add_partitions_to_txn(self._node, request)
+
+    async def AddOffsetsToTxn(
+        self, request: pb.AddOffsetsToTxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.AddOffsetsToTxnResponse:
+        return await txn_calls.add_offsets_to_txn(self._node, request)
+
+    async def TxnOffsetCommit(
+        self, request: pb.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.TxnOffsetCommitResponse:
+        return await txn_calls.txn_offset_commit(self._node, request)
+
+    async def EndTxn(
+        self, request: pb.EndTxnRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.EndTxnResponse:
+        return await txn_calls.end_txn(self._node, request)
 
     async def DescribeProducers(
         self, request: pb.DescribeProducersRequest, context: grpc.aio.ServicerContext[Any, Any]

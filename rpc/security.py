@@ -243,6 +243,18 @@ def _nested(request: Any, attribute: str) -> Sequence[str]:
     return tuple(item.topic for item in getattr(request, attribute))
 
 
+# A transactional id is used by a principal granted `write` on `transactional_id:<id>`, as on
+# the Kafka listener (rpc/kafka/txn_handlers.py); topics cannot contain ':'.
+TRANSACTIONAL_ID_RESOURCE_PREFIX = "transactional_id:"
+
+
+def _transactional(request: Any, topics: Sequence[str]) -> Sequence[str]:
+    """`write` on the request's transactional id (none: authentication only) and `topics`."""
+    if not request.transactional_id:
+        return topics
+    return (TRANSACTIONAL_ID_RESOURCE_PREFIX + request.transactional_id, *topics)
+
+
 _AUTHENTICATED = Rule(None, _none)
 _DESCRIBE = frozenset({Permission.WRITE, Permission.ADMIN})  # besides READ
 _CLUSTER = Rule(Permission.CLUSTER, lambda request: ("",))
@@ -252,7 +264,13 @@ METHOD_RULES: dict[str, Rule] = {
     "/raftlog.v1.Log/Fetch": Rule(Permission.READ, _topic),
     "/raftlog.v1.Log/ListOffsets": Rule(Permission.READ, _topic),
     "/raftlog.v1.Log/Metadata": Rule(Permission.READ, _topics, _DESCRIBE),
-    "/raftlog.v1.Log/InitProducerId": _AUTHENTICATED,
+    "/raftlog.v1.Log/InitProducerId": Rule(Permission.WRITE, lambda r: _transactional(r, ())),
+    "/raftlog.v1.Log/AddPartitionsToTxn": Rule(
+        Permission.WRITE, lambda r: _transactional(r, _nested(r, "partitions"))
+    ),
+    "/raftlog.v1.Log/AddOffsetsToTxn": Rule(Permission.WRITE, lambda r: _transactional(r, ())),
+    "/raftlog.v1.Log/TxnOffsetCommit": Rule(Permission.WRITE, lambda r: _transactional(r, ())),
+    "/raftlog.v1.Log/EndTxn": Rule(Permission.WRITE, lambda r: _transactional(r, ())),
     "/raftlog.v1.Log/DescribeProducers": Rule(Permission.READ, _topic, _DESCRIBE),
     "/raftlog.v1.Admin/CreateTopic": Rule(Permission.ADMIN, _name),
     "/raftlog.v1.Admin/DeleteTopic": Rule(Permission.ADMIN, _name),
@@ -262,6 +280,11 @@ METHOD_RULES: dict[str, Rule] = {
     "/raftlog.v1.Admin/ListTopics": _AUTHENTICATED,
     "/raftlog.v1.Admin/DescribeCluster": _AUTHENTICATED,
     "/raftlog.v1.Admin/DecommissionNode": _CLUSTER,  # changes the cluster itself
+    # Every transactional id of every principal, and fencing another's producer: operators
+    # only (Kafka's abort writes markers, which needs ClusterAction).
+    "/raftlog.v1.Admin/ListTransactions": _CLUSTER,
+    "/raftlog.v1.Admin/DescribeTransaction": _CLUSTER,
+    "/raftlog.v1.Admin/AbortTransaction": _CLUSTER,
     "/raftlog.v1.Internal/SubmitMetadata": _CLUSTER,
     "/raftlog.v1.Internal/SetFaults": _CLUSTER,
     "/raftlog.v1.Groups/ConsumerGroupHeartbeat": Rule(Permission.READ, _topics),

@@ -7,11 +7,15 @@ undecoded for `raftlog.connectors.spark.arrow`.
 
 Driver (`ClusterView`): lists the partitions a subscription covers (Metadata), and resolves
 offsets with ListOffsets at each partition's leader: EARLIEST (the log start), LATEST (the high
-watermark: every offset below it is committed on a majority) or TIMESTAMP. Planning only ever
+watermark: every offset below it is committed on a majority; with read_committed, the default,
+the last stable offset, below which every transaction is decided) or TIMESTAMP. Planning only ever
 uses offsets it was told, so a micro-batch never names an offset above a high watermark.
 
 Worker (`read_range`): fetches `[offset_from, offset_to)` of one partition from its leader,
-`fetch_bytes_max` at a time, and yields one Arrow batch per answer. It survives leader changes:
+`fetch_bytes_max` at a time, and yields one Arrow batch per answer. With read_committed the
+Fetch stops at the last stable offset and lists the aborted transactions among its batches;
+their records and every control batch (COMMIT/ABORT markers) are left out, so a range below
+the last stable offset reads the same records every time. It survives leader changes:
 NOT_LEADER follows the hint; an unreachable node, a timeout or an election marks the
 metadata stale and retries after a backoff; a new leader whose high watermark has not yet
 caught up with `offset_to` answers with fewer records (or OFFSET_OUT_OF_RANGE) and is
@@ -184,7 +188,11 @@ class ClusterView:
 
     def _list_offset(self, tp: TopicPartition, spec: Any, timestamp_ms: int) -> int:
         request = pb.ListOffsetsRequest(
-            topic=tp.topic, partition=tp.partition, spec=spec, timestamp_ms=timestamp_ms
+            topic=tp.topic,
+            partition=tp.partition,
+            spec=spec,
+            timestamp_ms=timestamp_ms,
+            isolation_level=int(self._options.read_committed),
         )
         response = call_leader(
             self._cluster, tp, "Log.ListOffsets", request, window_s=self._window_s
@@ -254,6 +262,7 @@ def _read(
             offset_to=piece.offset_to,
             high_watermark=response.high_watermark,
             include_headers=options.include_headers,
+            aborted=((a.producer_id, a.first_offset) for a in response.aborted_transactions),
         )
         if decoded.batch is not None:
             yield decoded.batch
@@ -281,6 +290,7 @@ def _fetch(
         max_bytes=options.fetch_bytes_max,
         max_wait_ms=options.fetch_wait_ms,
         min_bytes=1,
+        isolation_level=int(options.read_committed),
     )
     response = cluster.call(address, "Log.Fetch", request)
     code = response.error.code

@@ -32,11 +32,13 @@ be lost by a leader change and must never reach Spark).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
+from raftlog.client._fetcher import AbortedFilter
 from raftlog.client.errors import ClientError
 from raftlog.errors import CorruptBatchError
 from raftlog.storage.batch import BATCH_HEADER_BYTES, BatchHeader, Compression, iter_batches
@@ -95,8 +97,11 @@ def decode_fetch(
     high_watermark: int,
     include_headers: bool,
     decompressed_bytes_max: int = 64 * 1024 * 1024,
+    aborted: Iterable[tuple[int, int]] = (),
 ) -> FetchDecoded:
-    """Records of `data` with `offset_from <= offset < offset_to` as one Arrow batch.
+    """Records of `data` with `offset_from <= offset < offset_to` as one Arrow batch, without
+    control batches and without the batches of `aborted`'s transactions ((producer id, first
+    offset) pairs from a read_committed Fetch; the same walk as the Consumer's).
 
     Raises `CorruptBatchError` (with the byte position) for bytes that are not valid batches
     and `ClientError` for a batch that is not below `high_watermark`.
@@ -110,6 +115,7 @@ def decode_fetch(
         high_watermark,
         include_headers,
         decompressed_bytes_max,
+        AbortedFilter(aborted),
     )
 
 
@@ -121,6 +127,7 @@ def _decode(
     high_watermark: int,
     include_headers: bool,
     decompressed_bytes_max: int,
+    aborted: AbortedFilter,
 ) -> FetchDecoded:
     offset_from, offset_to = offset_range
     sections = _Sections([], [], [])
@@ -133,7 +140,8 @@ def _decode(
             )
         if header.base_offset >= offset_to:
             break
-        if header.last_offset >= offset_from and not header.is_control:
+        skipped = aborted.skips(header)  # fed every batch in order; skips control batches
+        if header.last_offset >= offset_from and not skipped:
             _add_section(data, position, header, sections, decompressed_bytes_max)
         next_offset = max(next_offset, header.last_offset + 1)
     if not sections.starts:

@@ -11,7 +11,8 @@ they travel inside the pickled reader and writer to every Spark worker.
 The names and meanings follow Spark's Kafka source (`subscribe`, `subscribePattern`,
 `assign`, `startingOffsets`, `endingOffsets`, `startingTimestamp`, `maxOffsetsPerTrigger`,
 `minOffsetsPerTrigger`, `maxTriggerDelay`, `minPartitions`, `failOnDataLoss`,
-`includeHeaders`), with `bootstrap` in place of `kafka.bootstrap.servers`. Bounds the
+`includeHeaders`), with `bootstrap` in place of `kafka.bootstrap.servers` and
+`isolationLevel` in place of `kafka.isolation.level` (read_committed by default). Bounds the
 connector keeps (fetch size, retry window, sink buffer) are options too, each checked against
 a fixed range: they live here rather than in `raftlog.config` because they bound Spark
 worker processes, not nodes, as the client's own bounds do (`raftlog.client.config`).
@@ -69,6 +70,7 @@ _SOURCE_OPTIONS = (
     "minPartitions",
     "failOnDataLoss",
     "includeHeaders",
+    "isolationLevel",
     "fetchBytesMax",
     "fetchWaitMs",
     "retryWindowMs",
@@ -116,6 +118,9 @@ class SourceOptions:
     min_partitions: int | None = None
     fail_on_data_loss: bool = True
     include_headers: bool = False
+    # read_committed (the default): only committed transactions' records, up to the last
+    # stable offset; read_uncommitted: every record up to the high watermark.
+    read_committed: bool = True
     # Bytes asked for in one Fetch by a worker; a response is converted to one Arrow batch.
     fetch_bytes_max: int = 4 * MIB
     # Long-poll wait of a Fetch that finds nothing new yet (a new leader catching up).
@@ -279,6 +284,16 @@ def _offsets(raw: dict[str, str], name: str, default: str, allowed: tuple[str, .
     return _offset_json(text, name)
 
 
+def _isolation_level(raw: dict[str, str]) -> bool:
+    """True for read_committed (the default), False for read_uncommitted."""
+    text = raw.get("isolationLevel", "read_committed").strip().lower()
+    if text not in ("read_committed", "read_uncommitted"):
+        raise ConfigError(
+            f"isolationLevel: must be read_committed or read_uncommitted, got {text!r}"
+        )
+    return text == "read_committed"
+
+
 def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) -> SourceOptions:
     """Validate a source's options; `ConfigError` names the first option that is wrong.
 
@@ -326,6 +341,7 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool | None) 
         min_partitions=_int(raw, "minPartitions", low=1, high=100_000),
         fail_on_data_loss=_bool(raw, "failOnDataLoss", True),
         include_headers=_bool(raw, "includeHeaders", False),
+        read_committed=_isolation_level(raw),
         fetch_bytes_max=_int_or(raw, "fetchBytesMax", 4 * MIB, low=KIB, high=FETCH_BYTES_LIMIT),
         fetch_wait_ms=_int_or(raw, "fetchWaitMs", 500, low=1, high=60_000),
         retry_window_ms=_int_or(raw, "retryWindowMs", 60_000, low=1, high=3_600_000),

@@ -25,6 +25,7 @@ from raftlog.client.admin import (
     NodeDescription,
     PartitionDescription,
     TopicDescription,
+    TransactionDescription,
 )
 from raftlog.client.consumer import Consumer, ConsumerRecord
 from raftlog.client.producer import Producer
@@ -40,5 +41,6 @@ __all__ = [
     "RecordMetadata",
     "TopicDescription",
     "TopicPartition",
+    "TransactionDescription",
     "errors",
 ]

@@ -114,6 +114,9 @@ class Sender:
         self.next_sequence: dict[tuple[str, int], int] = {}
         self.in_flight = 0
         self.abort = False
+        # A transactional producer's batches carry the transactional bit (raftlog.client.
+        # _transactions sets it with the producer id and epoch, before the first send).
+        self.transactional = False
         self._responses: deque[tuple[ProducerBatch, str, Any]] = deque()
         self._request_timeout_ms = config.connection.request_timeout_ms
         # The broker gets most of the request timeout so it can answer REQUEST_TIMED_OUT
@@ -236,6 +239,7 @@ class Sender:
             producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
             base_sequence=sequence,
+            is_transactional=self.transactional,
         )
         assert len(batch.encoded) <= self.config.connection.message_bytes_max
 

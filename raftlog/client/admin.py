@@ -1,4 +1,5 @@
-"""The Admin client: create, delete, grow, list and describe topics; describe the cluster.
+"""The Admin client: create, delete, grow, list and describe topics; describe the cluster;
+list, describe and abort transactions.
 
 Theory of operation. Admin requests may be sent to any node; a node that is not the metadata
 controller answers NOT_CONTROLLER naming the controller (`leader_id`, `leader_address`), and
@@ -34,6 +35,7 @@ __all__ = [
     "NodeDescription",
     "PartitionDescription",
     "TopicDescription",
+    "TransactionDescription",
 ]
 
 # NOT_CONTROLLER hints followed for one request before giving up (an election settles in a
@@ -77,6 +79,41 @@ class ClusterDescription:
     cluster_id: str
     controller_id: int | None
     nodes: tuple[NodeDescription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A transactional id as its coordinator holds it (Kafka's TransactionDescription).
+    `start_time_ms` is -1 when no transaction is open; `age_ms` is the open transaction's age
+    by the answering node's clock (-1 when none is open)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    state: str  # Kafka's names: Empty, Ongoing, PrepareCommit, PrepareAbort, Complete*
+    coordinator_id: int | None
+    start_time_ms: int
+    last_update_ms: int
+    timeout_ms: int
+    partitions: tuple[tuple[str, int], ...]
+    groups: tuple[str, ...]
+    age_ms: int
+
+
+def transaction_description(info: pb.TransactionInfo, now_ms: int) -> TransactionDescription:
+    return TransactionDescription(
+        transactional_id=info.transactional_id,
+        producer_id=info.producer_id,
+        producer_epoch=info.producer_epoch,
+        state=info.state,
+        coordinator_id=info.coordinator_id if info.coordinator_id >= 0 else None,
+        start_time_ms=info.start_time_ms,
+        last_update_ms=info.last_update_ms,
+        timeout_ms=info.timeout_ms,
+        partitions=tuple((tp.topic, p) for tp in info.partitions for p in tp.partitions),
+        groups=tuple(info.groups),
+        age_ms=max(0, now_ms - info.start_time_ms) if info.start_time_ms >= 0 else -1,
+    )
 
 
 def topic_description(info: pb.TopicInfo) -> TopicDescription:
@@ -152,7 +189,9 @@ class Admin:
             config=dict(config or {}),
             timeout_ms=self._timeout_ms,
         )
-        response = self._call("Admin.CreateTopic", request, concerning=f"create topic {name!r}")
+        response = self.call_controller(
+            "Admin.CreateTopic", request, concerning=f"create topic {name!r}"
+        )
         return topic_description(response.topic)
 
     def alter_topic_config(
@@ -169,7 +208,7 @@ class Admin:
             name=name, set=dict(set_config or {}), delete=list(delete_keys),
             timeout_ms=self._timeout_ms,
         )  # fmt: skip
-        response = self._call(
+        response = self.call_controller(
             "Admin.AlterTopicConfig", request, concerning=f"alter config of topic {name!r}"
         )
         return topic_description(response.topic)
@@ -177,7 +216,7 @@ class Admin:
     def delete_topic(self, name: str) -> None:
         _require_name(name)
         request = pb.DeleteTopicRequest(name=name, timeout_ms=self._timeout_ms)
-        self._call("Admin.DeleteTopic", request, concerning=f"delete topic {name!r}")
+        self.call_controller("Admin.DeleteTopic", request, concerning=f"delete topic {name!r}")
 
     def create_partitions(self, name: str, total_count: int) -> None:
         """Grow topic `name` to `total_count` partitions (never shrinks)."""
@@ -188,7 +227,7 @@ class Admin:
             name=name, total_count=total_count, timeout_ms=self._timeout_ms
         )
         concerning = f"create partitions of topic {name!r} (to {total_count})"
-        self._call("Admin.CreatePartitions", request, concerning=concerning)
+        self.call_controller("Admin.CreatePartitions", request, concerning=concerning)
 
     def decommission_node(self, node_id: int) -> None:
         """Start taking observer `node_id` out of the cluster (its replicas move to other
@@ -197,21 +236,29 @@ class Admin:
         if node_id < 0:
             raise ClientError(f"node id must be non-negative, got {node_id}")
         request = pb.DecommissionNodeRequest(node_id=node_id, timeout_ms=self._timeout_ms)
-        self._call("Admin.DecommissionNode", request, concerning=f"decommission node {node_id}")
+        self.call_controller(
+            "Admin.DecommissionNode", request, concerning=f"decommission node {node_id}"
+        )
 
     def list_topics(self) -> list[str]:
-        response = self._call("Admin.ListTopics", pb.ListTopicsRequest(), concerning="list topics")
+        response = self.call_controller(
+            "Admin.ListTopics", pb.ListTopicsRequest(), concerning="list topics"
+        )
         return sorted(response.names)
 
     def describe_topic(self, name: str) -> TopicDescription:
         _require_name(name)
         request = pb.DescribeTopicRequest(name=name)
-        response = self._call("Admin.DescribeTopic", request, concerning=f"describe topic {name!r}")
+        response = self.call_controller(
+            "Admin.DescribeTopic", request, concerning=f"describe topic {name!r}"
+        )
         return topic_description(response.topic)
 
     def describe_cluster(self) -> ClusterDescription:
         request = pb.DescribeClusterRequest()
-        response = self._call("Admin.DescribeCluster", request, concerning="describe cluster")
+        response = self.call_controller(
+            "Admin.DescribeCluster", request, concerning="describe cluster"
+        )
         nodes = tuple(
             NodeDescription(
                 node.node_id,
@@ -225,8 +272,37 @@ class Admin:
         controller = response.controller_id if response.controller_id >= 0 else None
         return ClusterDescription(response.cluster_id, controller, nodes)
 
-    def _call(self, rpc: str, request: Any, *, concerning: str) -> Any:
-        """Send to any reachable node, following NOT_CONTROLLER hints (module docstring).
+    def list_transactions(self, states: Sequence[str] = ()) -> list[TransactionDescription]:
+        """Every transactional id the coordinator knows, in the given states (default all)."""
+        request = pb.ListTransactionsRequest(states=list(states))
+        response = self.call_controller(
+            "Admin.ListTransactions", request, concerning="list transactions"
+        )
+        return [transaction_description(t, response.now_ms) for t in response.transactions]
+
+    def describe_transaction(self, transactional_id: str) -> TransactionDescription:
+        request = pb.DescribeTransactionRequest(transactional_id=transactional_id)
+        concerning = f"describe transactional id {transactional_id!r}"
+        response = self.call_controller("Admin.DescribeTransaction", request, concerning=concerning)
+        return transaction_description(response.transaction, response.now_ms)
+
+    def abort_transaction(self, transactional_id: str) -> TransactionDescription | None:
+        """Abort `transactional_id`'s open transaction through its coordinator, fencing its
+        producer; returns once every ABORT marker is written (the id as it is then, None if
+        it expired meanwhile). INVALID_TXN_STATE when no transaction is open."""
+        request = pb.AbortTransactionRequest(
+            transactional_id=transactional_id, timeout_ms=self._timeout_ms
+        )
+        concerning = f"abort the transaction of {transactional_id!r}"
+        response = self.call_controller("Admin.AbortTransaction", request, concerning=concerning)
+        if not response.HasField("transaction"):
+            return None
+        return transaction_description(response.transaction, response.now_ms)
+
+    def call_controller(self, rpc: str, request: Any, *, concerning: str) -> Any:
+        """Send `rpc` (a "Service.Method" name) to any reachable node, following
+        NOT_CONTROLLER hints (module docstring); the transactional Producer's coordinator
+        calls go this way too.
 
         While the metadata quorum elects a controller (NOT_CONTROLLER with no hint) the
         request waits `retry_backoff_ms` and tries again, for up to one request timeout: a

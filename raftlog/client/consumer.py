@@ -219,7 +219,8 @@ class Consumer:
         return self._list_offsets(partitions, pb.EARLIEST)
 
     def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
-        """The high watermark of each partition (the offset the next committed record gets)."""
+        """The high watermark of each partition (the offset the next committed record gets);
+        with `isolation_level="read_committed"` the last stable offset (as Kafka's consumer)."""
         return self._list_offsets(partitions, pb.LATEST)
 
     def _list_offsets(
@@ -228,7 +229,12 @@ class Consumer:
         self._check_open()
         offsets: dict[TopicPartition, int] = {}
         for tp in map(_as_tp, partitions):
-            request = pb.ListOffsetsRequest(topic=tp.topic, partition=tp.partition, spec=spec)
+            request = pb.ListOffsetsRequest(
+                topic=tp.topic,
+                partition=tp.partition,
+                spec=spec,
+                isolation_level=int(self.config.isolation_level == "read_committed"),
+            )
             offsets[tp] = self._call_leader(tp, "Log.ListOffsets", request, retry=True).offset
         assert all(offset >= 0 for offset in offsets.values()), offsets
         return offsets

@@ -15,10 +15,12 @@ leader hint (`leader_id`, `leader_address`) so the caller knows where to go next
         │   ├── NotControllerError            retriable; admin requests go to the controller
         │   ├── UnknownTopicOrPartitionError  retriable while metadata spreads
         │   ├── TopicAlreadyExistsError
-        │   └── OffsetOutOfRangeError         the consumer's position is outside the log
+        │   ├── OffsetOutOfRangeError         the consumer's position is outside the log
+        │   └── ProducerFencedError           another instance took the transactional id
         ├── BufferFullError              send() waited max_block_ms for buffer space
         ├── RecordTooLargeError          one record is larger than batch_bytes_max
         ├── DeliveryFailedError          a record's batch failed for good (cause chained)
+        ├── TransactionError             a transaction that must be aborted (cause chained)
         └── ClientClosedError            use after close()
 """
 
@@ -37,10 +39,12 @@ __all__ = [
     "NotControllerError",
     "NotLeaderForPartitionError",
     "OffsetOutOfRangeError",
+    "ProducerFencedError",
     "RecordTooLargeError",
     "RequestTimedOutError",
     "ServerError",
     "TopicAlreadyExistsError",
+    "TransactionError",
     "UnknownTopicOrPartitionError",
     "server_error",
 ]
@@ -164,6 +168,16 @@ class OffsetOutOfRangeError(ServerError):
     """A fetch position below the log start or above the high watermark."""
 
 
+class ProducerFencedError(ServerError):
+    """A newer instance of the transactional id (or the coordinator, aborting a transaction
+    past its timeout or on an operator's `raftlog txn abort`) bumped the epoch: this
+    producer can do nothing more; close it."""
+
+
+class TransactionError(ClientError):
+    """The transaction cannot commit (a record of it failed): abort it, then begin again."""
+
+
 class BufferFullError(ClientError):
     """The producer's buffer stayed full for `max_block_ms`."""
 
@@ -210,6 +224,7 @@ _CLASS_BY_CODE: dict[int, type[ServerError]] = {
     pb.UNKNOWN_TOPIC_OR_PARTITION: UnknownTopicOrPartitionError,
     pb.TOPIC_ALREADY_EXISTS: TopicAlreadyExistsError,
     pb.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+    pb.PRODUCER_FENCED: ProducerFencedError,
 }
 
 

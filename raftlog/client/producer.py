@@ -12,6 +12,12 @@ encoding, routing to leaders, retries and completion. Up to `max_in_flight_per_p
 batches of a partition are in flight at once (default 5 with idempotence, whose sequence
 numbers keep them in order across retries; 1 without, where a retry could be reordered).
 
+Transactions (Kafka's transactional.id): built with `transactional_id=`, the producer calls
+`init_transactions()` once, then `begin_transaction()`, `send()`s, optionally
+`send_offsets_to_transaction()`, and `commit_transaction()` or `abort_transaction()`
+(`raftlog.client._transactions`; docs/transactions.md). Its batches carry the transactional
+bit and the producer id and epoch the coordinator handed out.
+
 `flush()` makes every batch ready at once and waits for the records sent before it; `close()`
 flushes, stops the sender and closes the channels (also on leaving a `with` block).
 
@@ -34,13 +40,15 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, wait
 from types import TracebackType
 
 from raftlog.client._connection import ConnectionOptions, TopicPartition
 from raftlog.client._sender import Sender, start_sender
+from raftlog.client._transactions import TransactionManager
 from raftlog.client.accumulator import Accumulator, RecordFuture, RecordMetadata
+from raftlog.client.admin import Admin
 from raftlog.client.config import (
     KIB,
     MIB,
@@ -115,9 +123,19 @@ class Producer:
         rng: random.Random | None = None,
         producer_id: int | None = None,
         producer_epoch: int = 0,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         """`producer_id` (derived, see the module docstring) fixes the producer's identity;
-        None asks the cluster for a fresh one (InitProducerId)."""
+        None asks the cluster for a fresh one (InitProducerId). `transactional_id` makes a
+        transactional producer (Kafka's transactional.id; `init_transactions()` first)."""
+        if transactional_id is not None and (
+            producer_id is not None or not enable_idempotence or acks != "all"
+        ):
+            raise ClientError(
+                "transactional_id needs enable_idempotence=True and acks='all', "
+                "and no producer_id (the coordinator hands it out)"
+            )
         if producer_id is not None:
             if not DERIVED_PRODUCER_ID_MIN <= producer_id < _PRODUCER_ID_LIMIT:
                 raise ClientError(
@@ -166,6 +184,24 @@ class Producer:
             clock=clock,
             fixed_producer=None if producer_id is None else (producer_id, producer_epoch),
         )
+        self._txn: TransactionManager | None = None
+        self._coordinator: Admin | None = None
+        if transactional_id is not None:
+            self._coordinator = Admin(
+                bootstrap, request_timeout_ms=request_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms, clock=clock, sleep=sleep, tls_ca=tls_ca,
+                token=token, tls_cert=tls_cert, tls_key=tls_key,
+            )  # fmt: skip
+            call = self._coordinator.call_controller
+            self._txn = TransactionManager(
+                transactional_id=transactional_id,
+                transaction_timeout_ms=transaction_timeout_ms,
+                call_controller=lambda rpc, request, what: call(rpc, request, concerning=what),
+                request_timeout_ms=request_timeout_ms,
+                retry_backoff_ms=retry_backoff_ms,
+                clock=clock,
+                sleep=sleep,
+            )
         self._closed = False
         self._close_lock = threading.Lock()
         self._thread = start_sender(self._sender)
@@ -207,19 +243,22 @@ class Producer:
         # Fresh routes are one dict read; otherwise metadata is fetched, up to max_block_ms.
         routes = self._cluster.cached_topic_partitions(topic) or self._topic_partitions(topic)
         max_block_ms = self.config.max_block_ms
-        if partition is not None:
-            if not 0 <= partition < len(routes):
-                raise ClientError(
-                    f"partition {partition} of topic {topic!r} does not exist "
-                    f"(it has {len(routes)})"
-                )
-            future = self._accumulator.append(routes[partition], record, max_block_ms=max_block_ms)
-        elif key is not None:
-            chosen = partition_for_key(key, len(routes))
-            future = self._accumulator.append(routes[chosen], record, max_block_ms=max_block_ms)
-        else:
+        if partition is not None and not 0 <= partition < len(routes):
+            raise ClientError(
+                f"partition {partition} of topic {topic!r} does not exist (it has {len(routes)})"
+            )
+        if key is not None and partition is None:
+            partition = partition_for_key(key, len(routes))
+        future: RecordFuture | None
+        if partition is None:
             future = self._append_sticky(routes, record)
+        else:
+            if self._txn is not None:
+                self._txn.before_append(topic, partition)
+            future = self._accumulator.append(routes[partition], record, max_block_ms=max_block_ms)
         assert future is not None
+        if self._txn is not None:
+            self._txn.track(future)
         return future
 
     def _append_sticky(
@@ -228,6 +267,8 @@ class Producer:
         topic, partitions = routes[0].topic, len(routes)
         chosen = self._partitioner.partition(topic, partitions)
         max_block_ms = self.config.max_block_ms
+        if self._txn is not None:
+            self._txn.before_append(topic, chosen)
         future = self._accumulator.append(
             routes[chosen], record, max_block_ms=max_block_ms, abort_on_new_batch=True
         )
@@ -236,6 +277,8 @@ class Producer:
         # The sticky partition's batch is full: move on, then open a batch wherever we land.
         self._partitioner.on_batch_closed(topic, chosen, partitions)
         tp = routes[self._partitioner.partition(topic, partitions)]
+        if self._txn is not None:
+            self._txn.before_append(tp.topic, tp.partition)
         future = self._accumulator.append(tp, record, max_block_ms=max_block_ms)
         assert future is not None
         return future
@@ -328,6 +371,52 @@ class Producer:
         count = self._partition_count(topic)
         return set(range(count))
 
+    # -- transactions (a producer built with transactional_id) ------------------------------
+
+    def init_transactions(self) -> None:
+        """Take the transactional id's producer id at its next epoch, fencing any older
+        instance (its open transaction is aborted); once, before the first send."""
+        txn = self._transactional("init_transactions")
+        with self._accumulator.condition:
+            if self._accumulator.incomplete or self._sender.transactional:
+                raise ClientError("init_transactions() once, before the first send()")
+        producer_id, epoch = txn.init()
+        with self._accumulator.condition:
+            self._sender.fixed_producer = (producer_id, epoch)
+            self._sender.producer_id, self._sender.producer_epoch = producer_id, epoch
+            self._sender.next_sequence.clear()
+            self._sender.transactional = True
+
+    def begin_transaction(self) -> None:
+        self._transactional("begin_transaction").begin()
+
+    def send_offsets_to_transaction(
+        self, offsets: Mapping[tuple[str, int], int], group_id: str
+    ) -> None:
+        """Commit `offsets` ({(topic, partition): next offset to consume}) for consumer group
+        `group_id` with this transaction: they become its committed offsets only if the
+        transaction commits."""
+        self._transactional("send_offsets_to_transaction").send_offsets(offsets, group_id)
+
+    def commit_transaction(self, timeout_ms: int | None = None) -> None:
+        """Flush, then commit; TransactionError (abort it) if any record of it failed,
+        ProducerFencedError if another instance or the coordinator took over."""
+        txn = self._transactional("commit_transaction")
+        txn.end(commit=True, flush=lambda: self.flush(timeout_ms))
+
+    def abort_transaction(self, timeout_ms: int | None = None) -> None:
+        """Wait for the records sent to settle, then abort: read_committed consumers never
+        see them."""
+        txn = self._transactional("abort_transaction")
+        txn.end(commit=False, flush=lambda: self.flush(timeout_ms))
+
+    def _transactional(self, operation: str) -> TransactionManager:
+        if self._txn is None:
+            raise ClientError(f"{operation}() needs a producer built with transactional_id=")
+        if self._closed:
+            raise ClientClosedError(f"producer closed: cannot {operation}()")
+        return self._txn
+
     def flush(self, timeout_ms: int | None = None) -> None:
         """Send every buffered record now and wait until those sent before this call finish."""
         self._refuse_from_sender_thread("flush")
@@ -364,6 +453,8 @@ class Producer:
                 self._accumulator.condition.notify_all()
             self._thread.join()
         self._cluster.close()
+        if self._coordinator is not None:
+            self._coordinator.close()
         assert not self._thread.is_alive()
 
     def _refuse_from_sender_thread(self, operation: str) -> None:

@@ -55,7 +55,7 @@ from raftlog.rpc.kafka.classic_group_handlers import consumer_group_has_members,
 from raftlog.rpc.kafka.consumer_group_handlers import commit_error
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
-from raftlog.rpc.security import Permission
+from raftlog.rpc.security import TRANSACTIONAL_ID_RESOURCE_PREFIX, Permission
 from raftlog.types import PartitionId
 
 __all__ = [
@@ -77,7 +77,6 @@ __all__ = [
 
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
-TRANSACTIONAL_ID_RESOURCE_PREFIX = "transactional_id:"
 _SUBMIT_TIMEOUT_S = 10.0
 _BATCHED_VERSION = 4  # AddPartitionsToTxn v4+: several transactions, verify_only (KIP-890)
 _BUMPING_END_VERSION = 5  # EndTxn v5+: the epoch is bumped at every end (KIP-890 part 2)

@@ -64,6 +64,26 @@ class LogStub:
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersRequest.SerializeToString,
                 response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersResponse.FromString,
                 _registered_method=True)
+        self.AddPartitionsToTxn = channel.unary_unary(
+                '/raftlog.v1.Log/AddPartitionsToTxn',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnResponse.FromString,
+                _registered_method=True)
+        self.AddOffsetsToTxn = channel.unary_unary(
+                '/raftlog.v1.Log/AddOffsetsToTxn',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnResponse.FromString,
+                _registered_method=True)
+        self.TxnOffsetCommit = channel.unary_unary(
+                '/raftlog.v1.Log/TxnOffsetCommit',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitResponse.FromString,
+                _registered_method=True)
+        self.EndTxn = channel.unary_unary(
+                '/raftlog.v1.Log/EndTxn',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnResponse.FromString,
+                _registered_method=True)
 
 
 class LogServicer:
@@ -105,6 +125,30 @@ class LogServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddPartitionsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddOffsetsToTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TxnOffsetCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def EndTxn(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_LogServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -137,6 +181,26 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.DescribeProducers,
                     request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersRequest.FromString,
                     response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeProducersResponse.SerializeToString,
+            ),
+            'AddPartitionsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPartitionsToTxn,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnResponse.SerializeToString,
+            ),
+            'AddOffsetsToTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddOffsetsToTxn,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnResponse.SerializeToString,
+            ),
+            'TxnOffsetCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.TxnOffsetCommit,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitResponse.SerializeToString,
+            ),
+            'EndTxn': grpc.unary_unary_rpc_method_handler(
+                    servicer.EndTxn,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +375,114 @@ class Log:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def AddPartitionsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/AddPartitionsToTxn',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddPartitionsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddOffsetsToTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/AddOffsetsToTxn',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AddOffsetsToTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TxnOffsetCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/TxnOffsetCommit',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.TxnOffsetCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def EndTxn(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/EndTxn',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.EndTxnResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AdminStub:
     """Missing associated documentation comment in .proto file."""
@@ -360,6 +532,21 @@ class AdminStub:
                 '/raftlog.v1.Admin/DecommissionNode',
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeRequest.SerializeToString,
                 response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeResponse.FromString,
+                _registered_method=True)
+        self.ListTransactions = channel.unary_unary(
+                '/raftlog.v1.Admin/ListTransactions',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsResponse.FromString,
+                _registered_method=True)
+        self.DescribeTransaction = channel.unary_unary(
+                '/raftlog.v1.Admin/DescribeTransaction',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionResponse.FromString,
+                _registered_method=True)
+        self.AbortTransaction = channel.unary_unary(
+                '/raftlog.v1.Admin/AbortTransaction',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionResponse.FromString,
                 _registered_method=True)
 
 
@@ -414,6 +601,24 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTransactions(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortTransaction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -456,6 +661,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DecommissionNode,
                     request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeRequest.FromString,
                     response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeResponse.SerializeToString,
+            ),
+            'ListTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTransactions,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsResponse.SerializeToString,
+            ),
+            'DescribeTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeTransaction,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionResponse.SerializeToString,
+            ),
+            'AbortTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortTransaction,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -674,6 +894,87 @@ class Admin:
             '/raftlog.v1.Admin/DecommissionNode',
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeRequest.SerializeToString,
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DecommissionNodeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Admin/ListTransactions',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListTransactionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Admin/DescribeTransaction',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DescribeTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Admin/AbortTransaction',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.AbortTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

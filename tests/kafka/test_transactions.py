@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import importlib
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -20,7 +21,9 @@ from kio.schema.list_offsets.v6 import request as lo
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
-from raftlog.client import Consumer
+from raftlog.cli import main as cli_main
+from raftlog.client import Admin, Consumer, Producer
+from raftlog.client.errors import ProducerFencedError, TransactionError
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.records import RecordInput, encode_batch
@@ -503,6 +506,124 @@ def test_a_transactional_batch_for_a_partition_not_in_a_transaction_is_refused(
     not_leader = int(ErrorCode.not_leader_or_follower)
     assert codes == sorted([int(ErrorCode.invalid_txn_state), not_leader, not_leader])
     assert _lso_and_open_start(boot, 2**40)[1] == before
+
+
+def _txn_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
+    """`raftlog txn ...` with --format json: (exit code, parsed stdout or None, stderr)."""
+    code = cli_main(["txn", *argv, "--format", "json"])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if out.strip() else None, err
+
+
+def test_an_operator_lists_describes_and_aborts_a_hanging_transaction(
+    txn_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A confluent-kafka producer begins a transaction on txn-a's two partitions and never
+    ends it: `raftlog txn list` shows it Ongoing, `describe` its partitions, `abort` ends it
+    through the coordinator; then the last stable offsets pass it, a read_committed consumer
+    sees a later committed record and none of the hanging ones, and the producer is fenced."""
+    grpc_boot, boot = txn_cluster.bootstrap, txn_cluster.kafka_bootstrap
+    where = ("--bootstrap", grpc_boot)
+    hanging = _producer(boot, "txn-hanging")
+    hanging.begin_transaction()  # type: ignore[attr-defined]
+    for partition in range(TOPICS["txn-a"]):
+        hanging.produce("txn-a", value=f"hanging-{partition}".encode(), partition=partition)  # type: ignore[attr-defined]
+    hanging.flush(30)  # type: ignore[attr-defined]
+    parts = [("txn-a", p) for p in range(TOPICS["txn-a"])]
+    reader = Consumer(grpc_boot, isolation_level="read_committed")
+    try:
+        stuck = reader.end_offsets(parts)
+        high = Consumer(grpc_boot).end_offsets(parts)
+        assert all(stuck[tp] < high[tp] for tp in stuck), (stuck, high)  # the LSO waits
+
+        code, listed, _ = _txn_cli(capsys, "list", "--state", "Ongoing", *where)
+        assert code == 0
+        (row,) = [t for t in listed if t["transactional_id"] == "txn-hanging"]
+        with Admin(grpc_boot) as admin:
+            controller = admin.describe_cluster().controller_id
+        assert (row["state"], row["coordinator_id"]) == ("Ongoing", controller)
+        assert row["producer_id"] >= 0 and row["age_ms"] >= 0, row
+        code, described, _ = _txn_cli(capsys, "describe", "txn-hanging", *where)
+        assert code == 0
+        assert [tuple(tp) for tp in described["partitions"]] == parts
+        assert described["producer_id"] == row["producer_id"]
+        assert described["start_time_ms"] > 0 and described["timeout_ms"] == 30_000
+
+        code, aborted, _ = _txn_cli(capsys, "abort", "txn-hanging", *where)
+        assert code == 0
+        assert aborted["state"] == "CompleteAbort"
+        assert aborted["producer_epoch"] > row["producer_epoch"]  # fenced
+        code, _, err = _txn_cli(capsys, "abort", "txn-hanging", *where)
+        assert code == 1 and "INVALID_TXN_STATE" in err and "no transaction open" in err
+        code, _, err = _txn_cli(capsys, "describe", "txn-no-such-id", *where)
+        assert code == 1 and "TRANSACTIONAL_ID_NOT_FOUND" in err and "txn-no-such-id" in err
+
+        moved = reader.end_offsets(parts)
+        assert all(moved[tp] > high[tp] for tp in moved), (moved, high)  # past the markers
+        committer = _producer(boot, "txn-after-hanging")
+        committer.begin_transaction()  # type: ignore[attr-defined]
+        committer.produce("txn-a", value=b"after-hanging", partition=0)  # type: ignore[attr-defined]
+        committer.commit_transaction(30)  # type: ignore[attr-defined]
+        seen = _read(boot, "read_committed", {"txn-a": 2}, 1, ("after-hanging", "hanging-"))
+        assert seen == ["after-hanging"]
+        seen = _read(boot, "read_uncommitted", {"txn-a": 2}, 3, ("after-hanging", "hanging-"))
+        assert seen == ["after-hanging", "hanging-0", "hanging-1"]
+    finally:
+        reader.close()
+
+    with pytest.raises(kafka.KafkaException) as raised:
+        hanging.produce("txn-a", value=b"hanging-late", partition=0)  # type: ignore[attr-defined]
+        hanging.flush(10)  # type: ignore[attr-defined]
+        hanging.commit_transaction(10)  # type: ignore[attr-defined]
+    assert raised.value.args[0].fatal() or raised.value.args[0].txn_requires_abort()
+
+
+def _committed_offset(boot: str, group_id: str, topic: str, partition: int) -> int:
+    consumer = kafka.Consumer({"bootstrap.servers": boot, "group.id": group_id})
+    try:
+        (tp,) = consumer.committed([kafka.TopicPartition(topic, partition)], timeout=30)
+        return int(tp.offset)
+    finally:
+        consumer.close()
+
+
+def test_raftlogs_own_transactional_producer_over_grpc(txn_cluster: LocalCluster) -> None:
+    """raftlog.client.Producer with a transactional_id, on the gRPC API: a committed and an
+    aborted transaction across three partitions of two topics, each with offsets sent to the
+    transaction; read_committed readers (confluent-kafka) see the committed records only and
+    the group's offset is the committed transaction's; a second instance fences the first."""
+    grpc_boot, boot = txn_cluster.bootstrap, txn_cluster.kafka_bootstrap
+    with Producer(grpc_boot, transactional_id="grpc-txn") as producer:
+        producer.init_transactions()
+        for tag, offset, commit in (("own-committed", 5, True), ("own-aborted", 9, False)):
+            producer.begin_transaction()
+            for name, partitions in TOPICS.items():
+                for partition in range(partitions):
+                    value = f"{tag}-{name}-{partition}".encode()
+                    producer.send(name, value=value, partition=partition)
+            producer.send_offsets_to_transaction({("txn-in", 0): offset}, "grpc-txn-group")
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.abort_transaction()
+        tags = ("own-committed", "own-aborted")
+        committed = sorted(
+            f"own-committed-{n}-{p}" for n, parts in TOPICS.items() for p in range(parts)
+        )
+        aborted = [v.replace("committed", "aborted") for v in committed]
+        assert _read(boot, "read_committed", TOPICS, 3, tags) == committed
+        assert _read(boot, "read_uncommitted", TOPICS, 6, tags) == sorted(committed + aborted)
+        assert _committed_offset(boot, "grpc-txn-group", "txn-in", 0) == 5
+
+        producer.begin_transaction()
+        producer.send("txn-b", value=b"own-zombie", partition=0).result(timeout=30)
+        with Producer(grpc_boot, transactional_id="grpc-txn") as newer:
+            newer.init_transactions()  # aborts the older instance's transaction
+            with pytest.raises((ProducerFencedError, TransactionError)):
+                producer.send("txn-b", value=b"own-zombie-late", partition=0)
+                producer.commit_transaction()
+        seen = _read(boot, "read_committed", {"txn-b": 1}, 1, ("own-committed", "own-zombie"))
+        assert seen == ["own-committed-txn-b-0"]
 
 
 # Last in the module: it kills a node of the module's cluster.

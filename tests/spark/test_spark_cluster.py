@@ -219,6 +219,46 @@ def test_batch_read_equals_what_a_kafka_client_wrote(
         assert round(row.timestamp.timestamp() * 1000) == timestamp_ms
 
 
+def test_batch_read_returns_committed_transactions_only(
+    spark: Any, cluster: LocalCluster, topic: str
+) -> None:
+    """A confluent-kafka transactional producer (Kafka listener) commits a transaction, aborts
+    one, commits another, and leaves a fourth open: the batch read (read_committed, the
+    default) returns exactly the committed records at the offsets their delivery reports
+    named (the others were written: their delivery reports name offsets), no marker and
+    nothing of the aborted or open ones."""
+    kafka = pytest.importorskip("confluent_kafka")
+    create_topic(cluster, topic, 2)
+    producer = kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "transactional.id": f"spark-{topic}",
+         "transaction.timeout.ms": 60_000}
+    )  # fmt: skip
+    producer.init_transactions(30)
+    delivered: dict[bytes, tuple[int, int]] = {}
+
+    def on_delivery(error: Any, message: Any) -> None:
+        assert error is None, error
+        delivered[message.value()] = (message.partition(), message.offset())
+
+    outcomes = {"committed-1": True, "aborted": False, "committed-2": True, "open": None}
+    for tag, commit in outcomes.items():
+        producer.begin_transaction()
+        for i in range(6):
+            producer.produce(topic, value=b"%s-%d" % (tag.encode(), i), partition=i % 2,
+                             on_delivery=on_delivery)  # fmt: skip
+        assert producer.flush(30) == 0  # every record written (an abort would purge them)
+        if commit is True:
+            producer.commit_transaction(30)
+        elif commit is False:
+            producer.abort_transaction(30)
+    reader = spark.read.format("raftlog").option("bootstrap", cluster.bootstrap)
+    rows = reader.option("subscribe", topic).load().collect()
+    committed = {v: at for v, at in delivered.items() if v.startswith(b"committed-")}
+    assert (len(committed), len(delivered)) == (12, 24)
+    assert {bytes(r.value): (r.partition, r.offset) for r in rows} == committed
+    assert len(rows) == len(committed)
+
+
 def test_batch_read_with_ending_offsets_reads_exactly_the_range(
     spark: Any, cluster: LocalCluster, topic: str
 ) -> None:

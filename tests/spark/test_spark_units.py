@@ -30,7 +30,8 @@ from raftlog.connectors.spark.planning import (
     to_json_offsets,
 )
 from raftlog.errors import ConfigError, CorruptBatchError
-from raftlog.storage.batch import Compression
+from raftlog.storage.batch import Compression, patch_base_offset_and_epoch
+from raftlog.storage.control_batches import encode_txn_marker
 from raftlog.storage.records import (
     CONTROL_LEADER_CHANGE,
     RecordInput,
@@ -458,3 +459,61 @@ def test_decode_fetch_steps_over_the_gaps_of_a_compacted_log() -> None:
     )  # fmt: skip
     assert only_empty.next_offset == 18
     assert only_empty.batch is None or only_empty.batch.num_rows == 0
+
+
+def _marker(*, commit: bool, producer_id: int, offset: int) -> bytes:
+    marker = bytearray(
+        encode_txn_marker(
+            commit=commit, producer_id=producer_id, producer_epoch=0, coordinator_epoch=1,
+            timestamp_ms=1,
+        )
+    )  # fmt: skip
+    patch_base_offset_and_epoch(marker, 0, base_offset=offset, leader_epoch=0)
+    return bytes(marker)
+
+
+def test_decode_fetch_leaves_out_aborted_transactions_and_their_markers() -> None:
+    """Producer 5's transaction (offsets 0-1 and 4) is aborted, producer 6's (2-3) committed,
+    interleaved as on a partition; a plain record follows the markers. Reading from offset 1
+    (inside the aborted run) still leaves all of it out."""
+
+    def txn(producer_id: int, values: list[bytes], offset: int) -> bytes:
+        return encode_batch(
+            [RecordInput(None, v, 1) for v in values], base_offset=offset,
+            producer_id=producer_id, producer_epoch=0, base_sequence=offset,
+            is_transactional=True,
+        )  # fmt: skip
+
+    data = b"".join(
+        [
+            txn(5, [b"aborted-0", b"aborted-1"], 0),
+            txn(6, [b"committed-2", b"committed-3"], 2),
+            txn(5, [b"aborted-4"], 4),
+            _marker(commit=False, producer_id=5, offset=5),
+            _marker(commit=True, producer_id=6, offset=6),
+            encode_batch([RecordInput(None, b"plain-7", 1)], base_offset=7),
+        ]
+    )
+    for offset_from in (0, 1):
+        result = decode_fetch(
+            data, topic="t", partition=0, offset_from=offset_from, offset_to=8,
+            high_watermark=8, include_headers=False, aborted=[(5, 0)],
+        )  # fmt: skip
+        assert result.batch is not None and result.next_offset == 8
+        rows = [(r["offset"], r["value"]) for r in result.batch.to_pylist()]
+        assert rows == [(2, b"committed-2"), (3, b"committed-3"), (7, b"plain-7")]
+    everything = decode_fetch(
+        data, topic="t", partition=0, offset_from=0, offset_to=8, high_watermark=8,
+        include_headers=False,
+    )  # fmt: skip
+    assert everything.batch is not None
+    assert [r["offset"] for r in everything.batch.to_pylist()] == [0, 1, 2, 3, 4, 7]
+
+
+def test_isolation_level_defaults_to_read_committed() -> None:
+    base = {"bootstrap": BOOT, "subscribe": "t"}
+    assert parse_source_options(base, streaming=False).read_committed
+    uncommitted = {**base, "isolationlevel": "READ_UNCOMMITTED"}
+    assert not parse_source_options(uncommitted, streaming=False).read_committed
+    with pytest.raises(ConfigError, match=r"^isolationLevel: must be read_committed or"):
+        parse_source_options({**base, "isolationlevel": "committed"}, streaming=False)

@@ -256,6 +256,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "raftlog.__main__",
             "raftlog.cluster_cli",
             "raftlog.client_cli",
+            "raftlog.txn_cli",
             "raftlog.local_cluster",
         ),
     ),

@@ -24,6 +24,7 @@ def test_public_names() -> None:
         "RecordMetadata",
         "TopicDescription",
         "TopicPartition",
+        "TransactionDescription",
         "errors",
     ]
 
