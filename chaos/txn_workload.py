@@ -57,11 +57,16 @@ class TxnOptions:
     abort_fraction: float = 0.3  # transactions the generator ends with an abort
     txn_gap_s: float = 0.05  # between one producer's transactions
     request_timeout_ms: int = 2_000
+    # How long the client keeps trying a record before failing it (and, for a record of an
+    # aborting transaction, only then ending the abort, with an epoch bump).
+    message_timeout_ms: int = 4_000
     transaction_timeout_ms: int = 10_000
     api_timeout_s: float = 10.0  # init/commit/abort_transaction calls
     delay: bool = False  # the txn-delay nemesis
     delay_apis: tuple[int, ...] = (API_END_TXN, API_PRODUCE)  # which requests it holds
-    delay_s: float = 2.5  # how long a held request is held (past the request timeout)
+    # How long a held request is held: past the client's message timeout, so a held Produce
+    # of an aborting transaction reaches the partition after the abort (class _Delayer).
+    delay_s: float = 5.5
     delay_every_s: float = 2.0  # how often the victim's next request is picked
     final_read_timeout_s: float = 30.0
 
@@ -69,7 +74,8 @@ class TxnOptions:
         assert self.topics and self.partitions > 0 and self.producers > 0
         assert 1 <= self.writes[0] <= self.writes[1]
         assert 0 <= self.abort_fraction <= 1
-        assert self.delay_s * 1000 > self.request_timeout_ms, "a held request must time out"
+        assert self.delay_s * 1000 > self.message_timeout_ms, "a held Produce must outlive it"
+        assert self.message_timeout_ms <= self.transaction_timeout_ms, "librdkafka requires it"
 
     @property
     def topic_partitions(self) -> list[tuple[str, int]]:
@@ -120,7 +126,7 @@ class _TxnProducer:
                 "transaction.timeout.ms": options.transaction_timeout_ms,
                 "request.timeout.ms": options.request_timeout_ms,
                 "socket.timeout.ms": options.request_timeout_ms,
-                "message.timeout.ms": options.transaction_timeout_ms - 1_000,
+                "message.timeout.ms": options.message_timeout_ms,
                 "reconnect.backoff.max.ms": 1_000,
                 "linger.ms": 2,
                 "logger": _LIBRDKAFKA_LOG,
@@ -181,8 +187,10 @@ class _TxnProducer:
             for w in invoke["writes"]:
                 producer.produce(w["topic"], w["value"].encode(), partition=w["partition"])
             if invoke["intent"] == "abort":
-                # Without flush: 20 ms, time for the client to send what it queued.
-                remaining = producer.flush(self._options.api_timeout_s if invoke["flush"] else 0.02)
+                # Without flush: half a second, time for the client to send what it queued
+                # (an EndTxn right behind an unanswered AddPartitionsToTxn meets the bug
+                # of test_an_end_txn_pipelined_behind_add_partitions_to_txn...).
+                remaining = producer.flush(self._options.api_timeout_s if invoke["flush"] else 0.5)
                 if remaining and invoke["flush"]:
                     raise RuntimeError(f"{remaining} records not delivered before the abort")
                 producer.abort_transaction(self._options.api_timeout_s)
@@ -398,9 +406,20 @@ class TxnWorkers:
 class _Delayer:
     """The txn-delay nemesis. The victim calls `before` with each transaction's plan; once the
     last hold is over and `delay_every_s` has passed, it arms the proxy for this transaction:
-    its Produce when the plan aborts with records in flight (the client then purges them and
-    reuses their sequence numbers, so the held batch is one no retry supersedes: what the
-    KIP-890 check must refuse), else its EndTxn. Every hold and release is a nemesis event."""
+    its Produce when the plan aborts with records in flight, else its EndTxn. Every hold and
+    release is a nemesis event.
+
+    Why the Produce of an aborting transaction: librdkafka retries a timed-out Produce with
+    the same sequence numbers and keeps a transaction open until its records' message timeout,
+    so a late Produce of a committing transaction is always a duplicate the sequence check
+    drops. An aborting one ends only after the message timeout, with EndTxn(abort) at the old
+    epoch and then an epoch bump (InitProducerId); held past that, the batch reaches its
+    partition after the ABORT marker, at the epoch and sequence the partition expects next,
+    for a partition no transaction of the coordinator holds: exactly what the KIP-890 check
+    (`kafka.txn_verification`) refuses. Let through, it opens a transaction no marker of its
+    own ends, and the producer's next commit on that partition makes the aborted record
+    visible (aborted_read), or it hangs the partition's last stable offset.
+    """
 
     def __init__(
         self,
