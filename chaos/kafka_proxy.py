@@ -26,9 +26,17 @@ from dataclasses import dataclass
 
 from raftlog.chaos.jetstream_proxy import accepted_pairs
 
-__all__ = ["API_END_TXN", "API_PRODUCE", "Held", "KafkaDelayProxy", "request_header"]
+__all__ = [
+    "API_ADD_PARTITIONS_TO_TXN",
+    "API_END_TXN",
+    "API_PRODUCE",
+    "Held",
+    "KafkaDelayProxy",
+    "request_header",
+]
 
 API_PRODUCE = 0
+API_ADD_PARTITIONS_TO_TXN = 24
 API_END_TXN = 26
 _CHUNK_BYTES = 64 * 1024
 _POLL_S = 0.05
@@ -65,6 +73,8 @@ class _Arming:
     client_id: str
     api_keys: frozenset[int]
     delay_s: float
+    release_on: frozenset[int]
+    released: threading.Event
 
 
 class KafkaDelayProxy:
@@ -75,6 +85,7 @@ class KafkaDelayProxy:
         self._on_held: Callable[[str, Held], None] | None = None
         self._lock = threading.Lock()
         self._armed: _Arming | None = None
+        self._holding: _Arming | None = None  # the hold under way, for its early release
         self._stopping = threading.Event()
         self._listeners: list[socket.socket] = []
         self._connections: set[socket.socket] = set()
@@ -106,12 +117,21 @@ class KafkaDelayProxy:
         threads)."""
         self._on_held = listener
 
-    def arm(self, client_id: str, api_keys: frozenset[int], delay_s: float) -> None:
+    def arm(
+        self,
+        client_id: str,
+        api_keys: frozenset[int],
+        delay_s: float,
+        *,
+        release_on: frozenset[int] = frozenset(),
+    ) -> None:
         """Hold the next request of `client_id` whose api_key is in `api_keys` (and what follows it
-        on its connection) for `delay_s`; replaces an arming not yet used."""
+        on its connection) for `delay_s`, or until the same client sends a request whose api_key
+        is in `release_on` (on any connection), whichever comes first; replaces an arming not
+        yet used."""
         assert api_keys and delay_s > 0
         with self._lock:
-            self._armed = _Arming(client_id, api_keys, delay_s)
+            self._armed = _Arming(client_id, api_keys, delay_s, release_on, threading.Event())
 
     def disarm(self) -> bool:
         """Cancel an arming not yet used; True if there was one."""
@@ -119,13 +139,22 @@ class KafkaDelayProxy:
             armed, self._armed = self._armed, None
         return armed is not None
 
-    def _take(self, api_key: int, client_id: str) -> float | None:
+    def _take(self, api_key: int, client_id: str) -> _Arming | None:
+        """The arming this request starts a hold of, if any; else the request may end the hold
+        under way early."""
         with self._lock:
-            armed = self._armed
-            if armed is None or armed.client_id != client_id or api_key not in armed.api_keys:
-                return None
-            self._armed = None
-            return armed.delay_s
+            armed, holding = self._armed, self._holding
+            if armed is not None and armed.client_id == client_id and api_key in armed.api_keys:
+                self._armed = None
+                self._holding = armed
+                return armed
+            if holding is not None and (holding.client_id, api_key in holding.release_on) == (
+                client_id,
+                True,
+            ):
+                holding.released.set()
+                self._holding = None
+            return None
 
     def _accept(self, listener: socket.socket, node_port: int) -> None:
         for inbound, outbound in accepted_pairs(listener, node_port, self._stopping):
@@ -150,13 +179,15 @@ class KafkaDelayProxy:
         pending = b""
         held: list[bytes] = []
         release_at = 0.0
+        released = threading.Event()
         held_what: Held | None = None
         client_open = True
         try:
             while not self._stopping.is_set():
-                if held and time.monotonic() >= release_at:
+                if held and (time.monotonic() >= release_at or released.is_set()):
                     node.sendall(b"".join(held))
                     held = []
+                    release_at = 0.0
                     if held_what is not None and self._on_held is not None:
                         self._on_held("released", held_what)
                 if not client_open:
@@ -177,17 +208,17 @@ class KafkaDelayProxy:
                 pending += data
                 frames, pending = _split_frames(pending)
                 for frame in frames:
-                    if not held:
-                        api_key, version, correlation_id, client_id = request_header(frame)
-                        delay_s = self._take(api_key, client_id)
-                        if delay_s is not None:
-                            release_at = time.monotonic() + delay_s
-                            held_what = Held(
-                                client_id, api_key, version, correlation_id, node_port, delay_s
-                            )
-                            if self._on_held is not None:
-                                self._on_held("held", held_what)
-                    if held or (held_what is not None and release_at > time.monotonic()):
+                    api_key, version, correlation_id, client_id = request_header(frame)
+                    arming = self._take(api_key, client_id)
+                    if arming is not None and not held:
+                        release_at = time.monotonic() + arming.delay_s
+                        released = arming.released
+                        held_what = Held(
+                            client_id, api_key, version, correlation_id, node_port, arming.delay_s
+                        )
+                        if self._on_held is not None:
+                            self._on_held("held", held_what)
+                    if held or release_at > time.monotonic():
                         held.append(frame)
                     else:
                         node.sendall(frame)

@@ -38,7 +38,13 @@ from typing import Any
 import confluent_kafka as kafka
 
 from raftlog.chaos.history import NEMESIS, HistoryRecorder
-from raftlog.chaos.kafka_proxy import API_END_TXN, API_PRODUCE, Held, KafkaDelayProxy
+from raftlog.chaos.kafka_proxy import (
+    API_ADD_PARTITIONS_TO_TXN,
+    API_END_TXN,
+    API_PRODUCE,
+    Held,
+    KafkaDelayProxy,
+)
 from raftlog.chaos.txn_checker import FINAL
 
 __all__ = ["TxnOptions", "TxnWorkers", "final_txn_read", "transactional_id"]
@@ -59,14 +65,14 @@ class TxnOptions:
     request_timeout_ms: int = 2_000
     # How long the client keeps trying a record before failing it (and, for a record of an
     # aborting transaction, only then ending the abort, with an epoch bump).
-    message_timeout_ms: int = 4_000
+    message_timeout_ms: int = 3_000
     transaction_timeout_ms: int = 10_000
-    api_timeout_s: float = 10.0  # init/commit/abort_transaction calls
+    api_timeout_s: float = 6.0  # init/commit/abort_transaction calls
     delay: bool = False  # the txn-delay nemesis
     delay_apis: tuple[int, ...] = (API_END_TXN, API_PRODUCE)  # which requests it holds
-    # How long a held request is held: past the client's message timeout, so a held Produce
-    # of an aborting transaction reaches the partition after the abort (class _Delayer).
-    delay_s: float = 5.5
+    # How long a held request is held at most: past the client's message timeout, so a held
+    # Produce of an aborting transaction reaches the partition after the abort (_Delayer).
+    delay_s: float = 6.0
     delay_every_s: float = 2.0  # how often the victim's next request is picked
     final_read_timeout_s: float = 30.0
 
@@ -434,7 +440,7 @@ class _Delayer:
         self._rng = rng
         self._lock = threading.Lock()
         self._holding = False
-        self._next_s = time.monotonic() + options.delay_every_s
+        self._next_s = time.monotonic()
         proxy.set_listener(self._held)
 
     def _held(self, what: str, held: Held) -> None:
@@ -470,4 +476,8 @@ class _Delayer:
             if self._holding or time.monotonic() < self._next_s:
                 return
             self._holding = True  # until the proxy reports the release (or the next arming)
-        self._proxy.arm(transactional_id(0), frozenset({api}), self._options.delay_s)
+        # A held Produce goes on as the victim's next transaction starts (its first
+        # AddPartitionsToTxn): after the abort and its epoch bump, before the next batch.
+        release_on = frozenset({API_ADD_PARTITIONS_TO_TXN}) if api == API_PRODUCE else frozenset()
+        self._proxy.arm(transactional_id(0), frozenset({api}), self._options.delay_s,
+                        release_on=release_on)  # fmt: skip
