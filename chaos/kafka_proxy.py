@@ -68,13 +68,46 @@ def request_header(frame: bytes) -> tuple[int, int, int, str]:
     return api_key, api_version, correlation_id, client_id
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Arming:
     client_id: str
     api_keys: frozenset[int]
     delay_s: float
     release_on: frozenset[int]
-    released: threading.Event
+
+
+class _Hold:
+    """Requests held on one connection: appended in order, sent to the node at once on
+    `release` (by the connection's own thread when the delay is over, or by the thread that
+    saw a `release_on` request, which sends them before forwarding that request)."""
+
+    def __init__(self, arming: _Arming, node: socket.socket, held: Held,
+                 on_release: Callable[[Held], None]) -> None:  # fmt: skip
+        self.arming = arming
+        self.release_at = time.monotonic() + arming.delay_s
+        self._node = node
+        self._held = held
+        self._on_release = on_release
+        self._lock = threading.Lock()
+        self._frames: list[bytes] = []
+        self.done = False
+
+    def offer(self, frame: bytes) -> bool:
+        """Hold `frame` behind the others if the hold is on; False once released."""
+        with self._lock:
+            if not self.done:
+                self._frames.append(frame)
+            return not self.done
+
+    def release(self) -> None:
+        """Send every held frame to the node (once); raises OSError if the node went away."""
+        with self._lock:
+            if self.done:
+                return
+            self.done = True
+            frames, self._frames = self._frames, []
+            self._node.sendall(b"".join(frames))
+        self._on_release(self._held)
 
 
 class KafkaDelayProxy:
@@ -85,7 +118,7 @@ class KafkaDelayProxy:
         self._on_held: Callable[[str, Held], None] | None = None
         self._lock = threading.Lock()
         self._armed: _Arming | None = None
-        self._holding: _Arming | None = None  # the hold under way, for its early release
+        self._holding: _Hold | None = None  # the hold under way, for its early release
         self._stopping = threading.Event()
         self._listeners: list[socket.socket] = []
         self._connections: set[socket.socket] = set()
@@ -131,7 +164,7 @@ class KafkaDelayProxy:
         yet used."""
         assert api_keys and delay_s > 0
         with self._lock:
-            self._armed = _Arming(client_id, api_keys, delay_s, release_on, threading.Event())
+            self._armed = _Arming(client_id, api_keys, delay_s, release_on)
 
     def disarm(self) -> bool:
         """Cancel an arming not yet used; True if there was one."""
@@ -139,22 +172,32 @@ class KafkaDelayProxy:
             armed, self._armed = self._armed, None
         return armed is not None
 
-    def _take(self, api_key: int, client_id: str) -> _Arming | None:
-        """The arming this request starts a hold of, if any; else the request may end the hold
-        under way early."""
+    def _take(self, api_key: int, client_id: str) -> tuple[_Arming | None, _Hold | None]:
+        """The arming this request starts a hold of, if any; and the hold under way it ends
+        early, if any (its frames must go before this request)."""
         with self._lock:
             armed, holding = self._armed, self._holding
             if armed is not None and armed.client_id == client_id and api_key in armed.api_keys:
                 self._armed = None
-                self._holding = armed
-                return armed
-            if holding is not None and (holding.client_id, api_key in holding.release_on) == (
-                client_id,
-                True,
-            ):
-                holding.released.set()
-                self._holding = None
-            return None
+                return armed, None
+            if holding is None or holding.arming.client_id != client_id:
+                return None, None
+            if api_key not in holding.arming.release_on:
+                return None, None
+            self._holding = None
+            return None, holding
+
+    def _start_hold(self, arming: _Arming, node: socket.socket, held: Held) -> _Hold:
+        hold = _Hold(arming, node, held, self._released)
+        with self._lock:
+            self._holding = hold
+        if self._on_held is not None:
+            self._on_held("held", held)
+        return hold
+
+    def _released(self, held: Held) -> None:
+        if self._on_held is not None:
+            self._on_held("released", held)
 
     def _accept(self, listener: socket.socket, node_port: int) -> None:
         for inbound, outbound in accepted_pairs(listener, node_port, self._stopping):
@@ -177,55 +220,49 @@ class KafkaDelayProxy:
         """Client to node, frame by frame, holding what an arming picks."""
         client.settimeout(_POLL_S)
         pending = b""
-        held: list[bytes] = []
-        release_at = 0.0
-        released = threading.Event()
-        held_what: Held | None = None
-        client_open = True
+        hold: _Hold | None = None
         try:
             while not self._stopping.is_set():
-                if held and (time.monotonic() >= release_at or released.is_set()):
-                    node.sendall(b"".join(held))
-                    held = []
-                    release_at = 0.0
-                    if held_what is not None and self._on_held is not None:
-                        self._on_held("released", held_what)
-                if not client_open:
-                    if not held:
-                        self._stopping.wait(_LINGER_S)
-                        return
-                    self._stopping.wait(_POLL_S)
-                    continue
+                if hold is not None and time.monotonic() >= hold.release_at:
+                    hold.release()
+                if hold is not None and hold.done:
+                    hold = None
                 try:
-                    data = client.recv(_CHUNK_BYTES)
+                    data = client.recv(_CHUNK_BYTES) if client.fileno() >= 0 else b""
                 except TimeoutError:
                     continue
                 except OSError:
                     data = b""
                 if not data:
-                    client_open = False
+                    if hold is None:
+                        self._stopping.wait(_LINGER_S)  # the node answers what it was sent
+                        return
+                    client.close()  # what the client left held still goes to the node later
+                    self._stopping.wait(_POLL_S)
                     continue
                 pending += data
                 frames, pending = _split_frames(pending)
                 for frame in frames:
-                    api_key, version, correlation_id, client_id = request_header(frame)
-                    arming = self._take(api_key, client_id)
-                    if arming is not None and not held:
-                        release_at = time.monotonic() + arming.delay_s
-                        released = arming.released
-                        held_what = Held(
-                            client_id, api_key, version, correlation_id, node_port, arming.delay_s
-                        )
-                        if self._on_held is not None:
-                            self._on_held("held", held_what)
-                    if held or release_at > time.monotonic():
-                        held.append(frame)
-                    else:
-                        node.sendall(frame)
+                    hold = self._forward(frame, node, node_port, hold)
         except (OSError, ValueError):
             pass  # either end went away, or not Kafka: close both below
         finally:
             self._close(client, node)
+
+    def _forward(
+        self, frame: bytes, node: socket.socket, node_port: int, hold: _Hold | None
+    ) -> _Hold | None:
+        """Send `frame` to the node, or hold it; the hold of this connection afterwards."""
+        api_key, version, correlation_id, client_id = request_header(frame)
+        arming, ended = self._take(api_key, client_id)
+        if ended is not None:
+            ended.release()  # the held requests reach their node before this one
+        if arming is not None and hold is None:
+            held = Held(client_id, api_key, version, correlation_id, node_port, arming.delay_s)
+            hold = self._start_hold(arming, node, held)
+        if hold is None or not hold.offer(frame):
+            node.sendall(frame)
+        return hold
 
     def _responses(self, node: socket.socket, client: socket.socket) -> None:
         """Node to client, as is; after the client left, the node's answers are read and dropped."""

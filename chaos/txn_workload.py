@@ -275,6 +275,8 @@ def _rows(messages: Sequence[Any]) -> list[dict[str, Any]]:
     rows = []
     for m in messages:
         if m.error() is not None:
+            if m.error().retriable():
+                continue  # a leader moving: the consumer fetches again on its own
             raise kafka.KafkaException(m.error())
         rows.append(
             {
@@ -313,20 +315,31 @@ def _reader(
         process += 1000
 
 
+def _high_watermark(consumer: Any, tp: tuple[str, int], deadline: float) -> int:
+    """The partition's high watermark, asked again while its leader moves (until `deadline`)."""
+    while True:
+        try:
+            found = consumer.get_watermark_offsets(kafka.TopicPartition(*tp), timeout=5,
+                                                   cached=False)  # fmt: skip
+            return int(found[1])
+        except kafka.KafkaException:
+            # NOT_LEADER_FOR_PARTITION and the like after a restart are not flagged retriable.
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def final_txn_read(bootstrap: str, recorder: HistoryRecorder, options: TxnOptions) -> None:
     """Read every partition from 0, read_committed, until each position reaches the high
     watermark taken first, or `final_read_timeout_s` passes; one `txn_read` of process
     "final" with every record and the partitions not finished."""
     recorder.record(FINAL, "invoke", "txn_read", {})
     consumer = _read_consumer(bootstrap, "chaos-txn-final")
+    deadline = time.monotonic() + options.final_read_timeout_s
     try:
-        ends = {}
-        for t, p in options.topic_partitions:
-            tp = kafka.TopicPartition(t, p)
-            ends[(t, p)] = consumer.get_watermark_offsets(tp, timeout=10, cached=False)[1]
+        ends = {tp: _high_watermark(consumer, tp, deadline) for tp in options.topic_partitions}
         consumer.assign([kafka.TopicPartition(t, p, 0) for t, p in options.topic_partitions])
         rows: list[dict[str, Any]] = []
-        deadline = time.monotonic() + options.final_read_timeout_s
         unfinished = [tp for tp, end in ends.items() if end > 0]
         while unfinished and time.monotonic() < deadline:
             rows += _rows(consumer.consume(500, 0.5))

@@ -47,16 +47,20 @@ def test_a_short_txn_run_under_kill_partition_pause_and_delays_is_valid(tmp_path
 def test_with_the_kip_890_check_off_delayed_produces_of_aborted_transactions_are_caught(
     tmp_path: Path,
 ) -> None:
-    code, results = _run(
-        tmp_path / "run", "--nemesis", "txn-delay-produce", "--set", "kafka.txn_verification=false",
-        "--duration", "12", "--seed", "1",
-    )  # fmt: skip
-    assert code == 1
-    assert results["delays"] > 0
+    # Whether a late batch lands in its window (after the abort's marker, before the victim's
+    # next batch to that partition) is a race: a run catches it most of the time (docs/chaos.md
+    # has the counts), so a second seed runs only when the first found nothing.
+    for seed in ("2", "4"):
+        code, results = _run(
+            tmp_path / seed, "--nemesis", "txn-delay-produce",
+            "--set", "kafka.txn_verification=false", "--duration", "14", "--seed", seed,
+        )  # fmt: skip
+        assert results["delays"] > 0
+        if code == 1:
+            break
     found = _found(results)
-    assert (
-        found.get("aborted_read", 0) + found.get("torn_txn", 0) + found.get("lost_committed", 0) > 0
-    ), found
+    assert code == 1, found
+    assert set(found) <= {"aborted_read", "torn_txn", "lost_committed"}, found
 
 
 @pytest.mark.soak
