@@ -28,6 +28,7 @@ next transaction, and the held request reaches the node during it.
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import threading
 import time
@@ -49,7 +50,8 @@ from raftlog.chaos.txn_checker import FINAL
 
 __all__ = ["TxnOptions", "TxnWorkers", "final_txn_read", "transactional_id"]
 
-_LIBRDKAFKA_LOG = None
+_LIBRDKAFKA_LOG = logging.getLogger("raftlog.chaos.librdkafka")  # as kafka_clients.py
+_LIBRDKAFKA_LOG.addHandler(logging.NullHandler())  # not Python's last-resort stderr either
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
