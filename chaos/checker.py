@@ -17,9 +17,11 @@ observations it reports each anomaly a commit log must never show:
     hw_backward          a high watermark lower than one seen by an earlier completed read
 
 and, for consumer groups, the four of raftlog.chaos.consumer_group_checker (commit_backward,
-commit_undelivered, rebalance_skip, revoked_read). A group member's polls of a partition are
-judged for skips and rewinds from each time it is given the partition: a new owner starts at
-the group's committed offset, which may lie anywhere another member left it.
+commit_undelivered, rebalance_skip, revoked_read), and, for the transactional workload, those
+of raftlog.chaos.txn_checker (aborted_read, lost_committed, torn_txn, txn_order). A group
+member's polls of a partition are judged for skips and rewinds from each time it is given the
+partition: a new owner starts at the group's committed offset, which may lie anywhere another
+member left it.
 
 Unknown outcomes (`info`) are never held against the system: an `info` send may or may not be
 in the log. A partition whose final read failed cannot be judged for losses; it is counted in
@@ -41,6 +43,7 @@ from typing import Any
 from raftlog.chaos.compaction_checker import COMPACTION_ANOMALIES, check_compaction
 from raftlog.chaos.consumer_group_checker import GROUP_ANOMALIES, check_groups, group_timeline
 from raftlog.chaos.history import Op
+from raftlog.chaos.txn_checker import TXN_ANOMALIES, check_transactions
 
 __all__ = ["ANOMALIES", "CheckResult", "Observation", "check"]
 
@@ -57,6 +60,7 @@ ANOMALIES = (
     "hw_backward",
     *GROUP_ANOMALIES,
     *COMPACTION_ANOMALIES,
+    *TXN_ANOMALIES,
 )
 TopicPartition = tuple[str, int]
 
@@ -167,6 +171,8 @@ def check(ops: Iterable[Op], *, examples_max: int = 10, compacted: bool = False)
     _check_send_order(ops, result)
     _check_watermarks(ops, result)
     check_groups(ops, facts.final_offsets, result)
+    if any(op.f in ("txn", "txn_read") for op in ops):
+        check_transactions(ops, result)
     assert set(result.counts) == set(ANOMALIES)
     return result
 

@@ -16,21 +16,31 @@ import signal
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
+from raftlog.chaos.kafka_proxy import API_END_TXN, API_PRODUCE
 from raftlog.chaos.nemesis import LOCAL_ONLY_NEMESES, NEMESES, NODE_HOOK_NEMESES, OBSERVERS_MAX
 from raftlog.chaos.runner import Backend, RunOptions, run
 from raftlog.chaos.workload import WorkloadOptions
 
+if TYPE_CHECKING:
+    from raftlog.chaos.txn_workload import TxnOptions
+
 __all__ = ["add_chaos_parser", "main"]
 
 BACKENDS = ("local", "docker", "pysyncobj", "jetstream")
+# Nemeses of the transactional workload alone, played by its own thread
+# (raftlog.chaos.txn_workload).
+TXN_NEMESES = ("txn-delay", "txn-delay-produce", "txn-delay-end")
 
 
 def _nemeses(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip() and n.strip() != "none")
-    unknown = [n for n in names if n not in NEMESES]
+    unknown = [n for n in names if n not in NEMESES + TXN_NEMESES]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown nemesis {unknown}; choose from {NEMESES}")
+        raise argparse.ArgumentTypeError(
+            f"unknown nemesis {unknown}; choose from {NEMESES + TXN_NEMESES}"
+        )
     return names
 
 
@@ -54,7 +64,14 @@ def _add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, default="local")
     p.add_argument("--nodes", type=int, choices=(3, 5), default=3)
     p.add_argument("--nemesis", type=_nemeses, default=("kill", "partition", "pause"),
-                   help=f"comma-separated from {','.join(NEMESES)} (or none)")  # fmt: skip
+                   help=f"comma-separated from {','.join(NEMESES + TXN_NEMESES)} "
+                   "(or none)")  # fmt: skip
+    p.add_argument("--workload", choices=("sends", "txn"), default="sends",
+                   help="txn: transactional producers across 2 topics, read_committed readers "
+                   "(local backend, confluent-kafka)")  # fmt: skip
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="local backend: a node setting for every node "
+                   "(raftlog serve --set)")  # fmt: skip
     p.add_argument("--duration", type=float, default=60.0, help="seconds of load under faults")
     p.add_argument("--acks", choices=("all", "1", "0"), default="all")
     p.add_argument("--no-idempotence", action="store_true",
@@ -95,7 +112,7 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
     if args.backend == "local":
         from raftlog.chaos.local_backend import LocalBackend
 
-        return LocalBackend(
+        local = LocalBackend(
             args.out,
             node_count=args.nodes,
             topic=topic,
@@ -104,10 +121,13 @@ def _backend(args: argparse.Namespace, topic: str) -> Backend:
             observers=args.observers,
             rebalance_grace_ms=2000 if "add-node" in args.nemesis else None,
             scrub_round_pause_ms=1000 if "corrupt" in args.nemesis else None,
-            client=args.client,
+            client="kafka" if args.workload == "txn" else args.client,
             group_session_timeout_ms=3000 if args.consumer_mode == "group" else None,
             cleaner_interval_ms=500 if args.keys else None,
+            kafka_proxy=args.workload == "txn",
         )
+        local.extra_serve_flags = tuple(f for kv in args.set for f in ("--set", kv))
+        return local
     if args.backend == "jetstream":
         backend: Backend = _jetstream_module().JetStreamBackend(
             args.out,
@@ -169,6 +189,11 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         raise ValueError("--observers needs --backend local")
     if args.unsafe_skip_fsync and args.backend != "local":
         raise ValueError("--unsafe-skip-fsync needs --backend local")
+    if (args.workload == "txn" or args.set) and args.backend != "local":
+        raise ValueError("--workload txn and --set need --backend local")
+    txn_only = sorted(set(TXN_NEMESES) & set(args.nemesis))
+    if txn_only and args.workload != "txn":
+        raise ValueError(f"{txn_only} needs --workload txn")
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     workload = WorkloadOptions(
         partitions=args.partitions,
@@ -185,17 +210,38 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         out_dir=args.out,
         seed=seed,
         duration_s=args.duration,
-        nemeses=tuple(args.nemesis),
+        nemeses=tuple(n for n in args.nemesis if n not in TXN_NEMESES),
+        txn=_txn_options(args) if args.workload == "txn" else None,
         workload=workload,
         recovery_timeout_s=args.recovery_timeout,
         client=args.client,
     )
 
 
+def _txn_options(args: argparse.Namespace) -> TxnOptions:
+    from raftlog.chaos.txn_workload import TxnOptions  # needs confluent-kafka
+
+    # txn-delay holds EndTxn and Produce requests; the others one of them.
+    delays = set(TXN_NEMESES) & set(args.nemesis)
+    if "txn-delay" in delays:
+        delays |= {"txn-delay-produce", "txn-delay-end"}
+    apis = (("txn-delay-end", API_END_TXN), ("txn-delay-produce", API_PRODUCE))
+
+    return TxnOptions(
+        partitions=args.partitions,
+        replication_factor=min(3, args.nodes),
+        producers=args.producers,
+        readers=args.consumers,
+        delay=bool(delays),
+        delay_apis=tuple(api for name, api in apis if name in delays) or (API_END_TXN,),
+    )
+
+
 def _run(args: argparse.Namespace) -> int:
     try:
         options = options_from_args(args)
-        backend = _backend(args, options.workload.topic)
+        topic = options.workload.topic if options.txn is None else options.txn.topics[0]
+        backend = _backend(args, topic)
     except (ValueError, RuntimeError) as error:
         print(f"raftlog chaos run: {error}", file=sys.stderr)
         return 2

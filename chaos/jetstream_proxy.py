@@ -16,14 +16,35 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
-__all__ = ["Link", "RouteProxies"]
+__all__ = ["Link", "RouteProxies", "accepted_pairs"]
 
 Link = tuple[int, int]
 _CHUNK_BYTES = 64 * 1024
 _POLL_S = 0.05
 _CONNECT_TIMEOUT_S = 2.0
+
+
+def accepted_pairs(
+    listener: socket.socket, port: int, stopping: threading.Event
+) -> Iterator[tuple[socket.socket, socket.socket]]:
+    """Each connection `listener` accepts, with a new connection to 127.0.0.1:`port` for it,
+    until `stopping` or the listener is closed; one whose target is down is closed at once (the
+    dialer sees its connection fail)."""
+    while not stopping.is_set():
+        try:
+            inbound, _ = listener.accept()
+        except TimeoutError:
+            continue
+        except OSError:
+            return  # closed by stop()
+        try:
+            outbound = socket.create_connection(("127.0.0.1", port), _CONNECT_TIMEOUT_S)
+        except OSError:
+            inbound.close()  # the target is down: the dialer sees its connection fail
+            continue
+        yield inbound, outbound
 
 
 class RouteProxies:
@@ -81,18 +102,7 @@ class RouteProxies:
             return frozenset(self._cut)
 
     def _accept(self, listener: socket.socket, dialer: int, target: int, port: int) -> None:
-        while not self._stopping.is_set():
-            try:
-                inbound, _ = listener.accept()
-            except TimeoutError:
-                continue
-            except OSError:
-                return  # closed by stop()
-            try:
-                outbound = socket.create_connection(("127.0.0.1", port), _CONNECT_TIMEOUT_S)
-            except OSError:
-                inbound.close()  # the target is down: the dialer sees its route fail
-                continue
+        for inbound, outbound in accepted_pairs(listener, port, self._stopping):
             with self._lock:
                 self._connections |= {inbound, outbound}
             for source, sink, link in ((inbound, outbound, (dialer, target)),

@@ -24,6 +24,7 @@ import json
 import os
 import random
 import signal
+import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,6 +35,7 @@ import grpc
 from raftlog.chaos.clients import LogClients
 from raftlog.chaos.consumer_groups import RaftlogGroupClients
 from raftlog.chaos.corrupt import damage_node_files
+from raftlog.chaos.kafka_proxy import KafkaDelayProxy
 from raftlog.chaos.nemesis import OBSERVERS_MAX
 from raftlog.client import Admin
 from raftlog.client.errors import ClientError
@@ -72,6 +74,7 @@ class LocalBackend:
         client: str = "grpc",
         group_session_timeout_ms: int | None = None,
         cleaner_interval_ms: int | None = None,
+        kafka_proxy: bool = False,
     ) -> None:
         assert node_count in (1, 3, 5), node_count
         assert client in ("grpc", "kafka"), client
@@ -110,6 +113,16 @@ class LocalBackend:
         if cleaner_interval_ms is not None:
             # The keyed workload: compacted partitions are cleaned many times within a run.
             self._serve_flags += ("--set", f"cleaner_interval_ms={cleaner_interval_ms}")
+        self.extra_serve_flags: tuple[str, ...] = ()  # a workload's own settings
+        # The transactional workload: every node advertises its proxy's port, so every Kafka
+        # connection crosses one (raftlog.chaos.kafka_proxy, the txn-delay nemesis).
+        self._proxy_ports: dict[int, int] = {}
+        self.kafka_proxy: KafkaDelayProxy | None = None
+        if kafka_proxy:
+            self._proxy_ports = {n: _free_port() for n in self.node_ids}
+            routes = {self._proxy_ports[n]: node.kafka_port
+                      for n, node in self._cluster.nodes.items()}  # fmt: skip
+            self.kafka_proxy = KafkaDelayProxy(routes)
 
     @property
     def log_paths(self) -> list[str]:
@@ -120,7 +133,11 @@ class LocalBackend:
         """Start every node with the run's flags and wait for a controller and every observer;
         returns the clients the backend was made for. Raises TimeoutError after `timeout_s`, with
         the cluster stopped."""
-        self._cluster.start(*self._serve_flags)
+        if self.kafka_proxy is not None:
+            self.kafka_proxy.start()
+        for node in self._cluster.nodes:
+            if not self._cluster.is_running(node):
+                self._cluster.start_node(node, *self._flags(node))
         try:
             wait_for_controller(self._cluster.bootstrap, timeout_s=timeout_s)
             self._wait_for_observers(timeout_s)
@@ -130,7 +147,7 @@ class LocalBackend:
         if self._client == "kafka":
             from raftlog.chaos.kafka_clients import KafkaClients  # needs confluent-kafka
 
-            return KafkaClients(self._cluster.kafka_bootstrap, self._cluster.bootstrap)
+            return KafkaClients(self.kafka_bootstrap, self._cluster.bootstrap)
         return RaftlogGroupClients(self._cluster.bootstrap)
 
     def _wait_for_observers(self, timeout_s: float) -> None:
@@ -152,6 +169,8 @@ class LocalBackend:
         for node in list(self._paused):
             self.resume(node)
         self._cluster.stop()
+        if self.kafka_proxy is not None:
+            self.kafka_proxy.stop()
 
     # -- process faults ---------------------------------------------------------------------
 
@@ -168,8 +187,20 @@ class LocalBackend:
             return False  # decommissioned: it would refuse to rejoin
         if self._cluster.is_running(node):
             return True
-        self._cluster.start_node(node, *self._serve_flags)
+        self._cluster.start_node(node, *self._flags(node))
         return True
+
+    def _flags(self, node: int) -> tuple[str, ...]:
+        port = self._proxy_ports.get(node)
+        advertise = ("--kafka-advertise", f"127.0.0.1:{port}") if port else ()
+        return (*self._serve_flags, *self.extra_serve_flags, *advertise)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """Every node's Kafka address as clients are told it (its proxy's, with one)."""
+        if self._proxy_ports:
+            return ",".join(f"127.0.0.1:{port}" for port in self._proxy_ports.values())
+        return self._cluster.kafka_bootstrap
 
     def lose_unsynced(self, node: int) -> dict[str, Any] | None:
         """Cut the dead `node`'s files back to what it fsynced; the cut's report, or None while it
@@ -294,6 +325,13 @@ class LocalBackend:
         this run no longer has."""
         controller = lookup_controller(self._answering(), self._timeout_s)
         return controller if controller in self.node_ids else None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def send_fault_rules(address: str, rules: dict[str, Any], timeout_s: float) -> bool:

@@ -22,7 +22,7 @@ __all__ = ["write_report"]
 
 COLOURS = {"kill": "#e15759", "pause": "#f28e2b", "partition": "#4e79a7", "flaky": "#b07aa1"}
 MARKERS = {"ok": ("o", 2.0), "fail": ("x", 12.0), "info": ("^", 12.0)}
-KINDS = ("send", "poll", "watermarks")
+KINDS = ("send", "poll", "watermarks", "txn", "txn_read")  # txn: the transactional workload
 
 
 def _shade(axes: Any, events: Sequence[Event], end_ns: int) -> None:
@@ -46,7 +46,9 @@ def _latency_plot(path: Path, ops: Sequence[Op], events: Sequence[Event], end_ns
     figure, axes = plt.subplots(figsize=(11, 4.5))
     _shade(axes, events, end_ns)
     ceiling_ms = max([(op.latency_ns or 0) / NS_PER_MS for op in ops] + [1.0])
-    for f, colour in zip(KINDS, ("#59a14f", "#4e79a7", "#9c755f"), strict=True):
+    for f, colour in zip(
+        KINDS, ("#59a14f", "#4e79a7", "#9c755f", "#e15759", "#f28e2b"), strict=True
+    ):
         for outcome, (marker, size) in MARKERS.items():
             chosen = [op for op in ops if op.f == f and op.type == outcome]
             if not chosen:
@@ -75,7 +77,7 @@ def _throughput_plot(path: Path, ops: Sequence[Op], events: Sequence[Event], end
 
     figure, axes = plt.subplots(figsize=(11, 4.5))
     _shade(axes, events, end_ns)
-    for f in ("send", "poll"):
+    for f in ("send", "poll", "txn"):
         series = throughput_series(ops, f)
         for outcome, style in (("ok", "-"), ("fail", ":"), ("info", "--")):
             counts = series[outcome]

@@ -26,9 +26,9 @@ import json
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from raftlog.chaos.checker import check
 from raftlog.chaos.clients import LogClients
@@ -36,10 +36,15 @@ from raftlog.chaos.corrupt import repairs_in_logs
 from raftlog.chaos.elections import election_stats, leader_removals
 from raftlog.chaos.generator import PlannedFault, fault_schedule
 from raftlog.chaos.history import NEMESIS, HistoryRecorder, pair_operations
+from raftlog.chaos.kafka_proxy import KafkaDelayProxy
 from raftlog.chaos.nemesis import NEMESES, ClusterControl, Nemesis, plan_fault
 from raftlog.chaos.stats import availability, error_summary, fault_windows, latency_percentiles
+from raftlog.chaos.txn_checker import FINAL, OUTCOMES
 from raftlog.chaos.workload import Workers, WorkloadOptions, compacted_topic_config, final_read
 from raftlog.config import NodeConfig
+
+if TYPE_CHECKING:
+    from raftlog.chaos.txn_workload import TxnOptions  # needs confluent-kafka
 
 __all__ = ["Backend", "RunOptions", "run"]
 
@@ -74,6 +79,9 @@ class RunOptions:
     creation_timeout_s: float = 60.0
     progress_interval_s: float = 5.0
     examples_max: int = 10
+    # The transactional workload (raftlog.chaos.txn_workload) instead of `workload`'s sends;
+    # `workload.partitions` is still what the faults aim at.
+    txn: TxnOptions | None = None
 
     def __post_init__(self) -> None:
         unknown = set(self.nemeses) - set(NEMESES)
@@ -183,18 +191,18 @@ def run(
     )
     clients = backend.start()
     try:
-        work = options.workload
-        clients.create_topic(
-            work.topic, work.partitions, work.replication_factor, compacted_topic_config(work)
-        )
-        if not _wait_ready(clients, work, timeout_s=options.creation_timeout_s):
-            raise TimeoutError(
-                f"topic {work.topic!r} not readable {options.creation_timeout_s}s after creation"
+        for work in _topics(options):
+            clients.create_topic(
+                work.topic, work.partitions, work.replication_factor, compacted_topic_config(work)
             )
+            if not _wait_ready(clients, work, timeout_s=options.creation_timeout_s):
+                timeout_s = options.creation_timeout_s
+                raise TimeoutError(f"topic {work.topic!r} not readable {timeout_s}s after creation")
         with (options.out_dir / "history.jsonl").open("w", buffering=1) as sink:
             recorder = HistoryRecorder(time.monotonic_ns, sink)
             progress = _Progress(recorder, say, options.progress_interval_s)
-            results = _load_heal_read(options, backend, clients, recorder, progress, schedule, rng)
+            load = _load_heal_read if options.txn is None else _txn_load_heal_read
+            results = load(options, backend, clients, recorder, progress, schedule, rng)
             recorder.close()
     finally:
         backend.stop()
@@ -206,6 +214,78 @@ def run(
         f"valid: {results['valid']}; wrote {options.out_dir}/results.json, history.jsonl, report.md"
     )
     return results
+
+
+def _topics(options: RunOptions) -> list[WorkloadOptions]:
+    """The workload's topic, or the transactional workload's topics, as workload options."""
+    if options.txn is None:
+        return [options.workload]
+    return [
+        replace(options.workload, topic=topic, partitions=options.txn.partitions, keys=0)
+        for topic in options.txn.topics
+    ]
+
+
+def _txn_load_heal_read(
+    options: RunOptions,
+    backend: Backend,
+    clients: LogClients,
+    recorder: HistoryRecorder,
+    progress: _Progress,
+    schedule: Sequence[PlannedFault],
+    rng: random.Random,
+) -> dict[str, Any]:
+    """`_load_heal_read` for the transactional workload: transactions under the faults (and the
+    txn-delay nemesis), the heal, the final read_committed read, the checker."""
+    from raftlog.chaos.kafka_clients import KafkaClients  # needs confluent-kafka
+    from raftlog.chaos.txn_workload import TxnWorkers, final_txn_read
+
+    txn = options.txn
+    assert txn is not None
+    assert isinstance(clients, KafkaClients), "--workload txn runs on the Kafka listeners"
+    bootstrap = clients.bootstrap  # the Kafka listeners (or their proxies)
+    proxy: KafkaDelayProxy | None = getattr(backend, "kafka_proxy", None)
+    workers = TxnWorkers(bootstrap, recorder, txn, options.seed, proxy)
+    nemesis = Nemesis(backend)
+    workers.start()
+    try:
+        _play_faults(backend, nemesis, schedule, rng, recorder, progress, options)
+    finally:
+        load_end_ns = recorder.now_ns()
+        stuck = workers.stop(timeout_s=txn.api_timeout_s * 2 + 10)
+        nemesis.heal_all()
+    if workers.crashes:
+        raise RuntimeError(f"worker crashed: {'; '.join(workers.crashes)}")
+    recorder.record(NEMESIS, "info", "heal", {"stuck_workers": stuck})
+    progress.maybe_report(force=True)
+    recovered = all(
+        _wait_ready(clients, work, timeout_s=options.recovery_timeout_s)
+        for work in _topics(options)
+    )
+    final_txn_read(bootstrap, recorder, txn)
+    ops = list(pair_operations(recorder.events))
+    verdict = check(ops, examples_max=options.examples_max)
+    load_ops = [op for op in ops if op.process != FINAL]
+    txns = [op for op in ops if op.f == "txn"]
+    return {
+        "valid": verdict.valid and not verdict.unchecked,
+        "seed": options.seed,
+        "options": _options_json(options),
+        "anomaly_counts": verdict.counts,
+        "anomalies": verdict.anomalies,
+        "unchecked": verdict.unchecked,
+        "recovered_after_heal": recovered,
+        "transactions": {
+            outcome: sum(1 for op in txns if op.type == type_)
+            for type_, outcome in OUTCOMES.items()
+        },
+        "delays": sum(1 for e in recorder.events if e.process == NEMESIS and e.f == "held"),
+        "availability": availability(load_ops, end_ns=load_end_ns),
+        "latency_ms": latency_percentiles(ops),
+        "errors": error_summary(ops),
+        "faults": [asdict(w) for w in fault_windows(recorder.events, end_ns=load_end_ns)],
+        "node_logs": backend.log_paths,
+    }
 
 
 def _load_heal_read(

@@ -15,6 +15,7 @@ from raftlog.chaos.checker import ANOMALIES, check
 from raftlog.chaos.compaction_checker import COMPACTION_ANOMALIES
 from raftlog.chaos.consumer_group_checker import GROUP_ANOMALIES
 from raftlog.chaos.history import Event, Op, pair_operations
+from raftlog.chaos.txn_checker import TXN_ANOMALIES
 
 T = "chaos"
 
@@ -105,10 +106,11 @@ ALSO = {
 }
 
 
-# The group and keyed anomalies have their own planted histories
-# (test_chaos_group_checker.py, test_chaos_compaction_checker.py).
+# The group, keyed and transactional anomalies have their own planted histories
+# (test_chaos_group_checker.py, test_chaos_compaction_checker.py, test_txn_checker.py).
 @pytest.mark.parametrize(
-    "anomaly", [a for a in ANOMALIES if a not in GROUP_ANOMALIES + COMPACTION_ANOMALIES]
+    "anomaly",
+    [a for a in ANOMALIES if a not in GROUP_ANOMALIES + COMPACTION_ANOMALIES + TXN_ANOMALIES],
 )
 def test_each_planted_anomaly_is_reported(anomaly: str) -> None:
     result = check(valid_history(plant=anomaly).ops())
