@@ -20,6 +20,7 @@ import contextvars
 import dataclasses
 import logging
 import ssl as ssl_module
+from collections.abc import Coroutine
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -226,7 +227,10 @@ class _Connection(asyncio.Protocol):
         )
         if header.client_id != self._context.client_id:
             self._context = dataclasses.replace(self._context, client_id=header.client_id or "")
-        handler = api.handler(self._context, request, header.api_version)
+        handler = _after(
+            self._predecessors(header.api_key),
+            api.handler(self._context, request, header.api_version),
+        )
         if trace is None:
             return header, header.api_version, loop.create_task(handler)
         # The handler's task, and the per-partition tasks it starts, see the trace.
@@ -235,6 +239,21 @@ class _Connection(asyncio.Protocol):
         task = loop.create_task(handler, context=context)
         self._traces[task] = trace
         return header, header.api_version, task
+
+    def _predecessors(self, api_key: int) -> list[asyncio.Future[Any | None]]:
+        """The earlier requests of this connection a request's handler must wait for.
+
+        Kafka serves a connection's requests one at a time, and clients count on it: librdkafka
+        pipelines EndTxn behind AddPartitionsToTxn, which must see the partitions added. Only
+        Produce requests overlap one another (a pipelining producer's batches, started in
+        order, so each partition sees them in the order sent); any other request starts once
+        every earlier one is served, and a Produce once every earlier other request is."""
+        return [
+            future
+            for earlier, _, future in self._pending
+            if not future.done()
+            and (api_key != PRODUCE_API_KEY or earlier.api_key != PRODUCE_API_KEY)
+        ]
 
     async def _write_responses(self) -> None:
         while self._pending and self._transport is not None:
@@ -300,3 +319,16 @@ class _Connection(asyncio.Protocol):
         if self._transport is not None:
             log.info("kafka: closing connection from %s: %s", self._peer, reason)
             self._transport.abort()
+
+
+async def _after(
+    earlier: list[asyncio.Future[Any | None]], handler: Coroutine[Any, Any, Any | None]
+) -> Any | None:
+    """Run `handler` once every future in `earlier` is done (whatever their outcome)."""
+    if earlier:
+        try:
+            await asyncio.wait(earlier)
+        except BaseException:
+            handler.close()  # never started: no "never awaited" warning
+            raise
+    return await handler

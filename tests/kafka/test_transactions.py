@@ -678,12 +678,6 @@ def _answer(sock: socket.socket, request: Any, correlation_id: int) -> Any:
     return entity_reader(schema)(data, 4)[0]
 
 
-@pytest.mark.xfail(
-    reason="the Kafka listener runs a connection's handlers concurrently, so an EndTxn "
-    "pipelined behind AddPartitionsToTxn can be judged against the state before it "
-    "(INVALID_TXN_STATE); found by the chaos suite's txn workload (docs/chaos.md)",
-    strict=True,
-)
 def test_an_end_txn_pipelined_behind_add_partitions_to_txn_sees_the_partition_added(
     boot: str,
 ) -> None:
