@@ -693,15 +693,24 @@ def test_an_end_txn_pipelined_behind_add_partitions_to_txn_sees_the_partition_ad
     codes = []
     for n in range(5):
         txn_id = f"txn-pipelined-{n}"
-        found = kafka_call(
-            boot.split(",")[0], fc.FindCoordinatorRequest(key=txn_id, key_type=i8(1))
-        )
-        address = f"{found.host}:{found.port}"
         timeout = i32Timedelta.parse(datetime.timedelta(seconds=60))
         init = ipi.InitProducerIdRequest(transactional_id=ipi.TransactionalId(txn_id),
                                          transaction_timeout=timeout)  # fmt: skip
-        started = kafka_call(address, init)
-        assert started.error_code == ErrorCode.none
+        deadline = time.monotonic() + 30
+        while True:  # as a client: an earlier test's kill may have moved the coordinator
+            started = None
+            try:
+                found = kafka_call(
+                    boot.split(",")[n % 3], fc.FindCoordinatorRequest(key=txn_id, key_type=i8(1))
+                )
+                address = f"{found.host}:{found.port}"
+                started = kafka_call(address, init)
+            except OSError:
+                pass
+            if started is not None and started.error_code == ErrorCode.none:
+                break
+            assert time.monotonic() < deadline, started
+            time.sleep(0.2)
         pid, epoch = started.producer_id, started.producer_epoch
         topic = ap.AddPartitionsToTxnTopic(name=ap.TopicName("txn-a"), partitions=(i32(0),))
         add = ap.AddPartitionsToTxnRequest(
