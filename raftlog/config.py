@@ -408,6 +408,9 @@ class NodeConfig:
     metadata: MetadataConfig = field(default_factory=MetadataConfig)
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     tick_interval_ms: int = 50
+    # The node's event loop (raftlog.serve): "uvloop" runs it on uvloop when uvloop is
+    # importable (else asyncio's own, with a log line saying so), "asyncio" on asyncio's.
+    event_loop: Literal["uvloop", "asyncio"] = "asyncio"
     # A host pass whose log writes total at most this many bytes (and that saves no hard
     # state) writes and fsyncs them on the event loop instead of a disk thread: the trip to
     # the thread costs more than a small fdatasync (raftlog.runtime.host). 0: always the
@@ -479,6 +482,11 @@ class NodeConfig:
             "must exceed twice raft.append_bytes_max so any AppendRequest fits in one frame",
         )
         _require(self.tick_interval_ms > 0, "tick_interval_ms", "must be positive")
+        _require(
+            self.event_loop in ("uvloop", "asyncio"),
+            "event_loop",
+            f"must be 'uvloop' or 'asyncio', got {self.event_loop!r}",
+        )
         _require(
             self.sync_on_loop_bytes_max >= 0,
             "sync_on_loop_bytes_max",

@@ -24,7 +24,7 @@ import dataclasses
 import logging
 import ssl as ssl_module
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -157,7 +157,8 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Register the connection, or abort it at once when `kafka.connections_max` connections are
         already open."""
-        assert isinstance(transport, asyncio.Transport)
+        # Not checked with isinstance: uvloop's transports do not subclass asyncio.Transport.
+        transport = cast(asyncio.Transport, transport)
         self._transport = transport
         self._peer = str(transport.get_extra_info("peername"))
         if len(self._registry) >= self._context.config.connections_max:
