@@ -482,10 +482,7 @@ class PartitionReplica:
             try:
                 # One batch per request is the common case: no gather future around it.
                 waited = futures[0] if len(futures) == 1 else asyncio.gather(*futures)
-                # A timeout scope, not wait_for: on Python 3.11 wait_for waits through a
-                # future of its own, one more turn of the loop between commit and answer.
-                async with asyncio.timeout(timeout_s):
-                    await waited
+                await asyncio.wait_for(waited, timeout_s)
             except TimeoutError:
                 raise RequestTimedOutError(
                     f"{self.topic}-{self.partition}: not {commitment.name.lower()}-acknowledged "
