@@ -33,10 +33,11 @@ CURRENT = "-"
 
 def run_worker(
     tree: str, work: pathlib.Path, rates: str, duration_s: float, sequential: int,
-    *, node_sets: Sequence[str] = (),
+    *, kafka_sequential: int = 0, throughput_mib: int = 0, node_sets: Sequence[str] = (),
 ) -> dict[str, float]:  # fmt: skip
     argv = [sys.executable, str(BENCHMARKS_DIR / "suites" / "_latency_worker.py"), tree]
-    argv += [str(work), rates, str(duration_s), str(sequential), *node_sets]
+    argv += [str(work), rates, str(duration_s), str(sequential)]
+    argv += [str(kafka_sequential), str(throughput_mib), *node_sets]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
     if done.returncode != 0:
         raise RuntimeError(f"latency worker {argv} failed:\n{done.stderr[-4000:]}")
@@ -52,6 +53,18 @@ def main() -> None:
     parser.add_argument("--rates", default="13000,37000", help="records/s, comma separated")
     parser.add_argument("--duration-s", type=float, default=6.0, help="seconds per rate")
     parser.add_argument("--sequential", type=int, default=300, help="single records, one by one")
+    parser.add_argument(
+        "--kafka-sequential",
+        type=int,
+        default=0,
+        help="single records one by one through confluent-kafka on the Kafka listener",
+    )
+    parser.add_argument(
+        "--throughput-mib",
+        type=int,
+        default=0,
+        help="MiB of 1 KiB records for the acks=all throughput (the cluster suite's producer)",
+    )
     parser.add_argument(
         "--node-set",
         action="append",
@@ -80,6 +93,7 @@ def main() -> None:
         for name in names if round_index % 2 == 0 else names[::-1]:
             result = run_worker(
                 trees[name], args.out / "work", args.rates, args.duration_s, args.sequential,
+                kafka_sequential=args.kafka_sequential, throughput_mib=args.throughput_mib,
                 node_sets=args.node_set,
             )  # fmt: skip
             samples[name].append(result)

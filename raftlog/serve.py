@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,9 @@ from raftlog.settings import (
 )
 from raftlog.types import NodeId
 
-__all__ = ["add_serve_parser", "run_serve"]
+__all__ = ["add_serve_parser", "run_on_loop", "run_serve"]
+
+log = logging.getLogger(__name__)
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -182,4 +185,17 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
     from raftlog.node.process import run_node
 
-    return asyncio.run(run_node(settings))
+    return run_on_loop(run_node(settings), settings.config.event_loop)
+
+
+def run_on_loop(main: Coroutine[Any, Any, int], event_loop: str) -> int:
+    """Run `main` to completion on the event loop `event_loop` names (NodeConfig.event_loop)."""
+    if event_loop == "uvloop":
+        try:
+            import uvloop
+        except ImportError:
+            log.warning("event_loop=uvloop but uvloop is not installed: running on asyncio's")
+        else:
+            log.info("event loop: uvloop")
+            return uvloop.run(main)
+    return asyncio.run(main)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from raftlog.errors import FrameError, HandshakeError, TransportError
 from raftlog.rpc.codec import FRAME_HEADER, Buffer, FrameKind, decode_frame_header, decode_hello
@@ -47,7 +47,9 @@ class PeerConnection(asyncio.BufferedProtocol):
         self.large_spare_bytes_max = 2 * owner.config.frame_bytes_target
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream transport; not checked with isinstance: uvloop's implement
+        # asyncio.Transport's interface without subclassing it.
+        transport = cast(asyncio.Transport, transport)
         self.transport = transport
         self.owner._connections.add(self)
         transport.set_write_buffer_limits(high=self.owner.config.write_buffer_bytes_max)

@@ -1,12 +1,16 @@
 """One fresh-cluster latency run for `benchmarks/latency_ab.py`, in its own process; not a suite.
 
-    python _latency_worker.py TREE WORK RATES DURATION_S SEQUENTIAL [KEY=VALUE ...]
+    python _latency_worker.py TREE WORK RATES DURATION_S SEQUENTIAL KAFKA_SEQUENTIAL \
+        THROUGHPUT_MIB [KEY=VALUE ...]
 
 TREE is a folder holding a `raftlog` namespace (a view of another commit) or "-" for the
 installed one. It goes first on PYTHONPATH, so the node processes this run starts run the
 same code as its producer. The run starts a fresh 3-node cluster in WORK, creates a topic of
 3 partitions (RF 3, leaders on their preferred replicas), times SEQUENTIAL single 1 KiB
-records one after another (`send().result()`: the idle round trip), then for each rate in
+records one after another (`send().result()`: the idle round trip), the same for
+KAFKA_SEQUENTIAL records through confluent-kafka on the Kafka listener (each flushed; 0
+skips it), then the acks=all throughput of THROUGHPUT_MIB of 1 KiB records through the
+cluster suite's producer (`cluster.produce`, linger 20 ms; 0 skips it), then for each rate in
 RATES (records/s, comma separated) runs the cluster suite's open-loop acks=all latency
 measurement at linger 0 (`cluster.latency_point`) for DURATION_S, reading each node's CPU
 (the mean per node) and this process's CPU (the producer and its pacing loop) over it. Last
@@ -25,12 +29,13 @@ import time
 
 
 def main(argv: list[str]) -> None:
-    tree, work, rates, duration_s, sequential, *node_sets = argv
+    tree, work, rates, duration_s, sequential, kafka_sequential, throughput_mib, *node_sets = argv
     if tree != "-":
         sys.path.insert(0, tree)
         os.environ["PYTHONPATH"] = os.pathsep.join([tree, os.environ.get("PYTHONPATH", "")])
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     import cluster  # found through the path set just above
+    import latency
     from _harness import (
         KIB,
         cpu_seconds,
@@ -65,6 +70,17 @@ def main(argv: list[str]) -> None:
             if one_by_one:
                 result["sequential_p50_ms"] = percentile(one_by_one, 0.5)
                 result["sequential_p90_ms"] = percentile(one_by_one, 0.9)
+        if int(kafka_sequential) > 0:
+            run = latency.kafka_one_in_flight(running.kafka_bootstrap, int(kafka_sequential))
+            kafka_one = sorted(run(lambda: None))
+            result["kafka_sequential_p50_ms"] = percentile(kafka_one, 0.5)
+            result["kafka_sequential_p90_ms"] = percentile(kafka_one, 0.9)
+        if int(throughput_mib) > 0:
+            total_bytes = int(throughput_mib) * KIB * KIB
+            top = cluster.produce(
+                running.bootstrap, "latency", "all", record_bytes=KIB, total_bytes=total_bytes
+            )
+            result["produce_acks_all_1kib_mb_s"] = top.mb_s
         pids = node_pids(running)
         for rate in (float(r) for r in rates.split(",")):
             cpu_before = {n: cpu_seconds(pid) for n, pid in pids.items()}

@@ -16,7 +16,7 @@ Candidates that send the same seeded random payloads from memory, one message ea
   received by a `BufferedProtocol` that reads large frames straight into their own buffer;
 - `raft_append`: raftlog's own codec and `PeerTransport`, AppendRequests of 1 MiB made of
   1 KiB entries (and, for comparison, 16 KiB entries), counting entry data bytes at the
-  receiver's `on_messages` (asyncio only: PeerTransport rejects uvloop's transports).
+  receiver's `on_messages`, on both loops.
 
 Candidates that move the leader's log (`LeaderLog`: 16 KiB RecordBatches written by
 `SegmentedLog` into a real segment file), in spans of whole batches of at most the message
@@ -543,7 +543,7 @@ FILE_SENDERS: dict[str, FileSender] = {
 Sender = Callable[[int, list[bytes], int], Awaitable[int]]
 SENDERS: dict[str, Sender] = {"grpc": send_grpc, "tcp": send_tcp, "tcpbuf": send_tcpbuf}
 SIZES_KIB = (16, 256, 1024)
-# uvloop is measured where it is installed (it is not a dependency: docs/transport.md).
+# uvloop is measured where it is installed (a dependency on every platform but Windows).
 EVENT_LOOPS = ("asyncio", "uvloop") if importlib.util.find_spec("uvloop") else ("asyncio",)
 
 
@@ -647,10 +647,6 @@ def measurements_for(
             measurements[f"transport_{name}_{size_kib}k{suffix}"] = file_timed(
                 file_send, ports[name], leader, size_kib * KIB, volume_bytes
             )
-    if suffix:
-        # PeerTransport asserts its transport is an asyncio.Transport, which uvloop's are not
-        # (they implement it without subclassing): raftlog's own path runs on asyncio only.
-        return measurements
     for entry_kib, name in ((1, "raft_append"), (16, "raft_append_16k_entries")):
         measurements[f"transport_{name}{suffix}"] = raft_timed(
             ports["raft_append"], volume_bytes, receiver.announce, entry_kib * KIB
@@ -740,6 +736,12 @@ def add_ratios(metrics: dict[str, float], event_loops: tuple[str, ...]) -> None:
                 metrics[f"{base}_uvloop_cpu_saving"] = (
                     metrics[f"{base}_cpu_s_per_gb"] / metrics[f"{base}_uvloop_cpu_s_per_gb"]
                 )
+    if "uvloop" in event_loops:
+        for name in ("raft_append", "raft_append_16k_entries"):
+            metrics[f"transport_{name}_uvloop_cpu_saving"] = (
+                metrics[f"transport_{name}_cpu_s_per_gb"]
+                / metrics[f"transport_{name}_uvloop_cpu_s_per_gb"]
+            )
     metrics["transport_raft_append_vs_grpc_256k"] = (
         metrics["transport_raft_append_gb_s"] / metrics["transport_grpc_256k_gb_s"]
     )

@@ -448,6 +448,16 @@ class RaftNode:
             or soft.leader_id != self.current_leader
         )
 
+    def ready_needs_sync(self) -> bool:
+        """Whether the next Ready has anything to make durable (entries, a snapshot, a
+        changed term or vote): its `must_sync`. A driver may complete a Ready that needs no
+        sync at once, in the turn that produced it (a commit learned from an
+        acknowledgement, applied and answered without waiting for a pass)."""
+        if self.log.unstable or self.log.pending_snapshot is not None:
+            return True
+        hard = self.persisted_hard_state
+        return hard.term != self.current_term or hard.vote != self.voted_for
+
     def ready(self) -> Ready:
         assert not self.ready_pending, "ready() called twice without advance()"
         soft = self.soft_state()

@@ -18,7 +18,11 @@ order the core requires:
 
 Committed entries that were durable before the pass (below its new entries) are applied
 before step 1 (`ready.apply_durable`), so their producers' answers do not wait for the
-pass's fsync.
+pass's fsync. A commit learned where nothing waits to be written (a follower's
+acknowledgement stepped in `deliver`, the leader's own fsync counted by `advance`) is
+applied and answered in that same turn (`_apply_now`): a Ready with nothing to make durable
+completes at once, so a producer's answer does not wait for the loop to come round to the
+next pass. The metadata group keeps to its passes (its applies may add and remove groups).
 
 Liveness before bulk work: a pass first completes, steps 1-4 with a sync of their own, the
 Readys that keep the cluster's view of who is alive and who leads: first every Ready of an
@@ -69,7 +73,7 @@ from raftlog.runtime import recorder as metrics
 from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.rate import TokenBucket
-from raftlog.runtime.ready import apply_durable, complete_ready, persist_ready
+from raftlog.runtime.ready import apply_durable, complete_ready, persist_ready, process_ready
 from raftlog.storage.hard_state import HardStateWrite
 from raftlog.storage.log import FlushTicket
 from raftlog.types import NodeId, RaftGroupId
@@ -164,7 +168,9 @@ class RaftGroupHost:
     # -- inputs ------------------------------------------------------------------------------
 
     def deliver(self, sender: NodeId, items: list[tuple[RaftGroupId, Message]]) -> None:
-        """Transport callback: step each message into its group."""
+        """Transport callback: step each message into its group; a commit it teaches a group
+        with nothing to write is applied at once (`_apply_now`)."""
+        stepped: dict[RaftGroupId, RaftGroup] = {}
         for raft_group_id, message in items:
             group = self._groups.get(raft_group_id)
             if group is None:
@@ -177,11 +183,44 @@ class RaftGroupHost:
                 self._storage_damaged(group, error)
                 continue
             self._dirty[raft_group_id] = group
+            stepped[raft_group_id] = group
             if group.traces.pending:
                 # A traced proposal's followers' acknowledgements and commit are seen here,
                 # the moment they are stepped (produce_trace).
                 group.traces.on_stepped(group.node)
+        for group in stepped.values():
+            if self._groups.get(group.raft_group_id) is group:
+                self._apply_now(group)
         self._wake.set()
+
+    def _apply_now(self, group: RaftGroup) -> None:
+        """Complete `group`'s Ready now if it applies committed entries and has nothing to
+        make durable: its writes are all behind it (no Ready pending, nothing unstable), so
+        the ready processor's order holds with no sync, and the producers waiting on those
+        entries are answered in this turn instead of the next pass's."""
+        node = group.node
+        if (
+            node.ready_pending
+            or node.commit <= node.applied
+            or group.raft_group_id in self._urgent_groups
+            or node.ready_needs_sync()
+        ):
+            return
+        try:
+            ready = process_ready(
+                node,
+                log=group.log,
+                hard_state_store=group.hard_state_store,
+                send=self._sender(group),
+                apply=group.apply,
+                restore=group.restore,
+                on_read=group.on_read,
+            )
+        except CorruptBatchError as error:
+            self._storage_damaged(group, error)
+            return
+        assert not ready.must_sync, ready
+        self._after_complete(group, ready)
 
     def notify(self) -> None:
         """Something changed outside `deliver` in groups not named: look at all of them
@@ -402,15 +441,22 @@ class RaftGroupHost:
             if group.traces.pending:
                 # The leader's own durable copy may have completed a quorum (advance).
                 group.traces.mark(produce_trace.COMMITTED, group.node.commit_offset)
-            if group.repairing and not group.node.repairing:
-                group.finish_repair()
-            if ready.soft_state is not None:
-                metrics.recorder().on_ready(ready)
-                group.fail_reads_if_not_leader()
-                if group.on_leadership_change is not None:
-                    group.on_leadership_change(group)
-            if group.node.quiesced:
-                self._awake.pop(group.raft_group_id, None)
+            self._after_complete(group, ready)
+            if self._groups.get(group.raft_group_id) is group:
+                self._apply_now(group)
+
+    def _after_complete(self, group: RaftGroup, ready: Ready) -> None:
+        """What a completed Ready tells the node beyond the ready processor: a finished
+        repair, a change of role or leader, quiescence."""
+        if group.repairing and not group.node.repairing:
+            group.finish_repair()
+        if ready.soft_state is not None:
+            metrics.recorder().on_ready(ready)
+            group.fail_reads_if_not_leader()
+            if group.on_leadership_change is not None:
+                group.on_leadership_change(group)
+        if group.node.quiesced:
+            self._awake.pop(group.raft_group_id, None)
 
     @staticmethod
     def _trace_written(group: RaftGroup, ready: Ready, *, sent_s: float) -> None:

@@ -79,6 +79,7 @@ async def produce(ctx: KafkaContext, request: Any, version: int) -> Any | None:
             message=f"no write permission on transactional id {transactional_id}",
         )
     calls: list[tuple[str, int, Awaitable[_Produced]]] = []
+    loop = asyncio.get_running_loop()
     for topic in request.topic_data:
         for partition in topic.partition_data:
             refusal = (
@@ -90,11 +91,17 @@ async def produce(ctx: KafkaContext, request: Any, version: int) -> Any | None:
                 calls.append((topic.name, partition.index, _done(refusal)))
             else:
                 assert commitment is not None
-                task = _produce_one(ctx, topic.name, partition, commitment, timeout_ms)
-                calls.append((topic.name, partition.index, task))
+                call = _produce_one(ctx, topic.name, partition, commitment, timeout_ms)
+                calls.append((topic.name, partition.index, loop.create_task(call)))
     # Every produce call started above, in request order, before anything awaits: a
-    # pipelining producer's batches reach each partition in the order it sent them.
-    outcomes = await asyncio.gather(*(call for _, _, call in calls))
+    # pipelining producer's batches reach each partition in the order it sent them (each
+    # call, one partition or many, is one task: a call run inline here would overtake the
+    # tasks of an earlier request's calls). One call (the common case) is awaited itself,
+    # not through a gather, whose callback would add a turn of the loop to the answer.
+    if len(calls) == 1:
+        outcomes = [await calls[0][2]]
+    else:
+        outcomes = await asyncio.gather(*(call for _, _, call in calls))
     if commitment is Commitment.NONE:
         return None
     module = response_module(PRODUCE, version)
@@ -168,29 +175,26 @@ def _produce_refusal(
     return None
 
 
-def _produce_one(
+async def _produce_one(
     ctx: KafkaContext, topic: str, partition: Any, commitment: Commitment, timeout_ms: int
-) -> asyncio.Task[_Produced]:
-    async def call() -> _Produced:
-        """Produce the partition's batch through the node port; a raftlog error becomes its Kafka
-        code and message (and the records it names, for INVALID_RECORD)."""
-        try:
-            result = await ctx.node.produce(
-                topic,
-                int(partition.index),
-                [bytes(partition.records)],
-                commitment=commitment,
-                timeout_s=max(timeout_ms, 1) / 1000,
-            )
-        except errors.InvalidRecordError as error:
-            return _Produced(
-                ErrorCode.invalid_record, message=str(error), record_errors=error.record_errors
-            )
-        except errors.RaftlogError as error:
-            return _Produced(kafka_error(error), message=str(error))
-        return _Produced(ErrorCode.none, base_offset=result.base_offset)
-
-    return asyncio.get_running_loop().create_task(call())
+) -> _Produced:
+    """Produce the partition's batch through the node port; a raftlog error becomes its Kafka
+    code and message (and the records it names, for INVALID_RECORD)."""
+    try:
+        result = await ctx.node.produce(
+            topic,
+            int(partition.index),
+            [bytes(partition.records)],
+            commitment=commitment,
+            timeout_s=max(timeout_ms, 1) / 1000,
+        )
+    except errors.InvalidRecordError as error:
+        return _Produced(
+            ErrorCode.invalid_record, message=str(error), record_errors=error.record_errors
+        )
+    except errors.RaftlogError as error:
+        return _Produced(kafka_error(error), message=str(error))
+    return _Produced(ErrorCode.none, base_offset=result.base_offset)
 
 
 async def fetch(ctx: KafkaContext, request: Any, version: int) -> Any:

@@ -4,8 +4,11 @@ Theory of operation. Bytes go into the connection's `FrameDecoder`; each whole f
 decoded (header, then body with kio) and its handler started at once as a task, so a client
 that pipelines requests (a producer with several in flight) has them all under way, and
 handlers start in arrival order (a partition sees a producer's batches in the order sent).
-Responses leave strictly in request order, as Kafka requires: a writer task awaits the
-oldest pending handler, writes its response, and moves on. At most
+Responses leave strictly in request order, as Kafka requires: a handler's task, once its
+handler returns, writes its own response if it is the oldest pending request, then every
+later one already answered (`_write_answered`); one that finishes early leaves its response
+for the task of the request before it. The response is thus written in the same turn that
+answered it, with no writer task to wake in between. At most
 `kafka.requests_in_flight_max` requests are pending per connection; beyond it the
 connection stops reading, so a client cannot queue unbounded work. Anything that cannot be
 decoded closes the connection (the stream can no longer be trusted) and touches nothing
@@ -21,7 +24,7 @@ import dataclasses
 import logging
 import ssl as ssl_module
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, cast
 
 from kio.schema.errors import ErrorCode
 
@@ -57,8 +60,23 @@ _BEFORE_AUTH = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 
 PRODUCE_API_KEY = 0  # Kafka's Produce (rpc.kafka.log_handlers.PRODUCE)
 
-# (header, response version, handler task or a ready response)
-_Pending = tuple[RequestHeader, int, "asyncio.Future[Any | None]"]
+
+@dataclasses.dataclass(slots=True, eq=False)
+class _Pending:
+    """A request on its way: its handler's task until `answered` (then its response, None
+    for none, or the handler's error)."""
+
+    header: RequestHeader
+    version: int
+    task: asyncio.Task[None] | None = None
+    answered: bool = False
+    response: Any | None = None
+    error: BaseException | None = None
+    # The produce being timed stage by stage (produce_trace), if any.
+    trace: RequestTrace | None = None
+
+    def answer(self, response: Any | None) -> None:
+        self.response, self.answered = response, True
 
 
 class KafkaListener:
@@ -129,12 +147,8 @@ class _Connection(asyncio.Protocol):
         self._registry = registry
         self._decoder = FrameDecoder(frame_bytes_max=context.config.frame_bytes_max)
         self._pending: collections.deque[_Pending] = collections.deque()
-        # Produce requests being timed stage by stage (produce_trace), by their handler.
-        self._traces: dict[asyncio.Future[Any | None], RequestTrace] = {}
         self._transport: asyncio.Transport | None = None
-        self._writer: asyncio.Task[None] | None = None
-        self._writable = asyncio.Event()
-        self._writable.set()
+        self._writable = True
         self._reading_paused = False
         self._peer = "?"
 
@@ -143,7 +157,8 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Register the connection, or abort it at once when `kafka.connections_max` connections are
         already open."""
-        assert isinstance(transport, asyncio.Transport)
+        # Not checked with isinstance: uvloop's transports do not subclass asyncio.Transport.
+        transport = cast(asyncio.Transport, transport)
         self._transport = transport
         self._peer = str(transport.get_extra_info("peername"))
         if len(self._registry) >= self._context.config.connections_max:
@@ -157,18 +172,19 @@ class _Connection(asyncio.Protocol):
         go."""
         self._registry.discard(self)
         self._transport = None
-        self._writable.set()
-        for _, _, future in self._pending:
-            future.cancel()
-        self._pending.clear()
+        pending, self._pending = self._pending, collections.deque()
+        for request in pending:
+            if request.task is not None:
+                request.task.cancel()
 
     def pause_writing(self) -> None:
-        """Transport buffer full: the response writer waits until `resume_writing`."""
-        self._writable.clear()
+        """Transport buffer full: answered responses wait until `resume_writing`."""
+        self._writable = False
 
     def resume_writing(self) -> None:
-        """Transport buffer drained: let the response writer go on."""
-        self._writable.set()
+        """Transport buffer drained: write the responses that waited."""
+        self._writable = True
+        self._write_answered()
 
     def data_received(self, data: bytes) -> None:
         """Buffer `data` and start a handler for every whole frame, unless reading is paused at
@@ -191,15 +207,16 @@ class _Connection(asyncio.Protocol):
     # -- requests ------------------------------------------------------------------------
 
     def _dispatch(self, frame: bytes) -> None:
-        header, response_version, future = self._start(frame)
-        self._pending.append((header, response_version, future))
+        request = self._start(frame)
+        self._pending.append(request)
         if len(self._pending) >= self._context.config.requests_in_flight_max:
             self._pause_reading()
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_responses())
+        if request.answered:
+            self._write_answered()
 
     def _start(self, frame: bytes) -> _Pending:
-        """Decode `frame` and start its handler; raises FrameError for what cannot be."""
+        """Decode `frame` and start its handler (or answer it at once); raises FrameError
+        for what cannot be."""
         header, _ = decode_header(frame, flexible=False)
         # Timed from here, the frame just taken off the connection; None unless metrics
         # are served.
@@ -207,16 +224,15 @@ class _Connection(asyncio.Protocol):
         api = APIS.get(header.api_key)
         if api is None:
             raise FrameError(f"unknown api key {header.api_key}")
-        loop = asyncio.get_running_loop()
         if not api.supports(header.api_version):
             if header.api_key != API_VERSIONS:
                 raise FrameError(
                     f"{api.name} v{header.api_version} is not supported (versions "
                     f"{api.version_min}-{api.version_max})"
                 )
-            ready: asyncio.Future[Any | None] = loop.create_future()
-            ready.set_result(api_versions_response(0, ErrorCode.unsupported_version))
-            return header, 0, ready
+            unsupported = _Pending(header, 0)
+            unsupported.answer(api_versions_response(0, ErrorCode.unsupported_version))
+            return unsupported
         if self._context.session.principal is None and header.api_key not in _BEFORE_AUTH:
             raise FrameError(f"{api.name} before SASL authentication")
         flexible = request_is_flexible(header.api_key, header.api_version)
@@ -231,16 +247,18 @@ class _Connection(asyncio.Protocol):
             self._predecessors(header.api_key),
             api.handler(self._context, request, header.api_version),
         )
+        pending = _Pending(header, header.api_version, trace=trace)
+        loop = asyncio.get_running_loop()
         if trace is None:
-            return header, header.api_version, loop.create_task(handler)
+            pending.task = loop.create_task(self._serve(pending, handler))
+            return pending
         # The handler's task, and the per-partition tasks it starts, see the trace.
         context = contextvars.copy_context()
         context.run(trace.attach)
-        task = loop.create_task(handler, context=context)
-        self._traces[task] = trace
-        return header, header.api_version, task
+        pending.task = loop.create_task(self._serve(pending, handler), context=context)
+        return pending
 
-    def _predecessors(self, api_key: int) -> list[asyncio.Future[Any | None]]:
+    def _predecessors(self, api_key: int) -> list[asyncio.Task[None]]:
         """The earlier requests of this connection a request's handler must wait for.
 
         Kafka serves a connection's requests one at a time, and clients count on it: librdkafka
@@ -249,45 +267,62 @@ class _Connection(asyncio.Protocol):
         order, so each partition sees them in the order sent); any other request starts once
         every earlier one is served, and a Produce once every earlier other request is."""
         return [
-            future
-            for earlier, _, future in self._pending
-            if not future.done()
-            and (api_key != PRODUCE_API_KEY or earlier.api_key != PRODUCE_API_KEY)
+            earlier.task
+            for earlier in self._pending
+            if earlier.task is not None
+            and not earlier.answered
+            and (api_key != PRODUCE_API_KEY or earlier.header.api_key != PRODUCE_API_KEY)
         ]
 
-    async def _write_responses(self) -> None:
-        while self._pending and self._transport is not None:
-            header, version, future = self._pending[0]
-            try:
-                response = await future
-            except asyncio.CancelledError:
-                return
-            except Exception:
-                log.exception("kafka: api %s from %s failed", header.api_key, self._peer)
+    async def _serve(self, pending: _Pending, handler: Coroutine[Any, Any, Any | None]) -> None:
+        """Run the handler, then write every response now due, in this same step."""
+        try:
+            response = await handler
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            pending.error = error
+            pending.answered = True
+        else:
+            pending.answer(response)
+        self._write_answered()
+
+    def _write_answered(self) -> None:
+        """Write the responses of the oldest requests, in order, while they are answered
+        (and the transport takes more)."""
+        while self._pending and self._pending[0].answered and self._transport is not None:
+            if not self._writable:
+                return  # resume_writing comes back here
+            pending = self._pending.popleft()
+            if pending.error is not None:
+                log.error(
+                    "kafka: api %s from %s failed",
+                    pending.header.api_key,
+                    self._peer,
+                    exc_info=pending.error,
+                )
                 self.abort("handler failed")
                 return
-            self._pending.popleft()
-            trace = self._traces.pop(future, None) if self._traces else None
-            if response is not None and self._transport is not None:
-                await self._writable.wait()
-                try:
-                    self._send(header, version, response)
-                    if trace is not None:
-                        trace.finish()
-                    if (
-                        header.api_key == SASL_AUTHENTICATE
-                        and self._context.session.principal is None
-                    ):
-                        self.abort("SASL authentication failed")
-                        return
-                except Exception:
-                    log.exception(
-                        "kafka: api %s v%s: response does not encode", header.api_key, version
-                    )
-                    self.abort("response does not encode")
-                    return
+            if pending.response is not None and not self._write(pending):
+                return
             if self._reading_paused and len(self._pending) < self._resume_at():
                 self._resume_reading()
+
+    def _write(self, pending: _Pending) -> bool:
+        """Write `pending`'s response; False if the connection was aborted instead."""
+        header, version = pending.header, pending.version
+        try:
+            self._send(header, version, pending.response)
+        except Exception:
+            log.exception("kafka: api %s v%s: response does not encode", header.api_key, version)
+            self.abort("response does not encode")
+            return False
+        if pending.trace is not None:
+            pending.trace.finish()
+        if header.api_key == SASL_AUTHENTICATE and self._context.session.principal is None:
+            self.abort("SASL authentication failed")
+            return False
+        return True
 
     def _send(self, header: RequestHeader, version: int, response: Any) -> None:
         body = Chunks()
@@ -318,13 +353,15 @@ class _Connection(asyncio.Protocol):
         """Close the connection at once, unflushed, logging `reason`; a no-op once it is closed."""
         if self._transport is not None:
             log.info("kafka: closing connection from %s: %s", self._peer, reason)
-            self._transport.abort()
+            # Nothing more is read or written (handlers still running find no transport).
+            transport, self._transport = self._transport, None
+            transport.abort()
 
 
 async def _after(
-    earlier: list[asyncio.Future[Any | None]], handler: Coroutine[Any, Any, Any | None]
+    earlier: list[asyncio.Task[None]], handler: Coroutine[Any, Any, Any | None]
 ) -> Any | None:
-    """Run `handler` once every future in `earlier` is done (whatever their outcome)."""
+    """Run `handler` once every task in `earlier` is done (whatever their outcome)."""
     if earlier:
         try:
             await asyncio.wait(earlier)

@@ -26,6 +26,16 @@ from raftlog.local_cluster import LocalCluster
 
 def kafka_call(address: str, request: Any, *, correlation_id: int = 1) -> Any:
     """Send `request` (a kio request entity) to `address`, return the decoded response."""
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=15) as sock:
+        sock.sendall(request_frame(request, correlation_id))
+        answered, data = read_frame(sock)
+    assert answered == correlation_id
+    return decode_response(request, data)
+
+
+def request_frame(request: Any, correlation_id: int) -> bytes:
+    """`request` (a kio request entity) as one frame, size first."""
     api_key, version = int(request.__api_key__), int(request.__version__)
     body = io.BytesIO()
     entity_writer(type(request))(body, request)
@@ -33,12 +43,19 @@ def kafka_call(address: str, request: Any, *, correlation_id: int = 1) -> Any:
     if request.__flexible__:
         header += b"\x00"  # no tagged fields
     payload = header + body.getvalue()
-    host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=15) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", read_exactly(sock, 4))
-        data = read_exactly(sock, size)
-    assert struct.unpack_from(">i", data)[0] == correlation_id
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read_frame(sock: socket.socket) -> tuple[int, bytes]:
+    """One response frame: its correlation id and the whole frame after the size."""
+    (size,) = struct.unpack(">i", read_exactly(sock, 4))
+    data = read_exactly(sock, size)
+    return struct.unpack_from(">i", data)[0], data
+
+
+def decode_response(request: Any, data: bytes) -> Any:
+    """The response to `request` from its frame (as `read_frame` returns it)."""
+    api_key, version = int(request.__api_key__), int(request.__version__)
     response_class = load_response_schema(api_key, version)
     offset = 5 if response_class.__flexible__ and api_key != 18 else 4
     response, used = entity_reader(response_class)(data, offset)

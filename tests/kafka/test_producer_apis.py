@@ -1,10 +1,13 @@
-"""InitProducerId, idempotence, OffsetForLeaderEpoch and DescribeCluster with real clients."""
+"""InitProducerId, idempotence, OffsetForLeaderEpoch and DescribeCluster with real clients;
+pipelined produces answered in request order."""
 
 from __future__ import annotations
 
 import datetime
+import socket
 
 import pytest
+from kio.schema.api_versions.v0.request import ApiVersionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.init_producer_id.v4 import request as ipi
 from kio.schema.offset_for_leader_epoch.v4 import request as ofle
@@ -13,7 +16,14 @@ from kio.static.primitive import i16, i32, i32Timedelta
 from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.records import RecordInput, encode_batch
-from tests.kafka.kafka_wire import create_topic, kafka_call, produce_request
+from tests.kafka.kafka_wire import (
+    create_topic,
+    decode_response,
+    kafka_call,
+    produce_request,
+    read_frame,
+    request_frame,
+)
 
 kafka = pytest.importorskip("confluent_kafka")
 admin_module = pytest.importorskip("confluent_kafka.admin")
@@ -224,3 +234,31 @@ def test_an_idempotent_producer_continues_into_a_recreated_topic(
     finally:
         consumer.close()
     assert values == [b"after-%d" % i for i in range(10)]
+
+
+def test_pipelined_responses_come_back_in_request_order(kafka_cluster: LocalCluster) -> None:
+    """Responses on one connection leave in request order (Kafka requires it), whichever
+    handler finishes first: produces (answered when committed) pipelined with ApiVersions
+    (answered at once), sent in one write on one socket."""
+    create_topic(kafka_cluster, "pipelined", partitions=1)
+    with Admin(kafka_cluster.bootstrap) as admin:
+        leader = admin.describe_topic("pipelined").partitions[0].leader
+    port = kafka_cluster.nodes[leader].kafka_port
+    requests = []
+    for index in range(4):
+        batch = encode_batch([RecordInput(b"k", b"value %d" % index, 1_700_000_000_000)])
+        requests += [produce_request("pipelined", batch), ApiVersionsRequest()]
+    frames = b"".join(request_frame(r, correlation_id) for correlation_id, r in enumerate(requests))
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        sock.sendall(frames)
+        answers = [read_frame(sock) for _ in requests]
+    assert [correlation_id for correlation_id, _ in answers] == list(range(len(requests)))
+    produced = [
+        decode_response(request, data)
+        for request, (_, data) in zip(requests, answers, strict=True)
+        if request.__api_key__ == 0
+    ]
+    parts = [response.responses[0].partition_responses[0] for response in produced]
+    assert all(part.error_code == ErrorCode.none for part in parts), parts
+    offsets = [part.base_offset for part in parts]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets), offsets

@@ -5,21 +5,19 @@ real segment logs on a file system whose fsyncs take as long as the test says.""
 from __future__ import annotations
 
 import asyncio
-import random
 import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from raftlog.config import LogConfig, RaftConfig
-from raftlog.raft.memory import MemoryHardStateStore
-from raftlog.raft.node import RaftNode
-from raftlog.raft.types import Entry, Membership, Message, Role, Snapshot
+from raftlog.raft.types import Message, Role
 from raftlog.runtime.clock import FakeMonotonicClock
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.host import RaftGroupHost
 from raftlog.storage.file_system import FileHandle, OsFileSystem
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.types import Commitment, NodeId, RaftGroupId
+from tests.unit.runtime.hosted_groups import add_group
 
 NODES = (NodeId(1), NodeId(2), NodeId(3))
 GROUP = RaftGroupId(1)
@@ -84,17 +82,6 @@ class _SlowSyncFiles(OsFileSystem):
         return _SlowSyncHandle(self, super().open(path, create=create))
 
 
-class _Applied:
-    def __init__(self) -> None:
-        self.entries: list[Entry] = []
-
-    def apply(self, entry: Entry) -> None:
-        self.entries.append(entry)
-
-    def restore(self, snapshot: Snapshot) -> None:
-        raise AssertionError("no snapshots here")
-
-
 def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, RaftGroupHost]:
     hosts: dict[NodeId, RaftGroupHost] = {}
 
@@ -105,7 +92,6 @@ def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, RaftGroupHost]:
 
         return send
 
-    membership = Membership(voters=frozenset(NODES))
     for node_id in NODES:
         host = RaftGroupHost(
             node_id=node_id,
@@ -116,25 +102,7 @@ def _hosts(root: Path, files: _SlowSyncFiles) -> dict[NodeId, RaftGroupHost]:
             clock=files.clock,
         )
         storage = RaftLogStorage.open(root / f"node-{node_id}", config=LogConfig(), files=files)
-        node = RaftNode(
-            node_id=node_id,
-            config=CONFIG,
-            storage=storage,
-            hard_state=MemoryHardStateStore().load(),
-            rng=random.Random(node_id),
-            bootstrap_membership=membership,
-        )
-        host.add(
-            RaftGroup(
-                raft_group_id=GROUP,
-                node=node,
-                log=storage,
-                hard_state_store=MemoryHardStateStore(),
-                state_machine=_Applied(),
-                config=CONFIG,
-                bootstrap_membership=membership,
-            )
-        )
+        add_group(host, GROUP, storage, config=CONFIG, voters=NODES, seed=node_id)
         for peer in NODES:
             host.set_peer_reachable(peer, reachable=peer != node_id)
         hosts[node_id] = host

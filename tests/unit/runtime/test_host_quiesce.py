@@ -6,32 +6,19 @@ the unit tests drive by hand: raftlog.runtime.host.)"""
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable
 
 from raftlog.config import RaftConfig
-from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
-from raftlog.raft.node import RaftNode
-from raftlog.raft.types import Entry, Membership, Message, Role, Snapshot
-from raftlog.runtime.group import RaftGroup
+from raftlog.raft.memory import MemoryStorage
+from raftlog.raft.types import Message, Role
 from raftlog.runtime.host import RaftGroupHost
 from raftlog.types import Commitment, NodeId, RaftGroupId
+from tests.unit.runtime.hosted_groups import add_group
 
 NODES = (NodeId(1), NodeId(2), NodeId(3))
 GROUPS = 12
 HANG_GUARD_S = 60
 CONFIG = RaftConfig(election_timeout_ticks=10, heartbeat_interval_ticks=2)
-
-
-class _Applied:
-    def __init__(self) -> None:
-        self.entries: list[Entry] = []
-
-    def apply(self, entry: Entry) -> None:
-        self.entries.append(entry)
-
-    def restore(self, snapshot: Snapshot) -> None:
-        raise AssertionError("no snapshots here")
 
 
 class _Cluster:
@@ -41,29 +28,12 @@ class _Cluster:
             node_id: RaftGroupHost(node_id=node_id, tick_interval_ms=2, send=self._sender(node_id))
             for node_id in NODES
         }
-        membership = Membership(voters=frozenset(NODES))
         for node_id, host in self.hosts.items():
             for index in range(GROUPS):
-                storage = MemoryStorage()
-                node = RaftNode(
-                    node_id=node_id,
-                    config=CONFIG,
-                    storage=storage,
-                    hard_state=MemoryHardStateStore().load(),
-                    rng=random.Random(node_id * 1000 + index),
-                    bootstrap_membership=membership,
-                )
-                host.add(
-                    RaftGroup(
-                        raft_group_id=RaftGroupId(index),
-                        node=node,
-                        log=storage,
-                        hard_state_store=MemoryHardStateStore(),
-                        state_machine=_Applied(),
-                        config=CONFIG,
-                        bootstrap_membership=membership,
-                    )
-                )
+                add_group(
+                    host, RaftGroupId(index), MemoryStorage(), config=CONFIG, voters=NODES,
+                    seed=node_id * 1000 + index,
+                )  # fmt: skip
             for peer in NODES:
                 host.set_peer_reachable(peer, reachable=peer != node_id)
 
