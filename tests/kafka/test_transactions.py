@@ -10,6 +10,7 @@ import asyncio
 import datetime
 import importlib
 import io
+import itertools
 import json
 import socket
 import struct
@@ -697,11 +698,12 @@ def test_an_end_txn_pipelined_behind_add_partitions_to_txn_sees_the_partition_ad
         init = ipi.InitProducerIdRequest(transactional_id=ipi.TransactionalId(txn_id),
                                          transaction_timeout=timeout)  # fmt: skip
         deadline = time.monotonic() + 30
-        while True:  # as a client: an earlier test's kill may have moved the coordinator
+        for attempt in itertools.count():  # as a client: an earlier test killed a node
             started = None
             try:
                 found = kafka_call(
-                    boot.split(",")[n % 3], fc.FindCoordinatorRequest(key=txn_id, key_type=i8(1))
+                    boot.split(",")[attempt % 3],
+                    fc.FindCoordinatorRequest(key=txn_id, key_type=i8(1)),
                 )
                 address = f"{found.host}:{found.port}"
                 started = kafka_call(address, init)
