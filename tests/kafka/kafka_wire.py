@@ -99,12 +99,18 @@ def create_topic(cluster: LocalCluster, name: str, *, partitions: int) -> None:
         # The client asks again after a slow answer; then the first attempt made it.
         with contextlib.suppress(TopicAlreadyExistsError):
             admin.create_topic(name, partitions=partitions, replication_factor=3)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            described = admin.describe_topic(name)
-            if all(p.leader == p.replicas[0] for p in described.partitions):
-                return
-            time.sleep(0.05)
+        wait_for_preferred_leaders(admin, name)
+
+
+def wait_for_preferred_leaders(admin: Admin, name: str) -> None:
+    """Wait until each partition of `name` is led by its preferred replica (where leadership
+    settles shortly after a topic is created)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        described = admin.describe_topic(name)
+        if all(p.leader == p.replicas[0] for p in described.partitions):
+            return
+        time.sleep(0.05)
     raise AssertionError(f"topic {name}: not every partition led by its preferred replica")
 
 

@@ -10,7 +10,12 @@ from kio.schema.errors import ErrorCode
 from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.records import RecordInput, encode_batch
-from tests.kafka.kafka_wire import create_topic, kafka_call, produce_request
+from tests.kafka.kafka_wire import (
+    create_topic,
+    kafka_call,
+    produce_request,
+    wait_for_preferred_leaders,
+)
 
 kafka = pytest.importorskip("confluent_kafka")
 admin_module = pytest.importorskip("confluent_kafka.admin")
@@ -170,10 +175,14 @@ def test_long_poll_returns_when_a_record_arrives(kafka_cluster: LocalCluster) ->
         consumer.close()
 
 
-def _create(boot: str, name: str, config: dict[str, str]) -> None:
-    client = admin_module.AdminClient({"bootstrap.servers": boot})
+def _create(cluster: LocalCluster, name: str, config: dict[str, str]) -> None:
+    """Create `name` through Kafka's CreateTopics and wait for its preferred leader: the tests
+    send with retries off, so a leader change just after creation would fail their batch."""
+    client = admin_module.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
     topic = admin_module.NewTopic(name, num_partitions=1, replication_factor=3, config=config)
     client.create_topics([topic], operation_timeout=30)[name].result(timeout=40)  # type: ignore[attr-defined]
+    with Admin(cluster.bootstrap) as admin:
+        wait_for_preferred_leaders(admin, name)
 
 
 def _send_one_batch(
@@ -201,7 +210,7 @@ def test_keyless_records_on_a_compacted_topic_are_named_in_record_errors(
     record_errors naming each keyless record (KIP-467), so librdkafka fails those with their own
     message and the others of the batch as _INVALID_DIFFERENT_RECORD (librdkafka's 0011)."""
     boot = kafka_cluster.kafka_bootstrap
-    _create(boot, "cf-compact", {"cleanup.policy": "compact"})
+    _create(kafka_cluster, "cf-compact", {"cleanup.policy": "compact"})
     errors = _send_one_batch(
         boot, "cf-compact", [(b"k0", b"v0"), (None, b"v1"), (b"k2", b"v2"), (None, b"v3")]
     )
@@ -234,10 +243,11 @@ def test_max_message_bytes_and_segment_bytes_bound_a_batch_as_kafka_does(
     and are all read back."""
     boot = kafka_cluster.kafka_bootstrap
     big = [(b"k%d" % i, bytes(2048)) for i in range(90)]  # one batch of about 185 KB
-    _create(boot, "cf-segments", {"segment.bytes": "65536", "max.message.bytes": "1048576"})
+    segments = {"segment.bytes": "65536", "max.message.bytes": "1048576"}
+    _create(kafka_cluster, "cf-segments", segments)
     (error, *_) = _send_one_batch(boot, "cf-segments", big)
     assert error is not None and error.code() == kafka.KafkaError.RECORD_LIST_TOO_LARGE, error  # type: ignore[attr-defined]
-    _create(boot, "cf-messages", {"max.message.bytes": "65536"})
+    _create(kafka_cluster, "cf-messages", {"max.message.bytes": "65536"})
     (error, *_) = _send_one_batch(boot, "cf-messages", big)
     assert error is not None and error.code() == kafka.KafkaError.MSG_SIZE_TOO_LARGE, error  # type: ignore[attr-defined]
 
