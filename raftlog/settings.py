@@ -155,8 +155,10 @@ def apply_overrides(config: NodeConfig, items: list[str]) -> NodeConfig:
         if not sep:
             raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
         section_name, dot, field_name = key.rpartition(".")
-        target = getattr(config, section_name) if dot else config
-        if dot and not dataclasses.is_dataclass(target):
+        # Only a NodeConfig field names a section; getattr would also reach its methods.
+        sections = {f.name for f in dataclasses.fields(config)}
+        target = getattr(config, section_name) if dot and section_name in sections else config
+        if dot and (section_name not in sections or not dataclasses.is_dataclass(target)):
             raise ConfigError(f"--set {key}: unknown section {section_name!r}")
         known = {f.name: f for f in dataclasses.fields(target)}
         if field_name not in known or dataclasses.is_dataclass(getattr(target, field_name)):

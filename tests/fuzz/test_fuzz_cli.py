@@ -11,7 +11,7 @@ import contextlib
 import io
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from raftlog.cli import build_parser, main
@@ -68,6 +68,8 @@ def test_addresses_and_peers_parse_or_name_the_input(value: str) -> None:
 
 @fuzz_settings(200)
 @given(st.lists(st.one_of(text, st.sampled_from(["tick_interval_ms=7", "raft.pre_vote=true"]))))
+@example([".="])  # an empty section name
+@example(["nope.x=1", "validate.x=1"])
 def test_overrides_and_topic_configs_are_refused_cleanly(items: list[str]) -> None:
     with contextlib.suppress(ConfigError):
         apply_overrides(NodeConfig(), items)
