@@ -110,10 +110,14 @@ def test_metrics_agree_with_the_cluster(cluster: LocalCluster) -> None:
             for p in range(PARTITIONS)
         )
         return leaders == PARTITIONS and all(
-            value(t, "raftlog_partitions_under_replicated") == 0 for t in texts
+            value(t, "raftlog_partitions_under_replicated") == 0
+            and value(t, "raftlog_partitions_offline") == 0
+            for t in texts
         )
 
-    wait_until(settled, timeout_s=30, what="one leader a partition, none under-replicated")
+    wait_until(
+        settled, timeout_s=30, what="one leader a partition, none under-replicated or offline"
+    )
     texts = {node.node_id: scrape(node) for node in cluster.nodes.values()}
     assert sum(value(t, "raftlog_controller") for t in texts.values()) == 1
     total_records = 0

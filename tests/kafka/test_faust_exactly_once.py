@@ -108,10 +108,15 @@ def _feed(boot: str, words: list[str]) -> None:
 
 
 def _wait_updates(reader: CommittedReader, count: int, worker: Worker) -> None:
+    # A bound on the time without progress, not on the whole: a loaded machine is slow.
     deadline = time.monotonic() + PROGRESS_TIMEOUT_S
+    seen = len(reader.records)
     while len(reader.records) < count:
         if worker.process.poll() is not None:
             pytest.fail(f"the worker exited {worker.process.returncode}:\n{worker.tail()}")
+        if len(reader.records) > seen:
+            seen = len(reader.records)
+            deadline = time.monotonic() + PROGRESS_TIMEOUT_S
         if time.monotonic() > deadline:
             committed = len(reader.records)
             pytest.fail(f"{committed} of {count} table updates committed:\n{worker.tail()}")
