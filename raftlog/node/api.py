@@ -272,6 +272,13 @@ class NodeApi:
 
     async def _write_one(self, marker: TxnMarker, timeout_s: float) -> int:
         try:
+            if (marker.topic, marker.partition) not in self._replicas and (
+                self.metadata.state.partition(marker.topic, marker.partition) is not None
+            ):
+                # Not hosted here (yet): a restart still replaying its metadata, a copy
+                # reopened for repair. The partition exists, so the coordinator must retry,
+                # not drop the marker (raftlog.node.txn_markers).
+                raise NotLeaderError(leader_hint=None)
             replica = self._replica(marker.topic, marker.partition)
             if self._is_fenced():
                 raise NotLeaderError(leader_hint=None)  # as produce: a fenced node leads nothing

@@ -58,7 +58,7 @@ TICK_S = 0.1
 RETRY_BACKOFF_S = 0.2
 MARKER_TIMEOUT_S = 5.0
 SUBMIT_TIMEOUT_S = 5.0
-# Kafka's codes after which a marker needs no retry: written, or its partition is gone.
+# Kafka's codes a marker write answers: written; no such partition (on the node asked).
 _NONE, _UNKNOWN_TOPIC_OR_PARTITION = 0, 3
 
 Submit = Callable[[Command], Awaitable[ApplyResult]]
@@ -169,10 +169,9 @@ class TransactionMarkerDuty:
             m for m in markers_of(self._state(), txn, term) if (m.topic, m.partition) not in written
         ]
         results = await self._write_markers(markers, MARKER_TIMEOUT_S) if markers else []
-        done = (_NONE, _UNKNOWN_TOPIC_OR_PARTITION)
-        failed = [r for r in results if r.error_code not in done]
+        failed = [r for r in results if not self._done(r)]
         if failed:
-            written |= {(r.topic, r.partition) for r in results if r.error_code in done}
+            written |= {(r.topic, r.partition) for r in results if self._done(r)}
             self._written[txn.transactional_id] = (attempt, written)
             log.info("transaction %r: markers not written yet: %s", txn.transactional_id, failed)
             await asyncio.sleep(RETRY_BACKOFF_S)
@@ -188,6 +187,22 @@ class TransactionMarkerDuty:
             log.info("transaction %r: completion refused: %s", txn.transactional_id, result)
             return
         recorder().on_transaction_completed(commit=txn.state is TxnState.PREPARE_COMMIT)
+
+    def _done(self, result: TxnMarkerResult) -> bool:
+        """Whether a marker needs no retry: it was written, or its partition is gone from the
+        coordinator's own metadata. A node answers UNKNOWN_TOPIC_OR_PARTITION also while it
+        does not host the partition *yet* (restarted, still replaying its metadata; its copy
+        reopened for repair): taking that answer as final would complete the transaction
+        without the marker, leave its records open on that partition, and let the producer's
+        next ABORT there index them as aborted, hiding committed records from read_committed
+        readers. Kafka's coordinator, too, drops a marker only when its metadata cache no
+        longer has the partition."""
+        if result.error_code == _NONE:
+            return True
+        return (
+            result.error_code == _UNKNOWN_TOPIC_OR_PARTITION
+            and self._state().partition(result.topic, result.partition) is None
+        )
 
     async def _abort_timed_out(self, txn: TransactionState, now_ms: int) -> None:
         log.info(

@@ -14,6 +14,7 @@ from raftlog.metadata.commands import (
     ApplyResult,
     Command,
     CompleteEndTransaction,
+    DeleteTopic,
     InitTransaction,
     PrepareEndTransaction,
     encode_command,
@@ -32,18 +33,19 @@ class Fakes:
         self.markers: list[TxnMarker] = []
         self.marker_code = 0
         self.refused: set[int] = set()  # partitions answered NOT_LEADER_OR_FOLLOWER
+        self.unknown: set[int] = set()  # partitions answered UNKNOWN_TOPIC_OR_PARTITION
 
     async def submit(self, command: Command) -> ApplyResult:
         return self.log.apply(encode_command(command))
 
     async def write(self, markers: Sequence[TxnMarker], timeout_s: float) -> list[TxnMarkerResult]:
         self.markers += markers
-        return [
-            TxnMarkerResult(
-                m.topic, m.partition, 6 if m.partition in self.refused else self.marker_code
-            )
-            for m in markers
-        ]
+        return [TxnMarkerResult(m.topic, m.partition, self._code(m.partition)) for m in markers]
+
+    def _code(self, partition: int) -> int:
+        if partition in self.refused:
+            return 6
+        return 3 if partition in self.unknown else self.marker_code
 
     def duty(self) -> TransactionMarkerDuty:
         return TransactionMarkerDuty(
@@ -121,6 +123,39 @@ async def _case_a_retry_writes_only_the_markers_not_yet_written() -> None:
     assert [m.partition for m in fakes.markers] == [0, 2, 2, 2]
 
 
+async def _case_unknown_partition_from_a_node_is_retried_while_the_partition_exists() -> None:
+    # A restarted node that has not yet replayed its metadata answers UNKNOWN_TOPIC_OR_PARTITION
+    # for a partition that exists: completing then would leave the partition without its
+    # marker (its records open, later indexed as aborted by the producer's next ABORT).
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 200))
+    fakes = Fakes(log)
+    fakes.unknown = {2}
+    duty = fakes.duty()
+    await _settle(duty)
+    await _settle(duty)
+    assert _state(log) is TxnState.PREPARE_COMMIT
+    fakes.unknown = set()
+    await _settle(duty)
+    assert _state(log) is TxnState.COMPLETE_COMMIT
+    assert [m.partition for m in fakes.markers] == [0, 2, 2, 2]
+
+
+async def _case_a_deleted_partitions_marker_is_not_waited_for() -> None:
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 200))
+    fakes = Fakes(log)
+    fakes.unknown = {0, 2}
+    duty = fakes.duty()
+    await _settle(duty)
+    assert _state(log) is TxnState.PREPARE_COMMIT
+    log.ok(DeleteTopic("orders"))
+    await _settle(duty)
+    assert _state(log) is TxnState.COMPLETE_COMMIT
+
+
 async def _case_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() -> None:
     log = Log()
     _open_transaction(log)
@@ -176,6 +211,14 @@ def test_no_completion_until_every_marker_is_written() -> None:
 
 def test_a_retry_writes_only_the_markers_not_yet_written() -> None:
     asyncio.run(_case_a_retry_writes_only_the_markers_not_yet_written())
+
+
+def test_unknown_partition_from_a_node_is_retried_while_the_partition_exists() -> None:
+    asyncio.run(_case_unknown_partition_from_a_node_is_retried_while_the_partition_exists())
+
+
+def test_a_deleted_partitions_marker_is_not_waited_for() -> None:
+    asyncio.run(_case_a_deleted_partitions_marker_is_not_waited_for())
 
 
 def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced() -> None:
