@@ -120,6 +120,14 @@ def test_records_above_the_high_watermark_are_not_returned(cluster: FakeCluster)
     c.close()
 
 
+def poll_until_raises(c: Consumer, polls: int = 300) -> None:
+    """Poll until the error surfaces: a poll returns empty-handed when its fetch is still on
+    the wire at its timeout (a loaded machine), so one short poll is no proof either way;
+    pytest.raises fails the test if `polls` polls pass without the error."""
+    for _ in range(polls):
+        c.poll(timeout_ms=100)
+
+
 def test_a_batch_at_or_above_the_high_watermark_is_refused(cluster: FakeCluster) -> None:
     cluster.state.create_topic("events", 1)
     produce(cluster, [b"a"])
@@ -129,7 +137,7 @@ def test_a_batch_at_or_above_the_high_watermark_is_refused(cluster: FakeCluster)
     c.assign([TP])
     c.seek(TP, 0)
     with pytest.raises(ClientError, match="ending at offset 0 is not below the high watermark 0"):
-        c.poll(timeout_ms=100)
+        poll_until_raises(c)
     c.close()
 
 
@@ -147,7 +155,7 @@ def test_offset_out_of_range_resets_per_policy(cluster: FakeCluster) -> None:
         strict.position(TP)
     strict.seek(TP, 100)
     with pytest.raises(OffsetOutOfRangeError, match="events/0 at offset 100"):
-        strict.poll(timeout_ms=100)
+        poll_until_raises(strict)
     strict.close()
 
 
