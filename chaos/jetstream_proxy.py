@@ -13,71 +13,31 @@ replacement dials through the same proxy. No root is needed. All on 127.0.0.1.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import socket
-import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
-__all__ = ["Link", "RouteProxies", "accepted_pairs"]
+from raftlog.chaos.tcp_proxy import CHUNK_BYTES, POLL_S, TcpProxy, spawn
+
+__all__ = ["Link", "RouteProxies"]
 
 Link = tuple[int, int]
-_CHUNK_BYTES = 64 * 1024
-_POLL_S = 0.05
-_CONNECT_TIMEOUT_S = 2.0
 
 
-def accepted_pairs(
-    listener: socket.socket, port: int, stopping: threading.Event
-) -> Iterator[tuple[socket.socket, socket.socket]]:
-    """Each connection `listener` accepts, with a new connection to 127.0.0.1:`port` for it,
-    until `stopping` or the listener is closed; one whose target is down is closed at once (the
-    dialer sees its connection fail)."""
-    while not stopping.is_set():
-        try:
-            inbound, _ = listener.accept()
-        except TimeoutError:
-            continue
-        except OSError:
-            return  # closed by stop()
-        try:
-            outbound = socket.create_connection(("127.0.0.1", port), _CONNECT_TIMEOUT_S)
-        except OSError:
-            inbound.close()  # the target is down: the dialer sees its connection fail
-            continue
-        yield inbound, outbound
-
-
-class RouteProxies:
+class RouteProxies(TcpProxy):
     """One listening proxy per directed pair: (dialer, target) -> (listen port, target port)."""
 
     def __init__(self, routes: dict[Link, tuple[int, int]]) -> None:
+        super().__init__()
         self._routes = routes
         self._cut: set[Link] = set()
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._listeners: list[socket.socket] = []
-        self._connections: set[socket.socket] = set()
 
     def start(self) -> None:
         """Listen on every route's proxy port and start forwarding; raises OSError if a port is
         taken."""
         for (dialer, target), (listen_port, target_port) in self._routes.items():
-            listener = socket.create_server(("127.0.0.1", listen_port), reuse_port=False)
-            listener.settimeout(_POLL_S * 4)
-            self._listeners.append(listener)
-            threading.Thread(
-                target=self._accept, args=(listener, dialer, target, target_port),
-                name=f"route-proxy-{dialer}-{target}", daemon=True,
-            ).start()  # fmt: skip
-
-    def stop(self) -> None:
-        """Close every listener and connection; the pump threads end on their own."""
-        self._stopping.set()
-        with self._lock:
-            sockets = [*self._listeners, *self._connections]
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
+            serve = functools.partial(self._route, dialer, target)
+            self._listen(listen_port, target_port, serve, name=f"route-proxy-{dialer}-{target}")
 
     def cut(self, links: Iterable[Link]) -> None:
         """Stall the directed `links` (src, dst): src's bytes to dst are held, not dropped, until
@@ -101,20 +61,16 @@ class RouteProxies:
         with self._lock:
             return frozenset(self._cut)
 
-    def _accept(self, listener: socket.socket, dialer: int, target: int, port: int) -> None:
-        for inbound, outbound in accepted_pairs(listener, port, self._stopping):
-            with self._lock:
-                self._connections |= {inbound, outbound}
-            for source, sink, link in ((inbound, outbound, (dialer, target)),
-                                       (outbound, inbound, (target, dialer))):  # fmt: skip
-                threading.Thread(
-                    target=self._pump, args=(source, sink, link), daemon=True,
-                    name=f"route-pump-{link[0]}-{link[1]}",
-                ).start()  # fmt: skip
+    def _route(
+        self, dialer: int, target: int, inbound: socket.socket, outbound: socket.socket
+    ) -> None:
+        for source, sink, link in ((inbound, outbound, (dialer, target)),
+                                   (outbound, inbound, (target, dialer))):  # fmt: skip
+            spawn(self._pump, source, sink, link, name=f"route-pump-{link[0]}-{link[1]}")
 
     def _wait_uncut(self, link: Link) -> bool:
         while self.is_cut(link):
-            if self._stopping.wait(_POLL_S):
+            if self._stopping.wait(POLL_S):
                 return False
         return True
 
@@ -130,11 +86,11 @@ class RouteProxies:
                     raise
 
     def _pump(self, source: socket.socket, sink: socket.socket, link: Link) -> None:
-        source.settimeout(_POLL_S * 4)
+        source.settimeout(POLL_S * 4)
         try:
             while self._wait_uncut(link):
                 try:
-                    data = source.recv(_CHUNK_BYTES)
+                    data = source.recv(CHUNK_BYTES)
                 except TimeoutError:
                     continue
                 if not data or not self._wait_uncut(link):
@@ -143,9 +99,4 @@ class RouteProxies:
         except OSError:
             pass  # either end went away: close both below
         finally:
-            for sock in (source, sink):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                sock.close()
-            with self._lock:
-                self._connections -= {source, sink}
+            self._close(source, sink)

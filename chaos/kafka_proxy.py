@@ -17,6 +17,7 @@ Bufstream report). The node's answers are read and dropped. All on 127.0.0.1.
 from __future__ import annotations
 
 import contextlib
+import functools
 import socket
 import struct
 import threading
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from raftlog.chaos.jetstream_proxy import accepted_pairs
+from raftlog.chaos.tcp_proxy import CHUNK_BYTES, POLL_S, TcpProxy, spawn
 
 __all__ = [
     "API_ADD_PARTITIONS_TO_TXN",
@@ -38,8 +39,6 @@ __all__ = [
 API_PRODUCE = 0
 API_ADD_PARTITIONS_TO_TXN = 24
 API_END_TXN = 26
-_CHUNK_BYTES = 64 * 1024
-_POLL_S = 0.05
 _FRAME_BYTES_MAX = 64 * 1024 * 1024  # a larger size prefix is not a Kafka request
 _LINGER_S = 2.0  # the node side stays open this long after a release, so the node answers
 
@@ -110,40 +109,22 @@ class _Hold:
         self._on_release(self._held)
 
 
-class KafkaDelayProxy:
-    """One listening port per node: listen port -> the node's Kafka port."""
+class KafkaDelayProxy(TcpProxy):
+    """One listening port per node: listen port -> the node's Kafka port. `stop()` drops the
+    requests still held."""
 
     def __init__(self, routes: dict[int, int]) -> None:
+        super().__init__()
         self._routes = routes
         self._on_held: Callable[[str, Held], None] | None = None
-        self._lock = threading.Lock()
         self._armed: _Arming | None = None
         self._holding: _Hold | None = None  # the hold under way, for its early release
-        self._stopping = threading.Event()
-        self._listeners: list[socket.socket] = []
-        self._connections: set[socket.socket] = set()
 
     def start(self) -> None:
         """Listen on every route's port and start forwarding; raises OSError if a port is taken."""
         for listen_port, node_port in self._routes.items():
-            listener = socket.create_server(("127.0.0.1", listen_port))
-            listener.settimeout(_POLL_S * 4)
-            self._listeners.append(listener)
-            threading.Thread(
-                target=self._accept,
-                args=(listener, node_port),
-                daemon=True,
-                name=f"kafka-proxy-{listen_port}",
-            ).start()
-
-    def stop(self) -> None:
-        """Close every listener and connection; held requests are dropped."""
-        self._stopping.set()
-        with self._lock:
-            sockets = [*self._listeners, *self._connections]
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
+            serve = functools.partial(self._connection, node_port)
+            self._listen(listen_port, node_port, serve, name=f"kafka-proxy-{listen_port}")
 
     def set_listener(self, listener: Callable[[str, Held], None]) -> None:
         """Call `listener("held" | "released", held)` at each hold and release (from the proxy's
@@ -199,26 +180,13 @@ class KafkaDelayProxy:
         if self._on_held is not None:
             self._on_held("released", held)
 
-    def _accept(self, listener: socket.socket, node_port: int) -> None:
-        for inbound, outbound in accepted_pairs(listener, node_port, self._stopping):
-            with self._lock:
-                self._connections |= {inbound, outbound}
-            threading.Thread(
-                target=self._requests,
-                args=(inbound, outbound, node_port),
-                daemon=True,
-                name=f"kafka-proxy-req-{node_port}",
-            ).start()
-            threading.Thread(
-                target=self._responses,
-                args=(outbound, inbound),
-                daemon=True,
-                name=f"kafka-proxy-resp-{node_port}",
-            ).start()
+    def _connection(self, node_port: int, client: socket.socket, node: socket.socket) -> None:
+        spawn(self._requests, client, node, node_port, name=f"kafka-proxy-req-{node_port}")
+        spawn(self._responses, node, client, name=f"kafka-proxy-resp-{node_port}")
 
     def _requests(self, client: socket.socket, node: socket.socket, node_port: int) -> None:
         """Client to node, frame by frame, holding what an arming picks."""
-        client.settimeout(_POLL_S)
+        client.settimeout(POLL_S)
         pending = b""
         hold: _Hold | None = None
         try:
@@ -228,7 +196,7 @@ class KafkaDelayProxy:
                 if hold is not None and hold.done:
                     hold = None
                 try:
-                    data = client.recv(_CHUNK_BYTES) if client.fileno() >= 0 else b""
+                    data = client.recv(CHUNK_BYTES) if client.fileno() >= 0 else b""
                 except TimeoutError:
                     continue
                 except OSError:
@@ -238,7 +206,7 @@ class KafkaDelayProxy:
                         self._stopping.wait(_LINGER_S)  # the node answers what it was sent
                         return
                     client.close()  # what the client left held still goes to the node later
-                    self._stopping.wait(_POLL_S)
+                    self._stopping.wait(POLL_S)
                     continue
                 pending += data
                 frames, pending = _split_frames(pending)
@@ -266,11 +234,11 @@ class KafkaDelayProxy:
 
     def _responses(self, node: socket.socket, client: socket.socket) -> None:
         """Node to client, as is; after the client left, the node's answers are read and dropped."""
-        node.settimeout(_POLL_S * 4)
+        node.settimeout(POLL_S * 4)
         try:
             while not self._stopping.is_set():
                 try:
-                    data = node.recv(_CHUNK_BYTES)
+                    data = node.recv(CHUNK_BYTES)
                 except TimeoutError:
                     continue
                 if not data:
@@ -281,14 +249,6 @@ class KafkaDelayProxy:
             pass
         finally:
             self._close(client, node)
-
-    def _close(self, *sockets: socket.socket) -> None:
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-        with self._lock:
-            self._connections -= set(sockets)
 
 
 def _split_frames(data: bytes) -> tuple[list[bytes], bytes]:

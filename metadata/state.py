@@ -134,6 +134,14 @@ class MetadataState:
         self._partitions: dict[str, tuple[PartitionInfo, ...]] = {}
         self._group_offsets: dict[str, dict[tuple[str, int], CommittedOffset]] = {}
         self._transactions = TransactionTable()
+        # What `transactions()` answers (None: to build), and the states in id order with each
+        # id's place (None: to sort), kept until the set of ids changes; a changed state takes
+        # its id's place. The controller's marker duty reads it at every metadata change and
+        # every tick: sorting every id each time cost ~4 ms at 10,000 ids and ~170 ms at
+        # TRANSACTIONAL_IDS_MAX (100,000), against 0.6 ms to rebuild after one change there.
+        self._transactions_by_id: tuple[TransactionState, ...] | None = None
+        self._transactions_sorted: list[TransactionState] | None = None
+        self._transaction_places: dict[str, int] = {}
 
     # ---- read accessors ----------------------------------------------------------------
 
@@ -234,8 +242,14 @@ class MetadataState:
 
     def transactions(self) -> tuple[TransactionState, ...]:
         """Every transactional id's state, by id."""
-        table = self._transactions.transactions
-        return tuple(table[t] for t in sorted(table))
+        if self._transactions_by_id is None:
+            if self._transactions_sorted is None:
+                table = self._transactions.transactions
+                ids = sorted(table)
+                self._transactions_sorted = [table[t] for t in ids]
+                self._transaction_places = {t: place for place, t in enumerate(ids)}
+            self._transactions_by_id = tuple(self._transactions_sorted)
+        return self._transactions_by_id
 
     def transaction_count(self) -> int:
         """How many transactional ids the state holds."""
@@ -455,24 +469,42 @@ class MetadataState:
         assert first < self._next_producer_id <= ALLOCATED_PRODUCER_ID_LIMIT
         return ApplyResult(ErrorCode.NONE, producer_id_first=first)
 
+    def _transaction_changed(self, transactional_id: str) -> None:
+        """What `transactions()` kept, after the state of `transactional_id` changed (an id
+        new or gone: its order is sorted again at the next read)."""
+        self._transactions_by_id = None
+        if self._transactions_sorted is None:
+            return
+        place = self._transaction_places.get(transactional_id)
+        txn = self._transactions.get(transactional_id)
+        if place is None or txn is None:
+            self._transactions_sorted = None
+        else:
+            self._transactions_sorted[place] = txn
+
     def _init_transaction(self, command: InitTransaction) -> ApplyResult:
         self._transactions.init(command)
+        self._transaction_changed(command.transactional_id)
         return OK
 
     def _add_to_transaction(self, command: AddToTransaction) -> ApplyResult:
         self._transactions.add(command)
+        self._transaction_changed(command.transactional_id)
         return OK
 
     def _prepare_end_transaction(self, command: PrepareEndTransaction) -> ApplyResult:
         self._transactions.prepare_end(command)
+        self._transaction_changed(command.transactional_id)
         return OK
 
     def _complete_end_transaction(self, command: CompleteEndTransaction) -> ApplyResult:
         self._transactions.complete_end(command, self._group_offsets)
+        self._transaction_changed(command.transactional_id)
         return OK
 
     def _expire_transactional_id(self, command: ExpireTransactionalId) -> ApplyResult:
         self._transactions.expire(command)
+        self._transaction_changed(command.transactional_id)
         return OK
 
     def _commit_transaction_offsets(self, command: CommitTransactionOffsets) -> ApplyResult:
@@ -541,6 +573,11 @@ class MetadataState:
             if not offsets or unknown:
                 violations.append(f"consumer group {group_id!r} offsets of {unknown or 'nothing'}")
         violations += self._transactions.violations()
+        table = self._transactions.transactions
+        by_id = [table[t] for t in sorted(table)]
+        for kept in (self._transactions_sorted, self._transactions_by_id):
+            if kept is not None and list(kept) != by_id:
+                violations.append("transactions() kept states the table no longer holds")
         for (group_id, _), offsets in self._transactions.pending_offsets.items():
             if any(self.partition(*tp) is None for tp in offsets):
                 violations.append(f"pending offsets of {group_id!r} for unknown partitions")

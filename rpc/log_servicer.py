@@ -10,6 +10,7 @@ Unexpected exceptions are not swallowed: gRPC turns them into INTERNAL and the l
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -23,6 +24,7 @@ from raftlog.runtime.produce_trace import begin as begin_produce_trace
 from raftlog.types import Commitment
 
 if TYPE_CHECKING:
+    from raftlog.metadata.consumer_group_service import ConsumerGroupService
     from raftlog.rpc.port import MetadataReadPort, NodePort
 
 __all__ = ["LogServicer", "error_proto"]
@@ -80,9 +82,29 @@ async def _check_partition(
         await _invalid(context, f"partition: must be >= 0, got {partition}")
 
 
+def _coordinator_handler(
+    call: Callable[[txn_calls.TxnPorts, Any], Awaitable[Any]],
+) -> Callable[[LogServicer, Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]:
+    """A Log handler that hands its request to the transaction coordinator's `call`
+    (`rpc/txn_producer_calls.py`), which answers every refusal in the response's `error`."""
+
+    async def handle(
+        servicer: LogServicer, request: Any, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Any:
+        return await call(servicer.txn_ports, request)
+
+    return handle
+
+
 class LogServicer(pb_grpc.LogServicer):
-    def __init__(self, node: NodePort) -> None:
+    def __init__(self, node: NodePort, groups: ConsumerGroupService) -> None:
         self._node = node
+        self.txn_ports = txn_calls.TxnPorts(node, groups)
+
+    AddPartitionsToTxn = _coordinator_handler(txn_calls.add_partitions_to_txn)
+    AddOffsetsToTxn = _coordinator_handler(txn_calls.add_offsets_to_txn)
+    TxnOffsetCommit = _coordinator_handler(txn_calls.txn_offset_commit)
+    EndTxn = _coordinator_handler(txn_calls.end_txn)
 
     async def Produce(
         self, request: pb.ProduceRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -201,7 +223,7 @@ class LogServicer(pb_grpc.LogServicer):
         self, request: pb.InitProducerIdRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.InitProducerIdResponse:
         if request.transactional_id:
-            return await txn_calls.init_transactional_producer(self._node, request)
+            return await txn_calls.init_transactional_producer(self.txn_ports, request)
         try:
             producer_id = await self._node.allocate_producer_id(timeout_s=10.0)
         except errors.RaftlogError as error:
@@ -213,26 +235,6 @@ class LogServicer(pb_grpc.LogServicer):
         # Ids from 2**62 up belong to clients that derive their own (the Spark sink).
         assert 0 <= producer_id < ALLOCATED_PRODUCER_ID_LIMIT, producer_id
         return pb.InitProducerIdResponse(producer_id=producer_id, producer_epoch=0)
-
-    async def AddPartitionsToTxn(
-        self, request: pb.AddPartitionsToTxnRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.AddPartitionsToTxnResponse:
-        return await txn_calls.add_partitions_to_txn(self._node, request)
-
-    async def AddOffsetsToTxn(
-        self, request: pb.AddOffsetsToTxnRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.AddOffsetsToTxnResponse:
-        return await txn_calls.add_offsets_to_txn(self._node, request)
-
-    async def TxnOffsetCommit(
-        self, request: pb.TxnOffsetCommitRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.TxnOffsetCommitResponse:
-        return await txn_calls.txn_offset_commit(self._node, request)
-
-    async def EndTxn(
-        self, request: pb.EndTxnRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> pb.EndTxnResponse:
-        return await txn_calls.end_txn(self._node, request)
 
     async def DescribeProducers(
         self, request: pb.DescribeProducersRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -50,7 +50,7 @@ async def start_api_server(
         ],
         interceptors=[*request_interceptors(settings), security.interceptor],
     )
-    raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(node), server)  # type: ignore[no-untyped-call]
+    raftlog_pb2_grpc.add_LogServicer_to_server(LogServicer(node, groups), server)  # type: ignore[no-untyped-call]
     raftlog_pb2_grpc.add_AdminServicer_to_server(AdminServicer(node), server)  # type: ignore[no-untyped-call]
     raftlog_pb2_grpc.add_InternalServicer_to_server(InternalServicer(node), server)  # type: ignore[no-untyped-call]
     consumer_groups = ConsumerGroupServicer(groups, node.leader_address)

@@ -8,15 +8,18 @@ each request is planned against the controller's metadata copy
 `submit`; the command's checks run again at apply, so the code a client sees is judged
 against the committed state, and a rejected command writes nothing. Codes are Kafka's, under
 the raftlog.v1 names of the same meaning. A node that is not the controller answers
-NOT_CONTROLLER naming it (the client follows the hint, as Admin calls do). EndTxn does not
-bump the epoch (EndTxn below v5): the Producer keeps numbering its batches across
-transactions; the partitions' KIP-890 part 1 check still refuses a batch of a transaction
-the coordinator does not hold.
+NOT_CONTROLLER naming it (the client follows the hint, as Admin calls do). EndTxn bumps
+the epoch at every end and answers it (KIP-890 part 2, as Kafka's EndTxn v5+): the markers
+and the next transaction use the new epoch, so a late produce of the ended transaction is
+refused INVALID_PRODUCER_EPOCH by the partition instead of joining the next transaction.
+TxnOffsetCommit with a member id is checked against the group coordinator's membership
+(KIP-447), as that member's OffsetCommit on the Groups service would be.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raftlog import errors
@@ -27,8 +30,10 @@ from raftlog.metadata.commands import (
     ErrorCode,
     InitTransaction,
 )
+from raftlog.metadata.consumer_groups import GroupErrorCode
 from raftlog.metadata.transaction_checks import check_transactional_id
 from raftlog.metadata.transaction_plans import (
+    NO_PRODUCER_ID,
     Answer,
     needs_new_producer_id,
     plan_end_txn,
@@ -39,9 +44,11 @@ from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.types import PartitionId
 
 if TYPE_CHECKING:
+    from raftlog.metadata.consumer_group_service import ConsumerGroupService
     from raftlog.rpc.port import NodePort
 
 __all__ = [
+    "TxnPorts",
     "add_offsets_to_txn",
     "add_partitions_to_txn",
     "end_txn",
@@ -51,6 +58,21 @@ __all__ = [
 
 _SUBMIT_TIMEOUT_S = 10.0
 _RETRIABLE = frozenset({pb.NOT_CONTROLLER, pb.REQUEST_TIMED_OUT, pb.CONCURRENT_TRANSACTIONS})
+# The Groups service's names for the group coordinator's refusals of a member's commit.
+_MEMBER_CODES = {
+    GroupErrorCode.UNKNOWN_MEMBER_ID: pb.UNKNOWN_MEMBER,
+    GroupErrorCode.FENCED_MEMBER_EPOCH: pb.FENCED_MEMBER_EPOCH,
+    GroupErrorCode.NOT_OWNER: pb.NOT_PARTITION_OWNER,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TxnPorts:
+    """What the coordinator's calls use: the node (its metadata copy, `submit`, the producer id
+    allocator) and the consumer-group coordinator (TxnOffsetCommit's member check)."""
+
+    node: NodePort
+    groups: ConsumerGroupService
 
 
 def _now_ms() -> int:
@@ -100,9 +122,10 @@ async def _submit(node: NodePort, command: Command) -> pb.Error | None:
 
 
 async def init_transactional_producer(
-    node: NodePort, request: pb.InitProducerIdRequest
+    ports: TxnPorts, request: pb.InitProducerIdRequest
 ) -> pb.InitProducerIdResponse:
     """As Kafka's InitProducerId with a transactional id (`rpc/kafka/txn_handlers.py`)."""
+    node = ports.node
     refusal = _refusal(node, request.transactional_id)
     timeout_ms = request.transaction_timeout_ms
     if refusal is None and not 1 <= timeout_ms <= TRANSACTION_TIMEOUT_MS_MAX:
@@ -141,9 +164,9 @@ async def init_transactional_producer(
 
 
 async def add_partitions_to_txn(
-    node: NodePort, request: pb.AddPartitionsToTxnRequest
+    ports: TxnPorts, request: pb.AddPartitionsToTxnRequest
 ) -> pb.AddPartitionsToTxnResponse:
-    refusal = _refusal(node, request.transactional_id)
+    refusal = _refusal(ports.node, request.transactional_id)
     if refusal is not None:
         return pb.AddPartitionsToTxnResponse(error=refusal)
     wanted = tuple((tp.topic, PartitionId(p)) for tp in request.partitions for p in tp.partitions)
@@ -155,13 +178,13 @@ async def add_partitions_to_txn(
         (),
         _now_ms(),
     )
-    return pb.AddPartitionsToTxnResponse(error=await _submit(node, command))
+    return pb.AddPartitionsToTxnResponse(error=await _submit(ports.node, command))
 
 
 async def add_offsets_to_txn(
-    node: NodePort, request: pb.AddOffsetsToTxnRequest
+    ports: TxnPorts, request: pb.AddOffsetsToTxnRequest
 ) -> pb.AddOffsetsToTxnResponse:
-    refusal = _refusal(node, request.transactional_id)
+    refusal = _refusal(ports.node, request.transactional_id)
     if refusal is None and not request.group_id:
         refusal = _error(pb.INVALID_REQUEST, "group_id: must not be empty")
     if refusal is not None:
@@ -174,16 +197,17 @@ async def add_offsets_to_txn(
         (request.group_id,),
         _now_ms(),
     )
-    return pb.AddOffsetsToTxnResponse(error=await _submit(node, command))
+    return pb.AddOffsetsToTxnResponse(error=await _submit(ports.node, command))
 
 
 async def txn_offset_commit(
-    node: NodePort, request: pb.TxnOffsetCommitRequest
+    ports: TxnPorts, request: pb.TxnOffsetCommitRequest
 ) -> pb.TxnOffsetCommitResponse:
     """Offsets held pending in the transaction (INVALID_TXN_STATE when its group was not
-    added by AddOffsetsToTxn); no member check: raftlog's Producer commits for a consumer of
-    its own, as Kafka's does without a member id."""
-    refusal = _refusal(node, request.transactional_id)
+    added by AddOffsetsToTxn), after the member check (`_member_refusal`)."""
+    refusal = _refusal(ports.node, request.transactional_id)
+    if refusal is None:
+        refusal = _member_refusal(ports, request)
     if refusal is not None:
         return pb.TxnOffsetCommitResponse(error=refusal)
     if not request.offsets:
@@ -197,22 +221,54 @@ async def txn_offset_commit(
         (),
         (),
     )
-    return pb.TxnOffsetCommitResponse(error=await _submit(node, command))
+    return pb.TxnOffsetCommitResponse(error=await _submit(ports.node, command))
 
 
-async def end_txn(node: NodePort, request: pb.EndTxnRequest) -> pb.EndTxnResponse:
+def _member_refusal(ports: TxnPorts, request: pb.TxnOffsetCommitRequest) -> pb.Error | None:
+    """KIP-447: a producer committing for a group member (its member id and epoch, from
+    `Consumer.group_metadata()`) is checked as that member's OffsetCommit would be
+    (`ConsumerGroupCoordinator.check_commit`), so a zombie of a member whose partitions moved
+    on cannot commit offsets for them. Without a member id (an assign()ed consumer, or a
+    client outside the group) there is nothing to check, as on Kafka."""
+    if not request.member_id:
+        return None
+    if not ports.groups.coordinating():
+        # A new controller's membership is rebuilt by the members' next heartbeats.
+        return _error(pb.NOT_CONTROLLER, "the group coordinator is not ready", ports.node)
+    code, message = ports.groups.coordinator.check_commit(
+        request.group_id,
+        request.member_id,
+        request.member_epoch,
+        [(o.topic, o.partition) for o in request.offsets],
+    )
+    if code is GroupErrorCode.NONE:
+        return None
+    return _error(_MEMBER_CODES.get(code, pb.INVALID_REQUEST), f"{code.value}: {message}")
+
+
+async def end_txn(ports: TxnPorts, request: pb.EndTxnRequest) -> pb.EndTxnResponse:
+    """EndTxn with the epoch bumped (module docstring); answers the producer id and the epoch
+    the next transaction uses."""
+    node = ports.node
     refusal = _refusal(node, request.transactional_id)
     if refusal is not None:
-        return pb.EndTxnResponse(error=refusal)
+        return pb.EndTxnResponse(error=refusal, producer_id=NO_PRODUCER_ID, producer_epoch=-1)
     plan = plan_end_txn(
         node.metadata.state,
         request.transactional_id,
         request.producer_id,
         request.producer_epoch,
         request.commit,
-        False,
+        True,
         _now_ms(),
     )
     if isinstance(plan, Answer):
-        return pb.EndTxnResponse(error=_result_error(plan.code, "end of the transaction"))
-    return pb.EndTxnResponse(error=await _submit(node, plan.command))
+        error = _result_error(plan.code, "end of the transaction")
+    else:
+        error = await _submit(node, plan.command)
+    txn = node.metadata.state.transaction(request.transactional_id)
+    if error is None and txn is None:
+        error = _error(pb.TRANSACTIONAL_ID_NOT_FOUND, "the transactional id expired meanwhile")
+    if error is not None or txn is None:
+        return pb.EndTxnResponse(error=error, producer_id=NO_PRODUCER_ID, producer_epoch=-1)
+    return pb.EndTxnResponse(producer_id=txn.producer_id, producer_epoch=txn.producer_epoch)

@@ -18,6 +18,7 @@ The modules behind it: `_connection` (bootstrap, metadata cache, leader routing,
 
 from raftlog.client import errors
 from raftlog.client._connection import TopicPartition
+from raftlog.client._transactions import ConsumerGroupMetadata
 from raftlog.client.accumulator import RecordMetadata
 from raftlog.client.admin import (
     Admin,
@@ -34,6 +35,7 @@ __all__ = [
     "Admin",
     "ClusterDescription",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "NodeDescription",
     "PartitionDescription",

@@ -11,15 +11,18 @@ after `retry_backoff_ms` until `request_timeout_ms` passes (each call is safe to
     send()                a partition's first record in the transaction adds the partition
                           (AddPartitionsToTxn) before the record is queued, so the leader's
                           KIP-890 check finds it in the transaction
-    send_offsets_to_transaction()   AddOffsetsToTxn, then TxnOffsetCommit
+    send_offsets_to_transaction()   AddOffsetsToTxn, then TxnOffsetCommit; given the
+                          consumer's group_metadata(), the coordinator checks that the
+                          consumer is still the member it was (KIP-447)
     commit_transaction()  flush; any record that failed makes it TransactionError (abort
                           it); else EndTxn(commit)
     abort_transaction()   flush (records already sent settle), EndTxn(abort)
 
 A PRODUCER_FENCED answer (a newer instance, or the coordinator aborting on timeout or for an
-operator) is final: every later call raises ProducerFencedError. The producer keeps its epoch
-across transactions (the coordinator does not bump it at EndTxn on this path), so the
-sender's sequence numbering simply continues.
+operator) is final: every later call raises ProducerFencedError. EndTxn bumps the epoch
+(KIP-890 part 2) and answers the new one; the producer numbers the next transaction's
+batches with it from sequence 0, so a late copy of an ended transaction's batch carries an
+epoch the partitions refuse.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any
 
 from raftlog.client.errors import (
@@ -39,11 +43,24 @@ from raftlog.client.errors import (
 )
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 
-__all__ = ["TransactionManager"]
+__all__ = ["ConsumerGroupMetadata", "TransactionManager"]
 
 CallController = Callable[[str, Any, str], Any]
 
 _RETRIED_CODES = frozenset({"CONCURRENT_TRANSACTIONS", "REQUEST_TIMED_OUT"})
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A consumer's group membership as `Consumer.group_metadata()` gives it (Kafka's
+    ConsumerGroupMetadata; `member_epoch` is the KIP-848 group's generation): passed to
+    `Producer.send_offsets_to_transaction`, it makes the coordinator refuse the offsets once
+    the consumer is no longer that member at that epoch. `member_id` "" (with epoch -1): a
+    consumer outside the group's membership, which is not checked."""
+
+    group_id: str
+    member_id: str = ""
+    member_epoch: int = -1
 
 
 class _Phase(enum.Enum):
@@ -129,7 +146,11 @@ class TransactionManager:
         with self._lock:
             self._futures.append(future)
 
-    def send_offsets(self, offsets: Mapping[tuple[str, int], int], group_id: str) -> None:
+    def send_offsets(
+        self, offsets: Mapping[tuple[str, int], int], group: str | ConsumerGroupMetadata
+    ) -> None:
+        member = group if isinstance(group, ConsumerGroupMetadata) else ConsumerGroupMetadata(group)
+        group_id = member.group_id
         with self._lock:
             self._check_in_transaction("send_offsets_to_transaction()")
             if not group_id:
@@ -139,6 +160,8 @@ class TransactionManager:
             commit = pb.TxnOffsetCommitRequest(
                 **self._producer(),
                 group_id=group_id,
+                member_id=member.member_id,
+                member_epoch=member.member_epoch,
                 offsets=[
                     pb.TxnOffset(topic=topic, partition=partition, offset=offset)
                     for (topic, partition), offset in sorted(offsets.items())
@@ -146,9 +169,17 @@ class TransactionManager:
             )
             self._call("Log.TxnOffsetCommit", commit, f"offsets of group {group_id!r}")
 
-    def end(self, *, commit: bool, flush: Callable[[], None]) -> None:
+    def end(
+        self,
+        *,
+        commit: bool,
+        flush: Callable[[], None],
+        renumber: Callable[[int, int], None] = lambda producer_id, epoch: None,
+    ) -> None:
         """Flush, then EndTxn; a commit with a failed record raises TransactionError and
-        leaves the transaction open for abort."""
+        leaves the transaction open for abort. `renumber(producer id, epoch)` gets the
+        producer the coordinator answered (the epoch bumped) before any later call of this
+        producer can start: the next transaction's batches must carry it."""
         with self._lock:
             self._check_in_transaction("commit_transaction()" if commit else "abort_transaction()")
             flush()
@@ -161,7 +192,10 @@ class TransactionManager:
                     f"failed ({failed}); abort it"
                 ) from failed
             request = pb.EndTxnRequest(**self._producer(), commit=commit)
-            self._call("Log.EndTxn", request, "commit" if commit else "abort")
+            response = self._call("Log.EndTxn", request, "commit" if commit else "abort")
+            assert response.producer_id >= 0 and response.producer_epoch >= 0, response
+            self.producer_id, self.producer_epoch = response.producer_id, response.producer_epoch
+            renumber(self.producer_id, self.producer_epoch)
             self._phase = _Phase.READY
 
     # -- helpers ----------------------------------------------------------------------------

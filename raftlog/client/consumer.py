@@ -57,6 +57,7 @@ from typing import Any
 from raftlog.client._connection import ConnectionOptions, TopicPartition
 from raftlog.client._consumer_group import GroupMember
 from raftlog.client._fetcher import ConsumerRecord, Fetcher, PartitionState
+from raftlog.client._transactions import ConsumerGroupMetadata
 from raftlog.client.config import AutoOffsetReset, ConsumerConfig, IsolationLevel
 from raftlog.client.errors import (
     ClientClosedError,
@@ -451,6 +452,17 @@ class Consumer:
         self._check_open()
         partition = _as_tp(tp)
         return self._group_for_offsets().committed([partition])[partition]
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group membership, for `Producer.send_offsets_to_transaction`: the
+        member id and epoch while subscribed, else the group id alone (not checked)."""
+        self._check_open()
+        if self._subscribed and self._group is not None:
+            group = self._group
+            return ConsumerGroupMetadata(group.group_id, group.member_id, group.member_epoch)
+        if self._group_id is None:
+            raise ClientError("group_metadata() needs a group_id: pass Consumer(group_id=)")
+        return ConsumerGroupMetadata(self._group_id)
 
     def _new_group_member(self, group_id: str) -> GroupMember:
         return GroupMember(

@@ -46,7 +46,7 @@ from types import TracebackType
 
 from raftlog.client._connection import ConnectionOptions, TopicPartition
 from raftlog.client._sender import Sender, start_sender
-from raftlog.client._transactions import TransactionManager
+from raftlog.client._transactions import ConsumerGroupMetadata, TransactionManager
 from raftlog.client.accumulator import Accumulator, RecordFuture, RecordMetadata
 from raftlog.client.admin import Admin
 from raftlog.client.config import (
@@ -391,24 +391,37 @@ class Producer:
         self._transactional("begin_transaction").begin()
 
     def send_offsets_to_transaction(
-        self, offsets: Mapping[tuple[str, int], int], group_id: str
+        self, offsets: Mapping[tuple[str, int], int], group_id: str | ConsumerGroupMetadata
     ) -> None:
-        """Commit `offsets` ({(topic, partition): next offset to consume}) for consumer group
-        `group_id` with this transaction: they become its committed offsets only if the
-        transaction commits."""
+        """Commit `offsets` ({(topic, partition): next offset to consume}) for a consumer group
+        with this transaction: they become its committed offsets only if the transaction
+        commits. Pass the consumer's `group_metadata()` (or the group id alone): the
+        coordinator then refuses them (UNKNOWN_MEMBER, FENCED_MEMBER_EPOCH,
+        NOT_PARTITION_OWNER: abort the transaction) once that consumer is no longer the
+        member it was, so a zombie cannot commit for partitions that moved on (KIP-447)."""
         self._transactional("send_offsets_to_transaction").send_offsets(offsets, group_id)
 
     def commit_transaction(self, timeout_ms: int | None = None) -> None:
         """Flush, then commit; TransactionError (abort it) if any record of it failed,
         ProducerFencedError if another instance or the coordinator took over."""
         txn = self._transactional("commit_transaction")
-        txn.end(commit=True, flush=lambda: self.flush(timeout_ms))
+        txn.end(commit=True, flush=lambda: self.flush(timeout_ms), renumber=self._renumber)
 
     def abort_transaction(self, timeout_ms: int | None = None) -> None:
         """Wait for the records sent to settle, then abort: read_committed consumers never
         see them."""
         txn = self._transactional("abort_transaction")
-        txn.end(commit=False, flush=lambda: self.flush(timeout_ms))
+        txn.end(commit=False, flush=lambda: self.flush(timeout_ms), renumber=self._renumber)
+
+    def _renumber(self, producer_id: int, epoch: int) -> None:
+        """Number the next transaction's batches with the epoch EndTxn bumped to, from
+        sequence 0 (a new epoch starts there); every batch of the ended one is settled."""
+        with self._accumulator.condition:
+            if (producer_id, epoch) == self._sender.fixed_producer:
+                return  # the epoch could not be bumped (its last value): numbering continues
+            self._sender.fixed_producer = (producer_id, epoch)
+            self._sender.producer_id, self._sender.producer_epoch = producer_id, epoch
+            self._sender.next_sequence.clear()
 
     def _transactional(self, operation: str) -> TransactionManager:
         if self._txn is None:

@@ -588,18 +588,22 @@ class TxnOffset(_message.Message):
     def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class TxnOffsetCommitRequest(_message.Message):
-    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "group_id", "offsets")
+    __slots__ = ("transactional_id", "producer_id", "producer_epoch", "group_id", "offsets", "member_id", "member_epoch")
     TRANSACTIONAL_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
     PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ID_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     transactional_id: str
     producer_id: int
     producer_epoch: int
     group_id: str
     offsets: _containers.RepeatedCompositeFieldContainer[TxnOffset]
-    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., group_id: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[TxnOffset, _Mapping]]] = ...) -> None: ...
+    member_id: str
+    member_epoch: int
+    def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., group_id: _Optional[str] = ..., offsets: _Optional[_Iterable[_Union[TxnOffset, _Mapping]]] = ..., member_id: _Optional[str] = ..., member_epoch: _Optional[int] = ...) -> None: ...
 
 class TxnOffsetCommitResponse(_message.Message):
     __slots__ = ("error",)
@@ -620,10 +624,14 @@ class EndTxnRequest(_message.Message):
     def __init__(self, transactional_id: _Optional[str] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ..., commit: _Optional[bool] = ...) -> None: ...
 
 class EndTxnResponse(_message.Message):
-    __slots__ = ("error",)
+    __slots__ = ("error", "producer_id", "producer_epoch")
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_EPOCH_FIELD_NUMBER: _ClassVar[int]
     error: Error
-    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+    producer_id: int
+    producer_epoch: int
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., producer_id: _Optional[int] = ..., producer_epoch: _Optional[int] = ...) -> None: ...
 
 class SubmitMetadataRequest(_message.Message):
     __slots__ = ("command", "timeout_ms")

@@ -17,6 +17,7 @@ def test_public_names() -> None:
         "Admin",
         "ClusterDescription",
         "Consumer",
+        "ConsumerGroupMetadata",
         "ConsumerRecord",
         "NodeDescription",
         "PartitionDescription",

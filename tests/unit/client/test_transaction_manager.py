@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from raftlog.client._transactions import TransactionManager
+from raftlog.client._transactions import ConsumerGroupMetadata, TransactionManager
 from raftlog.client.errors import ClientError, ProducerFencedError, ServerError, TransactionError
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 
@@ -87,3 +87,32 @@ def test_fenced_is_final() -> None:
         txn.before_append("t", 0)
     with pytest.raises(ProducerFencedError):
         txn.begin()
+
+
+def test_each_end_adopts_the_bumped_epoch_and_offsets_carry_the_member() -> None:
+    """EndTxn answers the epoch the coordinator bumped to (KIP-890 part 2): the next
+    transaction's calls carry it and the producer is told to renumber; a consumer's group
+    metadata travels in TxnOffsetCommit (KIP-447), a bare group id as a non-member."""
+    requests: list[Any] = []
+    epochs = iter([2, 3, 4])
+
+    def coordinator(rpc: str, request: Any, concerning: str) -> Any:
+        requests.append(request)
+        epoch = next(epochs) if rpc in ("Log.InitProducerId", "Log.EndTxn") else -1
+        return pb.InitProducerIdResponse(producer_id=7, producer_epoch=epoch)
+
+    txn = _manager(coordinator)
+    renumbered: list[tuple[int, int]] = []
+    assert txn.init() == (7, 2)
+    for member in (ConsumerGroupMetadata("g", "m-1", 5), "g"):
+        txn.begin()
+        txn.send_offsets({("in", 0): 3}, member)
+        txn.end(commit=True, flush=lambda: None, renumber=lambda *p: renumbered.append(p))
+    assert renumbered == [(7, 3), (7, 4)]
+    commits = [r for r in requests if isinstance(r, pb.TxnOffsetCommitRequest)]
+    assert [(c.producer_epoch, c.member_id, c.member_epoch) for c in commits] == [
+        (2, "m-1", 5),
+        (3, "", -1),
+    ]
+    ends = [r for r in requests if isinstance(r, pb.EndTxnRequest)]
+    assert [e.producer_epoch for e in ends] == [2, 3]

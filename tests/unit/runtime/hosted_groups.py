@@ -8,8 +8,9 @@ import random
 from raftlog.config import RaftConfig
 from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
 from raftlog.raft.node import RaftNode
+from raftlog.raft.ports import HardStateStore
 from raftlog.raft.types import Entry, Membership, Snapshot
-from raftlog.runtime.group import RaftGroup
+from raftlog.runtime.group import RaftGroup, StateMachine
 from raftlog.runtime.host import RaftGroupHost
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.types import NodeId, RaftGroupId
@@ -36,8 +37,12 @@ def add_group(
     config: RaftConfig,
     voters: tuple[NodeId, ...],
     seed: int,
+    hard_state_store: HardStateStore | None = None,
+    state_machine: StateMachine | None = None,
 ) -> RaftGroup:
-    """Add a group on `storage` to `host` (whose node it is) and return it."""
+    """Add a group on `storage` to `host` (whose node it is) and return it; its hard state
+    goes to `hard_state_store` (in memory by default), its entries to `state_machine` (an
+    `Applied` by default)."""
     membership = Membership(voters=frozenset(voters))
     node = RaftNode(
         node_id=host.node_id,
@@ -51,8 +56,8 @@ def add_group(
         raft_group_id=raft_group_id,
         node=node,
         log=storage,
-        hard_state_store=MemoryHardStateStore(),
-        state_machine=Applied(),
+        hard_state_store=MemoryHardStateStore() if hard_state_store is None else hard_state_store,
+        state_machine=Applied() if state_machine is None else state_machine,
         config=config,
         bootstrap_membership=membership,
     )

@@ -7,12 +7,10 @@ append is written. Ordering only: no clock, no sleep."""
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Sequence
 
 from raftlog.config import RaftConfig
 from raftlog.raft.memory import MemoryHardStateStore, MemoryStorage
-from raftlog.raft.node import RaftNode
 from raftlog.raft.types import (
     AppendRequest,
     Entry,
@@ -26,6 +24,7 @@ from raftlog.raft.types import (
 from raftlog.runtime.group import RaftGroup
 from raftlog.runtime.host import RaftGroupHost
 from raftlog.types import NodeId, Offset, RaftGroupId, Term
+from tests.unit.runtime.hosted_groups import add_group
 
 ME, LEADER, CANDIDATE = NodeId(1), NodeId(2), NodeId(3)
 METADATA, VOTING, APPENDING = RaftGroupId(0), RaftGroupId(7), RaftGroupId(8)
@@ -70,26 +69,16 @@ class TracedMachine:
 
 
 def _add_group(host: RaftGroupHost, trace: Trace, raft_group_id: RaftGroupId) -> RaftGroup:
-    storage = TracedStorage(trace, raft_group_id)
-    node = RaftNode(
-        node_id=ME,
+    return add_group(
+        host,
+        raft_group_id,
+        TracedStorage(trace, raft_group_id),
         config=CONFIG,
-        storage=storage,
-        hard_state=MemoryHardStateStore().load(),
-        rng=random.Random(raft_group_id),
-        bootstrap_membership=MEMBERSHIP,
-    )
-    group = RaftGroup(
-        raft_group_id=raft_group_id,
-        node=node,
-        log=storage,
+        voters=tuple(MEMBERSHIP.voters),
+        seed=raft_group_id,
         hard_state_store=TracedHardState(trace, raft_group_id),
         state_machine=TracedMachine(trace, raft_group_id),
-        config=CONFIG,
-        bootstrap_membership=MEMBERSHIP,
     )
-    host.add(group)
-    return group
 
 
 def _append(term: int, offset: int, commit: int) -> AppendRequest:
