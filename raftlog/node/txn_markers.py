@@ -62,6 +62,7 @@ SUBMIT_TIMEOUT_S = 5.0
 _NONE, _UNKNOWN_TOPIC_OR_PARTITION = 0, 3
 
 Submit = Callable[[Command], Awaitable[ApplyResult]]
+_Attempt = tuple[int, int, int, str, int]  # producer id, epoch, started_ms, state, term
 WriteMarkers = Callable[[Sequence[TxnMarker], float], Awaitable[list[TxnMarkerResult]]]
 
 
@@ -101,10 +102,11 @@ class TransactionMarkerDuty:
         self._wall_clock_ms = wall_clock_ms
         self._wake = asyncio.Event()
         self._in_flight: dict[str, asyncio.Task[None]] = {}
-        # Per transactional id whose completion is under way: (producer id, epoch, controller
-        # term) and the partitions whose markers that attempt wrote. At most one entry per id
-        # in the state; cleared when the term changes, dropped when the completion commits.
-        self._written: dict[str, tuple[tuple[int, int, int], frozenset[tuple[str, int]]]] = {}
+        # Per transactional id whose completion is under way: the attempt (producer id,
+        # epoch, start, state, controller term) and the partitions whose markers it wrote. At
+        # most one entry per id in the state; cleared when the term changes, dropped once the
+        # completion is submitted.
+        self._written: dict[str, tuple[_Attempt, frozenset[tuple[str, int]]]] = {}
         self._written_term: int | None = None
 
     def wake(self) -> None:
@@ -162,7 +164,10 @@ class TransactionMarkerDuty:
         )
 
     async def _complete(self, txn: TransactionState, term: int) -> None:
-        attempt = (txn.producer_id, txn.producer_epoch, term)
+        # Which transaction, not only which producer: a client without KIP-890 part 2 (EndTxn
+        # below v5) keeps its epoch from one transaction to the next, so (producer id, epoch,
+        # term) alone would let a set left from one transaction skip the next one's markers.
+        attempt = (txn.producer_id, txn.producer_epoch, txn.started_ms, txn.state.value, term)
         earlier = self._written.get(txn.transactional_id)
         written = earlier[1] if earlier is not None and earlier[0] == attempt else frozenset()
         markers = [
@@ -181,8 +186,12 @@ class TransactionMarkerDuty:
         command = CompleteEndTransaction(
             txn.transactional_id, txn.producer_id, txn.producer_epoch, self._wall_clock_ms()
         )
-        result = await self._submit(command)
-        self._written.pop(txn.transactional_id, None)
+        try:
+            result = await self._submit(command)
+        finally:
+            # Even when the answer is lost (a timeout; the completion may still commit):
+            # a retry then writes every marker again, which ends nothing new.
+            self._written.pop(txn.transactional_id, None)
         if not result.ok:
             log.info("transaction %r: completion refused: %s", txn.transactional_id, result)
             return

@@ -34,9 +34,13 @@ class Fakes:
         self.marker_code = 0
         self.refused: set[int] = set()  # partitions answered NOT_LEADER_OR_FOLLOWER
         self.unknown: set[int] = set()  # partitions answered UNKNOWN_TOPIC_OR_PARTITION
+        self.answers_lost = False  # a submit commits, then times out
 
     async def submit(self, command: Command) -> ApplyResult:
-        return self.log.apply(encode_command(command))
+        result = self.log.apply(encode_command(command))
+        if self.answers_lost:
+            raise TimeoutError("committed, but the answer was lost")
+        return result
 
     async def write(self, markers: Sequence[TxnMarker], timeout_s: float) -> list[TxnMarkerResult]:
         self.markers += markers
@@ -142,6 +146,31 @@ async def _case_unknown_partition_from_a_node_is_retried_while_the_partition_exi
     assert [m.partition for m in fakes.markers] == [0, 2, 2, 2]
 
 
+async def _case_a_lost_completion_answer_never_skips_the_next_transactions_markers() -> None:
+    # An EndTxn v1 client keeps its epoch between transactions. The first transaction's
+    # completion is retried after orders-2 refused its marker, and the retry's answer is lost
+    # though it committed: the set of markers written must not carry over to the second.
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 200))
+    fakes = Fakes(log)
+    fakes.refused = {2}
+    duty = fakes.duty()
+    await _settle(duty)
+    fakes.refused = set()
+    fakes.answers_lost = True
+    await _settle(duty)
+    assert _state(log) is TxnState.COMPLETE_COMMIT
+    fakes.answers_lost = False
+    partitions = (("orders", PartitionId(0)), ("orders", PartitionId(2)))
+    log.ok(AddToTransaction("tx", 3, 0, partitions, (), 250))
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 300))
+    fakes.markers.clear()
+    await _settle(duty)
+    assert _state(log) is TxnState.COMPLETE_COMMIT
+    assert sorted(m.partition for m in fakes.markers) == [0, 2]
+
+
 async def _case_a_deleted_partitions_marker_is_not_waited_for() -> None:
     log = Log()
     _open_transaction(log)
@@ -215,6 +244,10 @@ def test_a_retry_writes_only_the_markers_not_yet_written() -> None:
 
 def test_unknown_partition_from_a_node_is_retried_while_the_partition_exists() -> None:
     asyncio.run(_case_unknown_partition_from_a_node_is_retried_while_the_partition_exists())
+
+
+def test_a_lost_completion_answer_never_skips_the_next_transactions_markers() -> None:
+    asyncio.run(_case_a_lost_completion_answer_never_skips_the_next_transactions_markers())
 
 
 def test_a_deleted_partitions_marker_is_not_waited_for() -> None:
