@@ -9,6 +9,7 @@ producer tables and answer every idempotence check identically.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import random
 from pathlib import Path
@@ -27,11 +28,21 @@ from raftlog.raft.types import Entry, EntryKind
 from raftlog.storage.batch import parse_header
 from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.raft_log_storage import RaftLogStorage
-from raftlog.storage.records import RecordInput, encode_batch, encode_txn_marker
+from raftlog.storage.records import (
+    RecordInput,
+    decode_txn_marker,
+    encode_batch,
+    encode_txn_marker,
+)
+from raftlog.storage.segment import TXN_INDEX_SUFFIX
+from raftlog.storage.txn_index import TransactionIndex
 from raftlog.types import Offset, Term
 
 PRODUCERS_MAX = 8
-CONFIG = dataclasses.replace(LogConfig(), checkpoint_interval_bytes=4096).validate()
+# Small segments: the aborted-transaction index spreads over many files.
+CONFIG = dataclasses.replace(
+    LogConfig(), checkpoint_interval_bytes=4096, segment_bytes_max=8192
+).validate()
 
 
 def _store(directory: Path) -> CheckpointStore:
@@ -125,6 +136,7 @@ def _replica(storage: RaftLogStorage, *, checkpoints: bool) -> PartitionReplica:
         config=CONFIG,
         producers_max=PRODUCERS_MAX,
         checkpoint=_store(Path(storage.directory)) if checkpoints else None,
+        txn_index=TransactionIndex(storage.log, cached_entries_max=100),
     )
 
 
@@ -238,15 +250,33 @@ def test_a_clean_stop_checkpoints_everything_applied(tmp_path: Path) -> None:
     storage.close()
 
 
-def test_a_state_over_the_bound_is_not_checkpointed_and_the_older_one_stays(
+def test_a_checkpoint_with_every_aborted_transaction_moves_them_into_the_index(
     tmp_path: Path,
 ) -> None:
-    store = _store(tmp_path)
-    older = PartitionCheckpoint(Offset(5), Term(1), b"[]")
-    assert store.save(older)
-    huge = PartitionCheckpoint(Offset(9), Term(1), b" " * checkpoint_bytes_max(PRODUCERS_MAX))
-    assert not store.save(huge)
-    assert store.load() == older
+    """A checkpoint written before the index listed every aborted transaction (more than
+    the new bound on a table's size): it is still loaded and its entries are indexed."""
+    entries = _transactional_entries(5, 300)
+    storage = _log_with(tmp_path / "log", entries)
+    rebuilt = _replica(storage, checkpoints=False)
+    rebuilt.recover(storage)
+    _apply_after(rebuilt, storage, -1)
+    aborted = rebuilt.aborted_transactions(0, 2**62)
+    assert aborted
+    for name in os.listdir(tmp_path / "log"):
+        if name.endswith(TXN_INDEX_SUFFIX):
+            os.remove(tmp_path / "log" / name)
+    table = json.loads(rebuilt._committed_producers.encode())
+    # Padded past the bound a table of PRODUCERS_MAX producers keeps to now.
+    table["aborted"] = [[a.producer_id, a.first_offset, a.last_offset] for a in aborted]
+    table["padding"] = " " * checkpoint_bytes_max(PRODUCERS_MAX)
+    last = entries[-1]
+    _store(tmp_path / "log").save(
+        PartitionCheckpoint(last.last_offset, last.term, json.dumps(table).encode())
+    )
+    restarted = _replica(storage, checkpoints=True)
+    assert restarted.recover(storage) == last.last_offset
+    assert restarted.aborted_transactions(0, 2**62) == aborted
+    storage.close()
 
 
 def _transactional_entries(seed: int, count: int) -> list[Entry]:
@@ -314,6 +344,29 @@ def test_open_transactions_and_the_aborted_index_survive_a_restart(tmp_path: Pat
     _apply_after(rebuilt, storage, -1)
 
     table = rebuilt._committed_producers
-    assert table.all_aborted() and table.open_transactions()  # the seed covers both
+    aborted = rebuilt.aborted_transactions(0, 2**62)
+    assert aborted and table.open_transactions()  # the seed covers both
+    assert restarted.aborted_transactions(0, 2**62) == aborted
+    assert running.aborted_transactions(0, 2**62) == aborted
     assert restarted.snapshot_data() == rebuilt.snapshot_data() == running.snapshot_data()
+    # The index holds every aborted transaction the log holds, once: the restarted and the
+    # rebuilt replica re-applied markers it already had.
+    assert len(set(aborted)) == len(aborted) == _aborted_in(entries)
     storage.close()
+
+
+def _aborted_in(entries: list[Entry]) -> int:
+    """How many ABORT markers end an open transaction in `entries` (a plain model)."""
+    open_now: set[int] = set()
+    count = 0
+    for entry in entries:
+        header = parse_header(entry.data)
+        if not header.is_control:
+            open_now.add(header.producer_id)
+            continue
+        marker = decode_txn_marker(entry.data)
+        assert marker is not None
+        if header.producer_id in open_now and not marker.commit:
+            count += 1
+        open_now.discard(header.producer_id)
+    return count
