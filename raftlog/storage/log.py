@@ -36,6 +36,10 @@ Removing data.
   log whose end is the old active base or `offset` (opening drops an empty segment that is
   not the last, as it holds nothing); a caller that must not regress (Raft, whose snapshot
   says where the log starts) persists its snapshot first and repeats the call after a crash.
+* A segment's files go with it: the log, its two indexes and its aborted-transaction index
+  (`.txnindex`, `raftlog.storage.txn_index`, written by the partition replica), which a
+  truncation inside the segment cuts too; `removal_count` counts these changes for the
+  replica's cache of it.
 * `apply_retention(now_ms)` deletes a prefix of closed segments by bytes and age
   (`raftlog.storage.retention`).
 

@@ -1,7 +1,8 @@
 """One segment of the log: a `.log` file of whole record batches and its two indexes.
 
 Theory of operation. A segment is named by its base offset, the offset of its first batch,
-in 20 digits (`00000000000000000042.log`, `.index`, `.timeindex`). Batches inside it are
+in 20 digits (`00000000000000000042.log`, `.index`, `.timeindex`, and `.txnindex` when an
+aborted transaction ended in it: `raftlog.storage.txn_index`). Batches inside it are
 contiguous in offset: each starts at the previous batch's last offset + 1. A segment is either
 
 * *active* (the last one): it takes appends. Appends wait in `_pending` (user space) and go
