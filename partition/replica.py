@@ -361,6 +361,11 @@ class PartitionReplica:
     def apply(self, entry: Entry) -> None:
         assert entry.offset > self._applied_offset, (entry, self._applied_offset)
         self._applied_offset = entry.last_offset
+        # Before the marker itself: replaying a table that is ahead may reopen a transaction
+        # at a later batch of it, and its ABORT then returns a later first offset; the
+        # carried entry has the true one and the index keeps the first it gets.
+        while self._carried and self._carried[0].last_offset <= entry.last_offset:
+            self._txn_index.append(self._carried.pop(0))
         if entry.kind is EntryKind.DATA:
             header = parse_header(entry.data)
             if header.producer_id >= 0 and header.is_control:
@@ -379,8 +384,6 @@ class PartitionReplica:
                     last_offset=entry.last_offset,
                     transactional=header.is_transactional,
                 )
-        while self._carried and self._carried[0].last_offset <= entry.last_offset:
-            self._txn_index.append(self._carried.pop(0))
         self._applied_term = entry.term
         self._applied_bytes_since_checkpoint += len(entry.data)
         if (

@@ -23,8 +23,8 @@ from raftlog.partition.checkpoint import (
     PartitionCheckpoint,
     checkpoint_bytes_max,
 )
-from raftlog.partition.replica import PartitionReplica
-from raftlog.raft.types import Entry, EntryKind
+from raftlog.partition.replica import PartitionReplica, encode_snapshot_data
+from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
 from raftlog.storage.batch import parse_header
 from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.raft_log_storage import RaftLogStorage
@@ -36,7 +36,7 @@ from raftlog.storage.records import (
 )
 from raftlog.storage.segment import TXN_INDEX_SUFFIX
 from raftlog.storage.txn_index import TransactionIndex
-from raftlog.types import Offset, Term
+from raftlog.types import NodeId, Offset, Term
 
 PRODUCERS_MAX = 8
 # Small segments: the aborted-transaction index spreads over many files.
@@ -370,3 +370,40 @@ def _aborted_in(entries: list[Entry]) -> int:
             count += 1
         open_now.discard(header.producer_id)
     return count
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_a_follower_installing_a_snapshot_ahead_of_its_offset_indexes_every_later_abort(
+    tmp_path: Path, seed: int
+) -> None:
+    """The snapshot's table is the leader's applied one, ahead of the snapshot's offset:
+    replaying the markers after it ends nothing (or reopens a transaction at a later batch),
+    so the aborts it accounts for travel beside it, and the follower's index, empty after the
+    install, gets each with its true first offset as the markers are applied."""
+    entries = _transactional_entries(seed, 300)
+    storage = _log_with(tmp_path / "leader", entries)
+    leader = _replica(storage, checkpoints=False)
+    leader.recover(storage)
+    _apply_after(leader, storage, -1)
+    cut = entries[len(entries) // 2]
+    table = leader._committed_producers.encode(
+        aborted=leader.aborted_transactions(cut.last_offset + 1, 2**62)
+    )
+    snapshot = Snapshot(
+        SnapshotMeta(cut.last_offset, cut.term, Membership(voters=frozenset({NodeId(1)}))),
+        encode_snapshot_data(cut.last_offset + 1, table),
+    )
+    follower_storage = RaftLogStorage.open(tmp_path / "follower", config=CONFIG)
+    follower_storage.install_snapshot(snapshot)
+    follower = _replica(follower_storage, checkpoints=True)
+    assert follower.recover(follower_storage) == -1
+    follower.restore(snapshot)
+    follower_storage.append([e for e in entries if e.offset > cut.last_offset])
+    follower_storage.sync()
+    _apply_after(follower, follower_storage, cut.last_offset)
+    later = leader.aborted_transactions(cut.last_offset + 1, 2**62)
+    assert later  # the seed covers aborts after the cut
+    assert follower.aborted_transactions(cut.last_offset + 1, 2**62) == later
+    assert follower.snapshot_data() == leader.snapshot_data()
+    follower_storage.close()
+    storage.close()
