@@ -23,6 +23,14 @@ from raftlog.partition.checkpoint import (
     PartitionCheckpoint,
     checkpoint_bytes_max,
 )
+from raftlog.partition.cleaning import (
+    CleanerState,
+    CompactionSettings,
+    finish_cleaning,
+    plan_cleaning,
+    run_cleaning,
+)
+from raftlog.partition.producer_state import AbortedTxn
 from raftlog.partition.replica import PartitionReplica, encode_snapshot_data
 from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
 from raftlog.storage.batch import parse_header
@@ -30,6 +38,7 @@ from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.records import (
     RecordInput,
+    decode_batch,
     decode_txn_marker,
     encode_batch,
     encode_txn_marker,
@@ -406,4 +415,69 @@ def test_a_follower_installing_a_snapshot_ahead_of_its_offset_indexes_every_late
     assert follower.aborted_transactions(cut.last_offset + 1, 2**62) == later
     assert follower.snapshot_data() == leader.snapshot_data()
     follower_storage.close()
+    storage.close()
+
+
+def _keyed(producer: int, sequence: int, key: bytes, value: bytes, **kw: bool) -> bytes:
+    return encode_batch(
+        [RecordInput(key, value, 0)],
+        producer_id=producer,
+        producer_epoch=0,
+        base_sequence=sequence,
+        **kw,
+    )
+
+
+def test_cleaning_reads_the_aborted_transactions_from_the_index_and_keeps_its_files(
+    tmp_path: Path,
+) -> None:
+    """A compaction pass over segments planned with the replica's aborted transactions
+    (as `clean_targets` does) drops the records of aborted transactions, which never shadow
+    a committed record of their key, keeps the markers, and leaves the index as it was."""
+    marker = {"producer_epoch": 0, "coordinator_epoch": 1, "timestamp_ms": 0}
+    batches = [
+        _keyed(1, 0, b"k", b"committed", is_transactional=True),
+        encode_txn_marker(commit=True, producer_id=1, **marker),
+        _keyed(2, 0, b"k", b"aborted", is_transactional=True),
+        _keyed(2, 1, b"j", b"aborted", is_transactional=True),
+        encode_txn_marker(commit=False, producer_id=2, **marker),
+    ]
+    # Plain records of other keys after them, so the transactions lie in closed segments.
+    batches += [_keyed(3, i, b"f%d" % i, bytes(1000)) for i in range(40)]
+    entries = [Entry(Term(1), Offset(i), 1, EntryKind.DATA, b) for i, b in enumerate(batches)]
+    storage = _log_with(tmp_path / "log", entries)
+    replica = _replica(storage, checkpoints=False)
+    replica.recover(storage)
+    _apply_after(replica, storage, -1)
+    clean_below = storage.last_offset() + 1
+    aborted = replica.aborted_transactions_below(clean_below)
+    assert aborted == (AbortedTxn(2, 2, 4),)
+    index_before = sorted(n for n in os.listdir(tmp_path / "log") if n.endswith(TXN_INDEX_SUFFIX))
+    assert index_before
+    log = storage.log
+    state = CleanerState()
+    plan = plan_cleaning(
+        log,
+        CompactionSettings(compact=True),
+        state,
+        clean_below=clean_below,
+        now_ms=2**62,
+        aborted=aborted,
+    )
+    assert plan is not None and plan.aborted == aborted
+    finish_cleaning(log, plan, run_cleaning(plan, lambda _: None), state)
+    kept: dict[bytes, list[bytes]] = {}
+    markers = 0
+    for header, data in log.batches(0, bytes_max=2**30):
+        decoded = decode_batch(bytes(data))
+        markers += header.is_control
+        for record in decoded.records if not header.is_control else ():
+            assert record.key is not None and record.value is not None
+            kept.setdefault(record.key, []).append(record.value)
+    assert kept[b"k"] == [b"committed"] and b"j" not in kept
+    assert markers == 2
+    assert sorted(n for n in os.listdir(tmp_path / "log") if n.endswith(TXN_INDEX_SUFFIX)) == (
+        index_before
+    )
+    assert replica.aborted_transactions_below(clean_below) == aborted
     storage.close()
