@@ -39,13 +39,16 @@ Durability and recovery (the design the replica relies on; partition/replica.py)
   `recover` answers False; the replica then distrusts its checkpoint and re-applies from its
   snapshot (or the log start), which re-derives every entry that can still matter (those
   whose marker is at or after the log start).
-There is no other copy: the producer-table checkpoint no longer carries aborted
-transactions, so no bound on their number can make a checkpoint be skipped.
+The partition checkpoint does not carry the entries (only the few its producer table
+accounts for above its offset: partition/replica.py), so no number of aborted transactions
+keeps a checkpoint from being written.
 
 Memory. The entries of recently read segments are cached, at most `cached_entries_max` in
-all (the least recently read segments go first; a segment with more is read from its file
-on each use). The storage layer counts its removals and cuts (`removal_count`): when it
-changed, the cache is dropped.
+all, a segment without entries counting one (the least recently read segments go first; a
+segment with more is read from its file on each use). With each cached segment goes the
+smallest first offset of its entries, so a scan skips, without reading them, the later
+segments whose transactions all start at or past the range's end. The storage layer
+counts its removals and cuts (`removal_count`): when it changed, the cache is dropped.
 """
 
 from __future__ import annotations
@@ -165,6 +168,26 @@ class SegmentLayout(Protocol):
         ...
 
 
+class _Segment:
+    """A segment's entries as cached, with the smallest first offset among them (a scan
+    skips a segment whose transactions all start at or after the range's end)."""
+
+    __slots__ = ("entries", "first_min")
+
+    def __init__(self, entries: list[AbortedTxn]) -> None:
+        self.entries = entries
+        self.first_min = min((a.first_offset for a in entries), default=2**63 - 1)
+
+    def add(self, txn: AbortedTxn) -> None:
+        self.entries.append(txn)
+        self.first_min = min(self.first_min, txn.first_offset)
+
+    @property
+    def cost(self) -> int:
+        """What it counts against the bound: a segment without entries counts one."""
+        return max(len(self.entries), 1)
+
+
 class TransactionIndex:
     """The `.txnindex` files of one log; see the module docstring."""
 
@@ -173,7 +196,7 @@ class TransactionIndex:
         self._layout = layout
         self._cached_entries_max = cached_entries_max
         # Segment base offset -> its entries, least recently read first.
-        self._cache: OrderedDict[int, list[AbortedTxn]] = OrderedDict()
+        self._cache: OrderedDict[int, _Segment] = OrderedDict()
         self._cached_entries = 0
         self._seen_removals = layout.removal_count
         # Segments whose files were written since the last flush; whether one was created.
@@ -227,10 +250,12 @@ class TransactionIndex:
             handle.close()
         self._created = self._created or created
         self._unsynced.add(base)
-        cached = self._cache.get(base)
+        cached = self._cache.pop(base, None)
         if cached is not None:
-            cached.append(txn)
-            self._cached_entries += 1
+            self._cached_entries -= cached.cost
+            cached.add(txn)
+            self._cache[base] = cached
+            self._cached_entries += cached.cost
             self._evict()
         return True
 
@@ -263,16 +288,30 @@ class TransactionIndex:
         first = max(bisect.bisect_right(bases, start_offset) - 1, 0)
         found: list[AbortedTxn] = []
         for base in bases[first:]:
-            entries = self._entries(base)
+            segment = self._segment(base)
+            if segment.first_min >= end_offset:
+                continue
+            entries = segment.entries
             begin = bisect.bisect_left(entries, start_offset, key=lambda a: a.last_offset)
             found.extend(a for a in entries[begin:] if a.first_offset < end_offset)
         return found
 
     def _entries(self, base: int) -> list[AbortedTxn]:
+        return list(self._segment(base).entries)
+
+    def _segment(self, base: int) -> _Segment:
         cached = self._cache.get(base)
         if cached is not None:
             self._cache.move_to_end(base)
             return cached
+        segment = _Segment(self._read(base))
+        if segment.cost <= self._cached_entries_max:
+            self._cache[base] = segment
+            self._cached_entries += segment.cost
+            self._evict()
+        return segment
+
+    def _read(self, base: int) -> list[AbortedTxn]:
         path = _path(self.directory, base)
         files = self._layout.files
         if not files.exists(path):
@@ -285,19 +324,16 @@ class TransactionIndex:
         decoded = decode_entries(data, base_offset=base)
         if decoded.damage is not None or decoded.torn:
             raise StorageError(f"{path}: {decoded.damage or 'a partial entry at its end'}")
-        if len(decoded.entries) <= self._cached_entries_max:
-            self._cache[base] = decoded.entries
-            self._cached_entries += len(decoded.entries)
-            self._evict()
         return decoded.entries
 
     def _evict(self) -> None:
         while self._cached_entries > self._cached_entries_max and self._cache:
-            _, entries = self._cache.popitem(last=False)
-            self._cached_entries -= len(entries)
+            _, segment = self._cache.popitem(last=False)
+            self._cached_entries -= segment.cost
 
     @property
     def cached_entries(self) -> int:
+        """What the cache holds against its bound (a segment without entries counts one)."""
         return self._cached_entries
 
     # -- recovery ------------------------------------------------------------------------
