@@ -58,7 +58,6 @@ import logging
 import os
 import struct
 from collections import OrderedDict
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -296,9 +295,6 @@ class TransactionIndex:
             found.extend(a for a in entries[begin:] if a.first_offset < end_offset)
         return found
 
-    def _entries(self, base: int) -> list[AbortedTxn]:
-        return list(self._segment(base).entries)
-
     def _segment(self, base: int) -> _Segment:
         cached = self._cache.get(base)
         if cached is not None:
@@ -369,8 +365,3 @@ class TransactionIndex:
         finally:
             handle.close()
         return decoded.damage is None
-
-
-def entries_of(index: TransactionIndex, bases: Sequence[int]) -> list[AbortedTxn]:
-    """Every entry of the segments at `bases` (tests and tools)."""
-    return [txn for base in bases for txn in index._entries(base)]
