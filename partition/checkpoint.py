@@ -8,6 +8,14 @@ replica saves its table, with the offset and term of the last entry applied, eve
 segment rolls), and a restart resumes applying after that offset (the Raft core's
 `applied_offset`).
 
+Aborted transactions are not in the checkpoint: they are in the aborted-transaction index
+beside each segment (`raftlog.storage.txn_index`), which the replica flushes before it saves
+a checkpoint, so every entry up to the checkpoint's offset is on disk with it and a restart
+re-derives the later ones by re-applying the log. The table may carry the few entries whose
+markers follow the checkpoint's offset (`ProducerStateTable.encode(aborted=...)`). A
+checkpoint written before the index listed every aborted transaction; the replica moves
+them into the index when it loads one.
+
 Why this is safe: an entry is applied only after it is committed and durable on this node
 (the host fsyncs before it applies), and committed entries are never truncated, so the log
 on disk still holds every entry up to the checkpoint's offset. `load` then checks that the
@@ -31,7 +39,6 @@ from raftlog.storage.file_system import FileSystem, write_file_atomically
 from raftlog.types import Offset, Term
 
 __all__ = [
-    "ABORTED_TXNS_MAX",
     "CHECKPOINT_FILE_NAME",
     "CheckpointStore",
     "PartitionCheckpoint",
@@ -47,20 +54,20 @@ _MAGIC = b"RLPC"
 # transaction and coordinator epoch) as JSON stays well under this; the bound keeps a
 # corrupt length from making load read a huge file.
 _PRODUCER_BYTES_MAX = 1024
-# The aborted-transaction index rides along (producer id, first and last offset as JSON):
-# room for this many entries. A table with more is not checkpointed (`save` says so): a
-# restart then applies from the snapshot or the log's start, slower, never wrong.
-ABORTED_TXNS_MAX = 100_000
+# Checkpoints written before the aborted-transaction index listed every aborted transaction
+# (producer id, first and last offset as JSON): `load` still reads one with up to this many.
+_LEGACY_ABORTED_TXNS_MAX = 100_000
 _ABORTED_TXN_BYTES_MAX = 64
 
 
 def checkpoint_bytes_max(producers_max: int) -> int:
-    """The largest checkpoint a table of at most `producers_max` producers (and at most
-    ABORTED_TXNS_MAX aborted transactions) can encode to."""
+    """The largest checkpoint a table of at most `producers_max` producers encodes to."""
     assert producers_max > 0, producers_max
-    return (
-        _HEAD.size + producers_max * _PRODUCER_BYTES_MAX + ABORTED_TXNS_MAX * _ABORTED_TXN_BYTES_MAX
-    )
+    return _HEAD.size + producers_max * _PRODUCER_BYTES_MAX
+
+
+def _load_bytes_max(producers_max: int) -> int:
+    return checkpoint_bytes_max(producers_max) + _LEGACY_ABORTED_TXNS_MAX * _ABORTED_TXN_BYTES_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,23 +107,14 @@ class CheckpointStore:
         self.files = files
         self.path = os.path.join(directory, CHECKPOINT_FILE_NAME)
         self.producers_max = producers_max
-        self.bytes_max = checkpoint_bytes_max(producers_max)
+        self.bytes_max = _load_bytes_max(producers_max)
 
-    def save(self, checkpoint: PartitionCheckpoint) -> bool:
-        """Replace the checkpoint; False (and the older one stays) when the state is over
-        the bound, which only an aborted-transaction index past ABORTED_TXNS_MAX makes."""
+    def save(self, checkpoint: PartitionCheckpoint) -> None:
+        """Replace the checkpoint. A table of at most `producers_max` producers always fits
+        (the entries it carries beside it are those of the apply lag, a few)."""
         data = checkpoint.encode()
-        if len(data) > self.bytes_max:
-            log.warning(
-                "not checkpointing %s at offset %d: %d bytes > %d (aborted transactions)",
-                self.path,
-                checkpoint.offset,
-                len(data),
-                self.bytes_max,
-            )
-            return False
+        assert len(data) <= self.bytes_max, (len(data), self.bytes_max)
         write_file_atomically(self.files, self.path, data)
-        return True
 
     def load(self) -> PartitionCheckpoint | None:
         """The checkpoint on disk, or None when there is none or it cannot be trusted."""

@@ -17,9 +17,10 @@ last pass has outlived `delete.retention.ms`. The state lives in memory: after a
 first pass treats everything as dirty and rewrites what it must (cleaning is idempotent).
 
 Transactions, as Kafka's cleaner: `clean_below` is at most the last stable offset, so no
-open transaction's batch is cleaned; the records of aborted transactions (the replica's
-aborted index at planning time, `CleaningPass.aborted`) are dropped and never shadow a
-committed record of their key; markers stay.
+open transaction's batch is cleaned; the records of aborted transactions (read from the replica's
+aborted-transaction index, the `.txnindex` files beside the segments, at planning time:
+`CleaningPass.aborted`) are dropped and never shadow a committed record of their key;
+markers stay, and so does each segment's index file (a cleaned segment keeps its offsets).
 """
 
 from __future__ import annotations

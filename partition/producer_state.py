@@ -26,32 +26,39 @@ producer epoch is older than the producer's (INVALID_PRODUCER_EPOCH) or its coor
 older than the last marker's (TRANSACTION_COORDINATOR_FENCED); a marker for a producer the
 table does not know, or one with no open transaction, is written and ends nothing (Kafka's
 ProducerAppendInfo.appendEndTxnMarker: a marker of an empty transaction adds nothing to the
-aborted index). An ABORT that ends an open transaction adds (producer id, first offset, the
-marker's offset) to the *aborted index*, which read_committed fetches answer from; entries
-whose marker is below the log start are dropped. The earliest open transaction's first offset
-bounds the last stable offset (LSO), and a producer with an open transaction is never
-evicted (its transaction would stay open forever otherwise).
+aborted index). An ABORT that ends an open transaction returns (producer id, first offset,
+the marker's offset), which the replica appends to the aborted-transaction index
+(`raftlog.storage.txn_index`, one file per segment), which read_committed fetches answer
+from; the table itself keeps no list of aborted transactions. The earliest open
+transaction's first offset bounds the last stable offset (LSO), and a producer with an open
+transaction is never evicted (its transaction would stay open forever otherwise).
 
 Worked example, offsets in Raft offsets: producer 7 writes transactional batches at 10-11
 and 14, producer 8 one at 12; the earliest open transaction starts at 10, so the LSO is 10.
-An ABORT of 7 at 15 adds (7, 10, 15) to the aborted index and the LSO moves to 12 (8's
+An ABORT of 7 at 15 returns (7, 10, 15) for the aborted index and the LSO moves to 12 (8's
 transaction); a COMMIT of 8 at 16 adds nothing and the LSO is the high watermark again.
 
 The table is a pure value: it is rebuilt deterministically by applying committed batches in
 offset order (on every replica), saved in partition snapshots and checkpoints, and the leader
-checks new batches against a copy that also holds its own uncommitted appends.
+checks new batches against a copy that also holds its own uncommitted appends. A saved table
+may carry a list of aborted transactions beside it (`encode(aborted=...)`,
+`decode_aborted`): the replica's entries the table already accounts for whose markers lie
+after the saved offset (a snapshot's table can be ahead of its offset); a table saved
+before the index existed lists every aborted transaction there.
 """
 
 from __future__ import annotations
 
-import bisect
 import enum
 import json
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AbortedTxn", "ProducerStateTable", "SequenceVerdict", "Verdict"]
+from raftlog.storage.txn_index import AbortedTxn
+
+__all__ = ["AbortedTxn", "ProducerStateTable", "SequenceVerdict", "Verdict", "decode_aborted"]
 
 # Kafka remembers the last five batches per producer: the most a producer keeps in flight.
 REMEMBERED_BATCHES_MAX = 5
@@ -86,19 +93,6 @@ class _Batch:
     last_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
-    """An aborted transaction: its first offset and its ABORT marker's offset (Kafka's
-    AbortedTxn, the aborted-transaction index entry)."""
-
-    producer_id: int
-    first_offset: int
-    last_offset: int
-
-    def __post_init__(self) -> None:
-        assert 0 <= self.first_offset < self.last_offset, self
-
-
 class _Producer:
     __slots__ = ("batches", "coordinator_epoch", "epoch", "txn_first_offset")
 
@@ -124,8 +118,6 @@ class ProducerStateTable:
         # Producer id -> its open transaction's first offset (a copy of txn_first_offset,
         # so the LSO does not scan every producer).
         self._open: dict[int, int] = {}
-        # In marker order, so ordered by last_offset (markers are applied in offset order).
-        self._aborted: list[AbortedTxn] = []
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -273,7 +265,7 @@ class ProducerStateTable:
         self, *, producer_id: int, epoch: int, coordinator_epoch: int, commit: bool, offset: int
     ) -> AbortedTxn | None:
         """Apply a marker written at `offset`: the producer's open transaction (if any) ends;
-        an ABORT of an open one is added to the aborted index and returned."""
+        an ABORT of an open one is returned, for the aborted-transaction index."""
         producer = self._producers.get(producer_id)
         if producer is not None and producer.txn_first_offset > offset:
             # A replay: a snapshot's table may be ahead of the snapshot's offset (the
@@ -288,11 +280,7 @@ class ProducerStateTable:
         self._evict()
         if first < 0 or commit:
             return None
-        aborted = AbortedTxn(producer_id, first, offset)
-        if self._aborted and self._aborted[-1].last_offset >= offset:
-            return aborted  # a replay (above): the index already holds it
-        self._aborted.append(aborted)
-        return aborted
+        return AbortedTxn(producer_id, first, offset)
 
     def has_open_transaction(self, producer_id: int) -> bool:
         return producer_id in self._open
@@ -310,28 +298,14 @@ class ProducerStateTable:
         """Producer id -> first offset of every open transaction."""
         return dict(self._open)
 
-    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
-        """The aborted transactions with records in [start_offset, end_offset): those whose
-        marker is at or after `start_offset` and whose first offset is before `end_offset`
-        (what Kafka's fetch collects from its transaction index)."""
-        first = bisect.bisect_left(self._aborted, start_offset, key=lambda a: a.last_offset)
-        return [a for a in self._aborted[first:] if a.first_offset < end_offset]
-
-    def all_aborted(self) -> list[AbortedTxn]:
-        return list(self._aborted)
-
-    def drop_aborted_below(self, offset: int) -> None:
-        """Forget aborted transactions whose marker lies below `offset` (the log start)."""
-        kept = bisect.bisect_left(self._aborted, offset, key=lambda a: a.last_offset)
-        del self._aborted[:kept]
-
     def copy(self) -> ProducerStateTable:
         return ProducerStateTable.decode(self.encode(), producers_max=self._producers_max)
 
-    def encode(self) -> bytes:
+    def encode(self, *, aborted: Sequence[AbortedTxn] = ()) -> bytes:
         """JSON: {"producers": [[id, epoch, batches, txn first offset, coordinator epoch],
-        ...], "aborted": [[id, first offset, last offset], ...]}. A table written before
-        transactions is a bare list of [id, epoch, batches] (`decode` reads both)."""
+        ...], "aborted": [[id, first offset, last offset], ...]} with `aborted` carried
+        beside the table (module docstring). A table written before transactions is a bare
+        list of [id, epoch, batches] (`decode` reads both)."""
         producers = [
             [
                 pid,
@@ -345,8 +319,8 @@ class ProducerStateTable:
             ]
             for pid, p in self._producers.items()
         ]
-        aborted = [[a.producer_id, a.first_offset, a.last_offset] for a in self._aborted]
-        document = {"producers": producers, "aborted": aborted}
+        carried = [[a.producer_id, a.first_offset, a.last_offset] for a in aborted]
+        document = {"producers": producers, "aborted": carried}
         return json.dumps(document, separators=(",", ":")).encode()
 
     @classmethod
@@ -366,7 +340,14 @@ class ProducerStateTable:
                 if producer.txn_first_offset >= 0:
                     table._open[int(pid)] = producer.txn_first_offset
             table._producers[int(pid)] = producer
-        table._aborted = [
-            AbortedTxn(int(pid), int(first), int(last)) for pid, first, last in document["aborted"]
-        ]
         return table
+
+
+def decode_aborted(data: bytes) -> list[AbortedTxn]:
+    """The aborted transactions a saved table carries beside it, in marker order."""
+    if not data:
+        return []
+    document: Any = json.loads(data)
+    if isinstance(document, list):  # written before transactions
+        return []
+    return [AbortedTxn(int(pid), int(first), int(last)) for pid, first, last in document["aborted"]]

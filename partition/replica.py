@@ -19,7 +19,14 @@ ends it with a COMMIT or ABORT marker (`write_txn_marker`), one control batch th
 The last stable offset (LSO) is the first offset of the earliest open transaction, capped
 at the high watermark and at the applied offset + 1 (the producer table knows no later
 transaction); read_committed fetches stop there and carry the aborted transactions of what
-they return.
+they return, from the aborted-transaction index (`raftlog.storage.txn_index`: one file
+beside each segment, appended as ABORT markers are applied, deleted and cut with its
+segment). The index is flushed before each checkpoint, so a restart finds on disk every
+entry up to the checkpoint and re-derives the later ones by re-applying the log; a damaged
+index file makes the replica distrust its checkpoint and re-apply from its snapshot or the
+log start instead. A table restored from a snapshot may be ahead of the snapshot's offset:
+the entries it accounts for above that offset travel with it and wait in `_carried` until
+their markers are applied.
 
 High watermark = commit offset + 1 (exclusive, as in Kafka). Fetch returns whole batches
 strictly below it, never a byte above: a batch that straddles the watermark cannot exist,
@@ -62,11 +69,15 @@ from raftlog.partition.producer_state import (
     AbortedTxn,
     ProducerStateTable,
     Verdict,
+    decode_aborted,
 )
 from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
 from raftlog.runtime.group import RaftGroup
 from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
+from raftlog.storage.file_system import FileSystem
 from raftlog.storage.records import decode_txn_marker, encode_txn_marker, validate_records
+from raftlog.storage.sim_file_system import SimFileSystem
+from raftlog.storage.txn_index import TransactionIndex
 from raftlog.types import Commitment, Offset, Term
 
 __all__ = [
@@ -144,6 +155,28 @@ class RecoveryLog(Protocol):
     def term_at(self, offset: Offset) -> Term | None: ...
 
 
+class _UnhostedLayout:
+    """One segment in memory from offset 0: the aborted-transaction index of a replica
+    without a segmented log (simulations, tests of other things)."""
+
+    def __init__(self) -> None:
+        self.files: FileSystem = SimFileSystem()
+        self.directory = "/txn-index"
+        self.files.make_directory(self.directory)
+
+    @property
+    def segment_base_offsets(self) -> tuple[int, ...]:
+        return (0,)
+
+    @property
+    def log_end_offset(self) -> int:
+        return 2**63 - 1
+
+    @property
+    def removal_count(self) -> int:
+        return 0
+
+
 class OffsetSpec(enum.IntEnum):
     EARLIEST = 0
     LATEST = 1
@@ -203,6 +236,7 @@ class PartitionReplica:
         checkpoint: CheckpointStore | None = None,
         keys_required: Callable[[], bool] = lambda: False,
         txn_verifier: TxnVerifier | None = None,
+        txn_index: TransactionIndex | None = None,
     ) -> None:
         assert checkpoint is None or checkpoint.producers_max >= producers_max
         self.topic = topic
@@ -230,6 +264,14 @@ class PartitionReplica:
         self._txn_verifying: dict[int, asyncio.Future[None]] = {}
         self._applied_bytes_since_checkpoint = 0
         self._applied_term = -1  # the term of the entry at _applied_offset
+        # None: the index lives in memory (a replica without a segmented log).
+        self._txn_index = txn_index or TransactionIndex(
+            _UnhostedLayout(), cached_entries_max=config.txn_index_cached_entries_max
+        )
+        # Aborted transactions the producer table accounts for whose markers lie after the
+        # applied offset (a restored snapshot's table is ahead of it), in marker order: each
+        # goes into the index when its marker is applied (module docstring).
+        self._carried: list[AbortedTxn] = []
 
     def attach(self, group: RaftGroup) -> None:
         assert self._group is None
@@ -276,7 +318,17 @@ class PartitionReplica:
     def aborted_transactions_below(self, offset: int) -> tuple[AbortedTxn, ...]:
         """The aborted transactions (Raft offsets) with records below `offset`: the log
         cleaner drops their records (partition/cleaning.py)."""
-        return tuple(self._committed_producers.aborted_transactions(0, offset))
+        return tuple(self.aborted_transactions(0, offset))
+
+    def aborted_transactions(self, start_offset: int, end_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions with records in [start_offset, end_offset) (Raft
+        offsets): marker at or after `start_offset`, first offset before `end_offset`."""
+        indexed = self._txn_index.collect(start_offset, end_offset)
+        return indexed + [
+            a
+            for a in self._carried
+            if a.last_offset >= start_offset and a.first_offset < end_offset
+        ]
 
     @property
     def applied_offset(self) -> int:
@@ -309,10 +361,19 @@ class PartitionReplica:
     def apply(self, entry: Entry) -> None:
         assert entry.offset > self._applied_offset, (entry, self._applied_offset)
         self._applied_offset = entry.last_offset
+        # Before the marker itself: replaying a table that is ahead may reopen a transaction
+        # at a later batch of it, and its ABORT then returns a later first offset; the
+        # carried entry has the true one and the index keeps the first it gets.
+        while self._carried and self._carried[0].last_offset <= entry.last_offset:
+            self._txn_index.append(self._carried.pop(0))
         if entry.kind is EntryKind.DATA:
             header = parse_header(entry.data)
             if header.producer_id >= 0 and header.is_control:
-                self._apply_marker(self._committed_producers, header, entry.data, entry.offset)
+                aborted = self._apply_marker(
+                    self._committed_producers, header, entry.data, entry.offset
+                )
+                if aborted is not None:
+                    self._txn_index.append(aborted)
             elif header.producer_id >= 0:
                 self._committed_producers.record(
                     producer_id=header.producer_id,
@@ -336,13 +397,14 @@ class PartitionReplica:
     @staticmethod
     def _apply_marker(
         producers: ProducerStateTable, header: BatchHeader, batch: bytes, offset: int
-    ) -> None:
+    ) -> AbortedTxn | None:
         """A COMMIT/ABORT marker ends its producer's transaction (a marker's one record is
-        decoded here: markers are few, and only the producer table reads them)."""
+        decoded here: markers are few, and only the producer table reads them); the
+        aborted transaction it ends, if any."""
         marker = decode_txn_marker(batch)
         if marker is None:
-            return
-        producers.end_transaction(
+            return None
+        return producers.end_transaction(
             producer_id=header.producer_id,
             epoch=header.producer_epoch,
             coordinator_epoch=marker.coordinator_epoch,
@@ -354,13 +416,13 @@ class PartitionReplica:
         """Save the applied state; `term` is that of the last entry applied.
 
         Applied entries are committed and durable here (the host applies after its fsync),
-        so the log a restart finds always holds the checkpoint's offset.
+        so the log a restart finds always holds the checkpoint's offset. The aborted-
+        transaction index is flushed first: every entry up to the checkpoint is then on disk.
         """
         assert self._checkpoint is not None and self._applied_offset >= 0
+        self._txn_index.flush()
         self._checkpoint.save(
-            PartitionCheckpoint(
-                Offset(self._applied_offset), term, self._committed_producers.encode()
-            )
+            PartitionCheckpoint(Offset(self._applied_offset), term, self.snapshot_data())
         )
         self._applied_bytes_since_checkpoint = 0
 
@@ -380,12 +442,23 @@ class PartitionReplica:
         offset in the same term: otherwise applying from the start rebuilds the same state.
         """
         assert self._applied_offset == -1, "recover runs once, before anything is applied"
+        index_sound = self._txn_index.recover()
         if (found := log.snapshot()) is not None:
             # The snapshot says where Kafka offsets stand at the log's first offset, whether
             # or not it is restored below (a newer checkpoint resumes after it).
             self._log.set_kafka_start(decode_snapshot_data(found)[0])
         checkpoint = None if self._checkpoint is None else self._checkpoint.load()
         if checkpoint is None:
+            return Offset(-1)
+        if not index_sound:
+            # Entries up to the checkpoint may be gone: re-applying re-derives them.
+            _logger.warning(
+                "%s-%s: not resuming after the checkpoint at offset %d: the aborted-"
+                "transaction index was damaged",
+                self.topic,
+                self.partition,
+                checkpoint.offset,
+            )
             return Offset(-1)
         snapshot = log.snapshot()
         if snapshot is not None and snapshot.meta.offset >= checkpoint.offset:
@@ -400,6 +473,7 @@ class PartitionReplica:
         )
         self._applied_offset = checkpoint.offset
         self._applied_term = checkpoint.term
+        self._take_carried(decode_aborted(checkpoint.state))
         _logger.info(
             "%s-%s: resuming after the checkpoint at offset %d (the log ends at %d)",
             self.topic,
@@ -418,7 +492,19 @@ class PartitionReplica:
         self._committed_producers = ProducerStateTable.decode(
             producers, producers_max=self._producers_max
         )
+        self._take_carried(decode_aborted(producers))
         self._leader_producers = None
+
+    def _take_carried(self, aborted: list[AbortedTxn]) -> None:
+        """The aborted transactions a restored table carries: those whose marker was applied
+        go into the index (a replay where it holds them; a table saved before the index
+        lists them all), the later ones wait in `_carried`."""
+        self._carried = []
+        for txn in aborted:
+            if txn.last_offset > self._applied_offset:
+                self._carried.append(txn)
+            else:
+                self._txn_index.append(txn)
 
     def compaction_snapshot(self, offset: Offset, term: Term, membership: Membership) -> Snapshot:
         """The snapshot a partition records before retention drops the log below `offset`.
@@ -431,17 +517,18 @@ class PartitionReplica:
         """
         assert offset <= self.group.node.commit_offset, (offset, self.group.node.commit_offset)
         kafka_start = self._log.kafka_offset(offset + 1)
-        # Aborted transactions whose marker falls below the new log start skip nothing any
-        # more: no fetch can return their records.
-        self._committed_producers.drop_aborted_below(offset + 1)
+        # The table accounts for the markers up to the applied offset: those after `offset`
+        # travel with it (an installing follower's index starts empty).
+        ahead = self._txn_index.collect(offset + 1, 2**63 - 1) + self._carried
+        table = self._committed_producers.encode(aborted=ahead)
         return Snapshot(
-            SnapshotMeta(offset, term, membership),
-            encode_snapshot_data(kafka_start, self.snapshot_data()),
+            SnapshotMeta(offset, term, membership), encode_snapshot_data(kafka_start, table)
         )
 
     def snapshot_data(self) -> bytes:
-        """The producer table a snapshot carries (the log holds the rest)."""
-        return self._committed_producers.encode()
+        """The producer table a checkpoint saves, with the aborted transactions it accounts
+        for above the applied offset (the log and its index hold the rest)."""
+        return self._committed_producers.encode(aborted=self._carried)
 
     # -- produce -------------------------------------------------------------------------------
 
@@ -867,7 +954,7 @@ class PartitionReplica:
             AbortedTransaction(
                 aborted.producer_id, self._log.kafka_offset(max(aborted.first_offset, log_first))
             )
-            for aborted in self._committed_producers.aborted_transactions(raft_start, raft_end)
+            for aborted in self.aborted_transactions(raft_start, raft_end)
         )
 
 

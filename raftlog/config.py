@@ -149,6 +149,10 @@ class LogConfig:
     # many bytes of log, so a restart re-applies at most about this much (Kafka snapshots
     # producer state at segment rolls; partition/checkpoint.py).
     checkpoint_interval_bytes: int = 32 * MIB
+    # A partition replica keeps the aborted-transaction index entries of the segments it read
+    # last in memory, at most this many in all (28 bytes each on disk); others are read from
+    # their `.txnindex` files on each read_committed fetch (raftlog.storage.txn_index).
+    txn_index_cached_entries_max: int = 100_000
     retention_bytes: int | None = None
     retention_ms: int | None = None
     # How a leader checks a client's batch: "full" also walks the records' framing once

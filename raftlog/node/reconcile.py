@@ -54,6 +54,7 @@ from raftlog.storage.log import LogDamage, SegmentedLog
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.scrub import SegmentProblem
 from raftlog.storage.segment import LOG_SUFFIX, parse_segment_name
+from raftlog.storage.txn_index import TransactionIndex
 from raftlog.types import NodeId, RaftGroupId
 
 __all__ = ["Reconciler"]
@@ -324,6 +325,9 @@ class Reconciler:
             checkpoint=checkpoint,
             keys_required=lambda: self.compaction_settings(topic).compact,
             txn_verifier=self._txn_verifier(topic, partition),
+            txn_index=TransactionIndex(
+                storage.log, cached_entries_max=log_config.txn_index_cached_entries_max
+            ),
         )
         info = self._metadata().partition(topic, partition)
         group = self._factory.make_group(

@@ -23,9 +23,10 @@ the unchanged header); a compressed batch is recompressed with its codec (Snappy
 raftlog cannot write, and empty batches become uncompressed).
 
 Transactions (Kafka's cleaner): a batch of an aborted transaction (`BatchAborted`, which the
-caller answers from the partition's aborted index) loses every record and adds no key to
-the offset map, so it never shadows a committed record of its key; transaction markers, as
-every control batch, stay. The caller cleans nothing at or above the last stable offset, so
+caller answers from the aborted-transaction index, `raftlog.storage.txn_index`) loses every
+record and adds no key to the offset map, so it never shadows a committed record of its
+key; transaction markers, as every control batch, stay, and so does each segment's
+`.txnindex` file. The caller cleans nothing at or above the last stable offset, so
 no batch of an open transaction is ever judged.
 
 The swap (`swap_in_cleaned`), crash-safe at every step: cleaned segments are written,

@@ -36,6 +36,10 @@ Removing data.
   log whose end is the old active base or `offset` (opening drops an empty segment that is
   not the last, as it holds nothing); a caller that must not regress (Raft, whose snapshot
   says where the log starts) persists its snapshot first and repeats the call after a crash.
+* A segment's files go with it: the log, its two indexes and its aborted-transaction index
+  (`.txnindex`, `raftlog.storage.txn_index`, written by the partition replica), which a
+  truncation inside the segment cuts too; `removal_count` counts these changes for the
+  replica's cache of it.
 * `apply_retention(now_ms)` deletes a prefix of closed segments by bytes and age
   (`raftlog.storage.retention`).
 
@@ -85,10 +89,12 @@ from raftlog.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     Segment,
     SegmentSync,
     parse_segment_name,
 )
+from raftlog.storage.txn_index import truncate_txn_index
 from raftlog.storage.wall_clock import SystemWallClock, WallClock
 
 __all__ = [
@@ -201,6 +207,9 @@ class SegmentedLog:
         # reached, kept in the mark (flagged) so a restart before the repair knows it too.
         self._repair_end_offset: int | None = None
         self.damage: LogDamage | None = None  # what open found, for the owner to report
+        # Counts removals and cuts of segments: a cache of their sidecar files (the
+        # aborted-transaction index) drops itself when it changed.
+        self._removal_count = 0
 
     # --- opening ------------------------------------------------------------------------
 
@@ -296,6 +305,7 @@ class SegmentedLog:
         self._repair_end_offset = end
         self.mark.write(self._mark_record(end))
         self.damage = LogDamage(path, self.log_start_offset, end, cause)
+        self._removal_count += 1
         for segment in self._segments:  # oldest first: a crash leaves a suffix
             segment.delete()
         self.files.sync_directory(self.directory)
@@ -327,7 +337,7 @@ class SegmentedLog:
             for name in names
             if any(
                 (base := parse_segment_name(name, suffix)) is not None and base not in present
-                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
             )
         ]
         for name in stale:
@@ -375,6 +385,11 @@ class SegmentedLog:
     def durable_end_offset(self) -> int:
         """Every offset below this one is on disk (fsynced)."""
         return self._durable_end_offset
+
+    @property
+    def removal_count(self) -> int:
+        """How many times segments were removed or cut so far."""
+        return self._removal_count
 
     @property
     def segment_base_offsets(self) -> tuple[int, ...]:
@@ -622,6 +637,7 @@ class SegmentedLog:
         if self._repair_end_offset is None and offset < self._durable_end_offset:
             # Lowered first: a crash part-way then leaves a log at or above its mark.
             self.mark.write(MarkRecord(offset))
+        self._removal_count += 1
         segment = self._segment_for(offset)
         index = self._segments.index(segment)
         doomed = self._segments[index + 1 :]
@@ -635,6 +651,9 @@ class SegmentedLog:
         if doomed:
             self.files.sync_directory(self.directory)
         segment.truncate_from(min(offset, segment.end_offset), self.clock.now_ms())
+        # After the segment: a crash between the two leaves index entries past the
+        # segment's end, which TransactionIndex.recover cuts.
+        truncate_txn_index(self.files, self.directory, segment.base_offset, offset)
         self._durable_end_offset = min(self._durable_end_offset, offset)
         self._check_invariants()
         assert self.log_end_offset == offset, (self.log_end_offset, offset)
@@ -660,6 +679,7 @@ class SegmentedLog:
         assert 0 <= count < len(self._segments), count
         if count == 0:
             return
+        self._removal_count += 1
         for segment in self._segments[:count]:  # oldest first: a crash leaves a suffix
             segment.delete()
         self.files.sync_directory(self.directory)
@@ -672,6 +692,7 @@ class SegmentedLog:
         """Drop every batch and restart the log, empty, at `offset` (>= log_end_offset)."""
         count = len(self._segments)
         self._delete_oldest(count - 1)
+        self._removal_count += 1
         old = self._active()
         old.truncate_from(old.base_offset, self.clock.now_ms())  # emptied and synced
         fresh = Segment.create(self.files, self.directory, offset, self.config)

@@ -1,7 +1,8 @@
 """One segment of the log: a `.log` file of whole record batches and its two indexes.
 
 Theory of operation. A segment is named by its base offset, the offset of its first batch,
-in 20 digits (`00000000000000000042.log`, `.index`, `.timeindex`). Batches inside it are
+in 20 digits (`00000000000000000042.log`, `.index`, `.timeindex`, and `.txnindex` when an
+aborted transaction ended in it: `raftlog.storage.txn_index`). Batches inside it are
 contiguous in offset: each starts at the previous batch's last offset + 1. A segment is either
 
 * *active* (the last one): it takes appends. Appends wait in `_pending` (user space) and go
@@ -51,6 +52,7 @@ __all__ = [
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
     "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_SUFFIX",
     "Segment",
     "SegmentSync",
     "announced_bytes",
@@ -62,6 +64,9 @@ __all__ = [
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+# The aborted-transaction index beside the segment (raftlog.storage.txn_index), written by
+# the partition replica; a segment only deletes it with itself.
+TXN_INDEX_SUFFIX = ".txnindex"
 _NAME_DIGITS = 20
 # Recovery reads the active segment in chunks of this size (at least one batch more).
 _SCAN_CHUNK_BYTES = 8 * 1024 * 1024
@@ -591,7 +596,7 @@ class Segment:
     def delete(self) -> None:
         """Close and remove the segment's files (the caller syncs the directory)."""
         self.close()
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             path = self._sibling(suffix)
             if self.files.exists(path):
                 self.files.remove(path)

@@ -9,6 +9,7 @@ producer tables and answer every idempotence check identically.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import random
 from pathlib import Path
@@ -22,16 +23,35 @@ from raftlog.partition.checkpoint import (
     PartitionCheckpoint,
     checkpoint_bytes_max,
 )
-from raftlog.partition.replica import PartitionReplica
-from raftlog.raft.types import Entry, EntryKind
+from raftlog.partition.cleaning import (
+    CleanerState,
+    CompactionSettings,
+    finish_cleaning,
+    plan_cleaning,
+    run_cleaning,
+)
+from raftlog.partition.producer_state import AbortedTxn
+from raftlog.partition.replica import PartitionReplica, encode_snapshot_data
+from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
 from raftlog.storage.batch import parse_header
 from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.raft_log_storage import RaftLogStorage
-from raftlog.storage.records import RecordInput, encode_batch, encode_txn_marker
-from raftlog.types import Offset, Term
+from raftlog.storage.records import (
+    RecordInput,
+    decode_batch,
+    decode_txn_marker,
+    encode_batch,
+    encode_txn_marker,
+)
+from raftlog.storage.segment import TXN_INDEX_SUFFIX
+from raftlog.storage.txn_index import TransactionIndex
+from raftlog.types import NodeId, Offset, Term
 
 PRODUCERS_MAX = 8
-CONFIG = dataclasses.replace(LogConfig(), checkpoint_interval_bytes=4096).validate()
+# Small segments: the aborted-transaction index spreads over many files.
+CONFIG = dataclasses.replace(
+    LogConfig(), checkpoint_interval_bytes=4096, segment_bytes_max=8192
+).validate()
 
 
 def _store(directory: Path) -> CheckpointStore:
@@ -125,6 +145,7 @@ def _replica(storage: RaftLogStorage, *, checkpoints: bool) -> PartitionReplica:
         config=CONFIG,
         producers_max=PRODUCERS_MAX,
         checkpoint=_store(Path(storage.directory)) if checkpoints else None,
+        txn_index=TransactionIndex(storage.log, cached_entries_max=100),
     )
 
 
@@ -238,15 +259,33 @@ def test_a_clean_stop_checkpoints_everything_applied(tmp_path: Path) -> None:
     storage.close()
 
 
-def test_a_state_over_the_bound_is_not_checkpointed_and_the_older_one_stays(
+def test_a_checkpoint_with_every_aborted_transaction_moves_them_into_the_index(
     tmp_path: Path,
 ) -> None:
-    store = _store(tmp_path)
-    older = PartitionCheckpoint(Offset(5), Term(1), b"[]")
-    assert store.save(older)
-    huge = PartitionCheckpoint(Offset(9), Term(1), b" " * checkpoint_bytes_max(PRODUCERS_MAX))
-    assert not store.save(huge)
-    assert store.load() == older
+    """A checkpoint written before the index listed every aborted transaction (more than
+    the new bound on a table's size): it is still loaded and its entries are indexed."""
+    entries = _transactional_entries(5, 300)
+    storage = _log_with(tmp_path / "log", entries)
+    rebuilt = _replica(storage, checkpoints=False)
+    rebuilt.recover(storage)
+    _apply_after(rebuilt, storage, -1)
+    aborted = rebuilt.aborted_transactions(0, 2**62)
+    assert aborted
+    for name in os.listdir(tmp_path / "log"):
+        if name.endswith(TXN_INDEX_SUFFIX):
+            os.remove(tmp_path / "log" / name)
+    table = json.loads(rebuilt._committed_producers.encode())
+    # Padded past the bound a table of PRODUCERS_MAX producers keeps to now.
+    table["aborted"] = [[a.producer_id, a.first_offset, a.last_offset] for a in aborted]
+    table["padding"] = " " * checkpoint_bytes_max(PRODUCERS_MAX)
+    last = entries[-1]
+    _store(tmp_path / "log").save(
+        PartitionCheckpoint(last.last_offset, last.term, json.dumps(table).encode())
+    )
+    restarted = _replica(storage, checkpoints=True)
+    assert restarted.recover(storage) == last.last_offset
+    assert restarted.aborted_transactions(0, 2**62) == aborted
+    storage.close()
 
 
 def _transactional_entries(seed: int, count: int) -> list[Entry]:
@@ -314,6 +353,131 @@ def test_open_transactions_and_the_aborted_index_survive_a_restart(tmp_path: Pat
     _apply_after(rebuilt, storage, -1)
 
     table = rebuilt._committed_producers
-    assert table.all_aborted() and table.open_transactions()  # the seed covers both
+    aborted = rebuilt.aborted_transactions(0, 2**62)
+    assert aborted and table.open_transactions()  # the seed covers both
+    assert restarted.aborted_transactions(0, 2**62) == aborted
+    assert running.aborted_transactions(0, 2**62) == aborted
     assert restarted.snapshot_data() == rebuilt.snapshot_data() == running.snapshot_data()
+    # The index holds every aborted transaction the log holds, once: the restarted and the
+    # rebuilt replica re-applied markers it already had.
+    assert len(set(aborted)) == len(aborted) == _aborted_in(entries)
+    storage.close()
+
+
+def _aborted_in(entries: list[Entry]) -> int:
+    """How many ABORT markers end an open transaction in `entries` (a plain model)."""
+    open_now: set[int] = set()
+    count = 0
+    for entry in entries:
+        header = parse_header(entry.data)
+        if not header.is_control:
+            open_now.add(header.producer_id)
+            continue
+        marker = decode_txn_marker(entry.data)
+        assert marker is not None
+        if header.producer_id in open_now and not marker.commit:
+            count += 1
+        open_now.discard(header.producer_id)
+    return count
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_a_follower_installing_a_snapshot_ahead_of_its_offset_indexes_every_later_abort(
+    tmp_path: Path, seed: int
+) -> None:
+    """The snapshot's table is the leader's applied one, ahead of the snapshot's offset:
+    replaying the markers after it ends nothing (or reopens a transaction at a later batch),
+    so the aborts it accounts for travel beside it, and the follower's index, empty after the
+    install, gets each with its true first offset as the markers are applied."""
+    entries = _transactional_entries(seed, 300)
+    storage = _log_with(tmp_path / "leader", entries)
+    leader = _replica(storage, checkpoints=False)
+    leader.recover(storage)
+    _apply_after(leader, storage, -1)
+    cut = entries[len(entries) // 2]
+    table = leader._committed_producers.encode(
+        aborted=leader.aborted_transactions(cut.last_offset + 1, 2**62)
+    )
+    snapshot = Snapshot(
+        SnapshotMeta(cut.last_offset, cut.term, Membership(voters=frozenset({NodeId(1)}))),
+        encode_snapshot_data(cut.last_offset + 1, table),
+    )
+    follower_storage = RaftLogStorage.open(tmp_path / "follower", config=CONFIG)
+    follower_storage.install_snapshot(snapshot)
+    follower = _replica(follower_storage, checkpoints=True)
+    assert follower.recover(follower_storage) == -1
+    follower.restore(snapshot)
+    follower_storage.append([e for e in entries if e.offset > cut.last_offset])
+    follower_storage.sync()
+    _apply_after(follower, follower_storage, cut.last_offset)
+    later = leader.aborted_transactions(cut.last_offset + 1, 2**62)
+    assert later  # the seed covers aborts after the cut
+    assert follower.aborted_transactions(cut.last_offset + 1, 2**62) == later
+    assert follower.snapshot_data() == leader.snapshot_data()
+    follower_storage.close()
+    storage.close()
+
+
+def _keyed(producer: int, sequence: int, key: bytes, value: bytes, **kw: bool) -> bytes:
+    return encode_batch(
+        [RecordInput(key, value, 0)],
+        producer_id=producer,
+        producer_epoch=0,
+        base_sequence=sequence,
+        **kw,
+    )
+
+
+def test_cleaning_reads_the_aborted_transactions_from_the_index_and_keeps_its_files(
+    tmp_path: Path,
+) -> None:
+    """A compaction pass over segments planned with the replica's aborted transactions
+    (as `clean_targets` does) drops the records of aborted transactions, which never shadow
+    a committed record of their key, keeps the markers, and leaves the index as it was."""
+    marker = {"producer_epoch": 0, "coordinator_epoch": 1, "timestamp_ms": 0}
+    batches = [
+        _keyed(1, 0, b"k", b"committed", is_transactional=True),
+        encode_txn_marker(commit=True, producer_id=1, **marker),
+        _keyed(2, 0, b"k", b"aborted", is_transactional=True),
+        _keyed(2, 1, b"j", b"aborted", is_transactional=True),
+        encode_txn_marker(commit=False, producer_id=2, **marker),
+    ]
+    # Plain records of other keys after them, so the transactions lie in closed segments.
+    batches += [_keyed(3, i, b"f%d" % i, bytes(1000)) for i in range(40)]
+    entries = [Entry(Term(1), Offset(i), 1, EntryKind.DATA, b) for i, b in enumerate(batches)]
+    storage = _log_with(tmp_path / "log", entries)
+    replica = _replica(storage, checkpoints=False)
+    replica.recover(storage)
+    _apply_after(replica, storage, -1)
+    clean_below = storage.last_offset() + 1
+    aborted = replica.aborted_transactions_below(clean_below)
+    assert aborted == (AbortedTxn(2, 2, 4),)
+    index_before = sorted(n for n in os.listdir(tmp_path / "log") if n.endswith(TXN_INDEX_SUFFIX))
+    assert index_before
+    log = storage.log
+    state = CleanerState()
+    plan = plan_cleaning(
+        log,
+        CompactionSettings(compact=True),
+        state,
+        clean_below=clean_below,
+        now_ms=2**62,
+        aborted=aborted,
+    )
+    assert plan is not None and plan.aborted == aborted
+    finish_cleaning(log, plan, run_cleaning(plan, lambda _: None), state)
+    kept: dict[bytes, list[bytes]] = {}
+    markers = 0
+    for header, data in log.batches(0, bytes_max=2**30):
+        decoded = decode_batch(bytes(data))
+        markers += header.is_control
+        for record in decoded.records if not header.is_control else ():
+            assert record.key is not None and record.value is not None
+            kept.setdefault(record.key, []).append(record.value)
+    assert kept[b"k"] == [b"committed"] and b"j" not in kept
+    assert markers == 2
+    assert sorted(n for n in os.listdir(tmp_path / "log") if n.endswith(TXN_INDEX_SUFFIX)) == (
+        index_before
+    )
+    assert replica.aborted_transactions_below(clean_below) == aborted
     storage.close()

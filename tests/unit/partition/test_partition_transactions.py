@@ -19,13 +19,14 @@ from raftlog.errors import (
 )
 from raftlog.partition.cleaning import aborted_batches
 from raftlog.partition.policy import apply_retention
-from raftlog.partition.producer_state import AbortedTxn
-from raftlog.partition.replica import OffsetSpec
+from raftlog.partition.producer_state import AbortedTxn, ProducerStateTable, decode_aborted
+from raftlog.partition.replica import OffsetSpec, decode_snapshot_data
+from raftlog.raft.types import Membership
 from raftlog.storage.batch import parse_header
 from raftlog.storage.compaction import clean_batch, latest_record_keeper
 from raftlog.storage.records import RecordInput, encode_batch
-from raftlog.types import Commitment
-from tests.unit.partition.replica_groups import LEADER, ReplicaGroups
+from raftlog.types import Commitment, Offset
+from tests.unit.partition.replica_groups import LEADER, NODES, ReplicaGroups
 
 TIMEOUT_S = 60.0  # never reached: the tests resolve every wait by driving the groups
 T = TypeVar("T")
@@ -109,8 +110,8 @@ def test_the_lso_stops_at_the_earliest_open_transaction_on_every_replica() -> No
     assert committed_at == aborted_at + 1  # a marker takes one offset
     for replica in partition.replicas.values():
         assert replica.raft_last_stable_offset == replica.raft_high_watermark
-        table = replica._committed_producers
-        assert [(a.producer_id, a.first_offset, a.last_offset) for a in table.all_aborted()] == [
+        indexed = replica.aborted_transactions(0, 2**62)
+        assert [(a.producer_id, a.first_offset, a.last_offset) for a in indexed] == [
             (7, first_7, aborted_at)
         ]
     assert partition.leader.transaction_start_offset(7) == -1
@@ -162,7 +163,7 @@ def test_markers_from_the_past_are_refused_and_markers_for_unknown_producers_wri
     offset = _marker(partition, 99, commit=False)
     assert offset == partition.leader.raft_high_watermark - 1
     for replica in partition.replicas.values():
-        assert replica._committed_producers.all_aborted() == []
+        assert replica.aborted_transactions(0, 2**62) == []
         assert replica.raft_last_stable_offset == replica.raft_high_watermark
 
 
@@ -177,17 +178,30 @@ def test_after_a_bumped_marker_the_next_transaction_starts_at_sequence_zero() ->
     _produce(partition, _batch(7, 0, epoch=1))
 
 
-def test_the_aborted_index_and_open_transactions_survive_a_snapshot() -> None:
+def test_open_transactions_and_the_aborts_after_its_offset_travel_with_a_snapshot() -> None:
+    """A snapshot's table is the applied one, ahead of the snapshot's offset: the aborted
+    transactions it accounts for after that offset travel with it (a follower installing it
+    starts with an empty index); those before stay in the index files."""
     coordinator = Coordinator()
-    coordinator.added = {(7, 0), (8, 0)}
+    coordinator.added = {(7, 0), (8, 0), (9, 0)}
     partition = ReplicaGroups(txn_verifier=coordinator)
+    first_9 = _produce(partition, _batch(9, 0))
+    aborted_9 = _marker(partition, 9, commit=False)
     first_7 = _produce(partition, _batch(7, 0))
     first_8 = _produce(partition, _batch(8, 0))
     aborted_at = _marker(partition, 7, commit=False)
-    data = partition.leader.snapshot_data()
-    table = type(partition.leader._committed_producers).decode(data, producers_max=10)
+    leader = partition.leader
+    snapshot = leader.compaction_snapshot(
+        Offset(first_8), leader.group.node.term, Membership(voters=frozenset(NODES))
+    )
+    data = decode_snapshot_data(snapshot)[1]
+    table = ProducerStateTable.decode(data, producers_max=10)
     assert table.first_open_offset() == first_8
-    assert [(a.first_offset, a.last_offset) for a in table.all_aborted()] == [(first_7, aborted_at)]
+    assert decode_aborted(data) == [AbortedTxn(7, first_7, aborted_at)]
+    assert leader.aborted_transactions(0, 2**62) == [
+        AbortedTxn(9, first_9, aborted_9),
+        AbortedTxn(7, first_7, aborted_at),
+    ]
 
 
 class _ExpiredLog:
