@@ -30,7 +30,7 @@ COMMIT_INTERVAL_S = 3600.0
 STALL_AT_OFFSET = int(os.environ.get("QUIX_STALL_AT_OFFSET", "-1"))
 
 
-def count(word: str, state: State) -> dict[str, Any]:
+def count(word: str, state: State[str, int]) -> dict[str, Any]:
     if message_context().offset == STALL_AT_OFFSET:
         print(f"stalled at input offset {STALL_AT_OFFSET}", flush=True)
         time.sleep(3600)  # killed here by the test
