@@ -182,8 +182,8 @@ def words(kafka_cluster: LocalCluster) -> Iterator[list[str]]:
 
 
 def test_a_killed_worker_counts_each_word_exactly_once(
+    quix_python: pathlib.Path,  # first: a skip starts no cluster
     kafka_cluster: LocalCluster,
-    quix_python: pathlib.Path,
     words: list[str],
     tmp_path: pathlib.Path,
 ) -> None:
