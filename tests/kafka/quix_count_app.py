@@ -18,7 +18,9 @@ import os
 import time
 from typing import Any
 
+from confluent_kafka import KafkaError, KafkaException
 from quixstreams import Application, State, message_context
+from quixstreams.exceptions.assignment import PartitionAssignmentError
 
 CONSUMER_GROUP = "raftlog-quix-count"
 INPUT_TOPIC = "quix-words"
@@ -28,6 +30,14 @@ OUTPUT_TOPIC = "quix-counts"
 COMMIT_EVERY = 50
 COMMIT_INTERVAL_S = 3600.0
 STALL_AT_OFFSET = int(os.environ.get("QUIX_STALL_AT_OFFSET", "-1"))
+# raftlog elects a new partition's first leader by a Raft election and, when a replica other
+# than the preferred one (the first listed) wins it, hands leadership to the preferred one a
+# moment later; Quix creates its changelog topic just before the consumer's first assignment.
+# It asks for the changelog's watermarks once when a partition is assigned (librdkafka's
+# query_watermark_offsets, which does not retry NOT_LEADER_FOR_PARTITION) and stops the
+# application on that error, where a supervisor would start the worker again: so does this
+# loop, for that error only, with a new Application (and the same transactional.id).
+RESTARTS_MAX = 5
 
 
 def count(word: str, state: State[str, int]) -> dict[str, Any]:
@@ -39,7 +49,7 @@ def count(word: str, state: State[str, int]) -> dict[str, Any]:
     return {"word": word, "count": total}
 
 
-def main() -> None:
+def run() -> None:
     app = Application(
         broker_address=os.environ["QUIX_BROKER"],
         consumer_group=CONSUMER_GROUP,
@@ -62,6 +72,26 @@ def main() -> None:
     counts = app.topic(OUTPUT_TOPIC, key_serializer="str", value_serializer="json")
     app.dataframe(words).apply(count, stateful=True).to_topic(counts)
     app.run()
+
+
+def _leader_moved(error: PartitionAssignmentError) -> bool:
+    cause = error.__cause__
+    return (
+        isinstance(cause, KafkaException)
+        and cause.args[0].code() == KafkaError.NOT_LEADER_FOR_PARTITION
+    )
+
+
+def main() -> None:
+    for _ in range(RESTARTS_MAX):
+        try:
+            run()
+            return
+        except PartitionAssignmentError as error:
+            if not _leader_moved(error):
+                raise
+            print(f"restarting: the partition assignment failed: {error.__cause__}", flush=True)
+    run()
 
 
 if __name__ == "__main__":
