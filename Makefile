@@ -3,9 +3,11 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
+QUIX_VENV  := .venv-quix
+QUIX_STAMP := $(QUIX_VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install test test-fast soak check fmt demo sim chaos bench clean image
+.PHONY: install install-quix test test-fast soak check fmt demo sim chaos bench clean image
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -13,7 +15,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) $(QUIX_STAMP)
+
+# Quix Streams requires confluent-kafka<2.13, below the [dev] venv's, so it gets a venv of its
+# own; tests/kafka/test_quix_exactly_once.py runs its worker with this venv's python (and
+# builds it through this target when run on its own).
+$(QUIX_STAMP): tests/kafka/quix-requirements.txt
+	rm -rf $(QUIX_VENV)
+	$(PY) -m venv $(QUIX_VENV)
+	$(QUIX_VENV)/bin/pip install --quiet -r tests/kafka/quix-requirements.txt
+	touch $(QUIX_STAMP)
+
+install-quix: $(QUIX_STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest --durations=30 -m "not soak" $(PYTEST_ARGS)

@@ -330,13 +330,14 @@ class Reconciler:
             ),
         )
         info = self._metadata().partition(topic, partition)
+        first_term = 0 if info is None else info.first_term
         group = self._factory.make_group(
             raft_group_id,
             storage,
             hard_state_store,
             voters,
             replica,
-            first_term=0 if info is None else info.first_term,
+            first_term=first_term,
         )
         replica.attach(group)
         group.on_leadership_change = self._on_leadership_change
@@ -346,7 +347,9 @@ class Reconciler:
         log.info(
             "node %s: hosting %s-%s (group %s)", self._node_id, topic, partition, raft_group_id
         )
-        brand_new = group.node.term == 0 and storage.last_offset() < 0
+        # A new topic's groups start at the cluster's highest leader epoch, not at term 0
+        # (`PartitionInfo.first_term`): no election has been held while the term is that one.
+        brand_new = group.node.term == first_term and storage.last_offset() < 0
         if preferred and brand_new and len(voters) > 1:
             group.node.campaign()
 

@@ -15,6 +15,8 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from raftlog.config import LogConfig, NodeConfig
 from raftlog.metadata import (
     AlterTopicConfig,
@@ -22,6 +24,7 @@ from raftlog.metadata import (
     CreateTopicRequest,
     MetadataState,
     RegisterNode,
+    ReportLeader,
     plan_create_topic,
 )
 from raftlog.metadata.catch_up import caught_up_since_start
@@ -33,7 +36,7 @@ from raftlog.runtime.clock import FakeMonotonicClock, MonotonicClock
 from raftlog.runtime.host import RaftGroupHost
 from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.wall_clock import SystemWallClock
-from raftlog.types import NodeId
+from raftlog.types import NodeId, PartitionId
 
 N1, N2, N3, N4 = NodeId(1), NodeId(2), NodeId(3), NodeId(4)
 INCARNATION = 50  # this node's start; the replayed registrations are older
@@ -168,13 +171,25 @@ def test_an_altered_topic_config_reaches_its_replicas_without_a_restart(tmp_path
     node.reconciler._factory.close_all()
 
 
-def test_a_new_group_campaigns_at_once_on_its_preferred_replica_only(tmp_path: Path) -> None:
+@pytest.mark.parametrize("leader_epoch_high", [0, 5])
+def test_a_new_group_campaigns_at_once_on_its_preferred_replica_only(
+    tmp_path: Path, leader_epoch_high: int
+) -> None:
     """The preferred replica of a brand-new group starts the first election when it creates
-    the group; the others wait for their election timers."""
+    the group; the others wait for their election timers. So too for a topic created after
+    other topics' leaders were elected, whose groups start at a term above 0."""
     peers = {n: ("127.0.0.1", 20100 + n) for n in (N1, N2, N3)}
     node = _Node1(tmp_path, peers)
     for n in (N1, N2, N3):
         node.register(n, 20100 + n, incarnation=INCARNATION)
+    if leader_epoch_high:
+        earlier = plan_create_topic(node.state, CreateTopicRequest("earlier", 1, 1), 1_000)
+        assert isinstance(earlier, CreateTopic)
+        assert node.state.apply(node.state.applied_offset + 1, encode_command(earlier)).ok
+        [(replica, *_)] = earlier.assignments
+        report = ReportLeader("earlier", PartitionId(0), earlier.raft_group_ids[0], replica,
+                              leader_epoch_high)  # fmt: skip
+        assert node.state.apply(node.state.applied_offset + 1, encode_command(report)).ok
     plan = plan_create_topic(node.state, CreateTopicRequest("rf3", 6, 3), 1_000)
     assert isinstance(plan, CreateTopic)
     assert node.state.apply(node.state.applied_offset + 1, encode_command(plan)).ok
@@ -185,6 +200,9 @@ def test_a_new_group_campaigns_at_once_on_its_preferred_replica_only(tmp_path: P
     for (topic, partition), replica in node.reconciler.replicas.items():
         info = node.state.partition(topic, partition)
         assert info is not None
+        if topic != "rf3":
+            continue
+        assert info.first_term == leader_epoch_high
         roles[partition] = (info.preferred_leader == N1, replica.group.node.role)
     assert {preferred for preferred, _ in roles.values()} == {True, False}, roles
     for preferred, role in roles.values():
