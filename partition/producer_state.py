@@ -136,6 +136,25 @@ class ProducerStateTable:
         if producer is None:
             return SequenceVerdict(Verdict.NEW)
         verdict = self._check_sequence(producer_id, producer, epoch, base_sequence, record_count)
+        if (
+            verdict.verdict is Verdict.DUPLICATE
+            and transactional
+            and not 0 <= producer.txn_first_offset <= verdict.base_offset
+        ):
+            # A retry is always of a batch of the transaction still open here: a transaction
+            # ends only once all its batches were answered or given up. So the same
+            # sequences in a batch after the original's transaction ended are a different
+            # batch: librdkafka's abort_transaction purges batches it queued for a retry, even
+            # ones a leader had written before it failed, and numbers its next batches from the
+            # purged ones' sequences. Answered as the duplicate, that new record would be
+            # acknowledged at the aborted one's offset and never written. OUT_OF_ORDER_SEQUENCE
+            # makes the client abort the transaction and bump its epoch instead.
+            return SequenceVerdict(
+                Verdict.OUT_OF_ORDER,
+                message=f"producer {producer_id} sent sequences {base_sequence}-"
+                f"{base_sequence + record_count - 1} again after the transaction of its batch at "
+                f"offset {verdict.base_offset} ended: a new batch, not a retry",
+            )
         if verdict.verdict is Verdict.NEW and not transactional and producer.txn_first_offset >= 0:
             return SequenceVerdict(
                 Verdict.INVALID_TXN_STATE,

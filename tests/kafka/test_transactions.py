@@ -679,40 +679,43 @@ def _answer(sock: socket.socket, request: Any, correlation_id: int) -> Any:
     return entity_reader(schema)(data, 4)[0]
 
 
+def _init_producer_id(boot: str, txn_id: str) -> tuple[str, Any]:
+    """InitProducerId for `txn_id` at its coordinator, found as a client finds it (an earlier
+    test may have killed a node): (the coordinator's address, the answer)."""
+    ipi, fc = _wire(4, "init_producer_id"), _wire(3, "find_coordinator")
+    timeout = i32Timedelta.parse(datetime.timedelta(seconds=60))
+    init = ipi.InitProducerIdRequest(transactional_id=ipi.TransactionalId(txn_id),
+                                     transaction_timeout=timeout)  # fmt: skip
+    deadline = time.monotonic() + 30
+    for attempt in itertools.count():
+        started = None
+        try:
+            found = kafka_call(
+                boot.split(",")[attempt % 3],
+                fc.FindCoordinatorRequest(key=txn_id, key_type=i8(1)),
+            )
+            address = f"{found.host}:{found.port}"
+            started = kafka_call(address, init)
+        except OSError:
+            pass
+        if started is not None and started.error_code == ErrorCode.none:
+            return address, started
+        assert time.monotonic() < deadline, started
+        time.sleep(0.2)
+    raise AssertionError("unreachable")
+
+
 def test_an_end_txn_pipelined_behind_add_partitions_to_txn_sees_the_partition_added(
     boot: str,
 ) -> None:
     """librdkafka's abort_transaction with records still queued sends EndTxn(abort) right behind
     its AddPartitionsToTxn on one connection; Kafka serves a connection's requests one at a
     time, so the EndTxn sees the partition added and aborts the transaction."""
-    ipi, ap, et = (
-        _wire(4, "init_producer_id"),
-        _wire(0, "add_partitions_to_txn"),
-        _wire(1, "end_txn"),
-    )
-    fc = _wire(3, "find_coordinator")
+    ap, et = _wire(0, "add_partitions_to_txn"), _wire(1, "end_txn")
     codes = []
     for n in range(5):
         txn_id = f"txn-pipelined-{n}"
-        timeout = i32Timedelta.parse(datetime.timedelta(seconds=60))
-        init = ipi.InitProducerIdRequest(transactional_id=ipi.TransactionalId(txn_id),
-                                         transaction_timeout=timeout)  # fmt: skip
-        deadline = time.monotonic() + 30
-        for attempt in itertools.count():  # as a client: an earlier test killed a node
-            started = None
-            try:
-                found = kafka_call(
-                    boot.split(",")[attempt % 3],
-                    fc.FindCoordinatorRequest(key=txn_id, key_type=i8(1)),
-                )
-                address = f"{found.host}:{found.port}"
-                started = kafka_call(address, init)
-            except OSError:
-                pass
-            if started is not None and started.error_code == ErrorCode.none:
-                break
-            assert time.monotonic() < deadline, started
-            time.sleep(0.2)
+        address, started = _init_producer_id(boot, txn_id)
         pid, epoch = started.producer_id, started.producer_epoch
         topic = ap.AddPartitionsToTxnTopic(name=ap.TopicName("txn-a"), partitions=(i32(0),))
         add = ap.AddPartitionsToTxnRequest(
@@ -731,3 +734,65 @@ def test_an_end_txn_pipelined_behind_add_partitions_to_txn_sees_the_partition_ad
         assert added_partition.partition_error_code == ErrorCode.none
         codes.append(ended.error_code)
     assert codes == [ErrorCode.none] * 5, codes
+
+
+def test_a_reused_sequence_after_an_abort_is_refused_not_acknowledged_as_the_old_batch(
+    boot: str,
+) -> None:
+    """librdkafka's abort_transaction purges a batch it had queued for a retry after its
+    leader died, though the leader had written it (and the next leader committed it), and
+    numbers the next transaction's first batch there from the purged batch's sequence. Taken
+    for a retry, that new batch was acknowledged at the aborted batch's offset and never
+    written: the chaos suite's lost committed writes. It is refused OUT_OF_ORDER_SEQUENCE
+    (librdkafka then aborts and bumps its epoch) and nothing is written."""
+    ap, et = _wire(0, "add_partitions_to_txn"), _wire(1, "end_txn")
+    txn_id = "txn-sequence-reuse"
+    address, started = _init_producer_id(boot, txn_id)
+    pid, epoch = started.producer_id, started.producer_epoch
+
+    def add() -> None:
+        topic = ap.AddPartitionsToTxnTopic(name=ap.TopicName("txn-b"), partitions=(i32(0),))
+        request = ap.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=ap.TransactionalId(txn_id),
+            v3_and_below_producer_id=pid,
+            v3_and_below_producer_epoch=epoch,
+            v3_and_below_topics=(topic,),
+        )
+        deadline = time.monotonic() + 30
+        while True:  # CONCURRENT_TRANSACTIONS while the last one completes
+            answer = kafka_call(address, request)
+            code = answer.results_by_topic_v3_and_below[0].results_by_partition[0]
+            if code.partition_error_code == ErrorCode.none:
+                return
+            assert time.monotonic() < deadline, code
+            time.sleep(0.1)
+
+    def produce(value: bytes) -> list[int]:
+        batch = encode_batch(
+            [RecordInput(None, value, 0)],
+            producer_id=pid,
+            producer_epoch=epoch,
+            base_sequence=0,
+            is_transactional=True,
+        )
+        return sorted(
+            int(kafka_call(a, produce_request("txn-b", batch)).responses[0]
+                .partition_responses[0].error_code)
+            for a in boot.split(",")
+        )  # fmt: skip
+
+    def abort() -> None:
+        end = et.EndTxnRequest(transactional_id=et.TransactionalId(txn_id), producer_id=pid,
+                               producer_epoch=epoch, committed=False)  # fmt: skip
+        assert kafka_call(address, end).error_code == ErrorCode.none
+
+    not_leader = int(ErrorCode.not_leader_or_follower)
+    add()
+    assert produce(b"reuse-written-then-purged") == sorted([0, not_leader, not_leader])
+    abort()
+    add()
+    refused = int(ErrorCode.out_of_order_sequence_number)
+    assert produce(b"reuse-next-transaction") == sorted([refused, not_leader, not_leader])
+    abort()
+    seen = _read(boot, "read_uncommitted", {"txn-b": 1}, 1, ("reuse-",))
+    assert seen == ["reuse-written-then-purged"]
