@@ -82,7 +82,9 @@ def test_the_sequences_of_an_ended_transactions_batch_are_a_new_batch_refused() 
     _txn_batch(table, 0, 1, offset=10)
     _txn_batch(table, 1, 1, offset=11)
     table.end_transaction(producer_id=7, epoch=0, coordinator_epoch=1, commit=False, offset=12)
-    refused = table.check(producer_id=7, epoch=0, base_sequence=1, record_count=1, transactional=True)
+    refused = table.check(
+        producer_id=7, epoch=0, base_sequence=1, record_count=1, transactional=True
+    )
     assert refused.verdict is Verdict.OUT_OF_ORDER
     assert "after the transaction of its batch at offset 11 ended" in refused.message
     # Once the next transaction is open, a batch of the earlier one is still not a retry.
