@@ -9,7 +9,9 @@ offsets). A new batch is then exactly one of:
     NEW           base_sequence == last_sequence + 1; 0 for a new epoch of a known producer;
                   any sequence for a producer the table does not know
     DUPLICATE     its sequence range equals one of the remembered batches: answer with the
-                  offsets that batch was written at, write nothing
+                  offsets that batch was written at, write nothing (for a transactional
+                  batch, only a batch of the transaction still open: a match with an ended
+                  transaction's batch is a client reusing sequences, OUT_OF_ORDER)
     OUT_OF_ORDER  anything else (a gap: an earlier batch was lost; the producer must fail it)
     FENCED        an epoch older than the one on record
 
