@@ -46,6 +46,7 @@ from raftlog.metadata.transactions import (
     TransactionState,
     TxnState,
 )
+from raftlog.rpc.txn_completions import TxnCompletions
 from raftlog.runtime.recorder import recorder
 from raftlog.types import TxnMarker, TxnMarkerResult
 
@@ -93,8 +94,10 @@ class TransactionMarkerDuty:
         submit: Submit,
         write_markers: WriteMarkers,
         wall_clock_ms: Callable[[], int],
+        completions: TxnCompletions | None = None,
     ) -> None:
         self._state = state
+        self._completions = completions
         self._controller_term = controller_term
         self._submit = submit
         self._write_markers = write_markers
@@ -182,6 +185,9 @@ class TransactionMarkerDuty:
         command = CompleteEndTransaction(
             txn.transactional_id, txn.producer_id, txn.producer_epoch, self._wall_clock_ms()
         )
+        if self._completions is not None:
+            # Requests held for this completion propose right behind it (same commit).
+            self._completions.proposing(txn.transactional_id)
         result = await self._submit(command)
         self._written.pop(txn.transactional_id, None)
         if not result.ok:

@@ -125,15 +125,16 @@ async def _after_end(
     ctx: KafkaContext, transactional_id: str, producer_id: int, producer_epoch: int
 ) -> None:
     """Returns once `transactional_id`'s previous transaction is no longer completing (its
-    markers written and Complete* committed), or after `_HOLD_WHILE_ENDING_S`; at once if it
-    is not completing or the request is not from its producer.
+    completion proposed, or committed), or after `_HOLD_WHILE_ENDING_S`; at once if it is not
+    completing or the request is not from its producer.
 
     A producer starts its next transaction as soon as EndTxn is answered, that is once
     PrepareCommit/PrepareAbort is committed, before the markers. Kafka answers the next
     AddPartitionsToTxn CONCURRENT_TRANSACTIONS then, and the client backs off and retries;
-    here the request waits for the completion instead, then is proposed as usual (its check
-    at apply decides, as for any request), so the client neither backs off nor costs the
-    metadata quorum a commit of a command that would be rejected."""
+    here the request waits for the completion instead, then is proposed as usual, right
+    behind the completion when the wait ended on its proposal (`raftlog.rpc.txn_completions`:
+    one Raft commit for both). Its check at apply decides, as for any request: the client
+    neither backs off nor costs the metadata quorum a commit of a command to be rejected."""
     machine = ctx.node.metadata
 
     def completing() -> bool:
@@ -144,17 +145,25 @@ async def _after_end(
 
     if not completing():
         return
-    changed = asyncio.Event()
-    machine.listeners.append(changed.set)
+    wake = asyncio.Event()
+    proposed = False
+
+    def on_proposed() -> None:
+        nonlocal proposed
+        proposed = True
+        wake.set()
+
+    machine.listeners.append(wake.set)
     try:
-        async with asyncio.timeout(_HOLD_WHILE_ENDING_S):
-            while completing():
-                await changed.wait()
-                changed.clear()
+        with ctx.node.txn_completions.watch(transactional_id, on_proposed):
+            async with asyncio.timeout(_HOLD_WHILE_ENDING_S):
+                while completing() and not proposed:
+                    await wake.wait()
+                    wake.clear()
     except TimeoutError:
         pass  # proposed anyway: rejected CONCURRENT_TRANSACTIONS, which the client retries
     finally:
-        machine.listeners.remove(changed.set)
+        machine.listeners.remove(wake.set)
 
 
 def _refusal(ctx: KafkaContext, transactional_id: str) -> ErrorCode | None:
