@@ -11,11 +11,13 @@ old one stopped:
    each to its partition's leader), at the id's current epoch (the bumped one after EndTxn
    v5) and with the metadata term as the coordinator epoch; once every marker is written
    (or its partition is gone) the controller commits CompleteEndTransaction, which also
-   commits or drops the transaction's pending offsets. A marker written twice (a controller
-   change between markers and completion) ends nothing new: the partition's transaction is
-   already over, so it changes nothing readers see. A retry after some markers failed
-   (a partition without a leader, say) writes only the others: each marker takes an offset,
-   so rewriting those already written would add one to every healthy partition per retry;
+   commits or drops the transaction's pending offsets. Just before submitting it, the duty
+   tells the requests held for it (`raftlog.rpc.txn_completions`), which propose behind it.
+   A marker written twice (a controller change between markers and completion) ends nothing
+   new: the partition's transaction is already over, so it changes nothing readers see. A
+   retry after some markers failed (a partition without a leader, say) writes only the
+   others: each marker takes an offset, so rewriting those already written would add one to
+   every healthy partition per retry;
 2. every Ongoing transaction older than its timeout is aborted by the coordinator itself:
    PrepareEndTransaction(abort) with the epoch bumped, which fences its producer (its next
    request carries an epoch from the past), then step 1;

@@ -9,7 +9,9 @@ Raft through the node port's `submit`, and answered from the command's result: t
 `raftlog.metadata.transaction_checks` run again at apply, so the codes a client sees are
 decided against the committed state, and a rejected command writes nothing. EndTxn is
 answered once its PrepareCommit/PrepareAbort is committed; the controller's marker duty
-(`raftlog.node.txn_markers`) writes the markers and completes it.
+(`raftlog.node.txn_markers`) writes the markers and completes it. The producer's next
+AddPartitionsToTxn/AddOffsetsToTxn, sent meanwhile, is held until that completion and
+proposed right behind it (`_after_end`), not refused CONCURRENT_TRANSACTIONS as Kafka does.
 
 Authorization: with a token file, a transactional id is used by a principal granted `write`
 on the name `transactional_id:<id>` (a "*" grant covers it; topics cannot contain ':', so
