@@ -165,7 +165,17 @@ def _all_running(cluster: LocalCluster) -> None:
                 for p in admin.describe_topic(name).partitions
             )
 
+    def scraped() -> bool:
+        # A restarted node's metrics listener may come up after it leads again; the tests
+        # read every node's metrics (`_controller`).
+        try:
+            _texts(cluster)
+        except OSError:
+            return False
+        return True
+
     wait_until(settled, timeout_s=60, what="every node up and leading its partitions")
+    wait_until(scraped, timeout_s=60, what="every node's metrics answering")
 
 
 # -- transactions ---------------------------------------------------------------------------
