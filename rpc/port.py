@@ -10,18 +10,23 @@ maps them to its own codes (a `leader_hint` on NotLeader/NotController names whe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from raftlog.metadata import ApplyResult, Command, CreateTopicRequest, MetadataState
 from raftlog.partition.replica import FetchResult, ProducerDescription, ProduceResult
 from raftlog.rpc.faults import FaultInjector
+from raftlog.rpc.txn_completions import TxnCompletions
 from raftlog.types import Commitment, NodeId, TxnMarker, TxnMarkerResult
 
 __all__ = ["MetadataCopy", "MetadataReadPort", "NodePort"]
 
 
 class MetadataCopy(Protocol):
+    # Called after every apply or restore (a handler waiting for a change adds one and
+    # removes it when done).
+    listeners: list[Callable[[], None]]
+
     @property
     def state(self) -> MetadataState:
         """This node's applied copy of the metadata state (replaced on a snapshot restore:
@@ -71,6 +76,12 @@ class NodePort(MetadataReadPort, Protocol):
     @property
     def faults(self) -> FaultInjector | None:
         """The transport's fault hook; None unless the node was started with --chaos."""
+        ...
+
+    @property
+    def txn_completions(self) -> TxnCompletions:
+        """Where the transaction coordinator tells held requests it proposes a completion
+        (`raftlog.rpc.txn_completions`)."""
         ...
 
     def describe_producer(

@@ -49,6 +49,7 @@ from raftlog.partition.replica import (
 from raftlog.raft.types import Role
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.kafka.errors import kafka_error
+from raftlog.rpc.txn_completions import TxnCompletions
 from raftlog.rpc.txn_marker_calls import MARKERS_PER_CALL_MAX, TxnMarkerCalls
 from raftlog.runtime import recorder
 from raftlog.types import Commitment, NodeId, TxnMarker, TxnMarkerResult
@@ -82,6 +83,7 @@ class NodeApi:
         self._is_fenced = is_fenced
         self._marker_calls = marker_calls
         self._wall_clock_ms = wall_clock_ms
+        self.txn_completions = TxnCompletions()
 
     # -- metadata reads (raftlog.rpc.port.MetadataReadPort) -------------------------------
 

@@ -293,6 +293,7 @@ def transaction_marker_duty(node: Node) -> TransactionMarkerDuty:
             markers, timeout_s=timeout_s
         ),
         wall_clock_ms=node.wall_clock.now_ms,
+        completions=node.api.txn_completions,
     )
 
 

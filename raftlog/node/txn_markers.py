@@ -11,11 +11,13 @@ old one stopped:
    each to its partition's leader), at the id's current epoch (the bumped one after EndTxn
    v5) and with the metadata term as the coordinator epoch; once every marker is written
    (or its partition is gone) the controller commits CompleteEndTransaction, which also
-   commits or drops the transaction's pending offsets. A marker written twice (a controller
-   change between markers and completion) ends nothing new: the partition's transaction is
-   already over, so it changes nothing readers see. A retry after some markers failed
-   (a partition without a leader, say) writes only the others: each marker takes an offset,
-   so rewriting those already written would add one to every healthy partition per retry;
+   commits or drops the transaction's pending offsets. Just before submitting it, the duty
+   tells the requests held for it (`raftlog.rpc.txn_completions`), which propose behind it.
+   A marker written twice (a controller change between markers and completion) ends nothing
+   new: the partition's transaction is already over, so it changes nothing readers see. A
+   retry after some markers failed (a partition without a leader, say) writes only the
+   others: each marker takes an offset, so rewriting those already written would add one to
+   every healthy partition per retry;
 2. every Ongoing transaction older than its timeout is aborted by the coordinator itself:
    PrepareEndTransaction(abort) with the epoch bumped, which fences its producer (its next
    request carries an epoch from the past), then step 1;
@@ -46,6 +48,7 @@ from raftlog.metadata.transactions import (
     TransactionState,
     TxnState,
 )
+from raftlog.rpc.txn_completions import TxnCompletions
 from raftlog.runtime.recorder import recorder
 from raftlog.types import TxnMarker, TxnMarkerResult
 
@@ -94,8 +97,10 @@ class TransactionMarkerDuty:
         submit: Submit,
         write_markers: WriteMarkers,
         wall_clock_ms: Callable[[], int],
+        completions: TxnCompletions | None = None,
     ) -> None:
         self._state = state
+        self._completions = completions
         self._controller_term = controller_term
         self._submit = submit
         self._write_markers = write_markers
@@ -186,6 +191,9 @@ class TransactionMarkerDuty:
         command = CompleteEndTransaction(
             txn.transactional_id, txn.producer_id, txn.producer_epoch, self._wall_clock_ms()
         )
+        if self._completions is not None:
+            # Requests held for this completion propose right behind it (same commit).
+            self._completions.proposing(txn.transactional_id)
         try:
             result = await self._submit(command)
         finally:

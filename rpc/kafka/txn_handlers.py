@@ -9,7 +9,9 @@ Raft through the node port's `submit`, and answered from the command's result: t
 `raftlog.metadata.transaction_checks` run again at apply, so the codes a client sees are
 decided against the committed state, and a rejected command writes nothing. EndTxn is
 answered once its PrepareCommit/PrepareAbort is committed; the controller's marker duty
-(`raftlog.node.txn_markers`) writes the markers and completes it.
+(`raftlog.node.txn_markers`) writes the markers and completes it. The producer's next
+AddPartitionsToTxn/AddOffsetsToTxn, sent meanwhile, is held until that completion and
+proposed right behind it (`_after_end`), not refused CONCURRENT_TRANSACTIONS as Kafka does.
 
 Authorization: with a token file, a transactional id is used by a principal granted `write`
 on the name `transactional_id:<id>` (a "*" grant covers it; topics cannot contain ':', so
@@ -20,6 +22,7 @@ v4+ form, which Kafka reserves for brokers, needs `cluster` (CLUSTER_AUTHORIZATI
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import time
 from collections.abc import Sequence
@@ -78,6 +81,10 @@ __all__ = [
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 _SUBMIT_TIMEOUT_S = 10.0
+# How long an AddPartitionsToTxn/AddOffsetsToTxn arriving while the producer's previous
+# transaction completes is held for that completion (`_after_end`), well under clients'
+# request timeouts (30 s); past it the answer is CONCURRENT_TRANSACTIONS, which they retry.
+_HOLD_WHILE_ENDING_S = 5.0
 _BATCHED_VERSION = 4  # AddPartitionsToTxn v4+: several transactions, verify_only (KIP-890)
 _BUMPING_END_VERSION = 5  # EndTxn v5+: the epoch is bumped at every end (KIP-890 part 2)
 
@@ -114,6 +121,51 @@ async def _submit(ctx: KafkaContext, command: Command) -> ErrorCode:
     except (errors.RaftlogError, TimeoutError):
         return ErrorCode.coordinator_not_available
     return _code(result.code)
+
+
+async def _after_end(
+    ctx: KafkaContext, transactional_id: str, producer_id: int, producer_epoch: int
+) -> None:
+    """Returns once `transactional_id`'s previous transaction is no longer completing (its
+    completion proposed, or committed), or after `_HOLD_WHILE_ENDING_S`; at once if it is not
+    completing or the request is not from its producer.
+
+    A producer starts its next transaction as soon as EndTxn is answered, that is once
+    PrepareCommit/PrepareAbort is committed, before the markers. Kafka answers the next
+    AddPartitionsToTxn CONCURRENT_TRANSACTIONS then, and the client backs off and retries;
+    here the request waits for the completion instead, then is proposed as usual, right
+    behind the completion when the wait ended on its proposal (`raftlog.rpc.txn_completions`:
+    one Raft commit for both). Its check at apply decides, as for any request: the client
+    neither backs off nor costs the metadata quorum a commit of a command to be rejected."""
+    machine = ctx.node.metadata
+
+    def completing() -> bool:
+        txn = machine.state.transaction(transactional_id)
+        return (
+            txn is not None and txn.state.preparing and txn.is_producer(producer_id, producer_epoch)
+        )
+
+    if not completing():
+        return
+    wake = asyncio.Event()
+    proposed = False
+
+    def on_proposed() -> None:
+        nonlocal proposed
+        proposed = True
+        wake.set()
+
+    machine.listeners.append(wake.set)
+    try:
+        with ctx.node.txn_completions.watch(transactional_id, on_proposed):
+            async with asyncio.timeout(_HOLD_WHILE_ENDING_S):
+                while completing() and not proposed:
+                    await wake.wait()
+                    wake.clear()
+    except TimeoutError:
+        pass  # proposed anyway: rejected CONCURRENT_TRANSACTIONS, which the client retries
+    finally:
+        machine.listeners.remove(wake.set)
 
 
 def _refusal(ctx: KafkaContext, transactional_id: str) -> ErrorCode | None:
@@ -251,6 +303,7 @@ async def _add_partitions(
                 for topic, partition in wanted
             ]
         else:
+            await _after_end(ctx, transactional_id, producer_id, producer_epoch)
             command = AddToTransaction(
                 transactional_id,
                 producer_id,
@@ -309,6 +362,9 @@ async def add_offsets_to_txn(ctx: KafkaContext, request: Any, version: int) -> A
     if code is None and not request.group_id:
         code = ErrorCode.invalid_group_id
     if code is None:
+        await _after_end(
+            ctx, request.transactional_id, int(request.producer_id), int(request.producer_epoch)
+        )
         command = AddToTransaction(
             request.transactional_id,
             int(request.producer_id),

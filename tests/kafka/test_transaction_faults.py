@@ -19,12 +19,16 @@ worker) are soak.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import datetime
+import importlib
 import json
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +36,8 @@ from typing import Any
 
 import grpc
 import pytest
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32, i32Timedelta
 
 from raftlog.chaos.local_backend import send_fault_rules
 from raftlog.client import Admin
@@ -41,7 +47,7 @@ from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from tests.integration.conftest import wait_until
 from tests.integration.test_metrics import scrape, value, value_or_zero
-from tests.kafka.kafka_wire import create_topic
+from tests.kafka.kafka_wire import create_topic, kafka_call
 from tests.kafka.txn_helpers import (
     ABORTED,
     COMMITTED,
@@ -159,7 +165,17 @@ def _all_running(cluster: LocalCluster) -> None:
                 for p in admin.describe_topic(name).partitions
             )
 
+    def scraped() -> bool:
+        # A restarted node's metrics listener may come up after it leads again; the tests
+        # read every node's metrics (`_controller`).
+        try:
+            _texts(cluster)
+        except OSError:
+            return False
+        return True
+
     wait_until(settled, timeout_s=60, what="every node up and leading its partitions")
+    wait_until(scraped, timeout_s=60, what="every node's metrics answering")
 
 
 # -- transactions ---------------------------------------------------------------------------
@@ -413,3 +429,71 @@ def test_a_killed_consume_transform_produce_worker_resumes_exactly_once(
 @pytest.mark.soak
 def test_a_consume_transform_produce_worker_killed_again_and_again(cluster: LocalCluster) -> None:
     _transform_with_kills(cluster, 200, kills=6)
+
+
+def _wire(version: int, api: str) -> Any:
+    return importlib.import_module(f"kio.schema.{api}.v{version}.request")
+
+
+def test_the_next_transaction_waits_for_the_previous_ones_markers_instead_of_being_refused(
+    cluster: LocalCluster,
+) -> None:
+    """A producer starts its next transaction as soon as EndTxn is answered, before the
+    markers. With the marker of one partition held, its next AddPartitionsToTxn is held by
+    the coordinator (where Kafka answers CONCURRENT_TRANSACTIONS and the client backs off),
+    and answered NONE once the marker is written and the commit complete; the next
+    transaction then commits like any other."""
+    _all_running(cluster)
+    partition, victim = _victim(cluster)
+    address = cluster.nodes[victim].client_address
+    fc, ipi = _wire(3, "find_coordinator"), _wire(4, "init_producer_id")
+    ap, et = _wire(0, "add_partitions_to_txn"), _wire(1, "end_txn")
+    txn_id = "held-add"
+    found = kafka_call(
+        cluster.kafka_bootstrap.split(",")[0],
+        fc.FindCoordinatorRequest(key=txn_id, key_type=i8(1)),
+    )
+    coordinator = f"{found.host}:{found.port}"
+    timeout = i32Timedelta.parse(datetime.timedelta(seconds=60))
+    init = ipi.InitProducerIdRequest(
+        transactional_id=ipi.TransactionalId(txn_id), transaction_timeout=timeout
+    )
+    started = kafka_call(coordinator, init)
+    assert started.error_code == ErrorCode.none
+    topic = ap.AddPartitionsToTxnTopic(name=ap.TopicName(TOPIC), partitions=(i32(partition),))
+    add = ap.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=ap.TransactionalId(txn_id),
+        v3_and_below_producer_id=started.producer_id,
+        v3_and_below_producer_epoch=started.producer_epoch,
+        v3_and_below_topics=(topic,),
+    )
+    end = et.EndTxnRequest(
+        transactional_id=et.TransactionalId(txn_id),
+        producer_id=started.producer_id,
+        producer_epoch=started.producer_epoch,
+        committed=True,
+    )
+
+    def added(response: Any) -> Any:
+        return response.results_by_topic_v3_and_below[0].results_by_partition[0]
+
+    assert added(kafka_call(coordinator, add)).partition_error_code == ErrorCode.none
+    assert send_fault_rules(address, {"hold_txn_markers": True}, 10)
+    try:
+        assert kafka_call(coordinator, end).error_code == ErrorCode.none
+        wait_until(
+            lambda: _fault_state(cluster, victim)["counters"]["held_txn_markers"] >= 1,
+            timeout_s=30,
+            what="the coordinator writing the held marker",
+        )
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            next_add = pool.submit(kafka_call, coordinator, add)
+            time.sleep(0.5)  # the request reaches the coordinator while the marker is held
+            assert _open(cluster, "PrepareCommit") == 1
+            assert send_fault_rules(address, {"hold_txn_markers": False}, 10)
+            held = added(next_add.result(timeout=30))
+    finally:
+        send_fault_rules(address, {"hold_txn_markers": False}, 10)
+    assert held.partition_error_code == ErrorCode.none
+    assert kafka_call(coordinator, end).error_code == ErrorCode.none
+    wait_until(lambda: _open(cluster, "PrepareCommit") == 0, timeout_s=30, what="completed")

@@ -1,7 +1,8 @@
 """The controller's transaction duty on a real metadata state, with the marker writes and the
 command submission as recording fakes: markers for every existing partition of a preparing
 transaction at its (bumped) epoch, completion only once every marker is written, the abort of
-a transaction past its timeout with an epoch bump, and nothing while not the controller."""
+a transaction past its timeout with an epoch bump, nothing while not the controller, and the
+news of a completion to the requests held for it just before it is proposed."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from raftlog.metadata.commands import (
 )
 from raftlog.metadata.transactions import TRANSACTIONAL_ID_EXPIRATION_MS, TxnState
 from raftlog.node.txn_markers import TransactionMarkerDuty
+from raftlog.rpc.txn_completions import TxnCompletions
 from raftlog.types import PartitionId, TxnMarker, TxnMarkerResult
 from tests.unit.metadata.test_metadata_state import Log, create, register
 
@@ -35,8 +37,11 @@ class Fakes:
         self.refused: set[int] = set()  # partitions answered NOT_LEADER_OR_FOLLOWER
         self.unknown: set[int] = set()  # partitions answered UNKNOWN_TOPIC_OR_PARTITION
         self.answers_lost = False  # a submit commits, then times out
+        self.completions = TxnCompletions()
+        self.events: list[str] = []  # what happened, in order (submits and completion news)
 
     async def submit(self, command: Command) -> ApplyResult:
+        self.events.append(type(command).__name__)
         result = self.log.apply(encode_command(command))
         if self.answers_lost:
             raise TimeoutError("committed, but the answer was lost")
@@ -58,6 +63,7 @@ class Fakes:
             submit=self.submit,
             write_markers=self.write,
             wall_clock_ms=lambda: self.now_ms,
+            completions=self.completions,
         )
 
 
@@ -228,6 +234,35 @@ async def _case_nothing_happens_off_the_controller() -> None:
     fakes.term = None
     await _settle(fakes.duty())
     assert not fakes.markers and _state(log) is TxnState.PREPARE_COMMIT
+
+
+async def _case_held_requests_hear_of_the_completion_just_before_it_is_proposed() -> None:
+    log = Log()
+    _open_transaction(log)
+    log.ok(PrepareEndTransaction("tx", 3, 0, True, True, 200))
+    fakes = Fakes(log)
+    fakes.refused = {2}
+    duty = fakes.duty()
+
+    def heard() -> None:
+        fakes.events.append(f"proposing {_state(log).value} after {len(fakes.markers)} markers")
+
+    with fakes.completions.watch("tx", heard), fakes.completions.watch("other", heard):
+        await _settle(duty)  # a marker failed: no completion, nothing heard
+        assert fakes.events == []
+        fakes.refused = set()
+        await _settle(duty)
+        assert fakes.completions.waiting() == 1  # "tx"'s watcher was told and dropped
+    assert fakes.events == ["proposing PrepareCommit after 3 markers", "CompleteEndTransaction"]
+    assert _state(log) is TxnState.COMPLETE_COMMIT
+    assert fakes.completions.waiting() == 0
+
+
+def test_held_requests_hear_of_the_completion_just_before_it_is_proposed() -> None:
+    """The news comes once every marker is written and before CompleteEndTransaction is
+    submitted, so a held request woken by it is proposed behind the completion; a watcher
+    of another id hears nothing, and leaving the block forgets the watcher."""
+    asyncio.run(_case_held_requests_hear_of_the_completion_just_before_it_is_proposed())
 
 
 def test_a_decided_commit_gets_its_markers_then_completes() -> None:
