@@ -8,12 +8,14 @@ records (one per update: the word's new count) commit in one Kafka transaction.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
-from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import faust
+from faust.tables.manager import TableManager
 from faust.transport.consumer import Consumer
+from faust.types import Message, StreamT
 
 APP_ID = "raftlog-count"
 INPUT_TOPIC = "faust-words"
@@ -37,10 +39,11 @@ app = faust.App(
     broker_session_timeout=6.0,
     broker_heartbeat_interval=1.0,
 )
+log = logging.getLogger(__name__)
 words = app.topic(INPUT_TOPIC, key_type=bytes, value_type=bytes, value_serializer="raw")
 counts = app.Table(TABLE, default=int, partitions=1)
 
-# Two gaps in faust 0.15's exactly-once commit, closed here so that the test checks raftlog's
+# Three gaps in faust 0.15's exactly-once mode, closed here so that the test checks raftlog's
 # transactions rather than faust's: (1) it flushes its send buffer before committing only
 # outside transactions (faust-streaming PR #273), so a table update still in the buffer
 # misses the transaction of its input offset and is lost if the worker dies before the next
@@ -55,17 +58,46 @@ async def _force_commit_whole(self: Consumer, *args: Any, **kwargs: Any) -> bool
     async with handling:
         await self.app.producer.flush()
         committed: bool = await _force_commit(self, *args, **kwargs)
+        log.info("commit %s: %s", committed, dict(self._committed_offset))
         return committed
 
 
 Consumer.force_commit = _force_commit_whole  # type: ignore[method-assign]
 
+# (3) When its table is restored, faust resumes the input partition and seeks it to the
+# committed offset, then resumes its flow control, which empties the agents' queues
+# (clear_on_resume, meant for records of an earlier generation that a seek reads again). Its
+# fetcher already runs (for the changelog), so a fetch that returns in between hands the
+# first input records to the agent's queue just before it is emptied; no seek follows, so
+# they are never counted, and faust commits past the first of them (it takes an acknowledged
+# offset one past the committed one as contiguous). On a loaded machine the new worker lost
+# the word at the committed offset about one run in five. An input record that arrives before
+# the recovery is complete waits here: the recovery resumes the flow control in the same step
+# as it completes, so the record reaches the agent after its queue was emptied. (faust never
+# clears `completed` again, so this covers a worker's first assignment: the one each worker
+# here has.)
+_on_message = app.topics.on_message
+
+
+async def _on_message_after_recovery(message: Message) -> None:
+    recovery = cast(TableManager, app.tables).recovery
+    if message.topic == INPUT_TOPIC and not recovery.completed.is_set():
+        log.info("input offset %d held until the table's recovery completes", message.offset)
+        await recovery.completed.wait()
+    await _on_message(message)
+
+
+app.topics.on_message = _on_message_after_recovery
+
 
 @app.agent(words)
-async def count(stream: AsyncIterator[bytes]) -> None:
-    async for word in stream:
+async def count(stream: StreamT[bytes]) -> None:
+    async for event in stream.events():
         async with handling:
-            counts[word.decode()] += 1
+            word = event.value.decode()
+            counts[word] += 1
+            # Which input offset made which update: the test's failure report points at one.
+            log.info("counted offset %d: %s=%d", event.message.offset, word, counts[word])
 
 
 if __name__ == "__main__":
