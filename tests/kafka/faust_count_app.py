@@ -45,12 +45,12 @@ log = logging.getLogger(__name__)
 words = app.topic(INPUT_TOPIC, key_type=bytes, value_type=bytes, value_serializer="raw")
 counts = app.Table(TABLE, default=int, partitions=1)
 
-# Three gaps in faust 0.15's exactly-once mode, closed here so that the test checks raftlog's
-# transactions rather than faust's: (1) it flushes its send buffer before committing only
-# outside transactions (faust-streaming PR #273), so a table update still in the buffer
-# misses the transaction of its input offset and is lost if the worker dies before the next
-# one; (2) the agent keeps running while a commit awaits the network, so the transaction can
-# carry updates of words whose offsets it does not commit, counted again after a crash. A
+# Four gaps in faust 0.15's exactly-once mode, closed here so that the test checks raftlog's
+# transactions rather than faust's ((3) and (4) further down): (1) it flushes its send buffer
+# before committing only outside transactions (faust-streaming PR #273), so a table update still
+# in the buffer misses the transaction of its input offset and is lost if the worker dies before
+# the next one; (2) the agent keeps running while a commit awaits the network, so the transaction
+# can carry updates of words whose offsets it does not commit, counted again after a crash. A
 # commit here flushes first and runs while no word is being counted.
 handling = asyncio.Lock()
 _force_commit = Consumer.force_commit
@@ -73,7 +73,7 @@ Consumer.force_commit = _force_commit_whole  # type: ignore[method-assign]
 # first input records to the agent's queue just before it is emptied; no seek follows, so
 # they are never counted, and faust commits past the first of them (it takes an acknowledged
 # offset one past the committed one as contiguous). On a loaded machine the new worker lost
-# the word at the committed offset about one run in five. An input record that arrives before
+# the word at the committed offset in 3 of 18 runs. An input record that arrives before
 # the recovery is complete waits here: the recovery resumes the flow control in the same step
 # as it completes, so the record reaches the agent after its queue was emptied. (faust never
 # clears `completed` again, so this covers a worker's first assignment: the one each worker
