@@ -28,6 +28,7 @@ import pytest
 
 from raftlog.local_cluster import LocalCluster
 from tests.kafka.kafka_wire import create_topic
+from tests.kafka.worker_process import spawn_worker
 
 kafka = pytest.importorskip("confluent_kafka")
 pytest.importorskip("faust")
@@ -49,15 +50,8 @@ class Worker:
     def __init__(self, boot: str, work: pathlib.Path, name: str) -> None:
         self.log = work / f"{name}.log"
         env = dict(os.environ, FAUST_BROKER=boot, FAUST_DATADIR=str(work / "faust-data"))
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [sys.executable, str(APP), "worker", "--without-web", "--loglevel", "info"],
-                cwd=work,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        argv = [sys.executable, str(APP), "worker", "--without-web", "--loglevel", "info"]
+        self.process = spawn_worker(argv, cwd=work, env=env, log=self.log)
 
     def kill(self) -> None:
         self.process.send_signal(signal.SIGKILL)

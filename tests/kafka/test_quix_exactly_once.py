@@ -31,6 +31,7 @@ import pytest
 
 from raftlog.local_cluster import LocalCluster
 from tests.kafka.kafka_wire import create_topic
+from tests.kafka.worker_process import spawn_worker
 
 kafka = pytest.importorskip("confluent_kafka")
 
@@ -94,15 +95,7 @@ class Worker:
             QUIX_TRANSACTIONAL_ID=TRANSACTIONAL_ID,
             QUIX_STALL_AT_OFFSET=str(stall_at),
         )
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                [str(python), str(APP)],
-                cwd=work,
-                env=env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.process = spawn_worker([str(python), str(APP)], cwd=work, env=env, log=self.log)
 
     def kill(self) -> None:
         if self.process.poll() is None:

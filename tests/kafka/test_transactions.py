@@ -705,25 +705,32 @@ def _init_producer_id(boot: str, txn_id: str) -> tuple[str, Any]:
     raise AssertionError("unreachable")
 
 
+def _add_partition_request(txn_id: str, pid: Any, epoch: Any, topic: str) -> Any:
+    """AddPartitionsToTxn v0 of partition 0 of `topic` to `txn_id`'s transaction."""
+    ap = _wire(0, "add_partitions_to_txn")
+    return ap.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=ap.TransactionalId(txn_id),
+        v3_and_below_producer_id=pid,
+        v3_and_below_producer_epoch=epoch,
+        v3_and_below_topics=(
+            ap.AddPartitionsToTxnTopic(name=ap.TopicName(topic), partitions=(i32(0),)),
+        ),
+    )
+
+
 def test_an_end_txn_pipelined_behind_add_partitions_to_txn_sees_the_partition_added(
     boot: str,
 ) -> None:
     """librdkafka's abort_transaction with records still queued sends EndTxn(abort) right behind
     its AddPartitionsToTxn on one connection; Kafka serves a connection's requests one at a
     time, so the EndTxn sees the partition added and aborts the transaction."""
-    ap, et = _wire(0, "add_partitions_to_txn"), _wire(1, "end_txn")
+    et = _wire(1, "end_txn")
     codes = []
     for n in range(5):
         txn_id = f"txn-pipelined-{n}"
         address, started = _init_producer_id(boot, txn_id)
         pid, epoch = started.producer_id, started.producer_epoch
-        topic = ap.AddPartitionsToTxnTopic(name=ap.TopicName("txn-a"), partitions=(i32(0),))
-        add = ap.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=ap.TransactionalId(txn_id),
-            v3_and_below_producer_id=pid,
-            v3_and_below_producer_epoch=epoch,
-            v3_and_below_topics=(topic,),
-        )
+        add = _add_partition_request(txn_id, pid, epoch, "txn-a")
         end = et.EndTxnRequest(transactional_id=et.TransactionalId(txn_id), producer_id=pid,
                                producer_epoch=epoch, committed=False)  # fmt: skip
         host, _, port = address.rpartition(":")
@@ -745,19 +752,13 @@ def test_a_reused_sequence_after_an_abort_is_refused_not_acknowledged_as_the_old
     for a retry, that new batch was acknowledged at the aborted batch's offset and never
     written: the chaos suite's lost committed writes. It is refused OUT_OF_ORDER_SEQUENCE
     (librdkafka then aborts and bumps its epoch) and nothing is written."""
-    ap, et = _wire(0, "add_partitions_to_txn"), _wire(1, "end_txn")
+    et = _wire(1, "end_txn")
     txn_id = "txn-sequence-reuse"
     address, started = _init_producer_id(boot, txn_id)
     pid, epoch = started.producer_id, started.producer_epoch
 
     def add() -> None:
-        topic = ap.AddPartitionsToTxnTopic(name=ap.TopicName("txn-b"), partitions=(i32(0),))
-        request = ap.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=ap.TransactionalId(txn_id),
-            v3_and_below_producer_id=pid,
-            v3_and_below_producer_epoch=epoch,
-            v3_and_below_topics=(topic,),
-        )
+        request = _add_partition_request(txn_id, pid, epoch, "txn-b")
         deadline = time.monotonic() + 30
         while True:  # CONCURRENT_TRANSACTIONS while the last one completes
             answer = kafka_call(address, request)

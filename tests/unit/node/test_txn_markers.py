@@ -116,40 +116,34 @@ async def _case_no_completion_until_every_marker_is_written() -> None:
     assert all(not m.commit for m in fakes.markers)
 
 
-async def _case_a_retry_writes_only_the_markers_not_yet_written() -> None:
+async def _retried_until_written(answer: str) -> None:
+    """orders-2's marker is answered `answer` ("refused": NOT_LEADER_OR_FOLLOWER, no leader
+    for a while; "unknown": UNKNOWN_TOPIC_OR_PARTITION from a restarted node that has not
+    replayed its metadata, for a partition that exists) until it is written: the
+    transaction completes only then, and orders-0 takes its marker once."""
     log = Log()
     _open_transaction(log)
     log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 200))
     fakes = Fakes(log)
-    fakes.refused = {2}  # orders-2 has no leader for a while
+    setattr(fakes, answer, {2})
     duty = fakes.duty()
     await _settle(duty)
     await _settle(duty)
     assert _state(log) is TxnState.PREPARE_COMMIT
-    fakes.refused = set()
+    setattr(fakes, answer, set())
     await _settle(duty)
     assert _state(log) is TxnState.COMPLETE_COMMIT
-    # orders-0 took its marker once; orders-2 was asked until it was written.
     assert [m.partition for m in fakes.markers] == [0, 2, 2, 2]
+
+
+async def _case_a_retry_writes_only_the_markers_not_yet_written() -> None:
+    await _retried_until_written("refused")
 
 
 async def _case_unknown_partition_from_a_node_is_retried_while_the_partition_exists() -> None:
-    # A restarted node that has not yet replayed its metadata answers UNKNOWN_TOPIC_OR_PARTITION
-    # for a partition that exists: completing then would leave the partition without its
-    # marker (its records open, later indexed as aborted by the producer's next ABORT).
-    log = Log()
-    _open_transaction(log)
-    log.ok(PrepareEndTransaction("tx", 3, 0, True, False, 200))
-    fakes = Fakes(log)
-    fakes.unknown = {2}
-    duty = fakes.duty()
-    await _settle(duty)
-    await _settle(duty)
-    assert _state(log) is TxnState.PREPARE_COMMIT
-    fakes.unknown = set()
-    await _settle(duty)
-    assert _state(log) is TxnState.COMPLETE_COMMIT
-    assert [m.partition for m in fakes.markers] == [0, 2, 2, 2]
+    # Completing on that answer would leave the partition without its marker (its records
+    # open, later indexed as aborted by the producer's next ABORT).
+    await _retried_until_written("unknown")
 
 
 async def _case_a_lost_completion_answer_never_skips_the_next_transactions_markers() -> None:
