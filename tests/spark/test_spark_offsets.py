@@ -73,6 +73,25 @@ def _read_grpc(cluster: LocalCluster, count: int) -> list[tuple[int, bytes]]:
     return read
 
 
+def _watermarks(consumer: Any, kafka: Any) -> tuple[int, int]:
+    """Ask until the partition's current leader answers.
+
+    The restarted node is the preferred replica and may take leadership back at any moment;
+    librdkafka's watermark query answers NOT_LEADER_FOR_PARTITION then instead of retrying,
+    as it does against Kafka.
+    """
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(kafka.TopicPartition(TOPIC, 0), timeout=30)
+            return int(low), int(high)
+        except kafka.KafkaException as error:
+            code = error.args[0].code()
+            if code != kafka.KafkaError.NOT_LEADER_FOR_PARTITION or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _read_kafka(cluster: LocalCluster, kafka: Any, count: int) -> list[tuple[int, bytes]]:
     consumer = kafka.Consumer(
         {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "offsets-check",
@@ -86,7 +105,7 @@ def _read_kafka(cluster: LocalCluster, kafka: Any, count: int) -> list[tuple[int
         message = consumer.poll(0.5)
         if message is not None and message.error() is None:
             read.append((message.offset(), message.value()))
-    low, high = consumer.get_watermark_offsets(kafka.TopicPartition(TOPIC, 0), timeout=30)
+    low, high = _watermarks(consumer, kafka)
     consumer.close()
     assert (low, high) == (0, count), f"Kafka's watermarks are {(low, high)}, not (0, {count})"
     return read
