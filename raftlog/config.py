@@ -437,6 +437,10 @@ class NodeConfig:
     # of a second's worth; raftlog.runtime.host): a slow node whose timers all fire at once
     # spreads the elections out instead of adding their votes and saves to its load.
     campaigns_per_s_max: int = 500
+    # Vote requests a node holds for partition groups it does not host yet (a new topic's
+    # preferred replica campaigns before the others have created the group), each for one
+    # election timeout, stepped when the group is added (raftlog.runtime.host); 0: dropped.
+    vote_requests_held_max: int = 1024
     # How often each partition checks retention (whole segments, by bytes and age).
     retention_check_interval_ms: int = 5000
     # Retention by age and the cleaner's horizons read a wall clock that may run at most
@@ -530,6 +534,11 @@ class NodeConfig:
             self.campaigns_per_s_max > 0,
             "campaigns_per_s_max",
             f"must be positive, got {self.campaigns_per_s_max}",
+        )
+        _require(
+            self.vote_requests_held_max >= 0,
+            "vote_requests_held_max",
+            f"must be >= 0 (0: dropped), got {self.vote_requests_held_max}",
         )
         _require(self.scrub_bytes_per_s >= 0, "scrub_bytes_per_s", "must be >= 0 (0: off)")
         _require(self.scrub_chunk_bytes > 0, "scrub_chunk_bytes", "must be positive")

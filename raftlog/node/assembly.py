@@ -156,6 +156,8 @@ def raft_group_host(node: Node) -> RaftGroupHost:
         campaigns_per_s_max=config.campaigns_per_s_max,
         clock=node.clock,
         flush_sends=node.transport.flush_now,
+        vote_requests_held_max=config.vote_requests_held_max,
+        vote_request_hold_ms=config.raft.election_timeout_ticks * config.tick_interval_ms,
     )
 
 

@@ -297,8 +297,9 @@ class Reconciler:
     ) -> None:
         """Open (or make) the group's storage and host it. A brand-new group (term 0, empty
         log) campaigns at once on its preferred replica: the other replicas' timers start at
-        their own creation and run a randomized election timeout, so the preferred one
-        usually wins the first election. Otherwise all replicas of a new topic's groups
+        their own creation and run a randomized election timeout, and a replica that has not
+        created the group yet holds the vote request until it has (raftlog.runtime.host), so
+        the preferred one wins the first election. Otherwise all replicas of a new topic's groups
         time out together, split their votes, elect whichever wins, and then hand
         leadership to the preferred replica: two or three elections (each a hard-state save
         on every replica) per partition instead of one, which on a slow node is the load

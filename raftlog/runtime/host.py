@@ -37,7 +37,14 @@ thousands of applies; when a pass holds only one kind, it is one sync as before.
 While step 3 runs the loop may step groups and take proposals (the core allows that between
 `ready()` and `advance()`), but no group gives a new Ready before the pass completes its
 previous one. Messages for a group this node does not host (yet) are dropped: Raft retries,
-and the metadata quorum creates the group.
+and the metadata quorum creates the group. Vote requests are the exception: a new topic's
+preferred replica campaigns the moment it creates its group, usually before the other
+replicas have applied the topic's creation, and a dropped pre-vote would leave the first
+election to whichever timer fires first (then a second election hands leadership to the
+preferred replica, and clients meet NOT_LEADER_OR_FOLLOWER in between). So up to
+`vote_requests_held_max` vote requests for groups not hosted are held for one election
+timeout and stepped into the group when it is added; past that time the candidate has
+campaigned again anyway.
 
 Scaling to thousands of mostly idle groups: a group is *dirty* once something may have given
 it work (a message stepped into it, a tick, a proposal or read through `RaftGroup.wake`, a
@@ -67,7 +74,7 @@ from typing import Protocol, runtime_checkable
 
 from raftlog.errors import CorruptBatchError
 from raftlog.raft.ports import HardStateStore
-from raftlog.raft.types import HardState, Message, Ready
+from raftlog.raft.types import HardState, Message, Ready, VoteRequest
 from raftlog.runtime import produce_trace
 from raftlog.runtime import recorder as metrics
 from raftlog.runtime.clock import MonotonicClock, SystemMonotonicClock
@@ -108,8 +115,11 @@ class RaftGroupHost:
         campaigns_per_s_max: int = 500,
         clock: MonotonicClock | None = None,
         flush_sends: Callable[[], None] | None = None,
+        vote_requests_held_max: int = 0,
+        vote_request_hold_ms: int = 0,
     ) -> None:
         assert tick_interval_ms > 0 and sync_on_loop_bytes_max >= 0 and sync_on_loop_slow_ms > 0
+        assert vote_requests_held_max >= 0 and vote_request_hold_ms >= 0
         self.node_id = node_id
         self._tick_interval_s = tick_interval_ms / 1000
         self._send = send
@@ -139,6 +149,13 @@ class RaftGroupHost:
         self.ticks = 0  # group ticks, summed over groups: what quiescence saves
         self.tick_rounds = 0
         self.dropped_for_unknown_group = 0
+        # Vote requests for groups not hosted yet, oldest first per group: (when held, sender,
+        # request); `_held_count` sums them, at most `_vote_requests_held_max`.
+        self._held: dict[RaftGroupId, list[tuple[float, NodeId, VoteRequest]]] = {}
+        self._held_count = 0
+        self._vote_requests_held_max = vote_requests_held_max
+        self._vote_request_hold_s = vote_request_hold_ms / 1000
+        self.vote_requests_held = 0
         # A group whose log turned out damaged on a read (a CRC, an epoch) is taken off the
         # host and handed here to be reopened for a repair; None: the error propagates.
         self.on_storage_damage: Callable[[RaftGroup, CorruptBatchError], None] | None = None
@@ -153,6 +170,10 @@ class RaftGroupHost:
         group.wake = lambda: self._mark_dirty(group)
         self._awake[group.raft_group_id] = group
         self._mark_dirty(group)
+        held = self._held.pop(group.raft_group_id, None)
+        if held is not None:
+            self._held_count -= len(held)
+            self._step_held(group.raft_group_id, held)
 
     def remove(self, raft_group_id: RaftGroupId) -> RaftGroup | None:
         self._dirty.pop(raft_group_id, None)
@@ -174,7 +195,7 @@ class RaftGroupHost:
         for raft_group_id, message in items:
             group = self._groups.get(raft_group_id)
             if group is None:
-                self.dropped_for_unknown_group += 1
+                self._hold_or_drop(raft_group_id, sender, message)
                 continue
             assert message.sender == sender, (message, sender)
             try:
@@ -192,6 +213,45 @@ class RaftGroupHost:
             if self._groups.get(group.raft_group_id) is group:
                 self._apply_now(group)
         self._wake.set()
+
+    def _hold_or_drop(self, raft_group_id: RaftGroupId, sender: NodeId, message: Message) -> None:
+        """A message for a group not hosted here: a vote request is held while there is room
+        (the group may be created in a moment, see the module's docstring), anything else
+        dropped."""
+        if isinstance(message, VoteRequest) and self._held_count < self._vote_requests_held_max:
+            assert message.sender == sender, (message, sender)
+            held = (self._clock.monotonic(), sender, message)
+            self._held.setdefault(raft_group_id, []).append(held)
+            self._held_count += 1
+            self.vote_requests_held += 1
+            return
+        self.dropped_for_unknown_group += 1
+
+    def _step_held(
+        self, raft_group_id: RaftGroupId, held: list[tuple[float, NodeId, VoteRequest]]
+    ) -> None:
+        """Step the vote requests held for a group just added, those still fresh, in the
+        order they came."""
+        oldest = self._clock.monotonic() - self._vote_request_hold_s
+        for held_at, sender, request in held:
+            if held_at < oldest:
+                self.dropped_for_unknown_group += 1
+            else:
+                self.deliver(sender, [(raft_group_id, request)])
+
+    def _expire_held(self) -> None:
+        """Drop the vote requests held longer than the hold time (a tick's work)."""
+        oldest = self._clock.monotonic() - self._vote_request_hold_s
+        for raft_group_id in list(self._held):
+            held = self._held[raft_group_id]
+            fresh = [item for item in held if item[0] >= oldest]
+            self.dropped_for_unknown_group += len(held) - len(fresh)
+            self._held_count -= len(held) - len(fresh)
+            if fresh:
+                self._held[raft_group_id] = fresh
+            else:
+                del self._held[raft_group_id]
+        assert self._held_count == sum(len(held) for held in self._held.values())
 
     def _apply_now(self, group: RaftGroup) -> None:
         """Complete `group`'s Ready now if it applies committed entries and has nothing to
@@ -289,6 +349,8 @@ class RaftGroupHost:
                 self._tick_group(group)
         self.ticks += len(awake)
         self.tick_rounds += 1
+        if self._held:
+            self._expire_held()
         self._dirty.update(awake)
         self._wake.set()
 
