@@ -23,8 +23,15 @@ log holds that offset in the same term; anything else (file missing, torn, bit-f
 oversized, describing a log this node no longer has) answers None, which means "apply from
 the snapshot or the start of the log": slower, never wrong.
 
+The checkpoint also counts, per segment, the index entries up to its offset
+(`TransactionIndex.entry_counts`): a start that finds a file holding fewer (deleted, or cut
+at an entry boundary, while the node was down: no CRC tells) does not resume after the
+checkpoint, and re-applying re-derives them.
+
 File (big-endian), replaced atomically (temporary file, fsync, rename, fsync directory):
-    b"RLPC", crc32c u32 of the rest, offset i64, term i64, state length u32, state bytes
+    b"RLPC", crc32c u32 of the rest, offset i64, term i64, state length u32, state bytes,
+    then (absent from checkpoints written before it) count u32 and that many
+    (segment base offset i64, index entries u32)
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 
 from raftlog.storage.batch import crc32c
 from raftlog.storage.file_system import FileSystem, write_file_atomically
+from raftlog.storage.txn_index import INDEXED_SEGMENTS_MAX
 from raftlog.types import Offset, Term
 
 __all__ = [
@@ -49,6 +57,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE_NAME = "partition-checkpoint"
 _HEAD = struct.Struct(">4sIqqI")  # magic, crc, offset, term, state bytes
+_COUNT = struct.Struct(">I")
+_INDEX_COUNT = struct.Struct(">qI")  # segment base offset, index entries up to the offset
 _MAGIC = b"RLPC"
 # An encoded producer (id, epoch, five remembered batches of four integers, its open
 # transaction and coordinator epoch) as JSON stays well under this; the bound keeps a
@@ -63,7 +73,8 @@ _ABORTED_TXN_BYTES_MAX = 64
 def checkpoint_bytes_max(producers_max: int) -> int:
     """The largest checkpoint a table of at most `producers_max` producers encodes to."""
     assert producers_max > 0, producers_max
-    return _HEAD.size + producers_max * _PRODUCER_BYTES_MAX
+    index_counts_bytes_max = _COUNT.size + INDEXED_SEGMENTS_MAX * _INDEX_COUNT.size
+    return _HEAD.size + producers_max * _PRODUCER_BYTES_MAX + index_counts_bytes_max
 
 
 def _load_bytes_max(producers_max: int) -> int:
@@ -75,12 +86,19 @@ class PartitionCheckpoint:
     offset: Offset  # the last offset applied: the state covers every entry up to it
     term: Term  # the term of the entry ending at `offset`
     state: bytes  # ProducerStateTable.encode()
+    # (segment base offset, aborted-transaction index entries up to `offset`), segments with
+    # entries only, in offset order: TransactionIndex.entry_counts.
+    index_counts: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         assert self.offset >= 0 and self.term >= 0, (self.offset, self.term)
+        assert len(self.index_counts) <= INDEXED_SEGMENTS_MAX, len(self.index_counts)
+        assert all(count > 0 for _, count in self.index_counts), self.index_counts
 
     def encode(self) -> bytes:
         body = _HEAD.pack(_MAGIC, 0, self.offset, self.term, len(self.state))[8:] + self.state
+        counts = [_INDEX_COUNT.pack(base, count) for base, count in self.index_counts]
+        body += _COUNT.pack(len(counts)) + b"".join(counts)
         return _MAGIC + struct.pack(">I", crc32c(body)) + body
 
     @classmethod
@@ -93,11 +111,30 @@ class PartitionCheckpoint:
             raise ValueError(f"bad magic {magic!r}")
         if crc != crc32c(data[8:]):
             raise ValueError("CRC32C mismatch")
-        if _HEAD.size + state_bytes != len(data):
+        state_end = _HEAD.size + state_bytes
+        if state_end > len(data):
             raise ValueError(f"state length {state_bytes} does not match {len(data)} bytes")
         if offset < 0 or term < 0:
             raise ValueError(f"negative offset {offset} or term {term}")
-        return cls(Offset(offset), Term(term), data[_HEAD.size :])
+        state = data[_HEAD.size : state_end]
+        if state_end == len(data):
+            return cls(Offset(offset), Term(term), state)  # written before the index counts
+        return cls(Offset(offset), Term(term), state, _decode_index_counts(data[state_end:]))
+
+
+def _decode_index_counts(data: bytes) -> tuple[tuple[int, int], ...]:
+    if len(data) < _COUNT.size:
+        raise ValueError(f"{len(data)} bytes after the state, not an index count")
+    (count,) = _COUNT.unpack_from(data)
+    if count > INDEXED_SEGMENTS_MAX or _COUNT.size + count * _INDEX_COUNT.size != len(data):
+        raise ValueError(f"{count} index counts do not match {len(data)} bytes after the state")
+    counts = tuple(
+        _INDEX_COUNT.unpack_from(data, _COUNT.size + i * _INDEX_COUNT.size) for i in range(count)
+    )
+    bases = [base for base, _ in counts]
+    if any(entries == 0 for _, entries in counts) or bases != sorted(set(bases)):
+        raise ValueError(f"index counts not one positive count per segment, in order: {counts}")
+    return counts
 
 
 class CheckpointStore:

@@ -421,9 +421,9 @@ class PartitionReplica:
         """
         assert self._checkpoint is not None and self._applied_offset >= 0
         self._txn_index.flush()
-        self._checkpoint.save(
-            PartitionCheckpoint(Offset(self._applied_offset), term, self.snapshot_data())
-        )
+        offset = Offset(self._applied_offset)
+        counts = self._txn_index.entry_counts(offset)
+        self._checkpoint.save(PartitionCheckpoint(offset, term, self.snapshot_data(), counts))
         self._applied_bytes_since_checkpoint = 0
 
     def checkpoint_on_close(self) -> None:
@@ -467,6 +467,18 @@ class PartitionReplica:
             checkpoint.offset > log.last_offset()
             or log.term_at(checkpoint.offset) != checkpoint.term
         ):
+            return Offset(-1)
+        if (missing := self._txn_index.missing_entries(checkpoint.index_counts)) is not None:
+            # Deleted or cut at an entry boundary while the node was down (no CRC tells):
+            # re-applying re-derives the entries.
+            _logger.warning(
+                "%s-%s: not resuming after the checkpoint at offset %d: the aborted-"
+                "transaction index lost entries (%s)",
+                self.topic,
+                self.partition,
+                checkpoint.offset,
+                missing,
+            )
             return Offset(-1)
         self._committed_producers = ProducerStateTable.decode(
             checkpoint.state, producers_max=self._producers_max

@@ -32,6 +32,10 @@ Durability and recovery (the design the replica relies on; partition/replica.py)
 * After a crash the replica re-applies the log after C, which re-derives the entries above C.
   `append` skips an entry its segment's file already holds (the file's last marker is at or
   after the new one's): re-applying is idempotent.
+* A checkpoint also carries how many entries each segment's file held up to its offset
+  (`entry_counts`), and a start compares the files with it (`missing_entries`): a file
+  deleted, or cut at an entry boundary, while the node was down holds fewer, and the replica
+  then re-applies as for damage below.
 * `recover` checks every file once, at start, before anything is applied. It cuts, silently,
   a partial last entry (a torn append: never synced, so above C) and entries whose marker is
   at or after their segment's end (a crash between cutting a segment and cutting its index).
@@ -64,10 +68,11 @@ from typing import Protocol
 from raftlog.errors import StorageError
 from raftlog.storage.batch import crc32c
 from raftlog.storage.file_system import FileSystem
-from raftlog.storage.segment import TXN_INDEX_SUFFIX, segment_name
+from raftlog.storage.segment import TXN_INDEX_SUFFIX, parse_segment_name, segment_name
 
 __all__ = [
     "ENTRY_BYTES",
+    "INDEXED_SEGMENTS_MAX",
     "AbortedTxn",
     "SegmentLayout",
     "TransactionIndex",
@@ -80,6 +85,9 @@ log = logging.getLogger(__name__)
 
 _ENTRY = struct.Struct(">qqq")
 ENTRY_BYTES = _ENTRY.size + 4
+# Segments whose entry counts a checkpoint carries (`entry_counts`): the most recent ones,
+# 12 bytes each; older ones go unchecked (retention usually removes them first).
+INDEXED_SEGMENTS_MAX = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +339,69 @@ class TransactionIndex:
     def cached_entries(self) -> int:
         """What the cache holds against its bound (a segment without entries counts one)."""
         return self._cached_entries
+
+    # -- checking against a checkpoint ---------------------------------------------------
+
+    def entry_counts(self, upto_offset: int) -> tuple[tuple[int, int], ...]:
+        """For each of the last `INDEXED_SEGMENTS_MAX` segments holding entries whose marker
+        is at or below `upto_offset` (a checkpoint's offset, after `flush`): its base offset
+        and how many; what `missing_entries` checks at the next start. A segment wholly below
+        `upto_offset` counts its whole file; the one holding it, its entries up to there."""
+        self._check_removals()
+        bases = self._layout.segment_base_offsets
+        last = bisect.bisect_right(bases, upto_offset) - 1
+        if last < 0:
+            return ()
+        present = self._files_present()
+        counts: list[tuple[int, int]] = []
+        for base in reversed(bases[: last + 1]):
+            if len(counts) == INDEXED_SEGMENTS_MAX:
+                break
+            if base not in present:
+                continue
+            if base == bases[last]:
+                entries = self._segment(base).entries
+                count = bisect.bisect_right(entries, upto_offset, key=lambda a: a.last_offset)
+            else:
+                count = self._entries_in_file(base)
+            if count:
+                counts.append((base, count))
+        counts.reverse()
+        return tuple(counts)
+
+    def missing_entries(self, counts: tuple[tuple[int, int], ...]) -> str | None:
+        """After `recover`: None when every segment still in the log holds at least the
+        entries `counts` (`entry_counts` at a checkpoint) says it had, else what is short.
+        Entries are sorted by marker and the counted ones are a file's first, so a file that
+        still holds as many holds those: a file deleted, or cut at an entry boundary (which
+        no CRC can tell), while the node was down shows here."""
+        present = set(self._layout.segment_base_offsets)
+        for base, count in counts:
+            assert count > 0, (base, count)
+            if base not in present:
+                continue  # removed since (retention, a snapshot install): so is its file
+            held = self._entries_in_file(base)
+            if held < count:
+                path = _path(self.directory, base)
+                return f"{path}: {held} entries, the checkpoint counted {count}"
+        return None
+
+    def _files_present(self) -> set[int]:
+        """Base offsets of the segments that have an index file (one directory listing)."""
+        names = self._layout.files.list_directory(self.directory)
+        found = (parse_segment_name(name, TXN_INDEX_SUFFIX) for name in names)
+        return {base for base in found if base is not None}
+
+    def _entries_in_file(self, base: int) -> int:
+        path = _path(self.directory, base)
+        files = self._layout.files
+        if not files.exists(path):
+            return 0
+        handle = files.open(path)
+        try:
+            return handle.size_bytes() // ENTRY_BYTES
+        finally:
+            handle.close()
 
     # -- recovery ------------------------------------------------------------------------
 

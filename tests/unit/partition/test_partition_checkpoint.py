@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import random
+import struct
 from pathlib import Path
 
 import pytest
@@ -33,7 +34,7 @@ from raftlog.partition.cleaning import (
 from raftlog.partition.producer_state import AbortedTxn
 from raftlog.partition.replica import PartitionReplica, encode_snapshot_data
 from raftlog.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
-from raftlog.storage.batch import parse_header
+from raftlog.storage.batch import crc32c, parse_header
 from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.storage.records import (
@@ -44,7 +45,7 @@ from raftlog.storage.records import (
     encode_txn_marker,
 )
 from raftlog.storage.segment import TXN_INDEX_SUFFIX
-from raftlog.storage.txn_index import TransactionIndex
+from raftlog.storage.txn_index import ENTRY_BYTES, TransactionIndex
 from raftlog.types import NodeId, Offset, Term
 
 PRODUCERS_MAX = 8
@@ -70,9 +71,22 @@ def test_checkpoint_round_trips_through_the_file(tmp_path: Path) -> None:
     assert not (tmp_path / (CHECKPOINT_FILE_NAME + ".tmp")).exists()
 
 
+def test_the_index_counts_round_trip_and_a_checkpoint_without_them_still_loads(
+    tmp_path: Path,
+) -> None:
+    store = _store(tmp_path)
+    counted = PartitionCheckpoint(Offset(99), Term(4), b"[]", ((0, 3), (40, 1), (80, 2)))
+    store.save(counted)
+    assert store.load() == counted
+    # The format before the counts: the state is the file's end.
+    body = struct.pack(">qqI", 41, 3, 2) + b"[]"
+    (tmp_path / CHECKPOINT_FILE_NAME).write_bytes(b"RLPC" + struct.pack(">I", crc32c(body)) + body)
+    assert store.load() == PartitionCheckpoint(Offset(41), Term(3), b"[]")
+
+
 def test_any_damaged_byte_or_cut_makes_the_checkpoint_unusable(tmp_path: Path) -> None:
     store = _store(tmp_path)
-    store.save(PartitionCheckpoint(Offset(5), Term(1), b"[[1,0,[[0,0,5,5]]]]"))
+    store.save(PartitionCheckpoint(Offset(5), Term(1), b"[[1,0,[[0,0,5,5]]]]", ((0, 2),)))
     good = (tmp_path / CHECKPOINT_FILE_NAME).read_bytes()
     for position in range(len(good)):
         damaged = bytearray(good)
@@ -361,6 +375,39 @@ def test_open_transactions_and_the_aborted_index_survive_a_restart(tmp_path: Pat
     # The index holds every aborted transaction the log holds, once: the restarted and the
     # rebuilt replica re-applied markers it already had.
     assert len(set(aborted)) == len(aborted) == _aborted_in(entries)
+    storage.close()
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut at an entry boundary"])
+def test_an_index_file_that_lost_entries_while_down_is_re_derived(
+    tmp_path: Path, damage: str
+) -> None:
+    """A `.txnindex` file deleted, or cut between two entries (no CRC tells), while the
+    node was down: the checkpoint's counts show it, the replica does not resume after the
+    checkpoint, and re-applying the log indexes every aborted transaction again."""
+    entries = _transactional_entries(5, 300)
+    storage = _log_with(tmp_path / "log", entries)
+    running = _replica(storage, checkpoints=True)
+    running.recover(storage)
+    _apply_after(running, storage, -1)
+    running.checkpoint_on_close()
+    aborted = running.aborted_transactions(0, 2**62)
+    storage.close()
+    files = sorted((tmp_path / "log").glob("*" + TXN_INDEX_SUFFIX))
+    victim = max(files, key=lambda path: path.stat().st_size)  # a file with two entries or more
+    size_bytes = victim.stat().st_size
+    assert size_bytes >= 2 * ENTRY_BYTES
+    if damage == "deleted":
+        victim.unlink()
+    else:
+        os.truncate(victim, size_bytes - ENTRY_BYTES)
+
+    storage = RaftLogStorage.open(tmp_path / "log", config=CONFIG)
+    restarted = _replica(storage, checkpoints=True)
+    applied = restarted.recover(storage)
+    _apply_after(restarted, storage, applied)
+    assert restarted.aborted_transactions(0, 2**62) == aborted
+    assert applied == -1
     storage.close()
 
 

@@ -204,3 +204,33 @@ def test_the_cache_stays_within_its_bound() -> None:
     for start in range(0, 60, 7):
         assert index.collect(start, 60) == _model(aborted, start, 60)
         assert index.cached_entries <= 5
+
+
+def test_entry_counts_count_each_file_up_to_the_offset() -> None:
+    _, _, index = _indexed()
+    assert index.entry_counts(4) == ()  # the first marker is at 5
+    assert index.entry_counts(34) == ((0, 1), (10, 1), (20, 1), (30, 1))
+    assert index.entry_counts(39) == ((0, 1), (10, 1), (20, 1), (30, 2))
+
+
+def test_entry_counts_keep_the_most_recent_segments_within_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, _, index = _indexed()
+    monkeypatch.setattr("raftlog.storage.txn_index.INDEXED_SEGMENTS_MAX", 2)
+    assert index.entry_counts(39) == ((20, 1), (30, 2))
+
+
+def test_missing_entries_tell_a_deleted_or_shortened_file_not_a_removed_segment() -> None:
+    files, log, index = _indexed()
+    counts = index.entry_counts(39)
+    assert index.missing_entries(counts) is None
+    log.delete_segments_before(10)  # retention: the segment and its file go together
+    assert index.missing_entries(counts) is None
+    files.remove(_file(20))
+    assert index.missing_entries(counts) == f"{_file(20)}: 0 entries, the checkpoint counted 1"
+    handle = files.open(_file(30))
+    handle.truncate(ENTRY_BYTES)  # cut between its two entries: every CRC still matches
+    handle.close()
+    assert index.recover()  # nothing a CRC or the order can tell
+    assert index.missing_entries(((30, 2),)) == f"{_file(30)}: 1 entries, the checkpoint counted 2"
