@@ -135,6 +135,13 @@ def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     consume.add_argument("--max-records", type=int)
     consume.add_argument("--timeout-ms", type=int, default=3000, help="stop after this idle time")
     consume.add_argument("--format", choices=("value", "json"), default="value")
+    consume.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+        help="read_committed: only committed transactions, up to the last stable offset "
+        "(as kafka-console-consumer's option; default read_uncommitted, as there)",
+    )
     add_common_options(consume)
     consume.set_defaults(func=guarded(_consume))
 
@@ -237,7 +244,11 @@ def _produce(args: argparse.Namespace) -> int:
 def _consume(args: argparse.Namespace) -> int:
     from raftlog.client import Consumer
 
-    consumer = Consumer(resolve_bootstrap(args.bootstrap, args.dir), **security_options(args))  # type: ignore[arg-type]
+    consumer = Consumer(
+        resolve_bootstrap(args.bootstrap, args.dir),
+        isolation_level=args.isolation_level,
+        **security_options(args),  # type: ignore[arg-type]
+    )
     try:
         partitions = (
             [args.partition]
