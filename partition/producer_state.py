@@ -150,7 +150,9 @@ class ProducerStateTable:
             # ones a leader had written before it failed, and numbers its next batches from the
             # purged ones' sequences. Answered as the duplicate, that new record would be
             # acknowledged at the aborted one's offset and never written. OUT_OF_ORDER_SEQUENCE
-            # makes the client abort the transaction and bump its epoch instead.
+            # is Kafka's answer to a sequence that does not follow the last one; librdkafka
+            # 2.16 takes it as fatal ("sequence desynchronization") and the application starts
+            # a new producer (tests/kafka/test_sequence_reuse.py).
             return SequenceVerdict(
                 Verdict.OUT_OF_ORDER,
                 message=f"producer {producer_id} sent sequences {base_sequence}-"
