@@ -4,8 +4,9 @@ so both are committed in one Raft round.
 
 Theory of operation. A producer starts its next transaction as soon as EndTxn is answered
 (PrepareCommit/PrepareAbort committed), while the controller's marker duty
-(`raftlog.node.txn_markers`) still writes the markers; its AddPartitionsToTxn is held until
-the transaction is complete (`raftlog.rpc.kafka.txn_handlers`). The duty calls `proposing`
+(`raftlog.node.txn_markers`) still writes the markers; its AddPartitionsToTxn or
+AddOffsetsToTxn is held until the transaction is complete (`wait_until_completed`, which
+both coordinators call: the Kafka handlers and the gRPC ones). The duty calls `proposing`
 just before it submits CompleteEndTransaction; the metadata `submit` appends the command to
 the log before it first yields, so a held request woken here runs after that append and its
 own command lands behind it, usually in the same commit, and at apply it is checked against
@@ -19,10 +20,20 @@ when its hold ends.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
-__all__ = ["TxnCompletions"]
+if TYPE_CHECKING:
+    from raftlog.rpc.port import NodePort
+
+__all__ = ["HOLD_WHILE_ENDING_S", "TxnCompletions", "wait_until_completed"]
+
+# How long a request arriving while its producer's previous transaction completes is held for
+# that completion, well under clients' request timeouts (30 s); past it the request is
+# proposed anyway and rejected CONCURRENT_TRANSACTIONS, which clients retry.
+HOLD_WHILE_ENDING_S = 5.0
 
 
 class TxnCompletions:
@@ -53,3 +64,49 @@ class TxnCompletions:
     def waiting(self) -> int:
         """Requests waiting, all ids together."""
         return sum(len(waiters) for waiters in self._waiters.values())
+
+
+async def wait_until_completed(
+    node: NodePort, transactional_id: str, producer_id: int, producer_epoch: int
+) -> None:
+    """Returns once `transactional_id`'s previous transaction is no longer completing (its
+    completion proposed, or committed), or after `HOLD_WHILE_ENDING_S`; at once if it is not
+    completing or the request is not from the producer its end answered (the bumped epoch,
+    or the next producer id at epoch 0 when the end rotates).
+
+    Kafka answers such a request CONCURRENT_TRANSACTIONS and the client backs off and
+    retries; here it waits for the completion instead and is then proposed as usual, right
+    behind the completion when the wait ended on its proposal (one Raft commit for both). Its
+    check at apply decides, as for any request: the client neither backs off nor costs the
+    metadata quorum a commit of a command to be rejected."""
+    machine = node.metadata
+
+    def completing() -> bool:
+        txn = machine.state.transaction(transactional_id)
+        return (
+            txn is not None
+            and txn.state.preparing
+            and txn.producer_after_end() == (producer_id, producer_epoch)
+        )
+
+    if not completing():
+        return
+    wake = asyncio.Event()
+    proposed = False
+
+    def on_proposed() -> None:
+        nonlocal proposed
+        proposed = True
+        wake.set()
+
+    machine.listeners.append(wake.set)
+    try:
+        with node.txn_completions.watch(transactional_id, on_proposed):
+            async with asyncio.timeout(HOLD_WHILE_ENDING_S):
+                while completing() and not proposed:
+                    await wake.wait()
+                    wake.clear()
+    except TimeoutError:
+        pass  # proposed anyway: rejected CONCURRENT_TRANSACTIONS, which the client retries
+    finally:
+        machine.listeners.remove(wake.set)
