@@ -21,8 +21,8 @@ epoch 0; EndTxn v5 (KIP-890 part 2) moves Ongoing -> PrepareCommit *and* bumps t
 delayed from the ended transaction (epoch 0) is refused by the partition instead of joining
 the next. A second instance calling InitProducerId while a transaction is Ongoing fences the
 first: PrepareAbort at epoch+1, markers, CompleteAbort, then its retry bumps once more. An
-epoch past `PRODUCER_EPOCH_MAX - 1` is not bumped again: the next InitTransaction takes a new
-producer id at epoch 0 (Kafka's producer id rotation).
+epoch at `PRODUCER_EPOCH_MAX - 1` is spent (`epoch_exhausted`): the next InitTransaction takes
+a new producer id at epoch 0 (Kafka's producer id rotation).
 
 Rotation at the end of a transaction, a worked example (Kafka's nextProducerId and
 previousProducerId, KIP-890 part 2). Producer id 7 at epoch 32766 (spent: a fence needs one
