@@ -158,6 +158,7 @@ async def init_transactional_producer(
         return pb.InitProducerIdResponse(
             producer_id=plan.producer_id, producer_epoch=plan.producer_epoch
         )
+    node.txn_completions.expect(request.transactional_id)
     error = await _submit(node, plan.command)
     if error is None and plan.then is not ErrorCode.NONE:
         error = _result_error(plan.then, "the open transaction of an older instance is aborting")
@@ -285,6 +286,7 @@ async def end_txn(ports: TxnPorts, request: pb.EndTxnRequest) -> pb.EndTxnRespon
     if isinstance(plan, Answer):
         error = _result_error(plan.code, "end of the transaction")
     else:
+        node.txn_completions.expect(request.transactional_id)
         error = await _submit(node, plan.command)
     txn = node.metadata.state.transaction(request.transactional_id)
     if error is None and txn is None:

@@ -167,6 +167,7 @@ async def init_transactional_producer(
     plan = plan_init(state, transactional_id, timeout_ms, expected, new_producer_id, _now_ms())
     if isinstance(plan, Answer):
         return _code(plan.code), plan.producer_id, plan.producer_epoch
+    ctx.node.txn_completions.expect(transactional_id)
     code = await _submit(ctx, plan.command)
     if code is not ErrorCode.none or plan.then is not MetadataErrorCode.NONE:
         return (code if code is not ErrorCode.none else _code(plan.then)), NO_PRODUCER_ID, -1
@@ -444,6 +445,7 @@ async def end_txn(ctx: KafkaContext, request: Any, version: int) -> Any:
         if isinstance(plan, Answer):
             code = _code(plan.code)
         else:
+            ctx.node.txn_completions.expect(request.transactional_id)
             code = await _submit(ctx, plan.command)
     txn = ctx.node.metadata.state.transaction(request.transactional_id)
     fields: dict[str, Any] = {}

@@ -5,121 +5,39 @@ PRODUCER_FENCED; the next transaction's AddPartitionsToTxn under the new id is h
 the end completes, then joins it.
 
 Reaching epoch 32766 through the wire takes 32766 metadata commits, so these tests run the
-real handlers against a real `MetadataState`, its epoch set directly; the node under them
-commits each command by applying it (`_Node.submit`), as the controller's Raft commit does,
-and completes a transaction as the marker duty would (`_Node.complete`)."""
+real handlers against a real `MetadataState`, its epoch set directly
+(`tests/unit/rpc/txn_coordinator_node.py`: each command applied as the controller's Raft
+commit would, a transaction completed as the marker duty would)."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
 import importlib
-from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16, i32, i32Timedelta
 
-from raftlog.metadata.commands import (
-    AllocateProducerIds,
-    ApplyResult,
-    Command,
-    CompleteEndTransaction,
-    InitTransaction,
-)
 from raftlog.metadata.transactions import PRODUCER_EPOCH_MAX
 from raftlog.rpc.kafka import txn_handlers
-from raftlog.rpc.txn_completions import TxnCompletions
 from raftlog.rpc.txn_producer_calls import TxnPorts
 from raftlog.rpc.txn_producer_calls import end_txn as grpc_end_txn
 from raftlog.rpc.v1 import raftlog_pb2 as pb
-from tests.unit.metadata.test_metadata_state import Log, create, register
-
-TID = "tx-1"
-SPENT = PRODUCER_EPOCH_MAX - 1
-
-
-class _Metadata:
-    def __init__(self, log: Log) -> None:
-        self.log = log
-        self.listeners: list[Callable[[], None]] = []
-
-    @property
-    def state(self) -> Any:
-        return self.log.state
-
-
-class _Node:
-    """The node port as far as the coordinator uses it, over a real metadata state."""
-
-    def __init__(self) -> None:
-        self.log = Log()
-        self.log.ok(register(1), register(2), register(3), create("orders"))
-        self.metadata = _Metadata(self.log)
-        self.txn_completions = TxnCompletions()
-        self.controller_id = 1
-
-    def is_controller(self) -> bool:
-        return True
-
-    def leader_address(self, leader_id: int | None) -> str:
-        return ""
-
-    async def submit(self, command: Command, *, timeout_s: float) -> ApplyResult:
-        result = self.log.apply(command)
-        for listener in list(self.metadata.listeners):
-            listener()
-        return result
-
-    async def allocate_producer_id(self, *, timeout_s: float) -> int:
-        result = await self.submit(AllocateProducerIds(1), timeout_s=timeout_s)
-        assert result.producer_id_first is not None
-        return result.producer_id_first
-
-    async def complete(self) -> None:
-        """The marker duty: the markers written, it proposes the completion."""
-        txn = self.log.state.transaction(TID)
-        assert txn is not None and txn.state.preparing
-        self.txn_completions.proposing(TID)
-        command = CompleteEndTransaction(TID, txn.producer_id, txn.producer_epoch, 0)
-        assert (await self.submit(command, timeout_s=1)).ok
-
-
-class _Groups:
-    def follow_term(self, term: int | None) -> bool:
-        return True
-
-
-class _Context:
-    def __init__(self, node: _Node) -> None:
-        self.node = node
-        self.groups = _Groups()
-
-    def controller_term(self) -> int:
-        return 1
-
-    def allowed(self, permission: Any, name: str) -> bool:
-        return True
-
-
-def _spent(node: _Node) -> int:
-    """A producer id of TID at the spent epoch, with no transaction open."""
-    allocated = node.log.apply(AllocateProducerIds(1))
-    assert allocated.producer_id_first is not None
-    producer_id = allocated.producer_id_first
-    node.log.ok(InitTransaction(TID, producer_id, 0, 60_000, 0))
-    txn = node.log.state.transaction(TID)
-    node.log.state._transactions.put(replace(txn, producer_epoch=SPENT))
-    node.log.state._transaction_changed(TID)
-    return producer_id
+from tests.unit.rpc.txn_coordinator_node import (
+    SPENT,
+    TID,
+    CoordinatorContext,
+    CoordinatorNode,
+    spent,
+)
 
 
 def _wire(api: str, version: int) -> Any:
     return importlib.import_module(f"kio.schema.{api}.v{version}.request")
 
 
-async def _add(ctx: _Context, producer_id: int, epoch: int) -> ErrorCode:
+async def _add(ctx: CoordinatorContext, producer_id: int, epoch: int) -> ErrorCode:
     ap = _wire("add_partitions_to_txn", 3)
     request = ap.AddPartitionsToTxnRequest(
         v3_and_below_transactional_id=ap.TransactionalId(TID),
@@ -136,7 +54,7 @@ async def _add(ctx: _Context, producer_id: int, epoch: int) -> ErrorCode:
     return code
 
 
-async def _end(ctx: _Context, producer_id: int, epoch: int, commit: bool) -> Any:
+async def _end(ctx: CoordinatorContext, producer_id: int, epoch: int, commit: bool) -> Any:
     et = _wire("end_txn", 5)
     request = et.EndTxnRequest(
         transactional_id=et.TransactionalId(TID),
@@ -149,9 +67,9 @@ async def _end(ctx: _Context, producer_id: int, epoch: int, commit: bool) -> Any
 
 def test_kafka_end_txn_v5_at_the_spent_epoch_answers_a_new_producer_id() -> None:
     async def scenario() -> None:
-        node = _Node()
-        ctx = _Context(node)
-        old = _spent(node)
+        node = CoordinatorNode()
+        ctx = CoordinatorContext(node)
+        old = spent(node)
         assert await _add(ctx, old, SPENT) is ErrorCode.none
         ended = await _end(ctx, old, SPENT, True)
         assert ended.error_code is ErrorCode.none
@@ -183,9 +101,9 @@ def test_kafka_end_txn_v5_at_the_spent_epoch_answers_a_new_producer_id() -> None
 
 def test_kafka_init_producer_id_from_the_rotated_producer_id_is_recognised() -> None:
     async def scenario() -> None:
-        node = _Node()
-        ctx = _Context(node)
-        old = _spent(node)
+        node = CoordinatorNode()
+        ctx = CoordinatorContext(node)
+        old = spent(node)
         assert await _add(ctx, old, SPENT) is ErrorCode.none
         ended = await _end(ctx, old, SPENT, False)
         await node.complete()
@@ -211,9 +129,9 @@ def test_kafka_init_producer_id_from_the_rotated_producer_id_is_recognised() -> 
 
 def test_grpc_end_txn_at_the_spent_epoch_answers_a_new_producer_id() -> None:
     async def scenario() -> None:
-        node = _Node()
-        old = _spent(node)
-        ctx = _Context(node)
+        node = CoordinatorNode()
+        old = spent(node)
+        ctx = CoordinatorContext(node)
         assert await _add(ctx, old, SPENT) is ErrorCode.none
         ports = TxnPorts(node, None)  # type: ignore[arg-type]
         request = pb.EndTxnRequest(
