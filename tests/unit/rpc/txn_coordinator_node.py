@@ -16,6 +16,7 @@ from raftlog.metadata.commands import (
     CompleteEndTransaction,
     InitTransaction,
 )
+from raftlog.metadata.state import MetadataState
 from raftlog.metadata.transactions import PRODUCER_EPOCH_MAX
 from raftlog.rpc.txn_completions import TxnCompletions
 from tests.unit.metadata.test_metadata_state import Log, create, register
@@ -25,12 +26,14 @@ SPENT = PRODUCER_EPOCH_MAX - 1
 
 
 class Metadata:
+    """The node's metadata copy: the state, and the listeners called after each apply."""
+
     def __init__(self, log: Log) -> None:
         self.log = log
         self.listeners: list[Callable[[], None]] = []
 
     @property
-    def state(self) -> Any:
+    def state(self) -> MetadataState:
         return self.log.state
 
 
