@@ -11,7 +11,9 @@ fields and their kinds in `_FIELD_KINDS` (a table, not code): `int` is a JSON in
 [0, 2**63) and never a boolean, `bool` a JSON boolean, `str` a string, `ints` a list of
 them, `int_lists` a list of lists, `str_map` an object of strings, `strs` a list of strings,
 `epochs` a list of integers in [-1, 2**31) (-1: none), `offsets` a list of [topic, partition,
-offset], `partitions` a list of [topic, partition].
+offset], `partitions` a list of [topic, partition], `producer_id` an `int` or -1 (none).
+A field added to a command after it was first written is left out while it holds its default
+(`_OPTIONAL_FIELDS`), so older commands keep their bytes and decode as they always did.
 Decode demands exactly the listed fields; anything else raises `MetadataDecodeError` naming
 the field and value, and `MetadataState.apply` turns that into an `INVALID_REQUEST` result
 instead of guessing.
@@ -47,6 +49,7 @@ from raftlog.types import NodeId, PartitionId, RaftGroupId
 __all__ = [
     "COMMAND_BYTES_MAX",
     "COMMAND_FORMAT_VERSION",
+    "NO_PRODUCER_ID",
     "OFFSET_METADATA_CHARS_MAX",
     "PARTITIONS_PER_TOPIC_MAX",
     "PRODUCER_ID_BLOCK_MAX",
@@ -111,6 +114,7 @@ CONSUMER_GROUPS_MAX = 100_000  # groups with committed offsets
 # compares Java's String.length(): UTF-16 code units). The coordinator's own bound,
 # MetadataConfig.group_offset_metadata_chars_max, is at most this.
 OFFSET_METADATA_CHARS_MAX = 32_768
+NO_PRODUCER_ID = -1  # the wire's "none" for a producer id (Kafka's RecordBatch.NO_PRODUCER_ID)
 LEADER_EPOCH_LIMIT = 1 << 31  # a committed leader epoch is Kafka's int32, or -1 for none
 # What one CommitGroupOffsets may hold of offsets' encoded bytes: the rest of COMMAND_BYTES_MAX
 # is room for the group id and the JSON around them (`commit_group_offsets` splits by it).
@@ -389,7 +393,9 @@ class AddToTransaction:
 class PrepareEndTransaction:
     """EndTxn, a fencing InitProducerId or a timeout: Ongoing -> PrepareCommit/PrepareAbort,
     with the epoch bumped when `bump_epoch` (EndTxn v5+, KIP-890 part 2; and always when the
-    coordinator aborts on its own, fencing the producer). Markers follow."""
+    coordinator aborts on its own, fencing the producer). Markers follow. `next_producer_id`
+    (an EndTxn that bumps at a spent epoch) is the freshly allocated producer id the
+    transactional id moves to at epoch 0 when the transaction completes."""
 
     transactional_id: str
     producer_id: int
@@ -397,6 +403,7 @@ class PrepareEndTransaction:
     commit: bool
     bump_epoch: bool
     now_ms: int
+    next_producer_id: int = NO_PRODUCER_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -534,6 +541,7 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
         "commit": "bool",
         "bump_epoch": "bool",
         "now_ms": "int",
+        "next_producer_id": "producer_id",
     },
     CompleteEndTransaction: {
         "transactional_id": "str",
@@ -557,6 +565,7 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
 _OPTIONAL_FIELDS: dict[type[Any], dict[str, Any]] = {
     RegisterNode: {"kafka_address": ""},
     CommitGroupOffsets: {"leader_epochs": (), "metadata": ()},
+    PrepareEndTransaction: {"next_producer_id": NO_PRODUCER_ID},
 }
 # Fields renamed since they were first written: the wire keeps the old key (the commands in a
 # metadata log written before decode as they always did).
@@ -710,6 +719,13 @@ def _decode_epochs(where: str, value: object) -> tuple[int, ...]:
     return tuple(epochs)
 
 
+def decode_producer_id(where: str, value: object) -> int:
+    """A producer id, or NO_PRODUCER_ID for none."""
+    if type(value) is int and value == NO_PRODUCER_ID:
+        return NO_PRODUCER_ID
+    return decode_int(where, value)
+
+
 def _decode_bool(where: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise MetadataDecodeError(f"{where}: expected a boolean, got {value!r}")
@@ -740,6 +756,7 @@ def _decode_field(where: str, kind: str, value: object) -> object:
         "offsets": decode_offsets,
         "epochs": _decode_epochs,
         "partitions": _decode_partitions,
+        "producer_id": decode_producer_id,
     }
     return decoders[kind](where, value)
 

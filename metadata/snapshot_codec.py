@@ -21,7 +21,8 @@ Transactions, only when some transactional id is known:
   "transactions": [{"transactional_id", "producer_id", "producer_epoch",
                     "last_producer_epoch", "timeout_ms", "state", "partitions": [[topic,
                     partition], ...] sorted, "groups": [group ids] sorted, "started_ms",
-                    "updated_ms"}] by id,
+                    "updated_ms"}] by id (and "next_producer_id", "previous_producer_id"
+                    each only when set, so earlier snapshots decode as they did),
 and only when some are pending,
   "pending_txn_offsets": [{"group_id", "producer_id", "offsets": [offset entries as above]}]
 by (group id, producer id).
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from raftlog.metadata.commands import (
     LEADER_EPOCH_LIMIT,
+    NO_PRODUCER_ID,
     MetadataDecodeError,
     canonical_json,
     check_topic_config,
@@ -41,6 +43,7 @@ from raftlog.metadata.commands import (
     check_topic_name,
     decode_int,
     decode_list,
+    decode_producer_id,
     decode_str,
     decode_topic_partition,
     parse_json_object,
@@ -148,8 +151,13 @@ _TRANSACTION_KEYS = (
 )
 
 
+# Keys added later, written only when they hold something (NO_PRODUCER_ID otherwise).
+_TRANSACTION_OPTIONAL_KEYS = ("next_producer_id", "previous_producer_id")
+
+
 def _encode_transaction(txn: TransactionState) -> dict[str, Any]:
-    return {
+    optional = {key: getattr(txn, key) for key in _TRANSACTION_OPTIONAL_KEYS}
+    return {k: v for k, v in optional.items() if v != NO_PRODUCER_ID} | {
         "transactional_id": txn.transactional_id,
         "producer_id": txn.producer_id,
         "producer_epoch": txn.producer_epoch,
@@ -164,7 +172,13 @@ def _encode_transaction(txn: TransactionState) -> dict[str, Any]:
 
 
 def _decode_transaction(where: str, raw: object) -> TransactionState:
-    fields_ = _object(where, raw, _TRANSACTION_KEYS)
+    present = raw if isinstance(raw, dict) else {}
+    optional = {k: present[k] for k in _TRANSACTION_OPTIONAL_KEYS if k in present}
+    fields_ = _object(where, raw, _TRANSACTION_KEYS + tuple(optional))
+    producer_ids = {
+        key: decode_producer_id(f"{where}.{key}", optional.get(key, NO_PRODUCER_ID))
+        for key in _TRANSACTION_OPTIONAL_KEYS
+    }
     state_name = decode_str(f"{where}.state", fields_["state"])
     states = {s.value: s for s in TxnState}
     if state_name not in states:
@@ -182,11 +196,18 @@ def _decode_transaction(where: str, raw: object) -> TransactionState:
         for i, g in enumerate(decode_list(f"{where}.groups", fields_["groups"]))
     ]
     txn_state = states[state_name]
-    if epoch >= 1 << 15 or last_epoch >= 1 << 15 or (txn_state.ended and (partitions or groups)):
-        raise MetadataDecodeError(f"snapshot {where}: epochs or contents out of range")
+    producer_id = decode_int(f"{where}.producer_id", fields_["producer_id"])
+    if (
+        epoch >= 1 << 15
+        or last_epoch >= 1 << 15
+        or (txn_state.ended and (partitions or groups))
+        or (producer_ids["next_producer_id"] != NO_PRODUCER_ID and not txn_state.preparing)
+        or producer_id in producer_ids.values()
+    ):
+        raise MetadataDecodeError(f"snapshot {where}: epochs, producer ids or contents invalid")
     return TransactionState(
         transactional_id=decode_str(f"{where}.transactional_id", fields_["transactional_id"]),
-        producer_id=decode_int(f"{where}.producer_id", fields_["producer_id"]),
+        producer_id=producer_id,
         producer_epoch=epoch,
         last_producer_epoch=last_epoch,
         timeout_ms=decode_int(f"{where}.timeout_ms", fields_["timeout_ms"]),
@@ -195,6 +216,7 @@ def _decode_transaction(where: str, raw: object) -> TransactionState:
         groups=frozenset(groups),
         started_ms=decode_int(f"{where}.started_ms", fields_["started_ms"]),
         updated_ms=decode_int(f"{where}.updated_ms", fields_["updated_ms"]),
+        **producer_ids,
     )
 
 

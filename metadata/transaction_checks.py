@@ -25,12 +25,14 @@ from raftlog.metadata.commands import (
     reject,
 )
 from raftlog.metadata.transactions import (
+    NO_PRODUCER_ID,
     PRODUCER_EPOCH_MAX,
     TRANSACTION_TIMEOUT_MS_MAX,
     TRANSACTIONAL_ID_CHARS_MAX,
     TRANSACTIONAL_IDS_MAX,
     TransactionState,
     TxnState,
+    epoch_exhausted,
 )
 
 if TYPE_CHECKING:
@@ -175,7 +177,30 @@ def check_prepare_end_transaction(
     txn, problem = _producer_of(state, command)
     if problem is not None or txn is None:
         return problem
-    return _state_problem(txn, frozenset({TxnState.ONGOING}))
+    return _state_problem(txn, frozenset({TxnState.ONGOING})) or _rotation_problem(
+        state, txn, command
+    )
+
+
+def _rotation_problem(
+    state: MetadataState, txn: TransactionState, command: PrepareEndTransaction
+) -> ApplyResult | None:
+    """A next producer id is for an end that bumps a spent epoch only, and must be one the
+    allocator gave out that no transactional id holds (the allocator never gives one twice,
+    so only a malformed command fails this)."""
+    next_id = command.next_producer_id
+    if next_id == NO_PRODUCER_ID:
+        return None
+    if not (command.bump_epoch and epoch_exhausted(txn.producer_epoch)):
+        return reject(
+            ErrorCode.INVALID_REQUEST,
+            f"producer id {txn.producer_id} epoch {txn.producer_epoch} is not spent: no rotation",
+        )
+    if not next_id < state.next_producer_id or state.transaction_of_producer(next_id) is not None:
+        return reject(
+            ErrorCode.INVALID_REQUEST, f"producer id {next_id} is not allocated or is in use"
+        )
+    return None
 
 
 def check_complete_end_transaction(

@@ -18,7 +18,12 @@ from raftlog.metadata.commands import (
     InitTransaction,
     PrepareEndTransaction,
 )
-from raftlog.metadata.transactions import TxnState, epoch_exhausted
+from raftlog.metadata.transactions import (
+    NO_PRODUCER_ID,
+    TransactionState,
+    TxnState,
+    epoch_exhausted,
+)
 
 if TYPE_CHECKING:
     from raftlog.metadata.state import MetadataState
@@ -29,11 +34,10 @@ __all__ = [
     "EndPlan",
     "InitPlan",
     "needs_new_producer_id",
+    "needs_next_producer_id",
     "plan_end_txn",
     "plan_init",
 ]
-
-NO_PRODUCER_ID = -1  # the wire's "none" (also what a client passes before it has one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,10 @@ def plan_init(
     if txn is None or txn.state is TxnState.DEAD:
         assert new_producer_id is not None
         return InitPlan(InitTransaction(transactional_id, new_producer_id, 0, timeout_ms, now_ms))
+    if expected is not None and txn.rotated_from(*expected):
+        # A client that missed the rotation of its spent producer id (an EndTxn or
+        # InitProducerId answer lost): it is the producer now at epoch 0 of the new id.
+        expected = (txn.producer_id, 0)
     if expected is not None and not (
         expected[0] == txn.producer_id
         and expected[1] in (txn.producer_epoch, txn.last_producer_epoch)
@@ -104,6 +112,21 @@ def needs_new_producer_id(state: MetadataState, transactional_id: str) -> bool:
     return txn is None or txn.state is TxnState.DEAD or epoch_exhausted(txn.producer_epoch)
 
 
+def _rotates(txn: TransactionState | None, bump_epoch: bool) -> bool:
+    """Whether ending `txn` now rotates its producer id: an end that bumps a spent epoch."""
+    return (
+        bump_epoch
+        and txn is not None
+        and txn.state is TxnState.ONGOING
+        and epoch_exhausted(txn.producer_epoch)
+    )
+
+
+def needs_next_producer_id(state: MetadataState, transactional_id: str, bump_epoch: bool) -> bool:
+    """Whether `plan_end_txn` needs a fresh producer id to rotate to (allocate it first)."""
+    return _rotates(state.transaction(transactional_id), bump_epoch)
+
+
 @dataclass(frozen=True, slots=True)
 class EndPlan:
     command: PrepareEndTransaction
@@ -117,15 +140,26 @@ def plan_end_txn(
     commit: bool,
     bump_epoch: bool,
     now_ms: int,
+    next_producer_id: int | None = None,
 ) -> EndPlan | Answer:
     """EndTxn. A retry of an EndTxn that already decided the same outcome (its answer lost)
-    gets NONE and the current epoch, as Kafka answers it (with EndTxn v5 the retry carries the
-    epoch before the bump); the other outcome is INVALID_TXN_STATE. Everything else is the
-    command's check's to judge."""
+    gets NONE and the producer the next transaction uses, as Kafka answers it (with EndTxn v5
+    the retry carries the epoch before the bump, and after a rotation the previous producer
+    id); the other outcome is INVALID_TXN_STATE. Everything else is the command's check's to
+    judge. `next_producer_id`: a fresh producer id, when `needs_next_producer_id` said so
+    (an end that bumps a spent epoch rotates to it; without one that end is answered
+    CONCURRENT_TRANSACTIONS, retriable)."""
     txn = state.transaction(transactional_id)
+    if txn is not None and bump_epoch and txn.rotated_from(producer_id, producer_epoch):
+        return _after_rotation(txn, commit)
     if txn is None or txn.producer_id != producer_id or txn.state is TxnState.ONGOING:
+        next_id = NO_PRODUCER_ID
+        if txn is not None and _rotates(txn, bump_epoch) and producer_id == txn.producer_id:
+            if next_producer_id is None:
+                return Answer(ErrorCode.CONCURRENT_TRANSACTIONS)  # the epoch was spent meanwhile
+            next_id = next_producer_id
         command = PrepareEndTransaction(
-            transactional_id, producer_id, producer_epoch, commit, bump_epoch, now_ms
+            transactional_id, producer_id, producer_epoch, commit, bump_epoch, now_ms, next_id
         )
         return EndPlan(command)
     same_epoch = producer_epoch == txn.producer_epoch or (
@@ -138,9 +172,19 @@ def plan_end_txn(
             return Answer(ErrorCode.INVALID_TXN_STATE)
         if txn.state.preparing and not bump_epoch:
             return Answer(ErrorCode.CONCURRENT_TRANSACTIONS)
-        return Answer(ErrorCode.NONE, txn.producer_id, txn.producer_epoch)
+        return Answer(ErrorCode.NONE, *txn.producer_after_end())
     if producer_epoch < txn.producer_epoch:
         return Answer(ErrorCode.PRODUCER_FENCED)
     if txn.state.preparing:
         return Answer(ErrorCode.CONCURRENT_TRANSACTIONS)
     return Answer(ErrorCode.INVALID_TXN_STATE)
+
+
+def _after_rotation(txn: TransactionState, commit: bool) -> Answer:
+    """EndTxn from the producer just before the rotation (Kafka's retryOnOverflow): the
+    retry of the end that rotated, answered with the new producer if its outcome matches."""
+    if txn.state not in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+        return Answer(ErrorCode.PRODUCER_FENCED)  # the new producer id began a transaction
+    if (txn.state is TxnState.COMPLETE_COMMIT) != commit:
+        return Answer(ErrorCode.INVALID_TXN_STATE)
+    return Answer(ErrorCode.NONE, txn.producer_id, txn.producer_epoch)

@@ -24,6 +24,7 @@ from raftlog.metadata.commands import (
 from raftlog.metadata.model import CommittedOffset
 from raftlog.metadata.transactions import (
     NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     PRODUCER_EPOCH_MAX,
     VALID_PREVIOUS_STATES,
     TransactionState,
@@ -71,6 +72,12 @@ class TransactionTable:
     def init(self, command: InitTransaction) -> None:
         previous = self.transactions.get(command.transactional_id)
         same_producer = previous is not None and previous.producer_id == command.producer_id
+        if previous is None:
+            previous_producer_id = NO_PRODUCER_ID
+        elif same_producer:
+            previous_producer_id = previous.previous_producer_id
+        else:
+            previous_producer_id = previous.producer_id  # rotated: its epochs were spent
         self.put(
             TransactionState(
                 transactional_id=command.transactional_id,
@@ -85,6 +92,7 @@ class TransactionTable:
                 groups=frozenset(),
                 started_ms=command.now_ms,
                 updated_ms=command.now_ms,
+                previous_producer_id=previous_producer_id,
             )
         )
 
@@ -104,8 +112,8 @@ class TransactionTable:
 
     def prepare_end(self, command: PrepareEndTransaction) -> None:
         txn = self.transactions[command.transactional_id]
-        # An epoch at the int16 maximum cannot be bumped; the producer id rotates at its next
-        # InitProducerId instead.
+        # An epoch at the int16 maximum cannot be bumped (a producer never holds it: its
+        # epochs are spent one before, and an EndTxn then rotates with `next_producer_id`).
         bump = command.bump_epoch and txn.producer_epoch < PRODUCER_EPOCH_MAX
         self.put(
             replace(
@@ -114,6 +122,7 @@ class TransactionTable:
                 producer_epoch=txn.producer_epoch + 1 if bump else txn.producer_epoch,
                 last_producer_epoch=txn.producer_epoch if bump else txn.last_producer_epoch,
                 updated_ms=command.now_ms,
+                next_producer_id=command.next_producer_id,
             )
         )
 
@@ -126,6 +135,9 @@ class TransactionTable:
             pending = self.pending_offsets.pop((group_id, txn.producer_id), {})
             if commit and pending:
                 group_offsets.setdefault(group_id, {}).update(pending)
+        rotating = txn.next_producer_id != NO_PRODUCER_ID
+        # A rotation moves the id to its next producer id now: the markers were written with
+        # the spent one.
         self.put(
             replace(
                 txn,
@@ -133,6 +145,11 @@ class TransactionTable:
                 partitions=frozenset(),
                 groups=frozenset(),
                 updated_ms=command.now_ms,
+                producer_id=txn.next_producer_id if rotating else txn.producer_id,
+                producer_epoch=0 if rotating else txn.producer_epoch,
+                last_producer_epoch=NO_PRODUCER_EPOCH if rotating else txn.last_producer_epoch,
+                next_producer_id=NO_PRODUCER_ID,
+                previous_producer_id=txn.producer_id if rotating else txn.previous_producer_id,
             )
         )
 
@@ -172,6 +189,8 @@ class TransactionTable:
         for transactional_id, txn in self.transactions.items():
             if txn.transactional_id != transactional_id:
                 violations.append(f"transactional id {transactional_id!r} filed under another")
+            if txn.next_producer_id != NO_PRODUCER_ID and txn.next_producer_id in self._by_producer:
+                violations.append(f"the next producer id of {transactional_id!r} is in use")
         for (group_id, producer_id), offsets in self.pending_offsets.items():
             owner = self.of_producer(producer_id)
             open_ = owner is not None and (owner.state is TxnState.ONGOING or owner.state.preparing)

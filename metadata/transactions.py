@@ -21,8 +21,18 @@ epoch 0; EndTxn v5 (KIP-890 part 2) moves Ongoing -> PrepareCommit *and* bumps t
 delayed from the ended transaction (epoch 0) is refused by the partition instead of joining
 the next. A second instance calling InitProducerId while a transaction is Ongoing fences the
 first: PrepareAbort at epoch+1, markers, CompleteAbort, then its retry bumps once more. An
-epoch past `PRODUCER_EPOCH_MAX - 1` is not bumped again: the next InitTransaction takes a new
-producer id at epoch 0 (Kafka's producer id rotation).
+epoch at `PRODUCER_EPOCH_MAX - 1` is spent (`epoch_exhausted`): the next InitTransaction takes
+a new producer id at epoch 0 (Kafka's producer id rotation).
+
+Rotation at the end of a transaction, a worked example (Kafka's nextProducerId and
+previousProducerId, KIP-890 part 2). Producer id 7 at epoch 32766 (spent: a fence needs one
+more) ends its transaction with EndTxn v5 (or the gRPC EndTxn). The coordinator allocates
+producer id 9 and commits PrepareCommit at 7/32767 with `next_producer_id` 9: the markers
+are written as 7/32767, and the answer is 9/0, the producer the client uses next.
+CompleteEndTransaction moves the id to 9/0 with `previous_producer_id` 7, so a client that
+lost the answer and retries EndTxn (7/32766), or recovers with InitProducerId (KIP-360)
+passing 7/32766, is recognised as the producer it was, not fenced; once 9 has moved past
+epoch 0, or rotated again, 7 is fenced like any older producer.
 
 Pending transactional offsets: TxnOffsetCommit's offsets wait per (consumer group, producer
 id) and become the group's committed offsets only when CompleteEndTransaction of a commit
@@ -36,11 +46,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from raftlog.metadata.commands import NO_PRODUCER_ID
+
 if TYPE_CHECKING:
     from raftlog.metadata.state import MetadataState
 
 __all__ = [
     "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
     "PRODUCER_EPOCH_MAX",
     "TRANSACTIONAL_IDS_MAX",
     "TRANSACTIONAL_ID_CHARS_MAX",
@@ -116,7 +129,13 @@ class TransactionState:
     InitProducerId or EndTxn whose answer was lost be recognised. `partitions` and `groups`
     are those of the open (or ending) transaction, empty once it completed. `started_ms` is
     when the open transaction began (its timeout runs from it), `updated_ms` the last change;
-    both from the proposing controller's clock."""
+    both from the proposing controller's clock.
+
+    `next_producer_id` is set only while an end that rotates the producer id completes (the
+    epoch was spent; see the module docstring): the markers still carry `producer_id`, and
+    completion switches to it at epoch 0. `previous_producer_id` is the producer id before the
+    latest rotation (NO_PRODUCER_ID if none), by which a client that missed the rotation is
+    recognised."""
 
     transactional_id: str
     producer_id: int
@@ -128,15 +147,37 @@ class TransactionState:
     groups: frozenset[str]
     started_ms: int
     updated_ms: int
+    next_producer_id: int = NO_PRODUCER_ID
+    previous_producer_id: int = NO_PRODUCER_ID
 
     def __post_init__(self) -> None:
         assert 0 <= self.producer_epoch <= PRODUCER_EPOCH_MAX, self
         assert NO_PRODUCER_EPOCH <= self.last_producer_epoch <= PRODUCER_EPOCH_MAX, self
         assert not (self.state.ended and (self.partitions or self.groups)), self
+        assert self.next_producer_id == NO_PRODUCER_ID or self.state.preparing, self
+        assert self.producer_id not in (self.next_producer_id, self.previous_producer_id), self
 
     def is_producer(self, producer_id: int, producer_epoch: int) -> bool:
         """Whether (producer_id, producer_epoch) is this id's current producer."""
         return self.producer_id == producer_id and self.producer_epoch == producer_epoch
+
+    def producer_after_end(self) -> tuple[int, int]:
+        """The producer id and epoch the producer uses once the ending transaction completed:
+        what EndTxn answers (the next producer id at epoch 0 when the end rotates)."""
+        if self.next_producer_id != NO_PRODUCER_ID:
+            return self.next_producer_id, 0
+        return self.producer_id, self.producer_epoch
+
+    def rotated_from(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether (producer_id, producer_epoch) is the producer this id had just before its
+        latest producer id rotation, which its client may not have heard of: the previous
+        producer id at a spent epoch, while the new producer id is still at epoch 0 (Kafka's
+        retryOnOverflow and KIP-360's check of the previous producer id)."""
+        return (
+            producer_id == self.previous_producer_id != NO_PRODUCER_ID
+            and epoch_exhausted(producer_epoch)
+            and self.producer_epoch == 0
+        )
 
     def expired(self, now_ms: int, expiration_ms: int) -> bool:
         """No transaction open and unchanged for `expiration_ms`: the id may be forgotten."""

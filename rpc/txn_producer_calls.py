@@ -11,7 +11,11 @@ the raftlog.v1 names of the same meaning. A node that is not the controller answ
 NOT_CONTROLLER naming it (the client follows the hint, as Admin calls do). EndTxn bumps
 the epoch at every end and answers it (KIP-890 part 2, as Kafka's EndTxn v5+): the markers
 and the next transaction use the new epoch, so a late produce of the ended transaction is
-refused INVALID_PRODUCER_EPOCH by the partition instead of joining the next transaction.
+refused INVALID_PRODUCER_EPOCH by the partition instead of joining the next transaction;
+at a spent epoch it rotates to a new producer id at epoch 0 (Kafka's nextProducerId). An
+AddPartitionsToTxn/AddOffsetsToTxn arriving while the previous end still completes is held
+for that completion (`raftlog.rpc.txn_completions.wait_until_completed`, the Kafka
+coordinator's hold) instead of being refused CONCURRENT_TRANSACTIONS.
 TxnOffsetCommit with a member id is checked against the group coordinator's membership
 (KIP-447), as that member's OffsetCommit on the Groups service would be.
 """
@@ -36,10 +40,12 @@ from raftlog.metadata.transaction_plans import (
     NO_PRODUCER_ID,
     Answer,
     needs_new_producer_id,
+    needs_next_producer_id,
     plan_end_txn,
     plan_init,
 )
 from raftlog.metadata.transactions import TRANSACTION_TIMEOUT_MS_MAX
+from raftlog.rpc.txn_completions import wait_until_completed
 from raftlog.rpc.v1 import raftlog_pb2 as pb
 from raftlog.types import PartitionId
 
@@ -152,6 +158,7 @@ async def init_transactional_producer(
         return pb.InitProducerIdResponse(
             producer_id=plan.producer_id, producer_epoch=plan.producer_epoch
         )
+    node.txn_completions.expect(request.transactional_id)
     error = await _submit(node, plan.command)
     if error is None and plan.then is not ErrorCode.NONE:
         error = _result_error(plan.then, "the open transaction of an older instance is aborting")
@@ -170,6 +177,9 @@ async def add_partitions_to_txn(
     if refusal is not None:
         return pb.AddPartitionsToTxnResponse(error=refusal)
     wanted = tuple((tp.topic, PartitionId(p)) for tp in request.partitions for p in tp.partitions)
+    await wait_until_completed(
+        ports.node, request.transactional_id, request.producer_id, request.producer_epoch
+    )
     command = AddToTransaction(
         request.transactional_id,
         request.producer_id,
@@ -189,6 +199,9 @@ async def add_offsets_to_txn(
         refusal = _error(pb.INVALID_REQUEST, "group_id: must not be empty")
     if refusal is not None:
         return pb.AddOffsetsToTxnResponse(error=refusal)
+    await wait_until_completed(
+        ports.node, request.transactional_id, request.producer_id, request.producer_epoch
+    )
     command = AddToTransaction(
         request.transactional_id,
         request.producer_id,
@@ -248,11 +261,18 @@ def _member_refusal(ports: TxnPorts, request: pb.TxnOffsetCommitRequest) -> pb.E
 
 async def end_txn(ports: TxnPorts, request: pb.EndTxnRequest) -> pb.EndTxnResponse:
     """EndTxn with the epoch bumped (module docstring); answers the producer id and the epoch
-    the next transaction uses."""
+    the next transaction uses (a new producer id at epoch 0 when the epoch was spent)."""
     node = ports.node
     refusal = _refusal(node, request.transactional_id)
     if refusal is not None:
         return pb.EndTxnResponse(error=refusal, producer_id=NO_PRODUCER_ID, producer_epoch=-1)
+    next_producer_id = None
+    if needs_next_producer_id(node.metadata.state, request.transactional_id, True):
+        try:
+            next_producer_id = await node.allocate_producer_id(timeout_s=_SUBMIT_TIMEOUT_S)
+        except (errors.RaftlogError, TimeoutError) as failure:
+            timed_out = _error(pb.REQUEST_TIMED_OUT, str(failure))
+            return pb.EndTxnResponse(error=timed_out, producer_id=NO_PRODUCER_ID, producer_epoch=-1)
     plan = plan_end_txn(
         node.metadata.state,
         request.transactional_id,
@@ -261,14 +281,17 @@ async def end_txn(ports: TxnPorts, request: pb.EndTxnRequest) -> pb.EndTxnRespon
         request.commit,
         True,
         _now_ms(),
+        next_producer_id,
     )
     if isinstance(plan, Answer):
         error = _result_error(plan.code, "end of the transaction")
     else:
+        node.txn_completions.expect(request.transactional_id)
         error = await _submit(node, plan.command)
     txn = node.metadata.state.transaction(request.transactional_id)
     if error is None and txn is None:
         error = _error(pb.TRANSACTIONAL_ID_NOT_FOUND, "the transactional id expired meanwhile")
     if error is not None or txn is None:
         return pb.EndTxnResponse(error=error, producer_id=NO_PRODUCER_ID, producer_epoch=-1)
-    return pb.EndTxnResponse(producer_id=txn.producer_id, producer_epoch=txn.producer_epoch)
+    producer_id, producer_epoch = txn.producer_after_end()
+    return pb.EndTxnResponse(producer_id=producer_id, producer_epoch=producer_epoch)

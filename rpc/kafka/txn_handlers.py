@@ -11,7 +11,9 @@ decided against the committed state, and a rejected command writes nothing. EndT
 answered once its PrepareCommit/PrepareAbort is committed; the controller's marker duty
 (`raftlog.node.txn_markers`) writes the markers and completes it. The producer's next
 AddPartitionsToTxn/AddOffsetsToTxn, sent meanwhile, is held until that completion and
-proposed right behind it (`_after_end`), not refused CONCURRENT_TRANSACTIONS as Kafka does.
+proposed right behind it (`raftlog.rpc.txn_completions.wait_until_completed`, shared with the
+gRPC coordinator), not refused CONCURRENT_TRANSACTIONS as Kafka does. EndTxn v5 at a spent
+epoch rotates the producer id (Kafka's nextProducerId): it answers the new id at epoch 0.
 
 Authorization: with a token file, a transactional id is used by a principal granted `write`
 on the name `transactional_id:<id>` (a "*" grant covers it; topics cannot contain ':', so
@@ -22,7 +24,6 @@ v4+ form, which Kafka reserves for brokers, needs `cluster` (CLUSTER_AUTHORIZATI
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import time
 from collections.abc import Sequence
@@ -46,6 +47,7 @@ from raftlog.metadata.transaction_plans import (
     NO_PRODUCER_ID,
     Answer,
     needs_new_producer_id,
+    needs_next_producer_id,
     plan_end_txn,
     plan_init,
 )
@@ -59,6 +61,7 @@ from raftlog.rpc.kafka.consumer_group_handlers import commit_error
 from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module
 from raftlog.rpc.security import TRANSACTIONAL_ID_RESOURCE_PREFIX, Permission
+from raftlog.rpc.txn_completions import wait_until_completed
 from raftlog.types import PartitionId
 
 __all__ = [
@@ -81,10 +84,6 @@ __all__ = [
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 _SUBMIT_TIMEOUT_S = 10.0
-# How long an AddPartitionsToTxn/AddOffsetsToTxn arriving while the producer's previous
-# transaction completes is held for that completion (`_after_end`), well under clients'
-# request timeouts (30 s); past it the answer is CONCURRENT_TRANSACTIONS, which they retry.
-_HOLD_WHILE_ENDING_S = 5.0
 _BATCHED_VERSION = 4  # AddPartitionsToTxn v4+: several transactions, verify_only (KIP-890)
 _BUMPING_END_VERSION = 5  # EndTxn v5+: the epoch is bumped at every end (KIP-890 part 2)
 
@@ -121,51 +120,6 @@ async def _submit(ctx: KafkaContext, command: Command) -> ErrorCode:
     except (errors.RaftlogError, TimeoutError):
         return ErrorCode.coordinator_not_available
     return _code(result.code)
-
-
-async def _after_end(
-    ctx: KafkaContext, transactional_id: str, producer_id: int, producer_epoch: int
-) -> None:
-    """Returns once `transactional_id`'s previous transaction is no longer completing (its
-    completion proposed, or committed), or after `_HOLD_WHILE_ENDING_S`; at once if it is not
-    completing or the request is not from its producer.
-
-    A producer starts its next transaction as soon as EndTxn is answered, that is once
-    PrepareCommit/PrepareAbort is committed, before the markers. Kafka answers the next
-    AddPartitionsToTxn CONCURRENT_TRANSACTIONS then, and the client backs off and retries;
-    here the request waits for the completion instead, then is proposed as usual, right
-    behind the completion when the wait ended on its proposal (`raftlog.rpc.txn_completions`:
-    one Raft commit for both). Its check at apply decides, as for any request: the client
-    neither backs off nor costs the metadata quorum a commit of a command to be rejected."""
-    machine = ctx.node.metadata
-
-    def completing() -> bool:
-        txn = machine.state.transaction(transactional_id)
-        return (
-            txn is not None and txn.state.preparing and txn.is_producer(producer_id, producer_epoch)
-        )
-
-    if not completing():
-        return
-    wake = asyncio.Event()
-    proposed = False
-
-    def on_proposed() -> None:
-        nonlocal proposed
-        proposed = True
-        wake.set()
-
-    machine.listeners.append(wake.set)
-    try:
-        with ctx.node.txn_completions.watch(transactional_id, on_proposed):
-            async with asyncio.timeout(_HOLD_WHILE_ENDING_S):
-                while completing() and not proposed:
-                    await wake.wait()
-                    wake.clear()
-    except TimeoutError:
-        pass  # proposed anyway: rejected CONCURRENT_TRANSACTIONS, which the client retries
-    finally:
-        machine.listeners.remove(wake.set)
 
 
 def _refusal(ctx: KafkaContext, transactional_id: str) -> ErrorCode | None:
@@ -213,6 +167,7 @@ async def init_transactional_producer(
     plan = plan_init(state, transactional_id, timeout_ms, expected, new_producer_id, _now_ms())
     if isinstance(plan, Answer):
         return _code(plan.code), plan.producer_id, plan.producer_epoch
+    ctx.node.txn_completions.expect(transactional_id)
     code = await _submit(ctx, plan.command)
     if code is not ErrorCode.none or plan.then is not MetadataErrorCode.NONE:
         return (code if code is not ErrorCode.none else _code(plan.then)), NO_PRODUCER_ID, -1
@@ -303,7 +258,7 @@ async def _add_partitions(
                 for topic, partition in wanted
             ]
         else:
-            await _after_end(ctx, transactional_id, producer_id, producer_epoch)
+            await wait_until_completed(ctx.node, transactional_id, producer_id, producer_epoch)
             command = AddToTransaction(
                 transactional_id,
                 producer_id,
@@ -362,8 +317,11 @@ async def add_offsets_to_txn(ctx: KafkaContext, request: Any, version: int) -> A
     if code is None and not request.group_id:
         code = ErrorCode.invalid_group_id
     if code is None:
-        await _after_end(
-            ctx, request.transactional_id, int(request.producer_id), int(request.producer_epoch)
+        await wait_until_completed(
+            ctx.node,
+            request.transactional_id,
+            int(request.producer_id),
+            int(request.producer_epoch),
         )
         command = AddToTransaction(
             request.transactional_id,
@@ -457,13 +415,22 @@ def _member_refusal(
 async def end_txn(ctx: KafkaContext, request: Any, version: int) -> Any:
     """EndTxn v0 to v5: Ongoing -> PrepareCommit/PrepareAbort, committed before the answer;
     the markers follow. v5+ bumps the epoch and answers the producer id and new epoch
-    (KIP-890 part 2). A retry of an end already decided gets NONE; CONCURRENT_TRANSACTIONS
-    while a previous end completes, INVALID_TXN_STATE with nothing open, PRODUCER_FENCED for
-    an older epoch."""
+    (KIP-890 part 2); at a spent epoch it rotates, answering a new producer id at epoch 0. A
+    retry of an end already decided gets NONE (also from the producer id before a rotation);
+    CONCURRENT_TRANSACTIONS while a previous end completes, INVALID_TXN_STATE with nothing
+    open, PRODUCER_FENCED for an older epoch."""
     module = response_module(END_TXN, version)
     bump = version >= _BUMPING_END_VERSION
     producer_id, epoch = int(request.producer_id), int(request.producer_epoch)
     code = _refusal(ctx, request.transactional_id)
+    next_producer_id = None
+    if code is None and needs_next_producer_id(
+        ctx.node.metadata.state, request.transactional_id, bump
+    ):
+        try:
+            next_producer_id = await ctx.node.allocate_producer_id(timeout_s=_SUBMIT_TIMEOUT_S)
+        except (errors.RaftlogError, TimeoutError):
+            code = ErrorCode.coordinator_not_available
     if code is None:
         plan = plan_end_txn(
             ctx.node.metadata.state,
@@ -473,19 +440,19 @@ async def end_txn(ctx: KafkaContext, request: Any, version: int) -> Any:
             bool(request.committed),
             bump,
             _now_ms(),
+            next_producer_id,
         )
         if isinstance(plan, Answer):
             code = _code(plan.code)
         else:
+            ctx.node.txn_completions.expect(request.transactional_id)
             code = await _submit(ctx, plan.command)
     txn = ctx.node.metadata.state.transaction(request.transactional_id)
     fields: dict[str, Any] = {}
     if hasattr(module.EndTxnResponse, "producer_epoch"):
         done = code is ErrorCode.none and txn is not None
-        fields = {
-            "producer_id": txn.producer_id if done and txn else NO_PRODUCER_ID,
-            "producer_epoch": txn.producer_epoch if done and txn else -1,
-        }
+        after = txn.producer_after_end() if done and txn else (NO_PRODUCER_ID, -1)
+        fields = {"producer_id": after[0], "producer_epoch": after[1]}
     return build(module.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code, **fields)
 
 

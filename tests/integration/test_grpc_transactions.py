@@ -7,18 +7,23 @@
 - TxnOffsetCommit with a consumer's `group_metadata()` is checked against the group's
   membership (KIP-447): a member that left (a zombie) or an epoch the coordinator never gave
   is refused, nothing is held, and the group's committed offsets stay those of the
-  transactions that passed.
+  transactions that passed;
+- an AddPartitionsToTxn arriving while the previous transaction's markers are still being
+  written is held until that transaction completes, then joins the next transaction, instead
+  of being refused CONCURRENT_TRANSACTIONS (the same hold as on the Kafka listener).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Iterator
 
 import grpc
 import pytest
 
+from raftlog.chaos.local_backend import send_fault_rules
 from raftlog.client import Admin, Consumer, ConsumerGroupMetadata, Producer
 from raftlog.client.errors import ServerError
 from raftlog.local_cluster import LocalCluster
@@ -27,7 +32,8 @@ from raftlog.rpc.v1 import raftlog_pb2_grpc as pb_grpc
 from raftlog.storage.records import RecordInput, encode_batch
 from tests.integration.conftest import start_cluster, wait_until
 
-GROUP_FLAGS = ("--set", "metadata.group_heartbeat_interval_ms=300")
+# --chaos: the marker hold (`hold_txn_markers`) of the held-request test.
+GROUP_FLAGS = ("--set", "metadata.group_heartbeat_interval_ms=300", "--chaos")
 WAIT_S = 60
 
 
@@ -36,7 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     cluster = start_cluster(tmp_path_factory.mktemp("grpc-txn"), 1, *GROUP_FLAGS)
     try:
         with Admin(cluster.bootstrap) as admin:
-            for topic in ("late-out", "eos-in", "eos-out"):
+            for topic in ("late-out", "eos-in", "eos-out", "held-out"):
                 admin.create_topic(topic, partitions=1, replication_factor=1)
         yield cluster
     finally:
@@ -149,3 +155,60 @@ def test_offsets_of_a_member_that_is_no_longer_in_the_group_are_refused(
         finally:
             member.close()
     assert _values(cluster, "eos-out", "read_committed") == [b"out-3", b"out-5"]
+
+
+def test_add_partitions_while_the_last_end_completes_is_held_not_refused(
+    cluster: LocalCluster,
+) -> None:
+    """The markers of the first transaction are held (the node refuses to write them) when
+    the next transaction's AddPartitionsToTxn arrives, so its previous transaction is
+    certainly still completing: the request must wait for the completion and succeed, not
+    come back CONCURRENT_TRANSACTIONS before the markers were written."""
+    tid, partitions = "held-writer", [pb.TopicPartitions(topic="held-out", partitions=[0])]
+    with grpc.insecure_channel(cluster.bootstrap) as channel:
+        log = pb_grpc.LogStub(channel)
+        init = log.InitProducerId(
+            pb.InitProducerIdRequest(transactional_id=tid, transaction_timeout_ms=60_000),
+            timeout=WAIT_S,
+        )
+        assert not init.HasField("error"), init
+        producer = {"transactional_id": tid, "producer_id": init.producer_id}
+        added = log.AddPartitionsToTxn(
+            pb.AddPartitionsToTxnRequest(
+                **producer, producer_epoch=init.producer_epoch, partitions=partitions
+            ),
+            timeout=WAIT_S,
+        )
+        assert not added.HasField("error"), added
+        assert send_fault_rules(cluster.bootstrap, {"hold_txn_markers": True}, 10)
+        lifted_at: list[float] = []
+        try:
+            ended = log.EndTxn(
+                pb.EndTxnRequest(**producer, producer_epoch=init.producer_epoch, commit=True),
+                timeout=WAIT_S,
+            )
+            assert not ended.HasField("error"), ended
+            answers: list[tuple[pb.AddPartitionsToTxnResponse, float]] = []
+            next_add = pb.AddPartitionsToTxnRequest(
+                **producer, producer_epoch=ended.producer_epoch, partitions=partitions
+            )
+            sender = threading.Thread(
+                target=lambda: answers.append(
+                    (log.AddPartitionsToTxn(next_add, timeout=WAIT_S), time.monotonic())
+                )
+            )
+            sender.start()
+            # Whatever comes back before the hold is lifted was not held for the completion.
+            time.sleep(1.0)
+            lifted_at.append(time.monotonic())
+            assert send_fault_rules(cluster.bootstrap, {"hold_txn_markers": False}, 10)
+            sender.join(WAIT_S)
+        finally:
+            if not lifted_at:
+                send_fault_rules(cluster.bootstrap, {"hold_txn_markers": False}, 10)
+        [(answer, answered_at)] = answers
+        assert not answer.HasField("error"), pb.ErrorCode.Name(answer.error.code)
+        assert answered_at > lifted_at[0]
+        with Admin(cluster.bootstrap) as admin:
+            txn = admin.describe_transaction(tid)
+        assert (txn.state, txn.producer_epoch) == ("Ongoing", ended.producer_epoch)

@@ -803,3 +803,40 @@ def test_a_reused_sequence_after_an_abort_is_refused_not_acknowledged_as_the_old
     abort()
     seen = _read(boot, "read_uncommitted", {"txn-b": 1}, 1, ("reuse-",))
     assert seen == ["reuse-written-then-purged"]
+
+
+def test_end_txn_v5_answers_the_next_producer_and_a_retry_gets_it_again(boot: str) -> None:
+    """EndTxn v5 (KIP-890 part 2) answers the producer the next transaction uses (the epoch
+    bumped; at the spent epoch a new producer id at epoch 0, shown on the real handlers in
+    tests/unit/rpc/test_txn_rotation_handlers.py, since reaching it here takes 32766
+    commits); a retry with the epoch it ended at (its answer lost) gets the same answer, and
+    the next transaction under the answered producer is held while the end completes, then
+    joins it, while the ended epoch is fenced."""
+    et = _wire(5, "end_txn")
+    txn_id = "txn-end-v5"
+    address, started = _init_producer_id(boot, txn_id)
+    pid, epoch = started.producer_id, started.producer_epoch
+
+    def added(producer_epoch: Any) -> Any:
+        answer = kafka_call(address, _add_partition_request(txn_id, pid, producer_epoch, "txn-a"))
+        return answer.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+
+    def end(producer_epoch: Any) -> Any:
+        return kafka_call(
+            address,
+            et.EndTxnRequest(
+                transactional_id=et.TransactionalId(txn_id),
+                producer_id=pid,
+                producer_epoch=producer_epoch,
+                committed=True,
+            ),
+        )
+
+    assert added(epoch) == ErrorCode.none
+    ended = end(epoch)
+    answered = (ended.error_code, ended.producer_id, ended.producer_epoch)
+    assert answered == (ErrorCode.none, pid, epoch + 1)
+    again = end(epoch)
+    assert (again.error_code, again.producer_id, again.producer_epoch) == answered
+    assert added(ended.producer_epoch) == ErrorCode.none
+    assert added(epoch) == ErrorCode.producer_fenced
