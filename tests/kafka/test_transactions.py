@@ -521,6 +521,14 @@ def _txn_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, 
     return code, json.loads(out) if out.strip() else None, err
 
 
+def _console(capsys: pytest.CaptureFixture[str], grpc_boot: str, *argv: str) -> list[str]:
+    """The values `raftlog consume txn-a` prints whose value starts with "hanging-"."""
+    consume = ["consume", "txn-a", "--timeout-ms", "1000", "--format", "json", *argv]
+    assert cli_main([*consume, "--bootstrap", grpc_boot]) == 0
+    values = [json.loads(line)["value"] for line in capsys.readouterr().out.splitlines()]
+    return [value for value in values if value.startswith("hanging-")]
+
+
 def test_an_operator_lists_describes_and_aborts_a_hanging_transaction(
     txn_cluster: LocalCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -541,6 +549,9 @@ def test_an_operator_lists_describes_and_aborts_a_hanging_transaction(
         stuck = reader.end_offsets(parts)
         high = Consumer(grpc_boot).end_offsets(parts)
         assert all(stuck[tp] < high[tp] for tp in stuck), (stuck, high)  # the LSO waits
+        # The console consumer, as kafka-console-consumer: read_uncommitted by default.
+        assert sorted(_console(capsys, grpc_boot)) == ["hanging-0", "hanging-1"]
+        assert _console(capsys, grpc_boot, "--isolation-level", "read_committed") == []
 
         code, listed, _ = _txn_cli(capsys, "list", "--state", "Ongoing", *where)
         assert code == 0
@@ -751,7 +762,7 @@ def test_a_reused_sequence_after_an_abort_is_refused_not_acknowledged_as_the_old
     numbers the next transaction's first batch there from the purged batch's sequence. Taken
     for a retry, that new batch was acknowledged at the aborted batch's offset and never
     written: the chaos suite's lost committed writes. It is refused OUT_OF_ORDER_SEQUENCE
-    (librdkafka then aborts and bumps its epoch) and nothing is written."""
+    and nothing is written (test_sequence_reuse.py: the same with librdkafka itself)."""
     et = _wire(1, "end_txn")
     txn_id = "txn-sequence-reuse"
     address, started = _init_producer_id(boot, txn_id)
