@@ -257,13 +257,13 @@ def _drop(producer: Any) -> None:
         producer.flush(0)
 
 
-def _read_consumer(bootstrap: str, group: str) -> Any:
+def _read_consumer(bootstrap: str, group: str, *, isolation: str = "read_committed") -> Any:
     return kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
             "group.id": group,
             "enable.auto.commit": False,
-            "isolation.level": "read_committed",
+            "isolation.level": isolation,
             "auto.offset.reset": "error",  # a skip or a rewind shows
             "fetch.wait.max.ms": 200,
             "socket.timeout.ms": 10_000,
@@ -318,7 +318,12 @@ def _reader(
 
 
 def _high_watermark(consumer: Any, tp: tuple[str, int], deadline: float) -> int:
-    """The partition's high watermark, asked again while its leader moves (until `deadline`)."""
+    """The partition's high watermark, asked again while its leader moves (until `deadline`).
+
+    `consumer` must read uncommitted: librdkafka asks ListOffsets at its consumer's isolation
+    level, and read_committed's latest offset is the last stable offset, which a hanging
+    transaction holds back (the final read would stop there and call finished a partition
+    whose committed records past it it never read)."""
     while True:
         try:
             found = consumer.get_watermark_offsets(kafka.TopicPartition(*tp), timeout=5,
@@ -337,9 +342,15 @@ def final_txn_read(bootstrap: str, recorder: HistoryRecorder, options: TxnOption
     "final" with every record and the partitions not finished."""
     recorder.record(FINAL, "invoke", "txn_read", {})
     consumer = _read_consumer(bootstrap, "chaos-txn-final")
+    watermarks = _read_consumer(bootstrap, "chaos-txn-final", isolation="read_uncommitted")
     deadline = time.monotonic() + options.final_read_timeout_s
     try:
-        ends = {tp: _high_watermark(consumer, tp, deadline) for tp in options.topic_partitions}
+        try:
+            ends = {
+                tp: _high_watermark(watermarks, tp, deadline) for tp in options.topic_partitions
+            }
+        finally:
+            watermarks.close()
         consumer.assign([kafka.TopicPartition(t, p, 0) for t, p in options.topic_partitions])
         rows: list[dict[str, Any]] = []
         unfinished = [tp for tp, end in ends.items() if end > 0]

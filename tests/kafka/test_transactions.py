@@ -27,6 +27,8 @@ from kio.schema.types import BrokerId, TopicName
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
+from raftlog.chaos.history import HistoryRecorder
+from raftlog.chaos.txn_workload import TxnOptions, final_txn_read
 from raftlog.cli import main as cli_main
 from raftlog.client import Admin, Consumer, Producer
 from raftlog.client.errors import ProducerFencedError, TransactionError
@@ -851,3 +853,36 @@ def test_end_txn_v5_answers_the_next_producer_and_a_retry_gets_it_again(boot: st
     assert (again.error_code, again.producer_id, again.producer_epoch) == answered
     assert added(ended.producer_epoch) == ErrorCode.none
     assert added(epoch) == ErrorCode.producer_fenced
+
+
+def test_the_chaos_final_read_does_not_take_a_hanging_transaction_for_the_end(
+    txn_cluster: LocalCluster, boot: str
+) -> None:
+    """The txn chaos workload's final read, read_committed, reads each partition up to its
+    high watermark. A transaction left open (its producer gone when the run stopped) holds
+    the last stable offset back, and committed records after it stay unread until the
+    coordinator ends it: the partition is unfinished (the run unchecked), not finished at the
+    last stable offset with those records reported lost. librdkafka answers a read_committed
+    consumer's watermark query with the last stable offset, so the end is asked by a
+    read_uncommitted one."""
+    create_topic(txn_cluster, "txn-final", partitions=1)
+    hanging = _producer(boot, "txn-final-hanging")
+    hanging.begin_transaction()  # type: ignore[attr-defined]
+    hanging.produce("txn-final", value=b"final-hanging", partition=0)  # type: ignore[attr-defined]
+    assert hanging.flush(30) == 0  # type: ignore[attr-defined]
+    committer = _producer(boot, "txn-final-committer")
+    committer.begin_transaction()  # type: ignore[attr-defined]
+    committer.produce("txn-final", value=b"final-committed", partition=0)  # type: ignore[attr-defined]
+    committer.commit_transaction(30)  # type: ignore[attr-defined]
+
+    recorder = HistoryRecorder(time.monotonic_ns)
+    options = TxnOptions(topics=("txn-final",), partitions=1, final_read_timeout_s=3.0)
+    try:
+        final_txn_read(boot, recorder, options)
+    finally:
+        hanging.abort_transaction(30)  # type: ignore[attr-defined]
+    done = recorder.events[-1]
+    assert done.type == "ok", done
+    assert done.value["unfinished"] == [["txn-final", 0]]
+    assert done.value["ends"] == {"txn-final/0": 3}  # two records and the COMMIT marker
+    assert done.value["records"] == []  # the open transaction's first offset is 0
