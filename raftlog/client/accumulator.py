@@ -279,6 +279,8 @@ class Accumulator:
         self._lock = threading.Lock()
         self.condition = threading.Condition(self._lock)
         self.reserved_bytes = 0
+        # send() calls waiting in `_reserve` for buffer space: a release must wake them.
+        self.space_waiters = 0
         self.flushes_under_way = 0
         self.closing = False
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
@@ -393,7 +395,12 @@ class Accumulator:
                     max_block_ms=max_block_ms,
                     record_bytes=size,
                 )
-            self.condition.wait(remaining)
+            self.space_waiters += 1
+            try:
+                self.condition.wait(remaining)
+            finally:
+                self.space_waiters -= 1
+        assert self.space_waiters >= 0
         self.reserved_bytes += size
         assert self.reserved_bytes <= self.buffer_bytes_max
 
@@ -531,10 +538,11 @@ class Accumulator:
         self._in_flight[batch.tp] -= 1
         self.condition.notify_all()
 
-    def complete(self, batch: ProducerBatch, *, in_flight: bool) -> None:
+    def complete(self, batch: ProducerBatch, *, in_flight: bool, notify: bool = True) -> None:
         """A batch is done (delivered or failed): release its bytes, and its in-flight slot
         if it was being sent. A queued batch that expires frees no slot: the batches in flight
-        ahead of it still hold theirs."""
+        ahead of it still hold theirs. With `notify` False the caller wakes the waiters
+        itself, if `wake_needed()` says so."""
         assert self._is_held() and batch in self.incomplete
         assert not in_flight or self._in_flight.get(batch.tp, 0) > 0
         self.incomplete.discard(batch)
@@ -544,7 +552,18 @@ class Accumulator:
             self._unresolved[batch.tp].remove(batch)
         self.reserved_bytes -= batch.size_bytes - BATCH_HEADER_BYTES
         assert self.reserved_bytes >= 0, self.reserved_bytes
-        self.condition.notify_all()
+        if notify:
+            self.condition.notify_all()
+
+    def wake_needed(self) -> bool:
+        """Whether a batch completed just now may unblock a waiter: a queued batch (held by
+        its partition's in-flight bound, an unresolved batch ahead of it, or linger 0 behind
+        one in flight), a close waiting for the last batch, or a send() waiting for space.
+        With none of them, nobody waits on the condition for a completion."""
+        assert self._is_held()
+        return (
+            self.closing or self.space_waiters > 0 or any(queue for queue in self._queues.values())
+        )
 
     def has_records_for(self, tp: TopicPartition) -> bool:
         """Whether any record was ever appended for `tp` (its queue exists once one was)."""
