@@ -45,15 +45,18 @@ A producer built with a fixed producer id (`fixed_producer`: a caller-derived id
 writer with the same id stopped (`resume_at`), and after a batch fails for good later
 batches of that partition fail OUT_OF_ORDER at the leader instead of being renumbered.
 
-Where an answer is handled. A success (NONE, or DUPLICATE_SEQUENCE) is settled on the thread
-that ran the gRPC future's callback (gRPC's thread for the leader's channel): under the lock it
-releases the batch's in-flight slot and bytes, as the sender thread would, then it completes
-the batch's future there, so the caller waiting on `send().result()` is woken by gRPC's thread
-directly instead of by the sender thread woken first (one thread hand-off less;
-benchmarks/README.md, "Removing the waits", measures it). It wakes the sender thread only
-when a completion may unblock it (`Accumulator.wake_needed`). Everything
-else goes to the sender thread, which alone retries, reads metadata, numbers batches and
-gives up identities: a failed call, a refusal, and any answer once close() gave up (abort).
+Where an answer is handled. A success (NONE, or DUPLICATE_SEQUENCE) of a batch whose records
+have no callbacks is settled on the thread that ran the gRPC future's callback (gRPC's thread
+for the leader's channel): under the lock it releases the batch's in-flight slot and bytes,
+as the sender thread would, then it completes the batch's future there, so the caller waiting
+on `send().result()` is woken by gRPC's thread directly instead of by the sender thread woken
+first (one thread hand-off less; benchmarks/README.md, "Removing the waits", measures it). It
+wakes the sender thread only when a completion may unblock it (`Accumulator.wake_needed`).
+Everything else goes to the sender thread, which alone retries, reads metadata, numbers
+batches and gives up identities: a failed call, a refusal, any answer once close() gave up
+(abort), and a batch with record callbacks (`ProducerBatch.claim_inline_completion`: user
+code stays off gRPC's thread, which drives its channel's I/O; running a big batch's
+callbacks there lowered acks=all throughput).
 Settling a success on another thread changes no rule above: it takes the same lock, and of
 what a retry decision reads it changes only which batches are unresolved, sooner than the
 sender thread would have; answers already arrived in any order, and a batch sent behind an
@@ -64,10 +67,8 @@ batch back at the head of its queue after `retry_backoff_ms`, first recording th
 or marking the topic's metadata stale; anything else, or a batch past its attempts or its
 delivery timeout, fails every record's future with a `DeliveryFailedError` naming the
 topic-partition and chaining the last error. Futures are completed outside the lock: a user
-callback may call send() again. Delivery callbacks therefore run on gRPC's thread (successes)
-or the sender thread (failures); as in Kafka's producer, whose callbacks run on its I/O
-thread, they should be quick, and flush() or close() from one is refused (it would wait for
-answers that only that thread can deliver: `completing_here`).
+callback may call send() again. Delivery callbacks run on the sender thread, or on the
+thread that adds one to a batch already answered.
 """
 
 from __future__ import annotations
@@ -138,8 +139,6 @@ class Sender:
         # A bug raised while settling a success on gRPC's thread (which would only log it):
         # the sender thread raises it again, failing every batch (`run`).
         self._callback_crash: BaseException | None = None
-        # Set on a thread while it completes futures on gRPC's side (`completing_here`).
-        self._completing = threading.local()
         self._request_timeout_ms = config.connection.request_timeout_ms
         # The broker gets most of the request timeout so it can answer REQUEST_TIMED_OUT
         # before our own deadline cuts the call.
@@ -269,34 +268,27 @@ class Sender:
         if future.cancelled() or future.exception() is not None:
             return False  # translated (and maybe diagnosed) on the sender thread
         offset = self._delivered_offset(future.result())
-        if offset is None:
-            return False
+        if offset is None or not batch.claim_inline_completion():
+            return False  # a refusal; or record callbacks, which run on the sender thread
         condition = self.accumulator.condition
         with condition:
             if self.abort:
-                return False  # `_fail_all_on_abort` fails (or failed) it on the sender thread
+                # `_fail_all_on_abort` fails (or failed) it on the sender thread; a callback
+                # added meanwhile waits for that in add_done_callback.
+                return False
             assert batch in self.accumulator.incomplete, "a batch in flight settled twice"
             self.in_flight -= 1
             assert self.in_flight >= 0
             self.accumulator.written(batch)
             self.accumulator.complete(batch, in_flight=True, notify=False)
             wake = self.accumulator.wake_needed()
-        # Outside the lock (callbacks may send again), and before waking the sender thread so
-        # the caller is first in line. No other path completes a batch no longer incomplete.
-        self._completing.active = True
-        try:
-            batch.future.set_result(offset)
-        finally:
-            self._completing.active = False
+        # Before waking the sender thread, so the caller is first in line. No other path
+        # completes a batch no longer incomplete, and no record callback runs here.
+        batch.future.set_result(offset)
         if wake:
             with condition:
                 condition.notify_all()
         return True
-
-    def completing_here(self) -> bool:
-        """Whether this thread is completing a batch's futures on gRPC's side right now (so
-        running a delivery callback)."""
-        return bool(getattr(self._completing, "active", False))
 
     def _encode(self, batch: ProducerBatch) -> None:
         sequence = -1

@@ -1,8 +1,9 @@
 """Where a producer's futures complete: a success on gRPC's thread, a failure on the sender's.
 
-A written batch's future is completed by the thread that received the answer, so the caller
-waiting on `send().result()` is not woken through the sender thread (raftlog.client._sender,
-"Where an answer is handled"). The test stops the sender thread inside a delivery callback of
+A written batch whose records have no callbacks is completed by the thread that received the
+answer, so the caller waiting on `send().result()` is not woken through the sender thread
+(raftlog.client._sender, "Where an answer is handled"); record callbacks stay on the sender
+thread. The test stops the sender thread inside a delivery callback of
 a failed batch (failures still complete there) and checks that an answer arriving meanwhile
 still completes its record: with the answer handed to the sender thread, it would wait for
 the callback to return.
@@ -79,37 +80,3 @@ def test_a_success_completes_while_the_sender_thread_is_stopped(cluster: FakeClu
     assert isinstance(failing.exception(0), DeliveryFailedError)
     with cluster.state.condition:
         assert len(cluster.state.partition("events", 1).batches) == 2
-
-
-def test_close_from_a_success_callback_is_refused_not_deadlocked(cluster: FakeCluster) -> None:
-    # The callback runs on gRPC's thread of the leader's channel: close() there would wait for
-    # answers that only that thread delivers.
-    cluster.state.create_topic("events", 2)
-    held = threading.Event()
-    cluster.state.produce_holds.append(held)
-    raised: list[BaseException] = []
-    threads: list[str] = []
-    done = threading.Event()
-    with Producer(cluster.bootstrap, linger_ms=0) as client:
-
-        def on_done(_: Future[RecordMetadata]) -> None:
-            threads.append(threading.current_thread().name)
-            try:
-                client.close()
-            except Exception as error:
-                raised.append(error)
-            done.set()
-
-        future = client.send("events", value=b"a", partition=0)
-        wait_for_produce_requests(cluster, 1)
-        # Sent after the first by the same thread: once it arrived, the sender thread has
-        # attached its answer's callback to the first call (were that call done already, gRPC
-        # would run the callback there, on the sender thread).
-        later = client.send("events", value=b"b", partition=1)
-        wait_for_produce_requests(cluster, 2)
-        future.add_done_callback(on_done)  # in place before the held answer comes
-        held.set()
-        assert done.wait(TIMEOUT_S)
-        assert later.result(TIMEOUT_S).offset == 0
-    assert threads[0] not in (SENDER_THREAD, threading.current_thread().name)
-    assert "would deadlock" in str(raised[0])
