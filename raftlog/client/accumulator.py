@@ -112,6 +112,9 @@ class ProducerBatch:
     # Set (under callbacks_lock) when gRPC's thread that got the batch's answer will complete
     # it, which it does only for a batch without record callbacks (`claim_inline_completion`).
     completing_inline: bool = False
+    # Record futures made full Futures (`RecordFuture.__getattr__`): each completes through a
+    # done-callback on `future`, run by whichever thread completes the batch.
+    materialized_futures: int = 0
 
     def __post_init__(self) -> None:
         self.future.add_done_callback(self._on_resolved)
@@ -140,13 +143,14 @@ class ProducerBatch:
 
     def claim_inline_completion(self) -> bool:
         """Whether the thread that got the batch's answer may complete it (the producer's
-        sender: gRPC's thread). Only a batch without record callbacks: user code stays off
-        gRPC's thread, which also drives its channel's I/O (a batch of a thousand records
-        with a callback each held it ~1 ms and cost acks=all throughput). After a claim,
-        add_done_callback runs its callback on its caller's thread."""
+        sender: gRPC's thread). Only a batch without record callbacks or materialized record
+        futures: user code and per-record work stay off gRPC's thread, which also drives its
+        channel's I/O (a batch of a thousand records with a callback each held it ~1 ms and
+        cost acks=all throughput). After a claim, add_done_callback runs its callback on its
+        caller's thread."""
         with self.callbacks_lock:
             assert not self.resolved and not self.completing_inline
-            if self.callbacks:
+            if self.callbacks or self.materialized_futures:
                 return False
             self.completing_inline = True
             return True
@@ -256,6 +260,7 @@ class RecordFuture(Future[RecordMetadata]):
             if "_condition" not in self.__dict__:
                 Future.__init__(self)
                 Future.set_running_or_notify_cancel(self)
+                self._batch.materialized_futures += 1
                 self._batch.future.add_done_callback(self._complete_materialized)
         return self.__dict__[name]
 
