@@ -21,7 +21,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 BENCHMARKS_DIR = pathlib.Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCHMARKS_DIR / "suites")]
@@ -38,9 +38,14 @@ def run_worker(
     argv = [sys.executable, str(BENCHMARKS_DIR / "suites" / "_latency_worker.py"), tree]
     argv += [str(work), rates, str(duration_s), str(sequential)]
     argv += [str(kafka_sequential), str(throughput_mib), *node_sets]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S)
+    return json_worker(argv, timeout_s=WORKER_TIMEOUT_S)
+
+
+def json_worker(argv: list[str], *, timeout_s: float) -> dict[str, float]:
+    """Run a worker process; its figures are the last line of its output, as JSON."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     if done.returncode != 0:
-        raise RuntimeError(f"latency worker {argv} failed:\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"worker {argv} failed:\n{done.stderr[-4000:]}")
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -87,19 +92,35 @@ def main() -> None:
     trees = {"current": CURRENT}
     if args.baseline:
         trees = {"baseline": baseline_tree(args.baseline, args.out), **trees}
+
+    def run(tree: str) -> dict[str, float]:
+        return run_worker(
+            tree, args.out / "work", args.rates, args.duration_s, args.sequential,
+            kafka_sequential=args.kafka_sequential, throughput_mib=args.throughput_mib,
+            node_sets=args.node_set,
+        )  # fmt: skip
+
+    samples = alternate(trees, args.rounds, run)
+    (args.out / "latency-ab.json").write_text(json.dumps(samples, indent=2))
+    print_medians(samples)
+
+
+def alternate(
+    trees: dict[str, str], rounds: int, run: Callable[[str], dict[str, float]]
+) -> dict[str, list[dict[str, float]]]:
+    """Run every tree once per round, the order reversed every other round; print each run."""
     samples: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
     names = list(trees)
-    for round_index in range(args.rounds):
+    for round_index in range(rounds):
         for name in names if round_index % 2 == 0 else names[::-1]:
-            result = run_worker(
-                trees[name], args.out / "work", args.rates, args.duration_s, args.sequential,
-                kafka_sequential=args.kafka_sequential, throughput_mib=args.throughput_mib,
-                node_sets=args.node_set,
-            )  # fmt: skip
+            result = run(trees[name])
             samples[name].append(result)
             shown = " ".join(f"{k}={v:.2f}" for k, v in sorted(result.items()))
             print(f"   round {round_index} {name:>8}: {shown}", flush=True)
-    (args.out / "latency-ab.json").write_text(json.dumps(samples, indent=2))
+    return samples
+
+
+def print_medians(samples: dict[str, list[dict[str, float]]]) -> None:
     for name, results in samples.items():
         print(f"{name} (medians of {len(results)}):")
         for key in sorted(results[0]):

@@ -4,10 +4,10 @@ Theory of operation. One background thread owns the sending side. It sleeps on t
 accumulator's condition until a batch is ready, a response arrived or a deadline passed; then
 it (1) handles finished responses, (2) fails queued batches older than `delivery_timeout_ms`
 and (3) sends every ready batch as its own Produce request to the partition's leader.
-Requests run concurrently across partitions as gRPC futures whose callbacks only queue the
-answer and wake the thread. Up to `max_in_flight_per_partition` batches of one partition
-are in flight at once (Kafka's max.in.flight.requests.per.connection): with linger 0 and one
-batch in flight each record waited for the whole round trip of the batch ahead of it.
+Requests run concurrently across partitions as gRPC futures. Up to
+`max_in_flight_per_partition` batches of one partition are in flight at once (Kafka's
+max.in.flight.requests.per.connection): with linger 0 and one batch in flight each record
+waited for the whole round trip of the batch ahead of it.
 
 Order within a partition across retries (the accumulator's rules, as Kafka's idempotent
 producer): batches leave in sequence order; a batch that fails retriably goes back into the
@@ -45,12 +45,30 @@ A producer built with a fixed producer id (`fixed_producer`: a caller-derived id
 writer with the same id stopped (`resume_at`), and after a batch fails for good later
 batches of that partition fail OUT_OF_ORDER at the leader instead of being renumbered.
 
+Where an answer is handled. A success (NONE, or DUPLICATE_SEQUENCE) of a batch whose records
+have no callbacks is settled on the thread that ran the gRPC future's callback (gRPC's thread
+for the leader's channel): under the lock it releases the batch's in-flight slot and bytes,
+as the sender thread would, then it completes the batch's future there, so the caller waiting
+on `send().result()` is woken by gRPC's thread directly instead of by the sender thread woken
+first (one thread hand-off less; benchmarks/README.md, "Removing the waits", measures it). It
+wakes the sender thread only when a completion may unblock it (`Accumulator.wake_needed`).
+Everything else goes to the sender thread, which alone retries, reads metadata, numbers
+batches and gives up identities: a failed call, a refusal, any answer once close() gave up
+(abort), and a batch with record callbacks (`ProducerBatch.claim_inline_completion`: user
+code stays off gRPC's thread, which drives its channel's I/O; running a big batch's
+callbacks there lowered acks=all throughput).
+Settling a success on another thread changes no rule above: it takes the same lock, and of
+what a retry decision reads it changes only which batches are unresolved, sooner than the
+sender thread would have; answers already arrived in any order, and a batch sent behind an
+unresolved one keeps `sent_behind_unresolved`, so its OUT_OF_ORDER stays retriable.
+
 Outcomes: a retriable error (NOT_LEADER, timeouts, unreachable nodes, stale metadata) puts the
 batch back at the head of its queue after `retry_backoff_ms`, first recording the leader hint
 or marking the topic's metadata stale; anything else, or a batch past its attempts or its
 delivery timeout, fails every record's future with a `DeliveryFailedError` naming the
 topic-partition and chaining the last error. Futures are completed outside the lock: a user
-callback may call send() again.
+callback may call send() again. Delivery callbacks run on the sender thread, or on the
+thread that adds one to a batch already answered.
 """
 
 from __future__ import annotations
@@ -118,6 +136,9 @@ class Sender:
         # _transactions sets it with the producer id and epoch, before the first send).
         self.transactional = False
         self._responses: deque[tuple[ProducerBatch, str, Any]] = deque()
+        # A bug raised while settling a success on gRPC's thread (which would only log it):
+        # the sender thread raises it again, failing every batch (`run`).
+        self._callback_crash: BaseException | None = None
         self._request_timeout_ms = config.connection.request_timeout_ms
         # The broker gets most of the request timeout so it can answer REQUEST_TIMED_OUT
         # before our own deadline cuts the call.
@@ -163,6 +184,8 @@ class Sender:
         """Ready batches (maybe none, if responses or expiries wait); None when it must stop."""
         accumulator = self.accumulator
         while True:
+            if self._callback_crash is not None:
+                raise self._callback_crash
             if self.abort or (accumulator.closing and not accumulator.incomplete):
                 return None
             now = self.clock()
@@ -220,10 +243,52 @@ class Sender:
             return False
 
     def _on_response(self, batch: ProducerBatch, address: str, future: Any) -> None:
-        # Runs on a gRPC thread: only hand the answer to the sender thread.
+        """Runs on gRPC's thread (or inline in `_send` if the call already finished): settle a
+        success here; hand anything else to the sender thread (module docstring)."""
+        try:
+            if self._settle_delivered(batch, future):
+                return
+        except BaseException as crash:
+            # Its future may be settled already (no longer incomplete): fail it here, since
+            # the sender thread's crash path fails only the batches still incomplete.
+            with contextlib.suppress(InvalidStateError):
+                batch.future.set_exception(ClientError(f"producer bug: {crash!r}"))
+            with self.accumulator.condition:
+                self._callback_crash = crash
+                self.accumulator.condition.notify_all()
+            raise
         with self.accumulator.condition:
             self._responses.append((batch, address, future))
             self.accumulator.condition.notify_all()
+
+    def _settle_delivered(self, batch: ProducerBatch, future: Any) -> bool:
+        """Complete `batch` if its call succeeded and the leader wrote it; False if the sender
+        thread must handle the answer (a failed call, a refusal, or close() gave up)."""
+        assert future.done()
+        if future.cancelled() or future.exception() is not None:
+            return False  # translated (and maybe diagnosed) on the sender thread
+        offset = self._delivered_offset(future.result())
+        if offset is None or not batch.claim_inline_completion():
+            return False  # a refusal; or record callbacks, which run on the sender thread
+        condition = self.accumulator.condition
+        with condition:
+            if self.abort:
+                # `_fail_all_on_abort` fails (or failed) it on the sender thread; a callback
+                # added meanwhile waits for that in add_done_callback.
+                return False
+            assert batch in self.accumulator.incomplete, "a batch in flight settled twice"
+            self.in_flight -= 1
+            assert self.in_flight >= 0
+            self.accumulator.written(batch)
+            self.accumulator.complete(batch, in_flight=True, notify=False)
+            wake = self.accumulator.wake_needed()
+        # Before waking the sender thread, so the caller is first in line. No other path
+        # completes a batch no longer incomplete, and no record callback runs here.
+        batch.future.set_result(offset)
+        if wake:
+            with condition:
+                condition.notify_all()
+        return True
 
     def _encode(self, batch: ProducerBatch) -> None:
         sequence = -1
@@ -285,10 +350,8 @@ class Sender:
         except ClientError as error:
             self.cluster.mark_stale(batch.tp.topic)
             return batch, None, error
-        code = response.error.code
-        if code in (pb.NONE, pb.DUPLICATE_SEQUENCE):
-            # A duplicate is a retry of a batch the leader already wrote: its offset stands.
-            offset = response.base_offset if self.config.acks != 0 else -1
+        offset = self._delivered_offset(response)
+        if offset is not None:
             return batch, offset, None
         refusal = server_error(response.error, concerning=concerning)
         if refusal.code == _OUT_OF_ORDER:
@@ -298,6 +361,13 @@ class Sender:
         elif refusal.retriable:
             self.cluster.mark_stale(batch.tp.topic)
         return batch, None, refusal
+
+    def _delivered_offset(self, response: pb.ProduceResponse) -> int | None:
+        """The base offset a written batch reports (-1 with acks=0); None for a refusal."""
+        if response.error.code in (pb.NONE, pb.DUPLICATE_SEQUENCE):
+            # A duplicate is a retry of a batch the leader already wrote: its offset stands.
+            return response.base_offset if self.config.acks != 0 else -1
+        return None
 
     def _settle(self, outcomes: list[Outcome]) -> list[Outcome]:
         """Requeue retriable failures; return the outcomes that are final."""

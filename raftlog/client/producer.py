@@ -8,9 +8,11 @@ It returns a `concurrent.futures.Future` that resolves to a `RecordMetadata` onc
 acknowledged with the requested `acks`, or fails with a `DeliveryFailedError` (a light
 `RecordFuture` reading its batch's one future: no Condition per record). The background
 sender thread (`raftlog.client._sender`) does everything else: linger, InitProducerId,
-encoding, routing to leaders, retries and completion. Up to `max_in_flight_per_partition`
-batches of a partition are in flight at once (default 5 with idempotence, whose sequence
-numbers keep them in order across retries; 1 without, where a retry could be reordered).
+encoding, routing to leaders, retries and completion, except that a written batch whose
+records have no callbacks is completed by gRPC's thread that got the answer. Up to
+`max_in_flight_per_partition` batches of a partition are in flight at once (default 5 with
+idempotence, whose sequence numbers keep them in order across retries; 1 without, where a
+retry could be reordered).
 
 Transactions (Kafka's transactional.id): built with `transactional_id=`, the producer calls
 `init_transactions()` once, then `begin_transaction()`, `send()`s, optionally
