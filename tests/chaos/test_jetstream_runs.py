@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from raftlog.chaos.cli import main
+from raftlog.chaos.clients import DefiniteSendFailure
 from raftlog.chaos.history import load_history
 from raftlog.chaos.jetstream_cluster import nats_server_binary
 
@@ -84,6 +86,20 @@ def test_default_sync_loses_acknowledged_writes_when_every_node_loses_power(
     assert sum(cut["bytes_cut"] for e in _effects(out) for cut in e["cuts"].values()) > 0
 
 
+def _send_until_taken(producer: Any, value: str) -> int:
+    """Send `value` again while no stream leader takes it (definitely not stored): right after
+    a stream's leader is elected the server the producer reached may not know of it yet and
+    answers "no responders"."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return int(producer.send("chaos", 0, value).result(timeout=10))
+        except DefiniteSendFailure:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def test_corrupt_damages_a_message_block_of_a_killed_server(tmp_path: Path) -> None:
     from raftlog.chaos.jetstream_backend import JetStreamBackend
 
@@ -94,7 +110,7 @@ def test_corrupt_damages_a_message_block_of_a_killed_server(tmp_path: Path) -> N
     try:
         clients.create_topic("chaos", 1, 3)
         producer = clients.producer(acks="all", idempotence=False)
-        offsets = [producer.send("chaos", 0, f"v-{n}").result(timeout=10) for n in range(20)]
+        offsets = [_send_until_taken(producer, f"v-{n}") for n in range(20)]
         producer.close(5.0)
         assert offsets == list(range(20))
         store = tmp_path / "jetstream" / "node2" / "store"
