@@ -238,7 +238,9 @@ class AdminServicer(pb_grpc.AdminServicer):
             delete_keys=tuple(sorted(set(request.delete))),
         )
         try:
-            result = await self._node.submit(command, timeout_s=_timeout_s(request.timeout_ms))
+            result = await self._node.alter_topic_config(
+                command, timeout_s=_timeout_s(request.timeout_ms)
+            )
         except errors.RaftlogError as error:
             return pb.AlterTopicConfigResponse(error=_raftlog_error(error, self._node))
         except TimeoutError:

@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from raftlog.metadata import ApplyResult, Command, CreateTopicRequest, MetadataState
+from raftlog.metadata import (
+    AlterTopicConfig,
+    ApplyResult,
+    Command,
+    CreateTopicRequest,
+    MetadataState,
+)
 from raftlog.partition.replica import FetchResult, ProducerDescription, ProduceResult
 from raftlog.rpc.faults import FaultInjector
 from raftlog.rpc.txn_completions import TxnCompletions
@@ -184,6 +190,12 @@ class NodePort(MetadataReadPort, Protocol):
 
     async def create_partitions(self, name: str, total: int, *, timeout_s: float) -> ApplyResult:
         """Grow topic `name` to `total` partitions (controller only)."""
+        ...
+
+    async def alter_topic_config(
+        self, command: AlterTopicConfig, *, timeout_s: float
+    ) -> ApplyResult:
+        """Alter a topic's config (controller only)."""
         ...
 
     async def delete_topic(self, name: str, *, timeout_s: float) -> ApplyResult:

@@ -30,6 +30,7 @@ from raftlog.errors import (
     UnknownTopicOrPartitionError,
 )
 from raftlog.metadata import (
+    AlterTopicConfig,
     ApplyResult,
     Command,
     CreateTopicRequest,
@@ -340,6 +341,15 @@ class NodeApi:
         if result.ok:
             await self._wait_for_leaders(name, deadline)
         return result
+
+    async def alter_topic_config(
+        self, command: AlterTopicConfig, *, timeout_s: float
+    ) -> ApplyResult:
+        """Alter a topic's config (controller only: its answer describes the topic from this
+        node's metadata, which on the controller holds the change once the call returns; a
+        forwarded call returns before this node has applied it)."""
+        self._require_controller()
+        return await self._calls.submit(command, timeout_s=timeout_s)
 
     async def delete_topic(self, name: str, *, timeout_s: float) -> ApplyResult:
         """Delete topic `name` (controller only)."""

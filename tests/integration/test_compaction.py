@@ -302,6 +302,14 @@ def _keyless_records_refused(cluster: LocalCluster, admin: Admin) -> None:
     admin.create_topic("keyed", partitions=1, replication_factor=3)
     topic = admin.alter_topic_config("keyed", set_config={"cleanup.policy": "compact"})
     assert topic.config["cleanup.policy"] == "compact"
+    # Through each node: the answer describes the topic as altered (a node other than the
+    # controller sends the client there; forwarded, its own copy could still lag).
+    for ratio, node in zip(("0.3", "0.4", "0.5"), cluster.nodes.values(), strict=True):
+        with Admin(node.client_address) as one:
+            altered = one.alter_topic_config(
+                "keyed", set_config={"min.cleanable.dirty.ratio": ratio}
+            )
+        assert altered.config["min.cleanable.dirty.ratio"] == ratio, (node.node_id, altered)
     # Retries stay on: the keyed topic was just created, on a node restarted a moment ago, so
     # its leader may still be settling (a retriable NOT_LEADER); INVALID_RECORD is final anyway.
     with Producer(cluster.bootstrap, acks="all") as producer:
