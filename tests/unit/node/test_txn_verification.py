@@ -5,38 +5,20 @@ after its wait, and is absent when `kafka.txn_verification` is off."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from raftlog.metadata import AllocateProducerIds
 from raftlog.metadata.commands import AddToTransaction, InitTransaction
-from raftlog.metadata.state import MetadataState
 from raftlog.node.txn_verification import TxnVerification
 from raftlog.types import PartitionId
 from tests.unit.metadata.test_metadata_state import Log, create, register
+from tests.unit.rpc.txn_coordinator_node import Metadata
 
 
-class _Copy:
-    """The two things TxnVerification reads of a MetadataMachine."""
-
-    def __init__(self, log: Log) -> None:
-        self._log = log
-        self.listeners: list[Callable[[], None]] = []
-
-    @property
-    def state(self) -> MetadataState:
-        return self._log.state
-
-    def apply(self, command: AddToTransaction) -> None:
-        self._log.ok(command)
-        for listener in self.listeners:
-            listener()
-
-
-def _copy() -> _Copy:
+def _copy() -> Metadata:
     log = Log()
     log.ok(register(1), register(2), register(3), create("orders"), AllocateProducerIds(100))
     log.ok(InitTransaction("tx", 7, 0, 60_000, 0))
-    return _Copy(log)
+    return Metadata(log)
 
 
 def _add(partition: int) -> AddToTransaction:

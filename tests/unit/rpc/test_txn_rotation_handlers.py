@@ -65,12 +65,18 @@ async def _end(ctx: CoordinatorContext, producer_id: int, epoch: int, commit: bo
     return await txn_handlers.end_txn(ctx, request, 5)  # type: ignore[arg-type]
 
 
+async def _open_at_the_spent_epoch() -> tuple[CoordinatorNode, CoordinatorContext, int]:
+    """A coordinator whose transactional id is at the spent epoch with a transaction open."""
+    node = CoordinatorNode()
+    ctx = CoordinatorContext(node)
+    old = spent(node)
+    assert await _add(ctx, old, SPENT) is ErrorCode.none
+    return node, ctx, old
+
+
 def test_kafka_end_txn_v5_at_the_spent_epoch_answers_a_new_producer_id() -> None:
     async def scenario() -> None:
-        node = CoordinatorNode()
-        ctx = CoordinatorContext(node)
-        old = spent(node)
-        assert await _add(ctx, old, SPENT) is ErrorCode.none
+        node, ctx, old = await _open_at_the_spent_epoch()
         ended = await _end(ctx, old, SPENT, True)
         assert ended.error_code is ErrorCode.none
         new = int(ended.producer_id)
@@ -101,10 +107,7 @@ def test_kafka_end_txn_v5_at_the_spent_epoch_answers_a_new_producer_id() -> None
 
 def test_kafka_init_producer_id_from_the_rotated_producer_id_is_recognised() -> None:
     async def scenario() -> None:
-        node = CoordinatorNode()
-        ctx = CoordinatorContext(node)
-        old = spent(node)
-        assert await _add(ctx, old, SPENT) is ErrorCode.none
+        node, ctx, old = await _open_at_the_spent_epoch()
         ended = await _end(ctx, old, SPENT, False)
         await node.complete()
         ipi = _wire("init_producer_id", 4)
@@ -129,10 +132,7 @@ def test_kafka_init_producer_id_from_the_rotated_producer_id_is_recognised() -> 
 
 def test_grpc_end_txn_at_the_spent_epoch_answers_a_new_producer_id() -> None:
     async def scenario() -> None:
-        node = CoordinatorNode()
-        old = spent(node)
-        ctx = CoordinatorContext(node)
-        assert await _add(ctx, old, SPENT) is ErrorCode.none
+        node, _, old = await _open_at_the_spent_epoch()
         ports = TxnPorts(node, None)  # type: ignore[arg-type]
         request = pb.EndTxnRequest(
             transactional_id=TID, producer_id=old, producer_epoch=SPENT, commit=True

@@ -36,6 +36,12 @@ class Metadata:
     def state(self) -> MetadataState:
         return self.log.state
 
+    def apply(self, command: Command) -> None:
+        """Apply `command` (it must succeed), then call the listeners, as the machine does."""
+        self.log.ok(command)
+        for listener in self.listeners:
+            listener()
+
 
 class CoordinatorNode:
     """The node port as far as the coordinator uses it, over a real metadata state."""
