@@ -36,6 +36,7 @@ from raftlog.metadata.commands import (
     DecommissionNode,
     DeleteGroup,
     DeleteGroupOffsets,
+    DeleteRecords,
     DeleteTopic,
     ErrorCode,
     FenceNode,
@@ -562,6 +563,25 @@ def check_delete_group_offsets(
     if problem is None and len(set(command.partitions)) != len(command.partitions):
         problem = reject(ErrorCode.INVALID_REQUEST, "a deletion names a partition twice")
     return problem
+
+
+def check_delete_records(state: MetadataState, command: DeleteRecords) -> ApplyResult | None:
+    count = len(command.offsets)
+    if not 1 <= count <= OFFSETS_PER_COMMIT_MAX or len(command.raft_group_ids) != count:
+        return reject(
+            ErrorCode.INVALID_REQUEST,
+            f"a deletion names 1-{OFFSETS_PER_COMMIT_MAX} partitions, each with its Raft group, "
+            f"got {count} and {len(command.raft_group_ids)} groups",
+        )
+    if len({(topic, partition) for topic, partition, _ in command.offsets}) != count:
+        return reject(ErrorCode.INVALID_REQUEST, "a deletion names a partition twice")
+    for (topic, partition, _), raft_group_id in zip(
+        command.offsets, command.raft_group_ids, strict=True
+    ):
+        problem = _group_of(state, topic, partition, raft_group_id, "deletion")
+        if problem is not None:
+            return problem
+    return None
 
 
 def _decommissioned(node_id: NodeId) -> ApplyResult:

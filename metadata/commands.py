@@ -73,6 +73,7 @@ __all__ = [
     "DecommissionNode",
     "DeleteGroup",
     "DeleteGroupOffsets",
+    "DeleteRecords",
     "DeleteTopic",
     "ErrorCode",
     "ExpireTransactionalId",
@@ -348,6 +349,18 @@ class DeleteGroupOffsets:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteRecords:
+    """Kafka's DeleteRecords: each partition's log start offset moves up to `offset` (a Kafka
+    offset; a lower one than the partition has changes nothing). `raft_group_ids` names each
+    partition's group, in the same order, so a command for a topic deleted and created again
+    meanwhile is refused instead of deleting the new topic's records. The partition's leader
+    checked each offset against its high watermark before proposing."""
+
+    offsets: tuple[tuple[str, PartitionId, int], ...]
+    raft_group_ids: tuple[RaftGroupId, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class DecommissionNode:
     """Starts taking a node out of the cluster: no replica is placed on it again, and the
     controller moves its replicas off one move at a time (`controller.decommission_step`)."""
@@ -459,6 +472,7 @@ Command: TypeAlias = (
     | CommitGroupOffsets
     | DeleteGroup
     | DeleteGroupOffsets
+    | DeleteRecords
     | DecommissionNode
     | CompleteDecommission
     | InitTransaction
@@ -517,6 +531,7 @@ _FIELD_KINDS: dict[type[Any], dict[str, str]] = {
     },
     DeleteGroup: {"group_id": "str"},
     DeleteGroupOffsets: {"group_id": "str", "partitions": "partitions"},
+    DeleteRecords: {"offsets": "offsets", "raft_group_ids": "ints"},
     DecommissionNode: {"node_id": "int"},
     CompleteDecommission: {"node_id": "int"},
     InitTransaction: {

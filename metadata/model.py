@@ -83,6 +83,10 @@ class PartitionInfo:
     # epoch ignores metadata with a lower one for the same name (librdkafka does, its topic
     # id changed or not), so a recreated topic's leaders must have higher epochs.
     first_term: int = 0
+    # Kafka's log start offset as DeleteRecords advanced it (a Kafka offset; 0: never): records
+    # below it are deleted, whichever replica leads. Retention may have cut a replica's log
+    # above it; readers see the higher of the two.
+    log_start_floor: int = 0
 
     @property
     def preferred_leader(self) -> NodeId:

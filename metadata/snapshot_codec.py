@@ -15,7 +15,8 @@ that its "first_term", each only then. An offset
 committed with a leader epoch or metadata is [topic, partition, offset, leader_epoch,
 metadata] (leader_epoch -1 for none), and only then, so snapshots taken before those were
 kept decode as they did, and still encode to the same bytes. Likewise a
-partition with a move under way also holds "target": [node ids], and only then, and a node
+partition with a move under way also holds "target": [node ids], and only then, a partition
+whose log start DeleteRecords moved holds "log_start_floor", and only then, and a node
 that is not active holds "status" ("decommissioning" or "decommissioned"), and only then.
 Transactions, only when some transactional id is known:
   "transactions": [{"transactional_id", "producer_id", "producer_epoch",
@@ -271,6 +272,8 @@ def _encode_partition(p: PartitionInfo) -> dict[str, Any]:
         encoded["target"] = list(p.target)
     if p.first_term:
         encoded["first_term"] = p.first_term
+    if p.log_start_floor:
+        encoded["log_start_floor"] = p.log_start_floor
     return encoded
 
 
@@ -422,7 +425,7 @@ def _decode_topic(where: str, raw: object) -> tuple[TopicInfo, tuple[PartitionIn
 def _decode_partition(where: str, topic: str, index: int, raw: object) -> PartitionInfo:
     keys: tuple[str, ...] = ("group_id", "replicas", "leader_id", "leader_epoch")
     if isinstance(raw, dict):
-        keys += tuple(k for k in ("target", "first_term") if k in raw)
+        keys += tuple(k for k in ("target", "first_term", "log_start_floor") if k in raw)
     fields_ = _object(where, raw, keys)
     leader_id = _int_or_none(f"{where}.leader_id", fields_["leader_id"])
     replicas = decode_list(f"{where}.replicas", fields_["replicas"])
@@ -439,4 +442,5 @@ def _decode_partition(where: str, topic: str, index: int, raw: object) -> Partit
         leader_epoch=_int_or_none(f"{where}.leader_epoch", fields_["leader_epoch"]),
         target=target,
         first_term=decode_int(f"{where}.first_term", fields_.get("first_term", 0)),
+        log_start_floor=decode_int(f"{where}.log_start_floor", fields_.get("log_start_floor", 0)),
     )

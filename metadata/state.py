@@ -66,6 +66,7 @@ from raftlog.metadata.commands import (
     DecommissionNode,
     DeleteGroup,
     DeleteGroupOffsets,
+    DeleteRecords,
     DeleteTopic,
     ErrorCode,
     ExpireTransactionalId,
@@ -441,6 +442,13 @@ class MetadataState:
         partitions[updated.partition] = updated
         self._partitions[updated.topic] = tuple(partitions)
 
+    def _delete_records(self, command: DeleteRecords) -> ApplyResult:
+        for topic, partition, offset in command.offsets:
+            current = self._partitions[topic][partition]
+            if offset > current.log_start_floor:
+                self._replace_partition(replace(current, log_start_floor=offset))
+        return OK
+
     def _reassign(self, command: ReassignPartition) -> ApplyResult:
         current = self._partitions[command.topic][command.partition]
         if set(command.replicas) == set(current.replicas):
@@ -653,6 +661,7 @@ _HANDLERS: dict[
         checks.check_delete_group_offsets,
         MetadataState._delete_group_offsets,
     ),
+    DeleteRecords: (checks.check_delete_records, MetadataState._delete_records),
     DecommissionNode: (checks.check_decommission, MetadataState._decommission),
     CompleteDecommission: (
         checks.check_complete_decommission,

@@ -56,7 +56,8 @@ def apply_retention(
     *,
     keys_deleted: bool = True,
 ) -> None:
-    """Drop whole expired segments, recording a snapshot at the cut first (Raft §7).
+    """Drop whole expired segments, and those wholly below the log start DeleteRecords set,
+    recording a snapshot at the cut first (Raft §7).
 
     Only committed data is ever dropped: a cut above the commit offset waits. The snapshot
     is what a follower behind the new log start receives instead of the missing entries.
@@ -66,7 +67,11 @@ def apply_retention(
     """
     if not keys_deleted:
         return  # cleanup.policy=compact: the cleaner keeps the latest of every key instead
-    point = storage.log.retention_point(now_ms)
+    points = [storage.log.retention_point(now_ms)]
+    floor = replica.raft_log_start_floor()
+    if floor is not None:
+        points.append(storage.log.segment_start_at_or_below(floor))
+    point = max((p for p in points if p is not None), default=None)
     if point is None:
         return
     first_open = replica.first_open_transaction_offset()

@@ -237,6 +237,7 @@ class PartitionReplica:
         keys_required: Callable[[], bool] = lambda: False,
         txn_verifier: TxnVerifier | None = None,
         txn_index: TransactionIndex | None = None,
+        log_start_floor: Callable[[], int] = lambda: 0,
     ) -> None:
         assert checkpoint is None or checkpoint.producers_max >= producers_max
         self.topic = topic
@@ -256,6 +257,9 @@ class PartitionReplica:
         self._checkpoint = checkpoint
         # Whether the topic is compacted now (its config may change while the replica runs).
         self._keys_required = keys_required
+        # The Kafka offset DeleteRecords moved the log start to, as the metadata has it now:
+        # replicated there, so every replica that leads later honours it.
+        self._log_start_floor = log_start_floor
         # None: transactional batches are not checked against the coordinator (the test-only
         # switch `kafka.txn_verification` off, or a replica outside a node).
         self._txn_verifier = txn_verifier
@@ -308,6 +312,26 @@ class PartitionReplica:
 
     def _log_first(self) -> int:
         return self._log.log_start_offset()
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset readers may ask for, in Kafka offsets: where retention left the
+        log, or higher where DeleteRecords moved the start (Kafka's log start offset)."""
+        return max(self._log.kafka_offset(self._log.log_start_offset()), self._log_start_floor())
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset after the last entry this replica holds, committed or not, in Kafka
+        offsets."""
+        return self._log.kafka_offset(self.group.node.last_offset + 1)
+
+    def raft_log_start_floor(self) -> int | None:
+        """The Raft offset holding DeleteRecords' log start, for retention: segments wholly
+        below it may go. None while that start is not above the log's first offset."""
+        floor = self._log_start_floor()
+        if floor <= self._log.kafka_offset(self._log.log_start_offset()):
+            return None
+        return self._log.raft_offset(floor)
 
     def first_open_transaction_offset(self) -> int | None:
         """The Raft offset retention must keep: the earliest open transaction's first offset
@@ -867,11 +891,24 @@ class PartitionReplica:
             self.raft_last_stable_offset if read_committed else self.raft_high_watermark
         )
         if spec is OffsetSpec.EARLIEST:
-            return self._log.kafka_offset(self._log.log_start_offset())
+            return self.log_start_offset
         if spec is OffsetSpec.LATEST:
             return self._log.kafka_offset(high_watermark)
         offset = self._log.offset_for_timestamp(timestamp_ms)
         return -1 if offset is None or offset >= high_watermark else self._log.kafka_offset(offset)
+
+    def deletion_offset(self, offset: int) -> int:
+        """Where a DeleteRecords of `offset` (-1: the high watermark) moves the log start, in
+        Kafka offsets, checked by the leader: past the high watermark or below 0 raises
+        OffsetOutOfRangeError (Kafka's rule: only committed records may be deleted)."""
+        self._require_leader()
+        high_watermark = self.high_watermark
+        wanted = high_watermark if offset == -1 else offset
+        if not 0 <= wanted <= high_watermark:
+            raise OffsetOutOfRangeError(
+                wanted, log_start_offset=self.log_start_offset, log_end_offset=high_watermark
+            )
+        return wanted
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """Kafka's OffsetForLeaderEpoch, answered by the leader: the largest term <= `epoch`
@@ -936,7 +973,7 @@ class PartitionReplica:
         raft_high_watermark = self.raft_high_watermark
         high_watermark = self._log.kafka_offset(raft_high_watermark)
         raft_start = self._log.log_start_offset()
-        start = self._log.kafka_offset(raft_start)
+        start = self.log_start_offset
         if offset < start or offset > high_watermark:
             raise OffsetOutOfRangeError(
                 offset, log_start_offset=start, log_end_offset=high_watermark

@@ -248,6 +248,11 @@ class ProducerFencedError(PartitionError):
     pass
 
 
+class PolicyViolationError(PartitionError):
+    """Kafka's POLICY_VIOLATION: a request the topic's settings forbid (DeleteRecords on a
+    topic whose cleanup.policy does not include delete)."""
+
+
 class InvalidTxnStateError(PartitionError):
     """Kafka's INVALID_TXN_STATE: a transactional batch for a partition the coordinator has
     not added to the producer's transaction (KIP-890), or a non-transactional batch while the

@@ -123,6 +123,7 @@ def topic_proto(node: MetadataReadPort, state: MetadataState, name: str) -> pb.T
             leader_epoch=p.leader_epoch,
             replicas=[int(r) for r in p.replicas],
             high_watermark=node.partition_high_watermark(name, int(p.partition)),
+            log_start_offset=node.partition_log_start_offset(name, int(p.partition)),
             adding_replicas=[int(r) for r in p.adding],
             removing_replicas=[int(r) for r in p.removing],
         )

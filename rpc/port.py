@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from raftlog.errors import RaftlogError
 from raftlog.metadata import (
     AlterTopicConfig,
     ApplyResult,
@@ -69,6 +70,10 @@ class MetadataReadPort(Protocol):
 
     def partition_high_watermark(self, topic: str, partition: int) -> int:
         """The partition's high watermark if this node leads it, else -1."""
+        ...
+
+    def partition_log_start_offset(self, topic: str, partition: int) -> int:
+        """The partition's log start offset (Kafka offsets) if this node leads it, else -1."""
         ...
 
     def metadata_role(self, node_id: NodeId) -> str:
@@ -133,6 +138,14 @@ class NodePort(MetadataReadPort, Protocol):
         emptied of every record (raftlog.storage.raft_log_storage, for Kafka clients); with
         `read_committed`, only below the last stable offset, listing the aborted
         transactions among them."""
+        ...
+
+    async def delete_records(
+        self, offsets: Sequence[tuple[str, int, int]], *, timeout_s: float
+    ) -> list[int | RaftlogError]:
+        """Kafka's DeleteRecords: each (topic, partition, offset) moves the partition's log
+        start up to `offset` (-1: the high watermark), on its leader; answers each one's new
+        log start (the low watermark) or its error."""
         ...
 
     def list_offsets(

@@ -24,6 +24,7 @@ from raftlog.errors import (
     FrameError,
     NotControllerError,
     NotLeaderError,
+    PolicyViolationError,
     ProposalDroppedError,
     RaftlogError,
     RequestTimedOutError,
@@ -34,6 +35,7 @@ from raftlog.metadata import (
     ApplyResult,
     Command,
     CreateTopicRequest,
+    DeleteRecords,
     DeleteTopic,
     plan_decommission,
 )
@@ -53,7 +55,7 @@ from raftlog.rpc.kafka.errors import kafka_error
 from raftlog.rpc.txn_completions import TxnCompletions
 from raftlog.rpc.txn_marker_calls import MARKERS_PER_CALL_MAX, TxnMarkerCalls
 from raftlog.runtime import recorder
-from raftlog.types import Commitment, NodeId, TxnMarker, TxnMarkerResult
+from raftlog.types import Commitment, NodeId, PartitionId, TxnMarker, TxnMarkerResult
 
 __all__ = ["NodeApi"]
 
@@ -197,6 +199,92 @@ class NodeApi:
         return self._replica(topic, partition).list_offset(
             OffsetSpec(spec), timestamp_ms, read_committed=read_committed
         )
+
+    def partition_log_start_offset(self, topic: str, partition: int) -> int:
+        """The partition's log start offset (Kafka offsets) if this node leads it, else -1."""
+        replica = self._replicas.get((topic, partition))
+        if replica is None or replica.group.node.role is not Role.LEADER:
+            return -1
+        return replica.log_start_offset
+
+    async def delete_records(
+        self, offsets: Sequence[tuple[str, int, int]], *, timeout_s: float
+    ) -> list[int | RaftlogError]:
+        """Kafka's DeleteRecords on partitions this node leads: each (topic, partition,
+        offset) moves the partition's log start up to `offset` (-1: the high watermark).
+
+        The new start is a metadata command (`DeleteRecords`), so whichever replica leads
+        later honours it; retention then drops the segments wholly below it. Answers each
+        partition's log start once this node's metadata has it (Kafka's low watermark), or
+        its error: UnknownTopicOrPartitionError, NotLeaderError, PolicyViolationError (a
+        topic without cleanup.policy delete), OffsetOutOfRangeError (past the high
+        watermark), RequestTimedOutError, ProposalDroppedError."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        answers: list[int | RaftlogError] = []
+        # (topic, partition) -> its replica, the highest start asked, the answers it fills.
+        wanted: dict[tuple[str, int], tuple[PartitionReplica, int, list[int]]] = {}
+        for index, (topic, partition, offset) in enumerate(offsets):
+            try:
+                replica = self._replica(topic, partition)
+                if not self._reconciler.compaction_settings(topic).delete:
+                    raise PolicyViolationError(
+                        f"{topic}-{partition}: records of a topic whose cleanup.policy does "
+                        "not include delete cannot be deleted"
+                    )
+                start = replica.deletion_offset(offset)
+            except RaftlogError as error:
+                answers.append(error)
+                continue
+            answers.append(replica.log_start_offset)
+            if start > replica.log_start_offset:
+                _, earlier, indexes = wanted.get((topic, partition), (replica, start, []))
+                wanted[(topic, partition)] = (replica, max(start, earlier), [*indexes, index])
+        if not wanted:
+            return answers
+        command = DeleteRecords(
+            offsets=tuple((t, PartitionId(p), start) for (t, p), (_, start, _) in wanted.items()),
+            raft_group_ids=tuple(r.group.raft_group_id for r, _, _ in wanted.values()),
+        )
+        failure: RaftlogError | None = None
+        try:
+            result = await self._calls.submit(command, timeout_s=timeout_s)
+        except RaftlogError as error:
+            failure = error
+        except TimeoutError:
+            failure = RequestTimedOutError("the deletion was not committed in time")
+        else:
+            if not result.ok:
+                # Its only refusal: a partition's topic was deleted (and maybe created anew).
+                failure = UnknownTopicOrPartitionError(*next(iter(wanted)))
+        if failure is None:
+            # Committed on the controller; this node's copy of the metadata follows shortly.
+            remaining_s = deadline - asyncio.get_running_loop().time()
+            if not await self._metadata_shows(
+                lambda: all(r.log_start_offset >= s for r, s, _ in wanted.values()), remaining_s
+            ):
+                failure = RequestTimedOutError("the deletion is committed, not yet applied here")
+        for replica, _, indexes in wanted.values():
+            for index in indexes:
+                answers[index] = failure if failure is not None else replica.log_start_offset
+        return answers
+
+    async def _metadata_shows(self, condition: Callable[[], bool], timeout_s: float) -> bool:
+        """Wait up to `timeout_s` until this node's metadata, as applied, meets `condition`."""
+        shown = asyncio.Event()
+
+        def look() -> None:
+            if condition():
+                shown.set()
+
+        self.metadata.listeners.append(look)
+        try:
+            look()
+            await asyncio.wait_for(shown.wait(), max(timeout_s, 0.0))
+        except TimeoutError:
+            return False
+        finally:
+            self.metadata.listeners.remove(look)
+        return True
 
     def describe_producers(self, topic: str, partition: int) -> list[ProducerDescription]:
         """Every producer the partition remembers (Kafka's DescribeProducers)."""

@@ -178,6 +178,12 @@ class Reconciler:
         self._more_scheduled = False
         self.reconcile()
 
+    def _log_start_floor(self, topic: str, partition: int, raft_group_id: RaftGroupId) -> int:
+        """Where DeleteRecords moved the partition's log start (0: never), if the metadata's
+        partition is still this replica's group (not a deleted topic's namesake)."""
+        info = self._metadata().partition(topic, partition)
+        return 0 if info is None or info.raft_group_id != raft_group_id else info.log_start_floor
+
     def compaction_settings(self, topic: str) -> CompactionSettings:
         """The topic's cleanup settings as the metadata holds them now."""
         return self._settings(topic)[2]
@@ -329,6 +335,7 @@ class Reconciler:
             txn_index=TransactionIndex(
                 storage.log, cached_entries_max=log_config.txn_index_cached_entries_max
             ),
+            log_start_floor=lambda: self._log_start_floor(topic, partition, raft_group_id),
         )
         info = self._metadata().partition(topic, partition)
         first_term = 0 if info is None else info.first_term

@@ -724,6 +724,13 @@ class SegmentedLog:
         assert count < len(self._segments), "retention never reaches the active segment"
         return self._base_offsets[count] if count else None
 
+    def segment_start_at_or_below(self, offset: int) -> int | None:
+        """The base offset of the segment holding `offset` (the active one past the end), if
+        segments lie wholly below it: the cut a log start moved to `offset` allows."""
+        self._check_open()
+        holding = min(bisect.bisect_right(self._base_offsets, offset), len(self._segments)) - 1
+        return self._base_offsets[holding] if holding > 0 else None
+
     def _expired_count(self, now_ms: int) -> int:
         self._check_open()
         closed = self._segments[:-1]

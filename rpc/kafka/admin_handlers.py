@@ -1,5 +1,5 @@
-"""CreateTopics, DeleteTopics and CreatePartitions: the broker's admin calls (topic configs:
-`config_handlers`).
+"""CreateTopics, DeleteTopics, CreatePartitions and DeleteRecords: the broker's admin calls
+(topic configs: `config_handlers`).
 
 Writes go to the controller, as through the gRPC Admin service: a node that is not the
 controller answers NOT_CONTROLLER, and Kafka's admin clients refresh metadata (which names
@@ -14,6 +14,10 @@ request for 100 topics took 100 such waits and ran past the client's timeout (li
 is the same in either order. DeleteTopics deletes one topic after another: a delete is one
 metadata commit with no wait for leaders, and a request's hundred deletes at once would
 overrun the metadata group's proposals_max (NOT_ENOUGH_REPLICAS for the excess).
+
+DeleteRecords goes to each partition's leader, as in Kafka, which checks the offset against
+its high watermark and commits the new log start to the metadata quorum (one command for the
+request's partitions, `NodePort.delete_records`).
 """
 
 from __future__ import annotations
@@ -42,13 +46,15 @@ from raftlog.rpc.security import Permission
 __all__ = [
     "CREATE_PARTITIONS",
     "CREATE_TOPICS",
+    "DELETE_RECORDS",
     "DELETE_TOPICS",
     "create_partitions",
     "create_topics",
+    "delete_records",
     "delete_topics",
 ]
 
-CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, CREATE_PARTITIONS = 19, 20, 21, 37
 _TIMEOUT_MS_DEFAULT = 30_000
 
 Outcome = tuple[ErrorCode, str | None]
@@ -238,3 +244,47 @@ async def _create_partitions(
     return await _admin_call(
         ctx.node.create_partitions(topic.name, topic.count, timeout_s=timeout_s)
     )
+
+
+async def delete_records(ctx: KafkaContext, request: Any, version: int) -> Any:
+    """DeleteRecords v0 to v2: moves each partition's log start offset up to the offset asked
+    (-1: the high watermark) through the node port's `delete_records`, on the partition's
+    leader. Per partition it answers the new log start as the low watermark, or
+    TOPIC_AUTHORIZATION_FAILED without admin permission, UNKNOWN_TOPIC_OR_PARTITION,
+    NOT_LEADER_OR_FOLLOWER, POLICY_VIOLATION (cleanup.policy without delete),
+    OFFSET_OUT_OF_RANGE (past the high watermark) or REQUEST_TIMED_OUT, with low watermark -1."""
+    module = response_module(DELETE_RECORDS, version)
+    asked = [
+        (topic.name, p.partition_index, int(p.offset))
+        for topic in request.topics or ()
+        for p in topic.partitions or ()
+    ]
+    allowed = [ctx.allowed(Permission.ADMIN, topic) for topic, _, _ in asked]
+    answers = iter(
+        await ctx.node.delete_records(
+            [a for a, ok in zip(asked, allowed, strict=True) if ok],
+            timeout_s=_timeout_s(ctx, request),
+        )
+    )
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, partition, _), ok in zip(asked, allowed, strict=True):
+        answer = next(answers) if ok else None
+        if answer is None:
+            code, low_watermark = ErrorCode.topic_authorization_failed, -1
+        elif isinstance(answer, errors.RaftlogError):
+            code, low_watermark = kafka_error(answer), -1
+        else:
+            code, low_watermark = ErrorCode.none, answer
+        by_topic.setdefault(topic, []).append(
+            build(
+                module.DeleteRecordsPartitionResult,
+                partition_index=partition,
+                low_watermark=low_watermark,
+                error_code=code,
+            )
+        )
+    results = tuple(
+        build(module.DeleteRecordsTopicResult, name=topic, partitions=tuple(partitions))
+        for topic, partitions in by_topic.items()
+    )
+    return build(module.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=results)

@@ -151,6 +151,7 @@ APIS: dict[int, Api] = {
         Api(auth.SASL_AUTHENTICATE, "SaslAuthenticate", 0, 2, auth.sasl_authenticate),
         Api(admin_handlers.CREATE_TOPICS, "CreateTopics", 2, 7, admin_handlers.create_topics),
         Api(admin_handlers.DELETE_TOPICS, "DeleteTopics", 1, 6, admin_handlers.delete_topics),
+        Api(admin_handlers.DELETE_RECORDS, "DeleteRecords", 0, 2, admin_handlers.delete_records),
         Api(
             admin_handlers.CREATE_PARTITIONS,
             "CreatePartitions",

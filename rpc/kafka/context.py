@@ -5,8 +5,8 @@ each node registers its advertised Kafka address).
 The node is the gRPC servicers' `NodePort`; of it the Kafka handlers call the metadata
 reads (`metadata`, `controller_id`, `wait_metadata_caught_up`), the data calls (`produce`,
 `fetch`, `list_offsets`, `end_offset_for_epoch`, `allocate_producer_id`) and the
-admin calls (`create_topic`, `delete_topic`, `create_partitions`, `submit` for group offsets
-and topic auto-creation).
+admin calls (`create_topic`, `delete_topic`, `create_partitions`, `delete_records`, `submit`
+for group offsets and topic auto-creation).
 KIP-848 groups go to the node's `ConsumerGroupService`, the coordinator the gRPC Groups
 service uses.
 """

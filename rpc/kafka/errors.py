@@ -28,6 +28,7 @@ _CODES: list[tuple[type[errors.RaftlogError], ErrorCode]] = [
     (errors.OutOfOrderSequenceError, ErrorCode.out_of_order_sequence_number),
     (errors.InvalidRecordError, ErrorCode.invalid_record),
     (errors.ProducerFencedError, ErrorCode.invalid_producer_epoch),
+    (errors.PolicyViolationError, ErrorCode.policy_violation),
     (errors.InvalidTxnStateError, ErrorCode.invalid_txn_state),
     (errors.TransactionCoordinatorFencedError, ErrorCode.transaction_coordinator_fenced),
     # A proposal dropped by a leader that lost its term: written nowhere, safe to retry.

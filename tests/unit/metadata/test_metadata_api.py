@@ -19,6 +19,7 @@ PUBLIC = {
     "CreateTopic",
     "CreateTopicRequest",
     "DecommissionNode",
+    "DeleteRecords",
     "DeleteTopic",
     "ErrorCode",
     "FenceNode",

@@ -20,6 +20,7 @@ from raftlog.metadata.commands import (
     CompleteReassignment,
     CreatePartitions,
     CreateTopic,
+    DeleteRecords,
     DeleteTopic,
     ErrorCode,
     FenceNode,
@@ -508,6 +509,56 @@ def test_report_leader_keeps_the_highest_epoch(with_topic: Log) -> None:
 )
 def test_report_leader_checks(
     with_topic: Log, command: ReportLeader, code: ErrorCode, fragment: str
+) -> None:
+    with_topic.rejected(command, code, fragment)
+
+
+def _delete_records(*offsets: tuple[str, int, int], groups: tuple[int, ...] = ()) -> DeleteRecords:
+    return DeleteRecords(
+        offsets=tuple((t, PartitionId(p), o) for t, p, o in offsets),
+        raft_group_ids=tuple(RaftGroupId(g) for g in groups),
+    )
+
+
+def test_delete_records_only_raises_a_log_start_and_survives_a_snapshot(with_topic: Log) -> None:
+    with_topic.ok(_delete_records(("orders", 0, 40), ("orders", 2, 7), groups=(1, 3)))
+    floors = [p.log_start_floor for p in with_topic.state.partitions("orders")]
+    assert floors == [40, 0, 7]
+    # A lower offset (a late or repeated request) changes nothing.
+    with_topic.ok(_delete_records(("orders", 0, 12), groups=(1,)))
+    with_topic.ok(_delete_records(("orders", 0, 41), groups=(1,)))
+    assert [p.log_start_floor for p in with_topic.state.partitions("orders")] == [41, 0, 7]
+    restored = MetadataState.restore(with_topic.state.snapshot())
+    assert restored.partitions("orders") == with_topic.state.partitions("orders")
+    assert restored.snapshot() == with_topic.state.snapshot()
+    assert '"log_start_floor":41' in with_topic.state.snapshot().decode()
+    # A recreated topic starts from nothing deleted.
+    with_topic.ok(DeleteTopic("orders"), create(first_raft_group_id=4))
+    assert [p.log_start_floor for p in with_topic.state.partitions("orders")] == [0, 0, 0]
+
+
+def test_a_snapshot_without_log_starts_keeps_its_bytes(with_topic: Log) -> None:
+    assert "log_start_floor" not in with_topic.state.snapshot().decode()
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "fragment"),
+    [
+        (_delete_records(("nope", 0, 1), groups=(1,)), ErrorCode.UNKNOWN_TOPIC, "nope"),
+        (_delete_records(("orders", 3, 1), groups=(1,)), ErrorCode.UNKNOWN_PARTITION, ""),
+        # A deleted and recreated topic's namesake: its group is another.
+        (_delete_records(("orders", 0, 1), groups=(2,)), ErrorCode.UNKNOWN_PARTITION, "group 2"),
+        (_delete_records(("orders", 0, 1)), ErrorCode.INVALID_REQUEST, "0 groups"),
+        (_delete_records(groups=()), ErrorCode.INVALID_REQUEST, "1-10000"),
+        (
+            _delete_records(("orders", 0, 1), ("orders", 0, 2), groups=(1, 1)),
+            ErrorCode.INVALID_REQUEST,
+            "twice",
+        ),
+    ],
+)
+def test_delete_records_checks(
+    with_topic: Log, command: DeleteRecords, code: ErrorCode, fragment: str
 ) -> None:
     with_topic.rejected(command, code, fragment)
 

@@ -69,3 +69,20 @@ def test_log_retention_by_age_never_the_active_segment(
     assert log.apply_retention(now_ms=10**9) == closed_count > 0
     assert log.segment_base_offsets == (active_base,)
     assert log.read(active_base, bytes_max=1).base_offset == active_base
+
+
+def test_a_moved_log_start_cuts_at_the_segment_holding_it(
+    open_log: OpenLog, batch: BatchFactory, small_config: LogConfig
+) -> None:
+    # DeleteRecords' log start: segments wholly below it may go, the one holding it stays.
+    log = open_log(small_config)
+    for _ in range(40):
+        log.append(batch(records=2), leader_epoch=1)
+    bases = log.segment_base_offsets
+    assert len(bases) >= 3
+    assert log.segment_start_at_or_below(0) is None
+    assert log.segment_start_at_or_below(bases[1] - 1) is None  # inside the first segment
+    assert log.segment_start_at_or_below(bases[1]) == bases[1]
+    assert log.segment_start_at_or_below(bases[2] + 1) == bases[2]
+    # Past the end: every closed segment, never the active one.
+    assert log.segment_start_at_or_below(log.log_end_offset + 100) == bases[-1]
