@@ -893,7 +893,7 @@ class PartitionReplica:
         if spec is OffsetSpec.EARLIEST:
             return self.log_start_offset
         if spec is OffsetSpec.LATEST:
-            return self._log.kafka_offset(high_watermark)
+            return max(self._log.kafka_offset(high_watermark), self.log_start_offset)
         offset = self._log.offset_for_timestamp(timestamp_ms)
         return -1 if offset is None or offset >= high_watermark else self._log.kafka_offset(offset)
 
@@ -991,7 +991,11 @@ class PartitionReplica:
         aborted = None
         if read_committed:
             aborted = self._aborted_between(self._log.raft_offset(offset), raft_end) if data else ()
-        last_stable = self._log.kafka_offset(max(self.raft_last_stable_offset, raft_start))
+        # Never below the log start, which DeleteRecords may move past an open transaction
+        # (Kafka bounds its first unstable offset by the log start likewise).
+        last_stable = max(
+            self._log.kafka_offset(max(self.raft_last_stable_offset, raft_start)), start
+        )
         term = int(self.group.node.term)
         return FetchResult(data, high_watermark, start, term, last_stable, aborted)
 

@@ -237,6 +237,39 @@ def test_kafka_python_and_aiokafka_delete_records(cluster: LocalCluster) -> None
     assert _read_offsets(cluster, "dr-py", 0, kafka.OFFSET_BEGINNING) == [6, 7]
 
 
+def test_the_last_stable_offset_never_falls_below_a_log_start_past_an_open_transaction(
+    cluster: LocalCluster,
+) -> None:
+    # Kafka's rule: DeleteRecords may pass an open transaction's first offset, and the
+    # first unstable offset is then bounded by the log start.
+    _topic(cluster, "dr-txn", 1)
+    producer = kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "transactional.id": "dr-txn-open"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    producer.produce("dr-txn", b"open", partition=0)
+    assert producer.flush(30) == 0
+    _produce(cluster, "dr-txn", {0: 3})
+    client = admin_module.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    assert _delete(client, "dr-txn", {0: -1}) == {0: 4}
+    consumer = kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": "dr-txn-reader",
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        low, stable = consumer.get_watermark_offsets(
+            kafka.TopicPartition("dr-txn", 0), timeout=20, cached=False
+        )
+    finally:
+        consumer.close()
+    assert (low, stable) == (4, 4)
+    producer.abort_transaction(30)
+
+
 def _segment_bases(cluster: LocalCluster, node_id: int, name: str) -> list[int]:
     directory = Path(cluster.nodes[node_id].data_dir) / "partitions" / name
     return sorted(int(p.name.split(".")[0]) for p in directory.rglob(f"*{LOG_SUFFIX}"))
