@@ -116,7 +116,16 @@ def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     alter.add_argument("name")
     alter.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     alter.add_argument("--delete-config", action="append", default=[], metavar="KEY")
-    for action in (describe, delete, alter):
+    delete_records = actions.add_parser(
+        "delete-records",
+        help="delete a partition's records below an offset (kafka-delete-records.sh)",
+    )
+    delete_records.add_argument("name")
+    delete_records.add_argument("--partition", type=int, required=True)
+    delete_records.add_argument(
+        "--offset", type=int, required=True, help="the new log start offset; -1: the end"
+    )
+    for action in (describe, delete, alter, delete_records):
         add_common_options(action)
     topic.set_defaults(func=guarded(_topic))
 
@@ -211,6 +220,9 @@ def _topic(args: argparse.Namespace) -> int:
             )
             shown = " ".join(f"{k}={v}" for k, v in sorted(topic.config.items()))
             print(f"altered topic {args.name}: {shown or '(defaults)'}")
+        elif args.topic_command == "delete-records":
+            low = admin.delete_records(args.name, {args.partition: args.offset})[args.partition]
+            print(f"topic {args.name} partition {args.partition}: log start offset {low}")
         else:
             admin.delete_topic(args.name)
             print(f"deleted topic {args.name}")

@@ -53,6 +53,7 @@ _CODES: list[tuple[type[errors.RaftlogError], int]] = [
     (errors.OutOfOrderSequenceError, pb.OUT_OF_ORDER_SEQUENCE),
     (errors.InvalidRecordError, pb.INVALID_RECORD),
     (errors.ProducerFencedError, pb.INVALID_PRODUCER_EPOCH),
+    (errors.PolicyViolationError, pb.POLICY_VIOLATION),
     (errors.ProposalDroppedError, pb.NOT_ENOUGH_REPLICAS),
 ]
 
@@ -208,6 +209,20 @@ class LogServicer(pb_grpc.LogServicer):
         except errors.RaftlogError as error:
             return pb.ListOffsetsResponse(error=error_proto(error, self._node))
         return pb.ListOffsetsResponse(offset=offset)
+
+    async def DeleteRecords(
+        self, request: pb.DeleteRecordsRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.DeleteRecordsResponse:
+        await _check_partition(context, request.topic, request.partition)
+        if not 0 <= request.timeout_ms <= TIMEOUT_MS_MAX:
+            await _invalid(context, f"timeout_ms: must be in [0, {TIMEOUT_MS_MAX}]")
+        (answer,) = await self._node.delete_records(
+            [(request.topic, request.partition, request.offset)],
+            timeout_s=(request.timeout_ms or 30_000) / 1000,
+        )
+        if isinstance(answer, errors.RaftlogError):
+            return pb.DeleteRecordsResponse(error=error_proto(answer, self._node))
+        return pb.DeleteRecordsResponse(low_watermark=answer)
 
     async def Metadata(
         self, request: pb.MetadataRequest, context: grpc.aio.ServicerContext[Any, Any]

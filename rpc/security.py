@@ -263,6 +263,7 @@ METHOD_RULES: dict[str, Rule] = {
     "/raftlog.v1.Log/Produce": Rule(Permission.WRITE, _topic),
     "/raftlog.v1.Log/Fetch": Rule(Permission.READ, _topic),
     "/raftlog.v1.Log/ListOffsets": Rule(Permission.READ, _topic),
+    "/raftlog.v1.Log/DeleteRecords": Rule(Permission.ADMIN, _topic),
     "/raftlog.v1.Log/Metadata": Rule(Permission.READ, _topics, _DESCRIBE),
     "/raftlog.v1.Log/InitProducerId": Rule(Permission.WRITE, lambda r: _transactional(r, ())),
     "/raftlog.v1.Log/AddPartitionsToTxn": Rule(

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from raftlog.client._connection import ConnectionOptions
+from raftlog.client._connection import ConnectionOptions, TopicPartition
 from raftlog.client.errors import (
     ClientError,
     NoNodeAnsweredError,
     NotControllerError,
+    NotLeaderForPartitionError,
     server_error,
 )
 from raftlog.rpc.v1 import raftlog_pb2 as pb
@@ -41,6 +42,8 @@ __all__ = [
 # NOT_CONTROLLER hints followed for one request before giving up (an election settles in a
 # few hops; more means the cluster is flapping).
 _CONTROLLER_HOPS_MAX = 5
+# NOT_LEADER hints followed at once before backing off (leadership still moving).
+_LEADER_HOPS_MAX = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +301,47 @@ class Admin:
         if not response.HasField("transaction"):
             return None
         return transaction_description(response.transaction, response.now_ms)
+
+    def delete_records(self, topic: str, offsets: Mapping[int, int]) -> dict[int, int]:
+        """Kafka's DeleteRecords (kafka-delete-records.sh): each partition's log start offset
+        moves up to its offset (-1: the high watermark); records below it are no longer
+        read and retention frees their segments. Returns each partition's log start after
+        the deletion (its low watermark). A partition's call goes to its leader, following
+        NOT_LEADER hints; retrying is safe (a deletion only ever raises the log start)."""
+        return {
+            partition: self._delete_records(TopicPartition(topic, partition), offset)
+            for partition, offset in offsets.items()
+        }
+
+    def _delete_records(self, tp: TopicPartition, offset: int) -> int:
+        request = pb.DeleteRecordsRequest(
+            topic=tp.topic, partition=tp.partition, offset=offset, timeout_ms=self._timeout_ms
+        )
+        concerning = f"delete records of {tp.topic}/{tp.partition} below {offset}"
+        deadline = self._clock() + self._request_timeout_ms / 1000
+        backoff_s = self._retry_backoff_ms / 1000
+        hops = 0
+        while True:
+            try:
+                address = self._cluster.leader_address(tp)
+                response = self._cluster.call(address, "Log.DeleteRecords", request)
+                if response.error.code == pb.NONE:
+                    return int(response.low_watermark)
+                refusal = server_error(response.error, concerning=f"{concerning} at {address}")
+                if isinstance(refusal, NotLeaderForPartitionError):
+                    self._cluster.apply_leader_hint(tp, refusal.leader_id, refusal.leader_address)
+                raise refusal
+            except ClientError as error:
+                if not error.retriable or self._clock() + backoff_s >= deadline:
+                    raise
+                hinted = (
+                    isinstance(error, NotLeaderForPartitionError) and error.leader_id is not None
+                )
+                hops = hops + 1 if hinted else 0
+                if not hinted:
+                    self._cluster.mark_stale(tp.topic)
+                if not hinted or hops > _LEADER_HOPS_MAX:
+                    self._sleep(backoff_s)  # an election: let it finish
 
     def call_controller(self, rpc: str, request: Any, *, concerning: str) -> Any:
         """Send `rpc` (a "Service.Method" name) to any reachable node, following

@@ -43,6 +43,7 @@ class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONCURRENT_TRANSACTIONS: _ClassVar[ErrorCode]
     INVALID_PRODUCER_ID_MAPPING: _ClassVar[ErrorCode]
     INVALID_TRANSACTION_TIMEOUT: _ClassVar[ErrorCode]
+    POLICY_VIOLATION: _ClassVar[ErrorCode]
 
 class Acks(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -89,6 +90,7 @@ PRODUCER_FENCED: ErrorCode
 CONCURRENT_TRANSACTIONS: ErrorCode
 INVALID_PRODUCER_ID_MAPPING: ErrorCode
 INVALID_TRANSACTION_TIMEOUT: ErrorCode
+POLICY_VIOLATION: ErrorCode
 ACKS_ALL: Acks
 ACKS_LEADER: Acks
 ACKS_NONE: Acks
@@ -207,6 +209,26 @@ class ListOffsetsResponse(_message.Message):
     offset: int
     timestamp_ms: int
     def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., offset: _Optional[int] = ..., timestamp_ms: _Optional[int] = ...) -> None: ...
+
+class DeleteRecordsRequest(_message.Message):
+    __slots__ = ("topic", "partition", "offset", "timeout_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    partition: int
+    offset: int
+    timeout_ms: int
+    def __init__(self, topic: _Optional[str] = ..., partition: _Optional[int] = ..., offset: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class DeleteRecordsResponse(_message.Message):
+    __slots__ = ("error", "low_watermark")
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    LOW_WATERMARK_FIELD_NUMBER: _ClassVar[int]
+    error: Error
+    low_watermark: int
+    def __init__(self, error: _Optional[_Union[Error, _Mapping]] = ..., low_watermark: _Optional[int] = ...) -> None: ...
 
 class InitProducerIdRequest(_message.Message):
     __slots__ = ("transactional_id", "transaction_timeout_ms")

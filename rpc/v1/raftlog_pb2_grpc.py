@@ -49,6 +49,11 @@ class LogStub:
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListOffsetsRequest.SerializeToString,
                 response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListOffsetsResponse.FromString,
                 _registered_method=True)
+        self.DeleteRecords = channel.unary_unary(
+                '/raftlog.v1.Log/DeleteRecords',
+                request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteRecordsRequest.SerializeToString,
+                response_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteRecordsResponse.FromString,
+                _registered_method=True)
         self.Metadata = channel.unary_unary(
                 '/raftlog.v1.Log/Metadata',
                 request_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.MetadataRequest.SerializeToString,
@@ -102,6 +107,12 @@ class LogServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListOffsets(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteRecords(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -166,6 +177,11 @@ def add_LogServicer_to_server(servicer, server):
                     servicer.ListOffsets,
                     request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListOffsetsRequest.FromString,
                     response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListOffsetsResponse.SerializeToString,
+            ),
+            'DeleteRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteRecords,
+                    request_deserializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteRecordsRequest.FromString,
+                    response_serializer=raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteRecordsResponse.SerializeToString,
             ),
             'Metadata': grpc.unary_unary_rpc_method_handler(
                     servicer.Metadata,
@@ -284,6 +300,33 @@ class Log:
             '/raftlog.v1.Log/ListOffsets',
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListOffsetsRequest.SerializeToString,
             raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.ListOffsetsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftlog.v1.Log/DeleteRecords',
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteRecordsRequest.SerializeToString,
+            raftlog_dot_rpc_dot_v1_dot_raftlog__pb2.DeleteRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

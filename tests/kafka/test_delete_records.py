@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +20,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import TopicName
 from kio.static.primitive import i32, i32Timedelta, i64
 
-from raftlog.client import Admin
+from raftlog.client import Admin, Consumer
+from raftlog.client.errors import OffsetOutOfRangeError
 from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.segment import LOG_SUFFIX
@@ -268,6 +271,40 @@ def test_the_last_stable_offset_never_falls_below_a_log_start_past_an_open_trans
         consumer.close()
     assert (low, stable) == (4, 4)
     producer.abort_transaction(30)
+
+
+def test_raftlogs_own_admin_client_and_cli_delete_records(cluster: LocalCluster) -> None:
+    # The gRPC front end: raftlog's Admin and `raftlog topic delete-records` (Kafka's
+    # kafka-delete-records.sh), then raftlog's own consumer and Kafka's clients agree.
+    _topic(cluster, "dr-grpc", 2)
+    _produce(cluster, "dr-grpc", {0: 6, 1: 6})
+    with Admin(cluster.bootstrap) as admin:
+        assert admin.delete_records("dr-grpc", {0: 2, 1: -1}) == {0: 2, 1: 6}
+        assert admin.delete_records("dr-grpc", {0: 1}) == {0: 2}
+        with pytest.raises(OffsetOutOfRangeError):
+            admin.delete_records("dr-grpc", {0: 7})
+        led = [p for p in admin.describe_topic("dr-grpc").partitions if p.high_watermark >= 0]
+        assert all(p.log_start_offset == {0: 2, 1: 6}[p.id] for p in led)
+    cli = subprocess.run(
+        [
+            *(sys.executable, "-m", "raftlog", "topic", "delete-records", "dr-grpc"),
+            *("--partition", "0", "--offset", "4", "--bootstrap", cluster.bootstrap),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.strip() == "topic dr-grpc partition 0: log start offset 4"
+    consumer = Consumer(cluster.bootstrap)
+    try:
+        starts = consumer.beginning_offsets([("dr-grpc", 0), ("dr-grpc", 1)])
+        assert {tp.partition: o for tp, o in starts.items()} == {0: 4, 1: 6}
+    finally:
+        consumer.close()
+    assert _earliest(cluster, "dr-grpc", 0) == 4
+    assert _read_offsets(cluster, "dr-grpc", 0, kafka.OFFSET_BEGINNING) == [4, 5]
 
 
 def _segment_bases(cluster: LocalCluster, node_id: int, name: str) -> list[int]:
