@@ -21,9 +21,9 @@ metadata stale and retries after a backoff; a new leader whose high watermark ha
 caught up with `offset_to` answers with fewer records (or OFFSET_OUT_OF_RANGE) and is
 long-polled until it has. Nothing is skipped and nothing read twice, because the position
 only moves past batches the worker has yielded. It gives up when `retry_window_ms` passes
-without progress. Offsets below the log start (removed by retention) are data loss: with
-`failOnDataLoss` the read fails with `DataLossError`, otherwise it logs a warning and resumes
-at the log start.
+without progress. Offsets below the log start (removed by retention or DeleteRecords) are
+data loss: with `failOnDataLoss` the read fails with `DataLossError`, otherwise it logs a
+warning and resumes at the log start.
 """
 
 from __future__ import annotations
