@@ -100,6 +100,9 @@ class CreateTopicRequest:
     partition_count: int
     replication_factor: int
     config: Mapping[str, str] = field(default_factory=dict, hash=False)
+    # Each partition's replicas, the first its preferred leader, as an operator chose them
+    # (Kafka's manual replica assignment); None: the controller places them.
+    assignments: tuple[tuple[NodeId, ...], ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +153,12 @@ def plan_create_topic(
     if problem is not None:
         return problem
     live = live_node_ids(state, now_ms, limits.node_lease_ms)
-    problem = _check_enough_nodes(request.replication_factor, live)
+    if request.assignments is None:
+        problem = _check_enough_nodes(request.replication_factor, live)
+    else:
+        problem = _check_manual_assignment(
+            request.assignments, request.partition_count, request.replication_factor, live
+        )
     if problem is not None:
         return problem
     first_raft_group_id = int(state.next_raft_group_id)
@@ -160,7 +168,8 @@ def plan_create_topic(
         partition_count=request.partition_count,
         replication_factor=request.replication_factor,
         config=dict(sorted(request.config.items())),
-        assignments=assign_replicas(
+        assignments=request.assignments
+        or assign_replicas(
             live,
             node_loads(state),
             request.partition_count,
@@ -213,6 +222,34 @@ def _check_enough_nodes(replication_factor: int, live: tuple[NodeId, ...]) -> Ap
     return None
 
 
+def _check_manual_assignment(
+    assignments: tuple[tuple[NodeId, ...], ...],
+    partition_count: int,
+    replication_factor: int,
+    live: tuple[NodeId, ...],
+) -> ApplyResult | None:
+    """Kafka's rules for replicas an operator chose: one list per partition, all of one
+    length; each partition has a live replica (Kafka: an unfenced one). The state's own
+    check then refuses unknown, repeated or decommissioning nodes."""
+    if len(assignments) != partition_count:
+        return reject(
+            ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+            f"{len(assignments)} replica lists for {partition_count} partitions",
+        )
+    for index, replicas in enumerate(assignments):
+        if len(replicas) != replication_factor:
+            return reject(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"partition {index} has {len(replicas)} replicas, the others {replication_factor}",
+            )
+        if not any(node in live for node in replicas):
+            return reject(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"no replica of partition {index} ({list(replicas)}) is on a live node",
+            )
+    return None
+
+
 def _topic_id(cluster_id: str, name: str, first_raft_group_id: int) -> str:
     """Kafka-style (22 characters of base64url), derived, not drawn: group ids are never
     reused, so a topic re-created under the same name gets a new id."""
@@ -229,8 +266,10 @@ def plan_create_partitions(
     now_ms: int,
     *,
     config: MetadataConfig | None = None,
+    assignments: tuple[tuple[NodeId, ...], ...] | None = None,
 ) -> CreatePartitions | ApplyResult:
-    """Grows topic `name` to `total_count` partitions (the admin API's CreatePartitions)."""
+    """Grows topic `name` to `total_count` partitions (the admin API's CreatePartitions),
+    placing the new ones on `assignments` if an operator chose them."""
     limits = config or MetadataConfig()
     topic = state.topic(name)
     if topic is None:
@@ -242,14 +281,18 @@ def plan_create_partitions(
             f"{total_count} must exceed it and be at most {limits.partitions_per_topic_max}",
         )
     live = live_node_ids(state, now_ms, limits.node_lease_ms)
-    problem = _check_enough_nodes(topic.replication_factor, live)
+    added = total_count - topic.partition_count
+    if assignments is None:
+        problem = _check_enough_nodes(topic.replication_factor, live)
+    else:
+        problem = _check_manual_assignment(assignments, added, topic.replication_factor, live)
     if problem is not None:
         return problem
-    added = total_count - topic.partition_count
     first_raft_group_id = int(state.next_raft_group_id)
     command = CreatePartitions(
         name=name,
-        assignments=assign_replicas(
+        assignments=assignments
+        or assign_replicas(
             live, node_loads(state), added, topic.replication_factor, first_raft_group_id
         ),
         raft_group_ids=tuple(RaftGroupId(first_raft_group_id + i) for i in range(added)),

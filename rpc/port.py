@@ -201,8 +201,16 @@ class NodePort(MetadataReadPort, Protocol):
         NotControllerError elsewhere."""
         ...
 
-    async def create_partitions(self, name: str, total: int, *, timeout_s: float) -> ApplyResult:
-        """Grow topic `name` to `total` partitions (controller only)."""
+    async def create_partitions(
+        self,
+        name: str,
+        total: int,
+        *,
+        timeout_s: float,
+        assignments: tuple[tuple[NodeId, ...], ...] | None = None,
+    ) -> ApplyResult:
+        """Grow topic `name` to `total` partitions (controller only), the new ones on
+        `assignments` if given."""
         ...
 
     async def alter_topic_config(

@@ -421,11 +421,21 @@ class NodeApi:
             await self._wait_for_leaders(request.name, deadline)
         return result
 
-    async def create_partitions(self, name: str, total: int, *, timeout_s: float) -> ApplyResult:
-        """Grow topic `name` to `total` partitions (controller only), as `create_topic`."""
+    async def create_partitions(
+        self,
+        name: str,
+        total: int,
+        *,
+        timeout_s: float,
+        assignments: tuple[tuple[NodeId, ...], ...] | None = None,
+    ) -> ApplyResult:
+        """Grow topic `name` to `total` partitions (controller only), as `create_topic`; the
+        new partitions on `assignments` if given (an operator's choice)."""
         self._require_controller()
         deadline = asyncio.get_running_loop().time() + timeout_s
-        result = await self._calls.create_partitions(name, total, timeout_s=timeout_s)
+        result = await self._calls.create_partitions(
+            name, total, timeout_s=timeout_s, assignments=assignments
+        )
         if result.ok:
             await self._wait_for_leaders(name, deadline)
         return result

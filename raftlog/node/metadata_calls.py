@@ -150,11 +150,21 @@ class MetadataCalls:
             timeout_s=timeout_s,
         )
 
-    async def create_partitions(self, name: str, total: int, *, timeout_s: float) -> ApplyResult:
-        """Grow topic `name` to `total` partitions, planned as `create_topic` plans."""
+    async def create_partitions(
+        self,
+        name: str,
+        total: int,
+        *,
+        timeout_s: float,
+        assignments: tuple[tuple[NodeId, ...], ...] | None = None,
+    ) -> ApplyResult:
+        """Grow topic `name` to `total` partitions, planned as `create_topic` plans (on
+        `assignments` if given)."""
         config = self._settings.config.metadata
         return await self._plan_and_commit(
-            lambda state, now_ms: plan_create_partitions(state, name, total, now_ms, config=config),
+            lambda state, now_ms: plan_create_partitions(
+                state, name, total, now_ms, config=config, assignments=assignments
+            ),
             timeout_s=timeout_s,
         )
 

@@ -5,7 +5,8 @@ Writes go to the controller, as through the gRPC Admin service: a node that is n
 controller answers NOT_CONTROLLER, and Kafka's admin clients refresh metadata (which names
 the controller) and retry there. `validate_only` runs the controller's own planning
 (`plan_create_topic`, `plan_create_partitions`: pure functions of the metadata state) and
-commits nothing. Manual replica assignments are refused: raftlog places replicas itself.
+commits nothing. Manual replica assignments are taken as Kafka takes them: the first replica
+of each partition is its preferred leader.
 
 The topics of a CreateTopics or CreatePartitions request are handled concurrently, as Kafka's
 controller handles them: each waits for its new partitions' leaders, so one after another a
@@ -42,6 +43,7 @@ from raftlog.rpc.kafka.context import KafkaContext
 from raftlog.rpc.kafka.errors import kafka_error, metadata_result_error
 from raftlog.rpc.kafka.schema import NO_THROTTLE, build, response_module, timedelta_ms
 from raftlog.rpc.security import Permission
+from raftlog.types import NodeId
 
 __all__ = [
     "CREATE_PARTITIONS",
@@ -107,27 +109,59 @@ async def create_topics(ctx: KafkaContext, request: Any, version: int) -> Any:
 
 
 async def _create_topic(ctx: KafkaContext, request: Any, topic: Any) -> Outcome:
-    if topic.assignments:
-        return ErrorCode.invalid_replica_assignment, "raftlog places replicas itself"
     if not ctx.allowed(Permission.ADMIN, topic.name):
         return ErrorCode.topic_authorization_failed, f"no admin permission on {topic.name}"
+    assignments = None
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            return ErrorCode.invalid_request, (
+                "both num_partitions or replication_factor and assignments were set; "
+                "both cannot be used at the same time"
+            )
+        assigned = _manual_assignments(topic.assignments)
+        if isinstance(assigned, str):
+            return ErrorCode.invalid_replica_assignment, assigned
+        assignments = assigned
     state = ctx.node.metadata.state
     live = sum(1 for n in state.nodes() if n.alive) or 1
+    if assignments is not None:
+        partition_count, replication_factor = len(assignments), len(assignments[0])
+    else:
+        partition_count = (
+            ctx.config.num_partitions if topic.num_partitions < 0 else topic.num_partitions
+        )
+        replication_factor = (
+            min(ctx.config.default_replication_factor, live)
+            if topic.replication_factor < 0
+            else topic.replication_factor
+        )
     wanted = CreateTopicRequest(
         name=topic.name,
-        partition_count=ctx.config.num_partitions
-        if topic.num_partitions < 0
-        else topic.num_partitions,
-        replication_factor=min(ctx.config.default_replication_factor, live)
-        if topic.replication_factor < 0
-        else topic.replication_factor,
+        partition_count=partition_count,
+        replication_factor=replication_factor,
         config={c.name: c.value or "" for c in topic.configs},
+        assignments=assignments,
     )
     if getattr(request, "validate_only", False):
         plan = plan_create_topic(state, wanted, _now_ms(), config=ctx.node_config.metadata)
         return _result(plan) if isinstance(plan, ApplyResult) else (ErrorCode.none, None)
     timeout_s = _timeout_s(ctx, request)
     return await _admin_call(ctx.node.create_topic(wanted, timeout_s=timeout_s))
+
+
+def _manual_assignments(assignments: Any) -> tuple[tuple[NodeId, ...], ...] | str:
+    """CreateTopics' replica lists in partition order, or why they are refused: partition
+    indexes 0 to n-1, each once, none with an empty list (Kafka's rules)."""
+    by_index = {
+        int(a.partition_index): tuple(NodeId(int(b)) for b in a.broker_ids or ())
+        for a in assignments
+    }
+    if sorted(by_index) != list(range(len(assignments))):
+        indexes = sorted(int(a.partition_index) for a in assignments)
+        return f"partition indexes {indexes} are not 0 to {len(assignments) - 1}, each once"
+    if any(not replicas for replicas in by_index.values()):
+        return "a partition's replica list is empty"
+    return tuple(by_index[i] for i in range(len(assignments)))
 
 
 def _now_ms() -> int:
@@ -228,10 +262,15 @@ async def create_partitions(ctx: KafkaContext, request: Any, version: int) -> An
 async def _create_partitions(
     ctx: KafkaContext, request: Any, topic: Any, timeout_s: float
 ) -> Outcome:
-    if topic.assignments:
-        return ErrorCode.invalid_replica_assignment, "raftlog places replicas itself"
     if not ctx.allowed(Permission.ADMIN, topic.name):
         return ErrorCode.topic_authorization_failed, f"no admin permission on {topic.name}"
+    assignments = None
+    if topic.assignments is not None:
+        assignments = tuple(
+            tuple(NodeId(int(b)) for b in a.broker_ids or ()) for a in topic.assignments
+        )
+        if any(not replicas for replicas in assignments):
+            return ErrorCode.invalid_replica_assignment, "a partition's replica list is empty"
     if request.validate_only:
         plan = plan_create_partitions(
             ctx.node.metadata.state,
@@ -239,10 +278,13 @@ async def _create_partitions(
             topic.count,
             _now_ms(),
             config=ctx.node_config.metadata,
+            assignments=assignments,
         )
         return _result(plan) if isinstance(plan, ApplyResult) else (ErrorCode.none, None)
     return await _admin_call(
-        ctx.node.create_partitions(topic.name, topic.count, timeout_s=timeout_s)
+        ctx.node.create_partitions(
+            topic.name, topic.count, timeout_s=timeout_s, assignments=assignments
+        )
     )
 
 

@@ -42,6 +42,7 @@ _RESULT_CODES = {
     MetadataErrorCode.INVALID_PARTITIONS: ErrorCode.invalid_partitions,
     MetadataErrorCode.INVALID_REPLICATION_FACTOR: ErrorCode.invalid_replication_factor,
     MetadataErrorCode.INVALID_CONFIG: ErrorCode.invalid_config,
+    MetadataErrorCode.INVALID_REPLICA_ASSIGNMENT: ErrorCode.invalid_replica_assignment,
     MetadataErrorCode.INVALID_TOPIC_NAME: ErrorCode.invalid_topic_exception,
 }
 

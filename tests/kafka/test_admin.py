@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import time
+from typing import Any
 
 import pytest
 from kio.schema.create_topics.v7 import request as ct
@@ -15,7 +16,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta
 
 from raftlog.client import Admin
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.kafka_wire import kafka_call
+from tests.kafka.kafka_wire import kafka_call, wait_for_preferred_leaders
 
 kafka = pytest.importorskip("confluent_kafka")
 admin_module = pytest.importorskip("confluent_kafka.admin")
@@ -68,16 +69,24 @@ def test_bad_requests_get_kafka_errors_and_validate_only_creates_nothing(
     assert raised.value.args[0].code() == kafka.KafkaError.INVALID_CONFIG
     assert "no.such.key" in raised.value.args[0].str()
 
-    placed = ct.CreateTopicsRequest(
+    with pytest.raises(kafka.KafkaException) as raised:
+        client.delete_topics(["admin-missing"])["admin-missing"].result(timeout=40)  # type: ignore[attr-defined]
+    assert raised.value.args[0].code() == kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+
+
+def _placed(name: str, assignments: dict[int, tuple[int, ...]], **sizes: int) -> Any:
+    """A CreateTopics request with manual replica assignments (partition -> node ids)."""
+    return ct.CreateTopicsRequest(
         topics=(
             ct.CreatableTopic(
-                name=ct.TopicName("admin-placed"),
-                num_partitions=i32(-1),
-                replication_factor=i16(-1),
-                assignments=(
+                name=ct.TopicName(name),
+                num_partitions=i32(sizes.get("num_partitions", -1)),
+                replication_factor=i16(sizes.get("replication_factor", -1)),
+                assignments=tuple(
                     ct.CreatableReplicaAssignment(
-                        partition_index=i32(0), broker_ids=(ct.BrokerId(1), ct.BrokerId(2))
-                    ),
+                        partition_index=i32(p), broker_ids=tuple(ct.BrokerId(n) for n in nodes)
+                    )
+                    for p, nodes in assignments.items()
                 ),
                 configs=(),
             ),
@@ -85,14 +94,51 @@ def test_bad_requests_get_kafka_errors_and_validate_only_creates_nothing(
         timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
         validate_only=False,
     )
-    node = next(iter(kafka_cluster.nodes.values()))
-    (result,) = kafka_call(f"127.0.0.1:{node.kafka_port}", placed).topics
-    assert result.error_code == ErrorCode.invalid_replica_assignment
-    assert result.error_message == "raftlog places replicas itself"
 
+
+def test_manual_replica_assignments_place_partitions_and_bad_ones_get_kafka_errors(
+    kafka_cluster: LocalCluster,
+) -> None:
+    # kafka-topics.sh --replica-assignment, through confluent-kafka: the first replica of
+    # each partition is its preferred leader.
+    client = _client(kafka_cluster)
+    placed = admin_module.NewTopic(
+        "admin-placed",
+        num_partitions=2,  # confluent-kafka's rule; the request carries -1
+        replica_assignment=[[3, 1], [2, 3]],
+    )
+    client.create_topics([placed], operation_timeout=30)["admin-placed"].result(timeout=40)  # type: ignore[attr-defined]
+    grow = admin_module.NewPartitions("admin-placed", 3, replica_assignment=[[1, 2]])
+    client.create_partitions([grow], operation_timeout=30)["admin-placed"].result(timeout=40)  # type: ignore[attr-defined]
+    with Admin(kafka_cluster.bootstrap) as admin:
+        wait_for_preferred_leaders(admin, "admin-placed")
+        described = admin.describe_topic("admin-placed")
+        controller = admin.describe_cluster().controller_id
+    assert [p.replicas for p in described.partitions] == [(3, 1), (2, 3), (1, 2)]
+    assert [p.leader for p in described.partitions] == [3, 2, 1]
+
+    address = f"127.0.0.1:{kafka_cluster.nodes[controller].kafka_port}"
+    refusals = {
+        "both": (_placed("admin-both", {0: (1, 2)}, num_partitions=1), ErrorCode.invalid_request),
+        "gap": (_placed("admin-gap", {0: (1, 2), 2: (2, 3)}), ErrorCode.invalid_replica_assignment),
+        "uneven": (
+            _placed("admin-uneven", {0: (1, 2), 1: (3,)}),
+            ErrorCode.invalid_replica_assignment,
+        ),
+        "twice": (_placed("admin-twice", {0: (1, 1)}), ErrorCode.invalid_replica_assignment),
+        "unknown": (_placed("admin-unknown", {0: (1, 9)}), ErrorCode.invalid_replica_assignment),
+        "empty": (_placed("admin-empty", {0: ()}), ErrorCode.invalid_replica_assignment),
+    }
+    for case, (request, code) in refusals.items():
+        (result,) = kafka_call(address, request).topics
+        assert result.error_code == code, (case, result)
+        assert result.error_message, case
+    listed = client.list_topics(timeout=10).topics  # type: ignore[attr-defined]
+    assert not set(listed) & {f"admin-{case}" for case in refusals}
+    short = admin_module.NewPartitions("admin-placed", 5, replica_assignment=[[1, 2]])
     with pytest.raises(kafka.KafkaException) as raised:
-        client.delete_topics(["admin-missing"])["admin-missing"].result(timeout=40)  # type: ignore[attr-defined]
-    assert raised.value.args[0].code() == kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
+        client.create_partitions([short])["admin-placed"].result(timeout=40)  # type: ignore[attr-defined]
+    assert raised.value.args[0].code() == kafka.KafkaError.INVALID_REPLICA_ASSIGNMENT
 
 
 def test_topic_configs_are_altered_over_kafka_and_compacted_topics_want_keys(

@@ -374,3 +374,61 @@ def test_assign_replicas_fills_the_least_loaded_nodes_first() -> None:
     # n=4, r=2: the second run of blocks leads from their second replica.
     four = [NodeId(n) for n in range(4)]
     assert assign_replicas(four, {}, 4, 2, 0) == ((0, 1), (2, 3), (1, 0), (3, 2))
+
+
+def _nodes(*lists: tuple[int, ...]) -> tuple[tuple[NodeId, ...], ...]:
+    return tuple(tuple(NodeId(n) for n in replicas) for replicas in lists)
+
+
+def test_manual_assignments_are_placed_as_given_under_kafkas_rules() -> None:
+    cluster = Cluster(4)
+    manual = _nodes((3, 1), (2, 4))
+    plan = plan_create_topic(
+        cluster.state, CreateTopicRequest("t", 2, 2, assignments=manual), cluster.now_ms
+    )
+    assert isinstance(plan, CreateTopic) and plan.assignments == manual
+    cluster.apply(plan)
+    grown = plan_create_partitions(
+        cluster.state, "t", 3, cluster.now_ms, assignments=_nodes((4, 3))
+    )
+    assert isinstance(grown, CreatePartitions) and grown.assignments == _nodes((4, 3))
+    cluster.apply(grown)
+    assert [p.replicas for p in cluster.state.partitions("t")] == [(3, 1), (2, 4), (4, 3)]
+
+    cluster.apply(FenceNode(NodeId(4), cluster.now_ms + LEASE_MS, LEASE_MS))
+    refusals = [
+        (_nodes((1, 2)), 2, "1 replica lists for 2 partitions"),
+        (_nodes((1, 2), (3,)), 2, "partition 1 has 1 replicas"),
+        (
+            _nodes(
+                (1, 1),
+            ),
+            1,
+            "twice",
+        ),
+        (
+            _nodes(
+                (1, 9),
+            ),
+            1,
+            "[9]",
+        ),
+        # Kafka's rule: a partition needs a replica on a live node (node 4 is fenced).
+        (
+            _nodes(
+                (4,),
+            ),
+            1,
+            "no replica of partition 0",
+        ),
+    ]
+    for assignments, count, fragment in refusals:
+        size = len(assignments[0])
+        request = CreateTopicRequest("u", count, size, assignments=assignments)
+        error = _error(plan_create_topic(cluster.state, request, cluster.now_ms))
+        assert error.code is ErrorCode.INVALID_REPLICA_ASSIGNMENT, (assignments, error)
+        assert fragment in error.message, (fragment, error.message)
+    error = _error(
+        plan_create_partitions(cluster.state, "t", 5, cluster.now_ms, assignments=_nodes((1, 2)))
+    )
+    assert error.code is ErrorCode.INVALID_REPLICA_ASSIGNMENT and "1 replica lists" in error.message
