@@ -908,6 +908,12 @@ def _ratio(value: str) -> str | None:
 _RATIO = re.compile(r"(0|1)(\.[0-9]{1,6})?")
 
 
+def _compression_type(value: str) -> str | None:
+    if value == "snappy":
+        return "raftlog reads snappy batches but does not write them: use lz4, zstd or gzip"
+    return _one_of("producer", "uncompressed", "gzip", "lz4", "zstd")(value)
+
+
 # Topic config keys and their value checks (Kafka's names). -1 means "unlimited" for
 # retention. min.insync.replicas is refused on purpose: a Raft group commits on a majority,
 # so acks=all already means "a majority"; a second, different quorum knob would mislead.
@@ -924,6 +930,9 @@ TOPIC_CONFIG_KEYS: dict[str, Callable[[str], str | None]] = {
     "min.compaction.lag.ms": _int_in(0, INT_LIMIT - 1),
     "max.compaction.lag.ms": _int_in(1, INT_LIMIT - 1),
     "delete.retention.ms": _int_in(0, INT_LIMIT - 1),
+    # producer: batches keep the producer's codec; any other: the leader recompresses each
+    # batch in another codec on produce (partition/policy.py).
+    "compression.type": _compression_type,
 }
 _REFUSED_CONFIG_KEYS = {
     "min.insync.replicas": "not supported: a Raft group commits on a majority of its replicas",

@@ -14,10 +14,11 @@ from raftlog.config import LogConfig
 from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.membership import membership_at
 from raftlog.raft.types import Membership
+from raftlog.storage.batch import Compression
 from raftlog.storage.raft_log_storage import RaftLogStorage
 from raftlog.types import Offset
 
-__all__ = ["apply_retention", "topic_log_config"]
+__all__ = ["apply_retention", "topic_compression", "topic_log_config"]
 
 
 def topic_log_config(base: LogConfig, topic_config: Mapping[str, str]) -> LogConfig:
@@ -45,6 +46,21 @@ _TOPIC_LOG_KEYS = {
     "segment.bytes": "segment_bytes_max",
     "segment.ms": "segment_age_ms_max",
     "max.message.bytes": "batch_bytes_max",
+}
+
+
+def topic_compression(topic_config: Mapping[str, str]) -> Compression | None:
+    """The codec a topic's batches are stored in (Kafka's compression.type), or None for
+    `producer`: each batch as its producer compressed it."""
+    return _COMPRESSION_TYPES[topic_config.get("compression.type", "producer")]
+
+
+_COMPRESSION_TYPES = {
+    "producer": None,
+    "uncompressed": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
 }
 
 

@@ -73,8 +73,10 @@ from raftlog.partition.producer_state import (
 )
 from raftlog.raft.types import Entry, EntryKind, Membership, Role, Snapshot, SnapshotMeta
 from raftlog.runtime.group import RaftGroup
-from raftlog.storage.batch import BatchHeader, parse_header, verify_batch
+from raftlog.storage.batch import BatchHeader, Compression, parse_header, verify_batch
+from raftlog.storage.compression import CompressionError
 from raftlog.storage.file_system import FileSystem
+from raftlog.storage.recompression import recompress_batch
 from raftlog.storage.records import decode_txn_marker, encode_txn_marker, validate_records
 from raftlog.storage.sim_file_system import SimFileSystem
 from raftlog.storage.txn_index import TransactionIndex
@@ -238,6 +240,7 @@ class PartitionReplica:
         txn_verifier: TxnVerifier | None = None,
         txn_index: TransactionIndex | None = None,
         log_start_floor: Callable[[], int] = lambda: 0,
+        compression: Callable[[], Compression | None] = lambda: None,
     ) -> None:
         assert checkpoint is None or checkpoint.producers_max >= producers_max
         self.topic = topic
@@ -260,6 +263,8 @@ class PartitionReplica:
         # The Kafka offset DeleteRecords moved the log start to, as the metadata has it now:
         # replicated there, so every replica that leads later honours it.
         self._log_start_floor = log_start_floor
+        # The codec the topic stores batches in now (None: each as its producer wrote it).
+        self._compression = compression
         # None: transactional batches are not checked against the coordinator (the test-only
         # switch `kafka.txn_verification` off, or a replica outside a node).
         self._txn_verifier = txn_verifier
@@ -329,7 +334,7 @@ class PartitionReplica:
         """The Raft offset holding DeleteRecords' log start, for retention: segments wholly
         below it may go. None while that start is not above the log's first offset."""
         floor = self._log_start_floor()
-        if floor <= self._log.kafka_offset(self._log.log_start_offset()):
+        if floor == 0 or floor <= self._log.kafka_offset(self._log.log_start_offset()):
             return None
         return self._log.raft_offset(floor)
 
@@ -576,6 +581,12 @@ class PartitionReplica:
         self._require_leader()
         keys_required = self._keys_required()
         headers = [self._verify(batch, keys_required=keys_required) for batch in batches]
+        codec = self._compression()
+        if codec is not None:
+            batches = [
+                self._recompressed(batch, header, codec)
+                for batch, header in zip(batches, headers, strict=True)
+            ]
         if self._txn_verifier is not None and await self._verify_transactions(headers):
             self._require_leader()  # it may have lost leadership while it waited
         self._require_room(batches)
@@ -682,6 +693,23 @@ class PartitionReplica:
                 len(batch), segment_bytes_max=self._config.segment_bytes_max
             )
         return header
+
+    def _recompressed(self, batch: bytes, header: BatchHeader, codec: Compression) -> bytes:
+        """The batch in the topic's codec (Kafka's compression.type other than producer),
+        checked against the same bounds as the producer's batch."""
+        try:
+            rewritten = recompress_batch(
+                batch, header, codec, decompressed_bytes_max=self._config.decompressed_bytes_max
+            )
+        except CompressionError as error:
+            raise CorruptBatchError(f"records do not decompress: {error}") from None
+        if len(rewritten) > self._config.batch_bytes_max:
+            raise BatchTooLargeError(len(rewritten), batch_bytes_max=self._config.batch_bytes_max)
+        if len(rewritten) > self._config.segment_bytes_max:
+            raise BatchOverSegmentError(
+                len(rewritten), segment_bytes_max=self._config.segment_bytes_max
+            )
+        return rewritten
 
     async def _verify_transactions(self, headers: list[BatchHeader]) -> bool:
         """KIP-890 part 1: the first transactional batch of a producer's transaction here
@@ -893,7 +921,9 @@ class PartitionReplica:
         if spec is OffsetSpec.EARLIEST:
             return self.log_start_offset
         if spec is OffsetSpec.LATEST:
-            return max(self._log.kafka_offset(high_watermark), self.log_start_offset)
+            # Retention never cuts past an open transaction; DeleteRecords may (Kafka's rule),
+            # and the last stable offset is then the new log start.
+            return max(self._log.kafka_offset(high_watermark), self._log_start_floor())
         offset = self._log.offset_for_timestamp(timestamp_ms)
         return -1 if offset is None or offset >= high_watermark else self._log.kafka_offset(offset)
 

@@ -39,7 +39,7 @@ from raftlog.node.group_factory import RaftGroupFactory
 from raftlog.node.scrubber import ScrubTarget
 from raftlog.partition.checkpoint import CheckpointStore
 from raftlog.partition.cleaning import CompactionSettings, compaction_settings
-from raftlog.partition.policy import apply_retention, topic_log_config
+from raftlog.partition.policy import apply_retention, topic_compression, topic_log_config
 from raftlog.partition.producer_state import PRODUCERS_MAX_DEFAULT
 from raftlog.partition.replica import PartitionReplica, TxnVerifier
 from raftlog.runtime.clock import MonotonicClock
@@ -336,6 +336,7 @@ class Reconciler:
                 storage.log, cached_entries_max=log_config.txn_index_cached_entries_max
             ),
             log_start_floor=lambda: self._log_start_floor(topic, partition, raft_group_id),
+            compression=lambda: topic_compression(self._settings(topic)[0]),
         )
         info = self._metadata().partition(topic, partition)
         first_term = 0 if info is None else info.first_term

@@ -49,20 +49,16 @@ from raftlog.errors import CorruptBatchError
 from raftlog.storage.batch import (
     ATTR_COMPRESSION_MASK,
     BATCH_HEADER_BYTES,
-    LOG_OVERHEAD_BYTES,
-    MAGIC_V2,
     BatchHeader,
     Compression,
-    crc32c,
     parse_header,
 )
 from raftlog.storage.compression import CompressionError, compress
 from raftlog.storage.file_system import FileSystem
+from raftlog.storage.recompression import rebuild_batch
 from raftlog.storage.record_decoder import records_section
 from raftlog.storage.record_format import (
     DEFAULT_DECOMPRESSED_BYTES_MAX,
-    HEADER_PREFIX,
-    HEADER_TAIL,
     VARINT_BYTES_MAX,
     VARLONG_BYTES_MAX,
     Malformed,
@@ -253,31 +249,8 @@ def clean_batch(
         attributes &= ~ATTR_COMPRESSION_MASK
     elif codec is not Compression.NONE:
         section = compress(codec, section)
-    cleaned = _rebuild(header, attributes, section, len(kept))
+    cleaned = rebuild_batch(header, attributes, section, len(kept))
     return cleaned, len(spans) - len(kept)
-
-
-def _rebuild(header: BatchHeader, attributes: int, section: bytes, record_count: int) -> bytes:
-    tail = HEADER_TAIL.pack(
-        attributes,
-        header.last_offset_delta,
-        header.first_timestamp,
-        header.max_timestamp,
-        header.producer_id,
-        header.producer_epoch,
-        header.base_sequence,
-        record_count,
-    )
-    crc = crc32c(tail + section)
-    batch_length = BATCH_HEADER_BYTES + len(section) - LOG_OVERHEAD_BYTES
-    prefix = HEADER_PREFIX.pack(
-        header.base_offset, batch_length, header.partition_leader_epoch, MAGIC_V2, crc
-    )
-    batch = prefix + tail + section
-    rebuilt = parse_header(batch)
-    assert rebuilt.last_offset == header.last_offset, (rebuilt, header)
-    assert rebuilt.partition_leader_epoch == header.partition_leader_epoch
-    return batch
 
 
 def latest_record_keeper(

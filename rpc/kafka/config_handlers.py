@@ -77,6 +77,7 @@ def topic_configs(ctx: KafkaContext, config: Mapping[str, str]) -> list[tuple[st
         "min.compaction.lag.ms": str(compaction.min_compaction_lag_ms),
         "max.compaction.lag.ms": str(compaction.max_compaction_lag_ms),
         "delete.retention.ms": str(compaction.delete_retention_ms),
+        "compression.type": "producer",
     }
     assert set(defaults) == set(TOPIC_CONFIG_KEYS), sorted(TOPIC_CONFIG_KEYS)
     return [

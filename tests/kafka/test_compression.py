@@ -153,3 +153,57 @@ def test_snappy_batches_are_stored_as_sent_and_read_by_every_client(
     assert _aiokafka_keys(boot, topic) == KEYS
     assert _kcat_keys(boot, topic) == KEYS
     assert _raftlog_keys(kafka_cluster.bootstrap, topic) == KEYS
+
+
+def test_a_topics_compression_type_recompresses_batches_on_the_leader(
+    kafka_cluster: LocalCluster,
+) -> None:
+    # Kafka's topic-level compression.type: the leader stores every batch in the topic's
+    # codec whatever the producer sent; an idempotent producer's sequences are kept.
+    admin_module = pytest.importorskip("confluent_kafka.admin")
+    boot = kafka_cluster.kafka_bootstrap
+    client = admin_module.AdminClient({"bootstrap.servers": boot})
+    topic = "zip-topic-zstd"
+    new = admin_module.NewTopic(
+        topic, num_partitions=1, replication_factor=3, config={"compression.type": "zstd"}
+    )
+    client.create_topics([new], operation_timeout=30)[topic].result(timeout=40)
+    assert _produce(boot, topic, "snappy") == []
+    assert _stored_codecs(kafka_cluster, topic) == {Compression.ZSTD}
+    assert _kafka_python_keys(boot, topic) == KEYS
+    assert _raftlog_keys(kafka_cluster.bootstrap, topic) == KEYS
+
+    resource = admin_module.ConfigResource(admin_module.ResourceType.TOPIC, topic)
+    entry = admin_module.ConfigEntry(
+        "compression.type",
+        "uncompressed",
+        incremental_operation=admin_module.AlterConfigOpType.SET,
+    )
+    resource.add_incremental_config(entry)
+    client.incremental_alter_configs([resource])[resource].result(timeout=40)
+    described = client.describe_configs([resource])[resource].result(timeout=20)
+    assert described["compression.type"].value == "uncompressed"
+    producer = kafka.Producer(
+        {"bootstrap.servers": boot, "enable.idempotence": True, "compression.codec": "lz4"}
+    )
+    for i in range(COUNT):
+        producer.produce(topic, key=b"%d" % (COUNT + i), value=VALUE, partition=0)
+    assert producer.flush(30) == 0
+    assert _stored_codecs(kafka_cluster, topic) == {Compression.ZSTD, Compression.NONE}
+    every = [b"%d" % i for i in range(2 * COUNT)]
+    with Consumer(
+        kafka_cluster.bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=5000
+    ) as consumer:
+        consumer.assign([(topic, 0)])
+        assert [r.key for r, _ in zip(consumer, range(2 * COUNT), strict=False)] == every
+
+    refused = admin_module.NewTopic(
+        "zip-topic-snappy",
+        num_partitions=1,
+        replication_factor=3,
+        config={"compression.type": "snappy"},
+    )
+    with pytest.raises(kafka.KafkaException) as raised:
+        client.create_topics([refused])["zip-topic-snappy"].result(timeout=40)
+    assert raised.value.args[0].code() == kafka.KafkaError.INVALID_CONFIG
+    assert "does not write them" in raised.value.args[0].str()
