@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
+from tests.kafka.kafka_wire import started_cluster
 
 
 @pytest.fixture(scope="module")
@@ -15,10 +15,5 @@ def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClu
     # No initial rebalance delay (Kafka's 3 s default, test_initial_rebalance_delay.py): each
     # classic group a test starts would wait it out, which the suite's time cannot afford.
     flags = ("--set", "kafka.group_initial_rebalance_delay_ms=0")
-    cluster = LocalCluster.create(tmp_path_factory.mktemp("kafka"), node_count=3, node_flags=flags)
-    cluster.start()
-    try:
-        wait_for_controller(cluster.bootstrap, timeout_s=60)
+    with started_cluster(tmp_path_factory.mktemp("kafka"), flags=flags) as cluster:
         yield cluster
-    finally:
-        cluster.stop()

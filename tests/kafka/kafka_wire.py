@@ -12,6 +12,8 @@ import shutil
 import socket
 import struct
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from kio.static.primitive import Records, i16, i32, i32Timedelta
 
 from raftlog.client import Admin
 from raftlog.client.errors import TopicAlreadyExistsError
+from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 
 
@@ -120,3 +123,18 @@ def kcat_path() -> str:
     if path is None:
         pytest.skip("kcat is not installed (apt-get install -y kcat); the Makefile installs it")
     return path
+
+
+@contextlib.contextmanager
+def started_cluster(
+    directory: Path, *, node_count: int = 3, flags: tuple[str, ...] = ()
+) -> Iterator[LocalCluster]:
+    """A local cluster of `node_count` nodes started with `flags`, once it has a controller;
+    stopped on the way out."""
+    cluster = LocalCluster.create(directory, node_count=node_count, node_flags=flags)
+    cluster.start()
+    try:
+        wait_for_controller(cluster.bootstrap, timeout_s=60)
+        yield cluster
+    finally:
+        cluster.stop()

@@ -22,10 +22,9 @@ from kio.static.primitive import i32, i32Timedelta, i64
 
 from raftlog.client import Admin, Consumer
 from raftlog.client.errors import OffsetOutOfRangeError
-from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.segment import LOG_SUFFIX
-from tests.kafka.kafka_wire import kafka_call, wait_for_preferred_leaders
+from tests.kafka.kafka_wire import kafka_call, started_cluster, wait_for_preferred_leaders
 
 kafka = pytest.importorskip("confluent_kafka")
 admin_module = pytest.importorskip("confluent_kafka.admin")
@@ -35,15 +34,8 @@ admin_module = pytest.importorskip("confluent_kafka.admin")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # Retention looks every 200 ms, so segments below a moved log start go within the test.
     flags = ("--set", "retention_check_interval_ms=200")
-    made = LocalCluster.create(
-        tmp_path_factory.mktemp("delete-records"), node_count=3, node_flags=flags
-    )
-    made.start()
-    try:
-        wait_for_controller(made.bootstrap, timeout_s=60)
+    with started_cluster(tmp_path_factory.mktemp("delete-records"), flags=flags) as made:
         yield made
-    finally:
-        made.stop()
 
 
 def _topic(cluster: LocalCluster, name: str, partitions: int, **config: str) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from raftlog.client import Admin
-from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
+from tests.kafka.kafka_wire import started_cluster
 
 kafka = pytest.importorskip("confluent_kafka")
 
@@ -22,15 +22,9 @@ DELAY_MS = 1_000
 @pytest.fixture(scope="module")
 def delayed_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     flags = ("--set", f"kafka.group_initial_rebalance_delay_ms={DELAY_MS}")
-    cluster = LocalCluster.create(
-        tmp_path_factory.mktemp("kafka-delay"), node_count=1, node_flags=flags
-    )
-    cluster.start()
-    try:
-        wait_for_controller(cluster.bootstrap, timeout_s=60)
+    directory = tmp_path_factory.mktemp("kafka-delay")
+    with started_cluster(directory, node_count=1, flags=flags) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_consumers_started_together_share_the_first_generation(
