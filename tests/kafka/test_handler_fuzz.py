@@ -14,10 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
 from raftlog.rpc.kafka import APIS
-from tests.kafka.kafka_wire import kafka_call
+from tests.kafka.kafka_wire import kafka_call, started_cluster
 
 VERSIONS = [
     (api.key, v) for api in APIS.values() for v in range(api.version_min, api.version_max + 1)
@@ -29,13 +28,8 @@ BODY = st.lists(st.sampled_from([0, 0, 0, 0, 1, 2, 3, 0x7F, 0xFF]), max_size=60)
 
 @pytest.fixture(scope="module")
 def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    cluster = LocalCluster.create(tmp_path_factory.mktemp("kafka-fuzz"), node_count=1)
-    cluster.start()
-    try:
-        wait_for_controller(cluster.bootstrap, timeout_s=60)
+    with started_cluster(tmp_path_factory.mktemp("kafka-fuzz"), node_count=1) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def _send(port: int, api_key: int, version: int, body: bytes) -> None:

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from raftlog.client import Admin
-from raftlog.cluster_cli import wait_for_controller
 from raftlog.local_cluster import LocalCluster
-from tests.kafka.kafka_wire import create_topic
+from tests.kafka.kafka_wire import create_topic, started_cluster
 
 kafka = pytest.importorskip("confluent_kafka")
 
@@ -20,13 +19,8 @@ COUNT, KILL_AT = 3000, 1000
 
 @pytest.fixture
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    made = LocalCluster.create(tmp_path_factory.mktemp("kafka-kill"), node_count=3)
-    made.start()
-    try:
-        wait_for_controller(made.bootstrap, timeout_s=60)
+    with started_cluster(tmp_path_factory.mktemp("kafka-kill")) as made:
         yield made
-    finally:
-        made.stop()
 
 
 def test_acknowledged_records_survive_a_leader_kill_once_and_in_order(
