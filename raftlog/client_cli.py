@@ -73,26 +73,33 @@ def security_options(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def leaders_high_watermarks(
+def leaders_offsets(
     bootstrap: str, options: dict[str, Any], topic: TopicDescription
-) -> dict[int, str]:
-    """Each partition's high watermark as its leader knows it, for display ("unknown" when
-    no leader answers). The node that answered `describe` knows only the partitions it leads."""
+) -> dict[int, tuple[str, str]]:
+    """Each partition's (log start offset, high watermark) as its leader knows them, for
+    display ("unknown" when no leader answers). The node that answered `describe` knows
+    only the partitions it leads."""
     from raftlog.client import Consumer
     from raftlog.client.errors import ClientError
 
-    shown = {p.id: str(p.high_watermark) for p in topic.partitions if p.high_watermark >= 0}
+    shown = {
+        p.id: (str(p.log_start_offset), str(p.high_watermark))
+        for p in topic.partitions
+        if p.high_watermark >= 0
+    }
     missing = [p.id for p in topic.partitions if p.id not in shown]
     if not missing:
         return shown
     consumer = Consumer(bootstrap, request_timeout_ms=5_000, **options)
     try:
         for partition in missing:
+            tp = (topic.name, partition)
             try:
-                ends = consumer.end_offsets([(topic.name, partition)])
-                shown[partition] = str(next(iter(ends.values())))
+                start = next(iter(consumer.beginning_offsets([tp]).values()))
+                end = next(iter(consumer.end_offsets([tp]).values()))
+                shown[partition] = (str(start), str(end))
             except ClientError:
-                shown[partition] = "unknown"
+                shown[partition] = ("unknown", "unknown")
     finally:
         consumer.close()
     return shown
@@ -108,7 +115,9 @@ def add_client_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     for action in (create, *(actions.add_parser(a, help=f"{a} topics") for a in ("list",))):
         add_common_options(action)
-    describe = actions.add_parser("describe", help="partitions, leaders, replicas, watermarks")
+    describe = actions.add_parser(
+        "describe", help="partitions, leaders, replicas, log starts, watermarks"
+    )
     describe.add_argument("name")
     delete = actions.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
@@ -204,13 +213,15 @@ def _topic(args: argparse.Namespace) -> int:
             print(f"topic {topic.name} id {topic.topic_id} replication {topic.replication_factor}")
             for key, value in sorted(topic.config.items()):
                 print(f"  config {key}={value}")
-            watermarks = leaders_high_watermarks(
+            offsets = leaders_offsets(
                 resolve_bootstrap(args.bootstrap, args.dir), security_options(args), topic
             )
             for p in topic.partitions:
+                start, high_watermark = offsets[p.id]
                 print(
                     f"  partition {p.id}: leader {p.leader} epoch {p.epoch} "
-                    f"replicas {list(p.replicas)} high watermark {watermarks[p.id]}"
+                    f"replicas {list(p.replicas)} log start {start} high watermark "
+                    f"{high_watermark}"
                 )
         elif args.topic_command == "alter":
             topic = admin.alter_topic_config(

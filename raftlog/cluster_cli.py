@@ -339,7 +339,7 @@ def _down(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from raftlog.client import Admin
-    from raftlog.client_cli import leaders_high_watermarks, resolve_bootstrap
+    from raftlog.client_cli import leaders_offsets, resolve_bootstrap
 
     bootstrap = resolve_bootstrap(args.bootstrap, args.dir)
     try:
@@ -357,11 +357,11 @@ def _status(args: argparse.Namespace) -> int:
             )
         for name in admin.list_topics():
             topic = admin.describe_topic(name)
-            watermarks = leaders_high_watermarks(bootstrap, _status_client_options(args), topic)
+            offsets = leaders_offsets(bootstrap, _status_client_options(args), topic)
             for p in topic.partitions:
                 print(
                     f"  {name}-{p.id}: leader {p.leader} epoch {p.epoch} replicas "
-                    f"{list(p.replicas)} high watermark {watermarks[p.id]}"
+                    f"{list(p.replicas)} high watermark {offsets[p.id][1]}"
                     + (
                         f" moving: adding {list(p.adding_replicas)} removing "
                         f"{list(p.removing_replicas)}"

@@ -339,11 +339,12 @@ def test_a_follower_serves_committed_reads_only_when_asked(cluster3: LocalCluste
     assert high_watermark == leader_hw, "the follower's high watermark caught up"
 
 
-def test_topic_describe_shows_every_partitions_high_watermark_from_its_leader(
+def test_topic_describe_shows_every_partitions_offsets_from_its_leader(
     cluster3: LocalCluster,
 ) -> None:
-    """Only a partition's leader knows its high watermark; the CLI asks each leader, so the
-    node it happens to ask does not leave the partitions it does not lead at -1."""
+    """Only a partition's leader knows its log start and high watermark; the CLI asks each
+    leader, so the node it happens to ask does not leave the partitions it does not lead
+    at -1."""
     import subprocess
     import sys
 
@@ -365,3 +366,4 @@ def test_topic_describe_shows_every_partitions_high_watermark_from_its_leader(
         ).stdout
         watermarks = [int(line.rsplit(" ", 1)[1]) for line in shown.splitlines()[1:]]
         assert len(watermarks) == 3 and all(w >= 5 for w in watermarks), shown
+        assert all(" log start 0 " in line for line in shown.splitlines()[1:]), shown
