@@ -75,7 +75,7 @@ def apply_retention(
     """Drop whole expired segments, and those wholly below the log start DeleteRecords set,
     recording a snapshot at the cut first (Raft §7).
 
-    Only committed data is ever dropped: a cut above the commit offset waits. The snapshot
+    Only committed and applied data is ever dropped: a cut above either waits. The snapshot
     is what a follower behind the new log start receives instead of the missing entries.
     A cut past an open transaction's first offset waits too, until a marker ends it (the
     coordinator aborts a transaction past its timeout): it would drop records whose fate
@@ -93,7 +93,10 @@ def apply_retention(
     first_open = replica.first_open_transaction_offset()
     if first_open is not None and first_open < point:
         return
-    offset = Offset(min(point, replica.group.node.commit_offset + 1) - 1)
+    # The snapshot carries the producer table as applied, so the cut never passes what the
+    # replica applied (a follower may have committed entries it has not yet made durable).
+    cut_max = min(replica.group.node.commit_offset, replica.applied_offset) + 1
+    offset = Offset(min(point, cut_max) - 1)
     snapshot = storage.snapshot()
     if offset < storage.first_offset() or (snapshot and offset <= snapshot.meta.offset):
         return

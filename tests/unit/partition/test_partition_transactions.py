@@ -243,6 +243,48 @@ def test_retention_never_cuts_past_an_open_transaction() -> None:
     assert partition.leader.first_open_transaction_offset() == first_7
 
 
+class _CutLog(_ExpiredLog):
+    """Storage whose segments below `point` have all expired; records the cuts."""
+
+    def __init__(self, point: int) -> None:
+        super().__init__(point)
+        self.cuts: list[int] = []
+
+    def segment_start_at_or_below(self, offset: int) -> None:
+        return None
+
+    def compact(self, snapshot: Any) -> None:
+        self.cuts.append(int(snapshot.meta.offset))
+
+
+class _Lagging:
+    """A replica whose producer table was applied only up to `applied_offset`."""
+
+    def __init__(self, replica: Any, applied_offset: int) -> None:
+        self._replica = replica
+        self.applied_offset = applied_offset
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._replica, name)
+
+
+def test_retention_never_cuts_past_what_the_replica_applied() -> None:
+    # The snapshot at the cut carries the producer table as applied: a cut past it would
+    # drop entries whose producers the table never saw.
+    partition = ReplicaGroups()
+    for sequence in (0, 2, 4):  # two records a batch
+        _produce(partition, _batch(5, sequence, transactional=False))
+    leader = partition.leader
+    end = leader.raft_high_watermark
+    assert leader.applied_offset == end - 1
+    bootstrap = partition.groups[LEADER].bootstrap_membership
+    storage = _CutLog(end)
+    apply_retention(_Lagging(leader, end - 3), storage, bootstrap, 0)  # type: ignore[arg-type]
+    assert storage.cuts == []
+    apply_retention(leader, storage, bootstrap, 0)  # type: ignore[arg-type]
+    assert storage.cuts == [end - 1]
+
+
 def test_compaction_drops_the_records_of_aborted_transactions_only() -> None:
     aborted = aborted_batches([AbortedTxn(7, 10, 15), AbortedTxn(8, 3, 4)])
 
