@@ -715,33 +715,37 @@ class PartitionReplica:
         """KIP-890 part 1: the first transactional batch of a producer's transaction here
         is accepted only if the coordinator added this partition to that transaction at
         that epoch; InvalidTxnStateError (nothing written) otherwise. Fenced batches and
-        duplicates are left to the sequence checks. A request of a producer whose earlier
-        request is still being verified waits for that one first: a pipelining producer's
-        next batch would otherwise overtake it and be refused OUT_OF_ORDER_SEQUENCE. True
-        when it awaited anything (the caller checks leadership again)."""
+        duplicates are left to the sequence checks. True when it awaited anything (the
+        caller checks leadership again).
+
+        While a request of a producer waits here, the producer's later requests queue
+        behind it, each in turn (`_txn_verifying` holds the last one's gate, done just
+        before it returns to propose): a pipelining producer's next batch would otherwise
+        overtake it and be refused OUT_OF_ORDER_SEQUENCE. A waiting request's own gate stays
+        until it proposed, so a request that arrives while the one before it is waking
+        waits as well."""
         assert self._txn_verifier is not None
-        producer_ids = {h.producer_id for h in headers if h.is_transactional and h.producer_id >= 0}
-        waited = False
-        for producer_id in sorted(producer_ids):
-            pending = self._txn_verifying.get(producer_id)
-            if pending is not None:
-                await asyncio.shield(pending)  # its failure is its own request's
-                waited = True
-        first_batches = self._first_transactional_batches(headers)
-        if not first_batches:
-            return waited
+        producer_ids = sorted({h.producer_id for h in headers if h.producer_id >= 0})
+        earlier = [
+            gate for pid in producer_ids if (gate := self._txn_verifying.get(pid)) is not None
+        ]
+        if not earlier and not self._first_transactional_batches(headers):
+            return False
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        for producer_id, _ in first_batches:
+        for producer_id in producer_ids:
             self._txn_verifying[producer_id] = done
         try:
-            for producer_id, epoch in first_batches:
+            for gate in earlier:
+                await asyncio.shield(gate)  # its failure is its own request's
+            self._require_leader()  # it may have lost leadership while it waited
+            for producer_id, epoch in self._first_transactional_batches(headers):
                 if not await self._txn_verifier(producer_id, epoch):
                     raise InvalidTxnStateError(
                         f"{self.topic}-{self.partition} is not in the ongoing transaction of "
                         f"producer {producer_id} at epoch {epoch}"
                     )
         finally:
-            for producer_id, _ in first_batches:
+            for producer_id in producer_ids:
                 if self._txn_verifying.get(producer_id) is done:
                     del self._txn_verifying[producer_id]
             # Wakes the producer's next request; this one proposes before it runs (no
@@ -787,6 +791,9 @@ class PartitionReplica:
         self.group.node.check_propose(sum(len(batch) for batch in batches))
 
     def _leader_view(self) -> ProducerStateTable:
+        # Copied from the applied table only by a ready leader: it then holds every entry
+        # of earlier terms, and the leader's own appends are added as they are proposed.
+        assert self.is_leader_ready(), (self.topic, self.partition)
         term = self.group.node.term
         if self._leader_producers is None or self._leader_producers_term != term:
             self._leader_producers = self._committed_producers.copy()

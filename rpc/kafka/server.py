@@ -4,6 +4,12 @@ Theory of operation. Bytes go into the connection's `FrameDecoder`; each whole f
 decoded (header, then body with kio) and its handler started at once as a task, so a client
 that pipelines requests (a producer with several in flight) has them all under way, and
 handlers start in arrival order (a partition sees a producer's batches in the order sent).
+A Produce that has to wait for an earlier request of another kind (`predecessors`) holds
+back every later Produce until its own handler has begun: the task of a request whose wait
+just ended runs a turn of the loop later, and a Produce arriving in that turn, with nothing
+left to wait for, would reach the partition first, where the producer's next batch is
+refused OUT_OF_ORDER_SEQUENCE (fatal to librdkafka) and the batch before it acknowledged.
+
 Responses leave strictly in request order, as Kafka requires: a handler's task, once its
 handler returns, writes its own response if it is the oldest pending request, then every
 later one already answered (`_write_answered`); one that finishes early leaves its response
@@ -74,6 +80,9 @@ class _Pending:
     error: BaseException | None = None
     # The produce being timed stage by stage (produce_trace), if any.
     trace: RequestTrace | None = None
+    # A Produce that waits for earlier requests: done once its handler has begun, which
+    # later Produce requests wait for (None: it began in its task's first step).
+    began: asyncio.Future[None] | None = None
 
     def answer(self, response: Any | None) -> None:
         self.response, self.answered = response, True
@@ -243,12 +252,11 @@ class _Connection(asyncio.Protocol):
         )
         if header.client_id != self._context.client_id:
             self._context = dataclasses.replace(self._context, client_id=header.client_id or "")
-        handler = _after(
-            self._predecessors(header.api_key),
-            api.handler(self._context, request, header.api_version),
-        )
-        pending = _Pending(header, header.api_version, trace=trace)
         loop = asyncio.get_running_loop()
+        pending = _Pending(header, header.api_version, trace=trace)
+        handler = in_order(
+            self._pending, pending, api.handler(self._context, request, header.api_version)
+        )
         if trace is None:
             pending.task = loop.create_task(self._serve(pending, handler))
             return pending
@@ -257,22 +265,6 @@ class _Connection(asyncio.Protocol):
         context.run(trace.attach)
         pending.task = loop.create_task(self._serve(pending, handler), context=context)
         return pending
-
-    def _predecessors(self, api_key: int) -> list[asyncio.Task[None]]:
-        """The earlier requests of this connection a request's handler must wait for.
-
-        Kafka serves a connection's requests one at a time, and clients count on it: librdkafka
-        pipelines EndTxn behind AddPartitionsToTxn, which must see the partitions added. Only
-        Produce requests overlap one another (a pipelining producer's batches, started in
-        order, so each partition sees them in the order sent); any other request starts once
-        every earlier one is served, and a Produce once every earlier other request is."""
-        return [
-            earlier.task
-            for earlier in self._pending
-            if earlier.task is not None
-            and not earlier.answered
-            and (api_key != PRODUCE_API_KEY or earlier.header.api_key != PRODUCE_API_KEY)
-        ]
 
     async def _serve(self, pending: _Pending, handler: Coroutine[Any, Any, Any | None]) -> None:
         """Run the handler, then write every response now due, in this same step."""
@@ -358,14 +350,66 @@ class _Connection(asyncio.Protocol):
             transport.abort()
 
 
+def in_order(
+    pending: collections.deque[_Pending],
+    request: _Pending,
+    handler: Coroutine[Any, Any, Any | None],
+) -> Coroutine[Any, Any, Any | None]:
+    """`handler` of the connection's new `request`, to run once the connection's `pending`
+    requests (oldest first) that it must follow allow (`predecessors`)."""
+    earlier = predecessors(pending, request.header.api_key)
+    if earlier and request.header.api_key == PRODUCE_API_KEY:
+        request.began = asyncio.get_running_loop().create_future()
+    return _after(earlier, request.began, handler)
+
+
+def predecessors(pending: collections.deque[_Pending], api_key: int) -> list[asyncio.Future[None]]:
+    """What a new request of the connection waits for before its handler begins, given the
+    connection's `pending` requests (oldest first).
+
+    Kafka serves a connection's requests one at a time, and clients count on it: librdkafka
+    pipelines EndTxn behind AddPartitionsToTxn, which must see the partitions added. Only
+    Produce requests overlap one another (a pipelining producer's batches): any other
+    request waits until every earlier one is served. A Produce waits until every earlier
+    request of another kind is served, and until every earlier Produce that had to wait has
+    begun (`_Pending.began`); one that did not wait began in its task's first step, which
+    runs before this one's. Each partition thus sees a producer's batches in the order sent.
+    """
+    waits: list[asyncio.Future[None]] = []
+    for earlier in pending:
+        if earlier.answered or earlier.task is None:
+            continue
+        if api_key != PRODUCE_API_KEY or earlier.header.api_key != PRODUCE_API_KEY:
+            waits.append(earlier.task)
+        elif earlier.began is not None and not earlier.began.done():
+            waits.append(earlier.began)
+    return waits
+
+
 async def _after(
-    earlier: list[asyncio.Task[None]], handler: Coroutine[Any, Any, Any | None]
+    earlier: list[asyncio.Future[None]],
+    began: asyncio.Future[None] | None,
+    handler: Coroutine[Any, Any, Any | None],
 ) -> Any | None:
-    """Run `handler` once every task in `earlier` is done (whatever their outcome)."""
-    if earlier:
-        try:
+    """Run `handler` once everything in `earlier` is done (whatever the outcome), and mark
+    `began` done right behind the handler's first step.
+
+    `began` is completed by a callback queued *before* the handler runs: the handler's
+    first step queues its partition calls first (asyncio runs callbacks in the order
+    queued), so a later Produce, woken by `began`, queues its own calls behind them."""
+    try:
+        if earlier:
             await asyncio.wait(earlier)
-        except BaseException:
-            handler.close()  # never started: no "never awaited" warning
-            raise
+    except BaseException:
+        handler.close()  # never started: no "never awaited" warning
+        if began is not None and not began.done():
+            began.set_result(None)  # the connection is going: nothing waits for order
+        raise
+    if began is not None:
+        asyncio.get_running_loop().call_soon(_begin, began)
     return await handler
+
+
+def _begin(began: asyncio.Future[None]) -> None:
+    if not began.done():
+        began.set_result(None)

@@ -304,6 +304,16 @@ def _kill_between_prepare_and_marker(
     partition, victim = _victim(cluster, controller=coordinator_too)
     address = cluster.nodes[victim].client_address
     assert send_fault_rules(address, {"hold_txn_markers": True}, 10)
+    try:
+        _hold_then_kill(cluster, round_, partition, victim, commit=commit)
+    finally:
+        if cluster.is_running(victim):  # failed before the kill: the next tests need markers
+            send_fault_rules(address, {"hold_txn_markers": False}, 10)
+
+
+def _hold_then_kill(
+    cluster: LocalCluster, round_: int, partition: int, victim: int, *, commit: bool
+) -> None:
     producer = transactional_producer(cluster.kafka_bootstrap, f"kill-before-marker-{round_}")
     producer.begin_transaction()
     written = _produce(producer, f"b{round_}")

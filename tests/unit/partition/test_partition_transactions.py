@@ -368,3 +368,52 @@ def test_a_pipelined_request_waits_for_the_verification_of_the_one_before() -> N
     first_offset, second_offset = asyncio.run(scenario())
     assert second_offset == first_offset + 2
     assert coordinator.asked == [(7, 0)]  # the second found the transaction open
+
+
+def test_a_request_arriving_as_the_verified_one_proposes_waits_for_the_one_behind_it() -> None:
+    """Three pipelined requests of one transaction: the first waits for the coordinator, the
+    second for the first. The third arrives in the turn the first proposes, before the
+    second has woken: it must queue behind the second, not propose past it (found by
+    tests/kafka/test_transaction_faults.py on a loaded machine, at the Kafka listener)."""
+
+    class SlowCoordinator(Coordinator):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def __call__(self, producer_id: int, epoch: int) -> bool:
+            self.asked.append((producer_id, epoch))
+            await self.release.wait()
+            return (producer_id, epoch) in self.added
+
+    coordinator = SlowCoordinator()
+    coordinator.added = {(7, 0)}
+    partition = ReplicaGroups(txn_verifier=coordinator)
+
+    async def scenario() -> list[int]:
+        leader = partition.leader
+
+        def produce(sequence: int) -> asyncio.Future[Any]:
+            return asyncio.ensure_future(
+                leader.produce(
+                    [_batch(7, sequence)], commitment=Commitment.QUORUM, timeout_s=TIMEOUT_S
+                )
+            )
+
+        requests = [produce(0)]
+        await asyncio.sleep(0)
+        requests.append(produce(2))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert not any(r.done() for r in requests)
+        coordinator.release.set()
+        await asyncio.sleep(0)  # the first is verified and proposes in this turn
+        requests.append(produce(4))
+        while not all(r.done() for r in requests):
+            await asyncio.sleep(0)
+            partition.settle()
+        return [r.result().base_offset for r in requests]
+
+    offsets = asyncio.run(scenario())
+    assert offsets == [offsets[0], offsets[0] + 2, offsets[0] + 4]
+    assert coordinator.asked == [(7, 0)]
