@@ -908,10 +908,7 @@ def _ratio(value: str) -> str | None:
 _RATIO = re.compile(r"(0|1)(\.[0-9]{1,6})?")
 
 
-def _compression_type(value: str) -> str | None:
-    if value == "snappy":
-        return "raftlog reads snappy batches but does not write them: use lz4, zstd or gzip"
-    return _one_of("producer", "uncompressed", "gzip", "lz4", "zstd")(value)
+_compression_type = _one_of("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
 
 
 # Topic config keys and their value checks (Kafka's names). -1 means "unlimited" for

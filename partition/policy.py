@@ -59,6 +59,7 @@ _COMPRESSION_TYPES = {
     "producer": None,
     "uncompressed": Compression.NONE,
     "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
 }

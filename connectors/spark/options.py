@@ -135,7 +135,7 @@ class SinkOptions:
     topic: str | None = None
     linger_ms: int = 5
     buffer_bytes_max: int = 32 * MIB
-    compression: Literal["lz4", "zstd", "gzip"] | None = None
+    compression: Literal["lz4", "zstd", "gzip", "snappy"] | None = None
     delivery_timeout_ms: int = 120_000
 
 
@@ -354,8 +354,10 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate a sink's options; `ConfigError` names the first option that is wrong."""
     raw = _canonical(options, _SINK_OPTIONS, "sink")
     compression = raw.get("compression", "none").strip().lower()
-    if compression not in ("none", "lz4", "zstd", "gzip"):
-        raise ConfigError(f"compression: must be none, lz4, zstd or gzip, got {compression!r}")
+    if compression not in ("none", "lz4", "zstd", "gzip", "snappy"):
+        raise ConfigError(
+            f"compression: must be none, lz4, zstd, gzip or snappy, got {compression!r}"
+        )
     topic = raw.get("topic")
     result = SinkOptions(
         bootstrap=_bootstrap(raw),

@@ -105,6 +105,7 @@ _CODECS = {
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
     "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
 }
 # Outcome of one batch: delivered at a base offset, or failed with an error.
 Outcome = tuple[ProducerBatch, int | None, Exception | None]

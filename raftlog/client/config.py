@@ -31,7 +31,7 @@ MIB = 1024 * KIB
 IDEMPOTENT_IN_FLIGHT_MAX = 5
 
 AcksOption = Literal["all", 1, 0, -1]
-CompressionOption = Literal["lz4", "zstd", "gzip"] | None
+CompressionOption = Literal["lz4", "zstd", "gzip", "snappy"] | None
 AutoOffsetReset = Literal["earliest", "latest", "error"]
 # Kafka's isolation.level: read_committed reads up to the last stable offset and skips the
 # records of aborted transactions (docs/transactions.md).
@@ -118,9 +118,9 @@ class ProducerConfig:
             self.acks in ("all", 1, 0, -1), "acks", f"must be 'all', 1 or 0, got {self.acks!r}"
         )
         _require(
-            self.compression in (None, "lz4", "zstd", "gzip"),
+            self.compression in (None, "lz4", "zstd", "gzip", "snappy"),
             "compression",
-            f"must be None, 'lz4', 'zstd' or 'gzip', got {self.compression!r}",
+            f"must be None, 'lz4', 'zstd', 'gzip' or 'snappy', got {self.compression!r}",
         )
         _require(self.batch_bytes_max >= 1 * KIB, "batch_bytes_max", "must be >= 1 KiB")
         _require(

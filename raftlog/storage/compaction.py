@@ -19,8 +19,8 @@ reader steps over (it reads on at the batch's last offset + 1). A follower that 
 cleaned batch appends exactly what the leader holds. The price is 61 bytes per batch that
 lost all its records, which bounds how small a cleaned log gets (docs/compaction.md).
 Kept records are copied byte for byte (their offset and timestamp deltas are relative to
-the unchanged header); a compressed batch is recompressed with its codec (Snappy, which
-raftlog cannot write, and empty batches become uncompressed).
+the unchanged header); a compressed batch is recompressed with its codec (an empty batch
+becomes uncompressed).
 
 Transactions (Kafka's cleaner): a batch of an aborted transaction (`BatchAborted`, which the
 caller answers from the aborted-transaction index, `raftlog.storage.txn_index`) loses every
@@ -245,7 +245,7 @@ def clean_batch(
     section = b"".join(data[s[0] : s[1]] for s in kept)
     attributes = header.attributes
     codec = header.compression
-    if not kept or codec is Compression.SNAPPY:
+    if not kept:
         attributes &= ~ATTR_COMPRESSION_MASK
     elif codec is not Compression.NONE:
         section = compress(codec, section)

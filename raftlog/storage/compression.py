@@ -6,8 +6,8 @@ write and read the same streams as Kafka clients:
 
     codec   stream                                   written with
     GZIP    RFC 1952 members (concatenation allowed)  stdlib zlib, mtime 0 (deterministic)
-    SNAPPY  raw snappy, or xerial-framed blocks      read only (cramjam); writing it is
-            (librdkafka writes raw, the JVM framed)  refused with an error naming the codec
+    SNAPPY  raw snappy, or xerial-framed blocks      cramjam; written xerial-framed in 32 KiB
+            (librdkafka writes raw, the JVM framed)  blocks, as Kafka's JVM code writes it
     LZ4     LZ4 *frame* format, independent blocks   lz4.frame, as kafka-python writes it
     ZSTD    zstd frames                              zstandard, as kafka-python writes it
 
@@ -47,6 +47,10 @@ _DECOMPRESS_CHUNK_BYTES = 1 << 20
 # client writes before its length-prefixed snappy blocks.
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_BYTES = 16
+# Written after the magic: snappy-java's stream version and the oldest it is compatible with.
+_XERIAL_VERSIONS = (1).to_bytes(4, "big") * 2
+# snappy-java's default block: the uncompressed bytes each framed block holds at most.
+_XERIAL_BLOCK_BYTES = 32 * 1024
 
 
 class CompressionError(ValueError):
@@ -54,7 +58,7 @@ class CompressionError(ValueError):
 
 
 def compress(codec: Compression, data: bytes) -> bytes:
-    """Compress a records section with `codec` (not NONE, not SNAPPY)."""
+    """Compress a records section with `codec` (not NONE)."""
     assert codec is not Compression.NONE, "NONE is not a compression codec"
     if codec is Compression.LZ4:
         result: bytes = _lz4_frame.compress(data, block_linked=_LZ4_BLOCK_LINKED)
@@ -62,6 +66,8 @@ def compress(codec: Compression, data: bytes) -> bytes:
         result = _zstd.ZstdCompressor().compress(data)
     elif codec is Compression.GZIP:
         result = _gzip_compress(data)
+    elif codec is Compression.SNAPPY:
+        result = _snappy_compress(data)
     else:
         raise ValueError(f"compression codec {codec.name} is not supported by raftlog")
     assert len(result) > 0, codec
@@ -97,6 +103,16 @@ def decompress(codec: Compression, data: bytes | memoryview, *, bytes_max: int) 
 
 def _too_large(codec: str, bytes_max: int) -> CompressionError:
     return CompressionError(f"{codec} records expand past decompressed_bytes_max={bytes_max} bytes")
+
+
+def _snappy_compress(data: bytes) -> bytes:
+    """xerial framing, as Kafka's JVM producer and broker write snappy (every client reads
+    it; librdkafka's raw form would leave the JVM's reader to guess the stream's kind)."""
+    parts = [_XERIAL_MAGIC, _XERIAL_VERSIONS]
+    for start in range(0, max(len(data), 1), _XERIAL_BLOCK_BYTES):
+        block = bytes(_cramjam.snappy.compress_raw(data[start : start + _XERIAL_BLOCK_BYTES]))
+        parts += [len(block).to_bytes(4, "big"), block]
+    return b"".join(parts)
 
 
 def _snappy_decompress(data: bytes, bytes_max: int) -> bytes:

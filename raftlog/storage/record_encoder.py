@@ -50,8 +50,8 @@ def encode_batch(
 ) -> bytes:
     """Build one RecordBatch v2 holding `records` at offsets `base_offset + i`.
 
-    Raises `ValueError` naming the argument for an empty batch, a value out of its field's
-    range, or a codec raftlog cannot write (SNAPPY).
+    Raises `ValueError` naming the argument for an empty batch or a value out of its
+    field's range.
     """
     require_range("producer_id", producer_id, INT64)
     require_range("producer_epoch", producer_epoch, INT16)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from raftlog.client import Consumer
+from raftlog.client import Consumer, Producer
 from raftlog.local_cluster import LocalCluster
 from raftlog.storage.batch import Compression, parse_header
 from tests.kafka.kafka_wire import create_topic, kcat_path
@@ -141,6 +141,15 @@ def _stored_codecs(cluster: LocalCluster, topic: str) -> set[Compression]:
     return codecs
 
 
+def _snappy_read_by_every_client(cluster: LocalCluster, topic: str) -> None:
+    boot = cluster.kafka_bootstrap
+    assert _stored_codecs(cluster, topic) == {Compression.SNAPPY}
+    assert _kafka_python_keys(boot, topic) == KEYS
+    assert _aiokafka_keys(boot, topic) == KEYS
+    assert _kcat_keys(boot, topic) == KEYS
+    assert _raftlog_keys(cluster.bootstrap, topic) == KEYS
+
+
 def test_snappy_batches_are_stored_as_sent_and_read_by_every_client(
     kafka_cluster: LocalCluster,
 ) -> None:
@@ -148,11 +157,18 @@ def test_snappy_batches_are_stored_as_sent_and_read_by_every_client(
     create_topic(kafka_cluster, topic, partitions=1)
     boot = kafka_cluster.kafka_bootstrap
     assert _produce(boot, topic, "snappy") == []
-    assert _stored_codecs(kafka_cluster, topic) == {Compression.SNAPPY}
-    assert _kafka_python_keys(boot, topic) == KEYS
-    assert _aiokafka_keys(boot, topic) == KEYS
-    assert _kcat_keys(boot, topic) == KEYS
-    assert _raftlog_keys(kafka_cluster.bootstrap, topic) == KEYS
+    _snappy_read_by_every_client(kafka_cluster, topic)
+
+
+def _topic_in_codec(client: Any, codec: str) -> str:
+    """A new topic `zip-topic-<codec>` whose compression.type is `codec`; its name."""
+    admin_module = pytest.importorskip("confluent_kafka.admin")
+    topic = f"zip-topic-{codec}"
+    new = admin_module.NewTopic(
+        topic, num_partitions=1, replication_factor=3, config={"compression.type": codec}
+    )
+    client.create_topics([new], operation_timeout=30)[topic].result(timeout=40)
+    return topic
 
 
 def test_a_topics_compression_type_recompresses_batches_on_the_leader(
@@ -163,11 +179,7 @@ def test_a_topics_compression_type_recompresses_batches_on_the_leader(
     admin_module = pytest.importorskip("confluent_kafka.admin")
     boot = kafka_cluster.kafka_bootstrap
     client = admin_module.AdminClient({"bootstrap.servers": boot})
-    topic = "zip-topic-zstd"
-    new = admin_module.NewTopic(
-        topic, num_partitions=1, replication_factor=3, config={"compression.type": "zstd"}
-    )
-    client.create_topics([new], operation_timeout=30)[topic].result(timeout=40)
+    topic = _topic_in_codec(client, "zstd")
     assert _produce(boot, topic, "snappy") == []
     assert _stored_codecs(kafka_cluster, topic) == {Compression.ZSTD}
     assert _kafka_python_keys(boot, topic) == KEYS
@@ -198,12 +210,35 @@ def test_a_topics_compression_type_recompresses_batches_on_the_leader(
         assert [r.key for r, _ in zip(consumer, range(2 * COUNT), strict=False)] == every
 
     refused = admin_module.NewTopic(
-        "zip-topic-snappy",
+        "zip-topic-brotli",
         num_partitions=1,
         replication_factor=3,
-        config={"compression.type": "snappy"},
+        config={"compression.type": "brotli"},
     )
     with pytest.raises(kafka.KafkaException) as raised:
-        client.create_topics([refused])["zip-topic-snappy"].result(timeout=40)
+        client.create_topics([refused])["zip-topic-brotli"].result(timeout=40)
     assert raised.value.args[0].code() == kafka.KafkaError.INVALID_CONFIG
-    assert "does not write them" in raised.value.args[0].str()
+    assert "snappy" in raised.value.args[0].str()  # the message lists the codecs allowed
+
+
+def test_a_snappy_topic_is_written_xerial_framed_and_read_by_every_client(
+    kafka_cluster: LocalCluster,
+) -> None:
+    """compression.type=snappy: zstd batches from librdkafka are stored as snappy (xerial
+    framing, as Kafka's JVM code writes it) and every client reads them; raftlog's own
+    producer writes snappy too."""
+    admin_module = pytest.importorskip("confluent_kafka.admin")
+    boot = kafka_cluster.kafka_bootstrap
+    topic = _topic_in_codec(admin_module.AdminClient({"bootstrap.servers": boot}), "snappy")
+    assert _produce(boot, topic, "zstd") == []
+    _snappy_read_by_every_client(kafka_cluster, topic)
+
+    own = "zip-own-snappy"
+    create_topic(kafka_cluster, own, partitions=1)
+    with Producer(kafka_cluster.bootstrap, compression="snappy") as producer:
+        for i in range(COUNT):
+            producer.send(own, key=b"%d" % i, value=b"compressible " * 20, partition=0)
+        producer.flush()
+    assert _stored_codecs(kafka_cluster, own) == {Compression.SNAPPY}
+    assert _kafka_python_keys(boot, own) == KEYS
+    assert _kcat_keys(boot, own) == KEYS

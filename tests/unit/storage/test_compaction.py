@@ -132,7 +132,7 @@ def headers(log: SegmentedLog) -> list[Any]:
     return out
 
 
-@pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP, Compression.ZSTD])
+@pytest.mark.parametrize("codec", list(Compression))
 def test_clean_batch_keeps_header_fields(codec: Compression) -> None:
     batch = encode_batch(
         [RecordInput(b"a", b"1", 10), RecordInput(b"b", None, 12), RecordInput(b"a", b"2", 15)],
@@ -148,6 +148,7 @@ def test_clean_batch_keeps_header_fields(codec: Compression) -> None:
     same = ("base_offset", "partition_leader_epoch", "last_offset_delta", "first_timestamp",
             "max_timestamp", "producer_id", "producer_epoch", "base_sequence")  # fmt: skip
     assert all(getattr(after.header, f) == getattr(before.header, f) for f in same)
+    assert after.header.compression is codec
     emptied, removed = clean_batch(batch, lambda *_: False)
     assert removed == 3 and decode_batch(emptied).records == ()
     assert decode_batch(emptied).header.last_offset == 42

@@ -14,7 +14,7 @@ from raftlog.storage.recompression import recompress_batch
 from raftlog.storage.record_decoder import decode_batch
 from raftlog.storage.records import RecordInput, encode_batch, encode_txn_marker
 
-WRITABLE = [Compression.NONE, Compression.GZIP, Compression.LZ4, Compression.ZSTD]
+WRITABLE = list(Compression)
 BOUND = 1 << 20
 
 
