@@ -2,7 +2,7 @@
 
 Theory of operation. The test builds raftlog:local with `make image` when it is missing (253 s
 measured from nothing here: the debootstrap base, wheels, the docker build; later runs reuse
-the image and take about 30 s), starts deploy/compose-3.yml under a project name of its own, waits
+the image and take about 30 s; `.ci/run` builds it beside `make install`, before the suite), starts deploy/compose-3.yml under a project name of its own, waits
 until every container's health check passes and the metadata quorum has a controller, then
 produces keyed records with acks=all from the host through the published client ports and reads
 every partition back: each acknowledged record must come back exactly once, at its acknowledged
