@@ -1,16 +1,16 @@
 """The compose clusters, end to end: image, health checks, volumes and a produce/consume trip.
 
 Theory of operation. The test builds raftlog:local with `make image` when it is missing (253 s
-measured from nothing here: the debootstrap base, wheels, the docker build; later runs reuse
-the image and take about 30 s; `.ci/run` builds it beside `make install`, before the suite), starts deploy/compose-3.yml under a project name of its own, waits
-until every container's health check passes and the metadata quorum has a controller, then
-produces keyed records with acks=all from the host through the published client ports and reads
-every partition back: each acknowledged record must come back exactly once, at its acknowledged
-offset, in offset order. Then `down` removes the containers and the network (the volumes stay)
-and `up` recreates them, one node at a time in the reverse order so that they come back on
-other addresses, as containers, pods and moved VMs do: the topic and every acknowledged record
-must be there and produce must work. `down -v` removes the containers, the network and the
-volumes even when the test fails.
+measured from nothing here: the debootstrap base, wheels, the docker build; later runs reuse the
+image and take about 30 s; `.ci/run` builds it beside `make install`, before the suite), starts
+deploy/compose-3.yml under a project name of its own, waits until every container's health check
+passes and the metadata quorum has a controller, then produces keyed records with acks=all from the
+host through the published client ports and reads every partition back: each acknowledged record
+must come back exactly once, at its acknowledged offset, in offset order. Then `down` removes the
+containers and the network (the volumes stay) and `up` recreates them, one node at a time in the
+reverse order so that they come back on other addresses, as containers, pods and moved VMs do: the
+topic and every acknowledged record must be there and produce must work. `down -v` removes the
+containers, the network and the volumes even when the test fails.
 
 So that it can run while someone else's compose cluster or local cluster is up, the test picks
 the published ports (9091-9093 when free) and the private subnet (one not used by any docker
