@@ -233,9 +233,10 @@ class KafkaDelayProxy(TcpProxy):
         return hold
 
     def _responses(self, node: socket.socket, client: socket.socket) -> None:
-        """Node to client, as is; after the client left, the node's answers are read and dropped."""
-        node.settimeout(POLL_S * 4)
+        """Node to client, as is; after the client left, the node's answers are read and dropped.
+        The request thread may have closed both sockets before this thread first ran."""
         try:
+            node.settimeout(POLL_S * 4)
             while not self._stopping.is_set():
                 try:
                     data = node.recv(CHUNK_BYTES)

@@ -872,6 +872,22 @@ def test_the_chaos_final_read_does_not_take_a_hanging_transaction_for_the_end(bo
     committer.begin_transaction()  # type: ignore[attr-defined]
     committer.produce("txn-final", value=b"final-committed", partition=0)  # type: ignore[attr-defined]
     committer.commit_transaction(30)  # type: ignore[attr-defined]
+    # EndTxn is answered once the decision is committed; the COMMIT marker follows it, as in
+    # Kafka. The end the final read takes must include it.
+    watermarks = kafka.Consumer(
+        {
+            "bootstrap.servers": boot,
+            "group.id": "txn-final-probe",
+            "isolation.level": "read_uncommitted",  # else the answer is the LSO, held at 0
+        }
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while watermarks.get_watermark_offsets(kafka.TopicPartition("txn-final", 0), 10)[1] < 3:
+            assert time.monotonic() < deadline, "the COMMIT marker was not written in 30 s"
+            time.sleep(0.05)
+    finally:
+        watermarks.close()
 
     recorder = HistoryRecorder(time.monotonic_ns)
     options = TxnOptions(topics=("txn-final",), partitions=1, final_read_timeout_s=3.0)
