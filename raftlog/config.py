@@ -426,6 +426,12 @@ class NodeConfig:
     # for a second, so a stalling disk does not stall the loop.
     sync_on_loop_bytes_max: int = 256 * KIB
     sync_on_loop_slow_ms: int = 5
+    # When a flush's durable mark (raftlog.storage.durable_mark) is fsynced: "deferred" by
+    # the node's mark thread, off the acknowledgement's path (one fsync in series instead of
+    # two; a power loss in the moment after can leave a mark that claims less, never more);
+    # "in_flush" before anything is acknowledged. docs/storage-faults.md, "What the mark
+    # costs", has the measurement.
+    durable_mark_sync: Literal["deferred", "in_flush"] = "deferred"
     # Partition groups a node creates in one turn of its event loop (a topic created, a
     # restart), bounded by count and by loop time (at least one a turn): the rest wait for
     # later turns, so heartbeats and the groups already running are served in between
@@ -498,6 +504,11 @@ class NodeConfig:
             self.event_loop in ("uvloop", "asyncio"),
             "event_loop",
             f"must be 'uvloop' or 'asyncio', got {self.event_loop!r}",
+        )
+        _require(
+            self.durable_mark_sync in ("deferred", "in_flush"),
+            "durable_mark_sync",
+            f"must be 'deferred' or 'in_flush', got {self.durable_mark_sync!r}",
         )
         _require(
             self.sync_on_loop_bytes_max >= 0,

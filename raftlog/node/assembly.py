@@ -33,6 +33,7 @@ from raftlog.rpc.txn_marker_calls import TxnMarkerCalls
 from raftlog.runtime.host import RaftGroupHost
 from raftlog.settings import NodeSettings
 from raftlog.storage.chaos_file_system import ChaosFileSystem
+from raftlog.storage.durable_mark import INLINE_MARK_SYNCER, process_mark_syncer
 from raftlog.storage.file_system import DATA_DIRECTORY_MODE, FileSystem, OsFileSystem
 from raftlog.storage.wall_clock import SystemWallClock, WallClock
 from raftlog.types import NodeId
@@ -169,6 +170,11 @@ def raft_group_factory(node: Node) -> RaftGroupFactory:
         files=node.files,
         wall_clock=node.wall_clock,
         rng=node.rng,
+        mark_syncer=(
+            process_mark_syncer()
+            if node.config.durable_mark_sync == "deferred"
+            else INLINE_MARK_SYNCER
+        ),
     )
 
 

@@ -19,6 +19,7 @@ from raftlog.partition.replica import PartitionReplica
 from raftlog.raft.node import RaftNode
 from raftlog.raft.types import HardState, Membership
 from raftlog.runtime.group import RaftGroup, StateMachine
+from raftlog.storage.durable_mark import MarkSyncer
 from raftlog.storage.file_system import FileSystem
 from raftlog.storage.hard_state import FileHardStateStore
 from raftlog.storage.raft_log_storage import RaftLogStorage
@@ -39,8 +40,10 @@ class RaftGroupFactory:
         files: FileSystem,
         wall_clock: WallClock,
         rng: random.Random,
+        mark_syncer: MarkSyncer,
     ) -> None:
         self._node_id = node_id
+        self._mark_syncer = mark_syncer
         self._config = config
         self._files = files
         self._wall_clock = wall_clock
@@ -57,6 +60,7 @@ class RaftGroupFactory:
             config=log_config or self._config.log,
             files=self._files,
             clock=self._wall_clock,
+            mark_syncer=self._mark_syncer,
         )
         return storage, FileHardStateStore(directory, files=self._files)
 

@@ -79,7 +79,11 @@ from raftlog.storage.batch import (
 )
 from raftlog.storage.clean_shutdown import take_clean_shutdown, write_clean_shutdown
 from raftlog.storage.compaction import CleanedSegment, discard_leftovers, swap_in_cleaned
-from raftlog.storage.durable_mark import DurableMark, MarkRecord
+from raftlog.storage.durable_mark import (
+    DurableMark,
+    MarkRecord,
+    MarkSyncer,
+)
 from raftlog.storage.file_system import (
     FileSystem,
     OsFileSystem,
@@ -144,7 +148,8 @@ class FlushTicket:
     # Durable work of the log's owner that must precede these fsyncs (RaftLogStorage's
     # leader-epoch checkpoint), run on the same disk thread instead of on the event loop.
     prelude: Callable[[], None] | None = None
-    # Recorded after the fsyncs, so the mark never claims more than the log holds.
+    # Recorded after the fsyncs, so the mark never claims more than the log holds; its own
+    # fsync is the mark's syncer's (raftlog.storage.durable_mark, "When the record is fsynced").
     mark: DurableMark | None = None
     mark_record: MarkRecord | None = None
 
@@ -156,7 +161,7 @@ class FlushTicket:
         if self.directory is not None:
             self.files.sync_directory(self.directory)
         if self.mark is not None and self.mark_record is not None:
-            self.mark.write(self.mark_record)
+            self.mark.advance(self.mark_record)
         self.done = True
 
 
@@ -190,7 +195,12 @@ class ReadResult:
 
 class SegmentedLog:
     def __init__(
-        self, directory: str, config: LogConfig, files: FileSystem, clock: WallClock
+        self,
+        directory: str,
+        config: LogConfig,
+        files: FileSystem,
+        clock: WallClock,
+        mark_syncer: MarkSyncer | None = None,
     ) -> None:
         # Use SegmentedLog.open(); this only sets fields.
         self.directory = directory
@@ -202,11 +212,15 @@ class SegmentedLog:
         self._durable_end_offset = 0
         self._directory_dirty = False
         self._closed = False
-        self.mark = DurableMark(files, directory)
+        self.mark = DurableMark(files, directory, mark_syncer)
         # Set while the log lost synced data and has not been repaired: the end it had
         # reached, kept in the mark (flagged) so a restart before the repair knows it too.
         self._repair_end_offset: int | None = None
         self.damage: LogDamage | None = None  # what open found, for the owner to report
+        # How far the log was fsynced before this open, by its mark (None: damaged). Batches
+        # past it survived a crash unsynced (a torn tail's whole prefix): what an owner's
+        # derived files (RaftLogStorage's checkpoint) cover only up to here.
+        self.synced_end_at_open: int | None = None
         # Counts removals and cuts of segments: a cache of their sidecar files (the
         # aborted-transaction index) drops itself when it changed.
         self._removal_count = 0
@@ -221,10 +235,13 @@ class SegmentedLog:
         config: LogConfig,
         files: FileSystem | None = None,
         clock: WallClock | None = None,
+        mark_syncer: MarkSyncer | None = None,
     ) -> SegmentedLog:
-        """Open (or create) the log in `directory`, recovering from a crash if needed."""
+        """Open (or create) the log in `directory`, recovering from a crash if needed.
+        `mark_syncer` runs the durable mark's deferred fsyncs (the default: at once)."""
         config.validate()
-        log = cls(os.fspath(directory), config, files or OsFileSystem(), clock or SystemWallClock())
+        files, clock = files or OsFileSystem(), clock or SystemWallClock()
+        log = cls(os.fspath(directory), config, files, clock, mark_syncer)
         log.files.make_directory(log.directory)
         discard_leftovers(log.files, log.directory)
         base_offsets = log._list_segments()
@@ -248,6 +265,8 @@ class SegmentedLog:
         """Compare the log with its durable mark; record damage and start the repair."""
         found = self.mark.load()
         end = self.log_end_offset
+        if not isinstance(found, str) and not found.repairing:
+            self.synced_end_at_open = min(found.end_offset, end)
         if isinstance(found, str):
             damage = LogDamage(self.mark.path, end, None, f"durable mark unusable: {found}")
         elif found.repairing:
@@ -531,7 +550,7 @@ class SegmentedLog:
             self.files.sync_directory(self.directory)
             self._directory_dirty = False
         self._durable_end_offset = self.log_end_offset
-        self.mark.write(self._mark_record(self._durable_end_offset))
+        self.mark.advance(self._mark_record(self._durable_end_offset))
         self._check_invariants()
         assert not any(segment.is_dirty for segment in self._segments[-2:])
         return self._durable_end_offset

@@ -62,6 +62,7 @@ from raftlog.storage.batch import (
     crc32c,
     parse_header,
 )
+from raftlog.storage.durable_mark import MarkSyncer
 from raftlog.storage.file_system import (
     FileSystem,
     OsFileSystem,
@@ -136,9 +137,13 @@ class RaftLogStorage:
         config: LogConfig,
         files: FileSystem | None = None,
         clock: WallClock | None = None,
+        mark_syncer: MarkSyncer | None = None,
     ) -> RaftLogStorage:
         files, clock = files or OsFileSystem(), clock or SystemWallClock()
-        storage = cls(SegmentedLog.open(directory, config=config, files=files, clock=clock), clock)
+        log = SegmentedLog.open(
+            directory, config=config, files=files, clock=clock, mark_syncer=mark_syncer
+        )
+        storage = cls(log, clock)
         try:
             storage._snapshot = storage._load_snapshot()
         except StorageError as error:
@@ -515,13 +520,16 @@ class RaftLogStorage:
 
     def _forget_from(self, offset: int) -> None:
         """Drop what the cache says about offsets >= `offset` (after a truncation)."""
+        self._drop_from(offset)
+        self._save_checkpoint()
+
+    def _drop_from(self, offset: int) -> None:
         kept = bisect.bisect_left(self._epoch_starts, offset)
         del self._epoch_terms[kept:], self._epoch_starts[kept:]
         assert not self._epoch_starts or self._epoch_starts[-1] < offset
         self._config_offsets = [o for o in self._config_offsets if o < offset]
         self._noop_offsets = [o for o in self._noop_offsets if o < offset]
         self._internal = None
-        self._save_checkpoint()
 
     def _checkpoint_path(self) -> str:
         return os.path.join(self.directory, CHECKPOINT_FILE_NAME)
@@ -575,10 +583,23 @@ class RaftLogStorage:
         self._config_offsets = [o for o in raw["configs"] if first <= o < end]
         self._noop_offsets = [o for o in raw["noops"] if first <= o < end]
         self._internal = None
+        # The checkpoint covers what was fsynced: it is written before each sync's fsyncs. A
+        # crash may leave unsynced batches past that (a torn tail keeps a prefix), and a
+        # CONFIG or NOOP entry among them in the same term changes no epoch, so nothing
+        # below would notice it missing: the tail is scanned again.
+        synced_end = self.log.synced_end_at_open
+        if synced_end is None:
+            return False  # a damaged log: rebuilt whole
+        tail_start = max(int(first), synced_end)
+        scanned_tail = tail_start < end
+        if scanned_tail:
+            self._drop_from(tail_start)
+            self._note_batches_from(tail_start)
         if not self._checkpoint_matches_log():
             return False
         if (
-            len(pairs) != len(raw["epochs"])
+            scanned_tail
+            or len(pairs) != len(raw["epochs"])
             or len(self._config_offsets) != len(raw["configs"])
             or len(self._noop_offsets) != len(raw["noops"])
         ):
@@ -595,11 +616,8 @@ class RaftLogStorage:
         last = self.log.read(self.last_offset(), bytes_max=1).headers[0]
         return self.term_at(self.last_offset()) == last.partition_leader_epoch
 
-    def _rebuild_checkpoint(self) -> None:
-        """Scan every batch header from the first offset (rare: the file was lost)."""
-        self._epoch_terms, self._epoch_starts, self._config_offsets = [], [], []
-        self._noop_offsets, self._internal = [], None
-        offset = self.log.log_start_offset
+    def _note_batches_from(self, offset: int) -> None:
+        """Note the terms, CONFIG and NOOP entries of every batch header from `offset` on."""
         while offset < self.log.log_end_offset:
             for header, view in self.log.batches(offset, bytes_max=self.log.config.read_bytes_max):
                 entry = self._entry_from(header, view) if header.is_control else None
@@ -608,6 +626,12 @@ class RaftLogStorage:
                 stub = Entry(Term(header.partition_leader_epoch), base, 1, kind, b"")
                 self._note_appends([stub])
                 offset = header.last_offset + 1
+
+    def _rebuild_checkpoint(self) -> None:
+        """Scan every batch header from the first offset (rare: the file was lost)."""
+        self._epoch_terms, self._epoch_starts, self._config_offsets = [], [], []
+        self._noop_offsets, self._internal = [], None
+        self._note_batches_from(self.log.log_start_offset)
         self._config_offsets = [o for o in self._config_offsets if o >= self.first_offset()]
         self._noop_offsets = [o for o in self._noop_offsets if o >= self.first_offset()]
         self._internal = None

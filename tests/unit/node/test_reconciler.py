@@ -34,6 +34,7 @@ from raftlog.node.reconcile import Reconciler
 from raftlog.raft.types import Role
 from raftlog.runtime.clock import FakeMonotonicClock, MonotonicClock
 from raftlog.runtime.host import RaftGroupHost
+from raftlog.storage.durable_mark import INLINE_MARK_SYNCER
 from raftlog.storage.file_system import OsFileSystem
 from raftlog.storage.wall_clock import SystemWallClock
 from raftlog.types import NodeId, PartitionId
@@ -78,6 +79,7 @@ class _Node1:
                 files=OsFileSystem(),
                 wall_clock=SystemWallClock(),
                 rng=random.Random(1),
+                mark_syncer=INLINE_MARK_SYNCER,
             ),
             host=RaftGroupHost(node_id=N1, tick_interval_ms=10, send=lambda *_: None),
             update_peers=self.dialed.update,

@@ -461,3 +461,31 @@ def test_a_flipped_leader_epoch_is_caught_on_read() -> None:
     reopened = _open(sim)
     with pytest.raises(CorruptBatchError, match="carries leader epoch 5, the epoch checkpoint"):
         reopened.entries(Offset(0), bytes_max=10**6)
+
+
+def test_a_killed_process_s_unsynced_raft_entries_are_known_after_restart() -> None:
+    # A no-op and a CONFIG entry in the leader's term, written to the OS but not synced when
+    # the process died (SIGKILL keeps the page cache). The checkpoint is written only by a
+    # sync, so it does not list them; the restart must still know them, or the replica uses
+    # an old membership and counts the no-op as a Kafka offset (Hypothesis found it).
+    files = SimFileSystem()
+    storage = _open(files)
+    storage.append([_data_entry(1, 0)])
+    storage.sync()
+    membership = Membership(frozenset({NodeId(1), NodeId(2)}))
+    storage.append(
+        [
+            Entry(Term(1), Offset(2), 1, EntryKind.NOOP, b""),
+            Entry(Term(1), Offset(3), 1, EntryKind.CONFIG, membership.encode()),
+            _data_entry(1, 4),
+        ]
+    )
+    storage.log.read(5, bytes_max=1)  # the appends reach the OS, unsynced
+    restarted = _open(files)  # no close, no crash: the process was killed
+    assert restarted.last_offset() == 5
+    assert [entry.offset for entry in restarted.config_entries()] == [3]
+    assert restarted.internal_offsets() == [2, 3]
+    assert restarted.kafka_offset(4) == 2
+    # The tail scanned is written into the checkpoint: a second restart reads it there.
+    again = _open(files)
+    assert again.internal_offsets() == [2, 3]

@@ -18,7 +18,8 @@ def _signature(function: object) -> str:
 def test_segmented_log_api() -> None:
     expected = {
         "open": "(directory: 'str | os.PathLike[str]', *, config: 'LogConfig', files: "
-        "'FileSystem | None' = None, clock: 'WallClock | None' = None) -> 'SegmentedLog'",
+        "'FileSystem | None' = None, clock: 'WallClock | None' = None, mark_syncer: "
+        "'MarkSyncer | None' = None) -> 'SegmentedLog'",
         "append": "(self, batch: 'bytes | bytearray | memoryview', *, leader_epoch: 'int', "
         "base_offset: 'int | None' = None) -> 'AppendInfo'",
         "read": "(self, offset: 'int', *, bytes_max: 'int') -> 'ReadResult'",
