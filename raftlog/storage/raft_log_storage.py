@@ -301,6 +301,10 @@ class RaftLogStorage:
         return self.log.damage
 
     def finish_repair(self) -> None:
+        # The plain mark it writes claims the log's durable end, which a segment roll may have
+        # raised past entries whose checkpoint is still pending: the checkpoint goes first,
+        # as before every other mark that claims more (a restart scans only past the mark).
+        self._write_pending_checkpoint()
         self.log.finish_repair()
 
     def close(self) -> None:

@@ -489,3 +489,23 @@ def test_a_killed_process_s_unsynced_raft_entries_are_known_after_restart() -> N
     # The tail scanned is written into the checkpoint: a second restart reads it there.
     again = _open(files)
     assert again.internal_offsets() == [2, 3]
+
+
+def test_the_end_of_a_repair_writes_the_checkpoint_before_the_mark_claims_its_entries() -> None:
+    files = SimFileSystem()
+    storage = _open(files)
+    storage.append([_data_entry(1, 0)])
+    storage.sync()
+    storage.log.start_repair(0, "a flipped byte", path="/g/log/x")
+    membership = Membership(frozenset({NodeId(1), NodeId(2)}))
+    storage.append(
+        [
+            Entry(Term(1), Offset(0), 1, EntryKind.NOOP, b""),
+            Entry(Term(1), Offset(1), 1, EntryKind.CONFIG, membership.encode()),
+        ]
+    )
+    storage.log.roll()  # syncs the closing segment: the durable end passes both entries
+    storage.finish_repair()
+    restarted = _open(files)  # killed: the pending checkpoint was never synced by a flush
+    assert [entry.offset for entry in restarted.config_entries()] == [1]
+    assert restarted.internal_offsets() == [0, 1]
